@@ -1,0 +1,57 @@
+"""lazyseq: lazy random-access views and background loading for machine-learning data pipelines.
+
+>>> import numpy as np
+>>> import lazyseq
+>>> x = lazyseq.view(np.arange(12.0).reshape(6, 2))
+>>> batches = x.smap(lambda row: row * 10).shuffle(seed=0).batch(4)
+>>> len(batches), batches[0].shape
+(2, (4, 2))
+"""
+
+from .io.npy import open_npy
+from .views.arange import arange
+from .views.base import View
+from .views.batching import batch, unbatch
+from .views.cache import add_cache
+from .views.chunks import default_collate
+from .views.collate import collate
+from .views.concatenate import concatenate
+from .views.errors import EvaluationError, seterr
+from .views.gather import gather, take
+from .views.interleave import interleave
+from .views.mapping import smap, starmap
+from .views.repetition import cycle, repeat
+from .views.selection import case, switch
+from .views.shuffle import shuffle
+from .views.sources import view
+from .views.split import split
+from .views.uniter import uniter
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "EvaluationError",
+    "View",
+    "add_cache",
+    "arange",
+    "batch",
+    "case",
+    "collate",
+    "concatenate",
+    "cycle",
+    "default_collate",
+    "gather",
+    "interleave",
+    "open_npy",
+    "repeat",
+    "seterr",
+    "shuffle",
+    "smap",
+    "split",
+    "starmap",
+    "switch",
+    "take",
+    "unbatch",
+    "uniter",
+    "view",
+]

@@ -1,0 +1,1 @@
+"""Reading data from files into views."""

@@ -1,0 +1,1 @@
+"""Lazy, random-access views: the base class and one module per combinator."""

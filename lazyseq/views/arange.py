@@ -1,0 +1,44 @@
+"""A lazy ``range``: ``arange``."""
+
+from __future__ import annotations
+
+from .base import View
+from .keys import Positions, compose
+
+__all__ = ["ArangeView", "arange"]
+
+
+class ArangeView(View):
+    """Item ``i`` is ``range_[i]``, a Python ``int``."""
+
+    kind = "arange"
+
+    def __init__(self, range_: range) -> None:
+        self._range = range_
+        self._len = len(range_)
+
+    def _get(self, i: int) -> int:
+        return self._range[i]
+
+    def _get_many(self, idx: Positions) -> list:
+        positions = compose(self._range, idx)
+        return list(positions) if type(positions) is range else positions.tolist()
+
+    def _iter(self):
+        return iter(self._range)
+
+    def _describe(self) -> str:
+        r = self._range
+        return f"arange({r.start}, {r.stop}, {r.step})"
+
+
+def arange(start: int, stop: int | None = None, step: int | None = None) -> View:
+    """A view of the integers of ``range(start, stop, step)``.
+
+    >>> import lazyseq
+    >>> list(lazyseq.arange(5)), list(lazyseq.arange(10, 0, -3))
+    ([0, 1, 2, 3, 4], [10, 7, 4, 1])
+    """
+    if stop is None:
+        start, stop = 0, start
+    return ArangeView(range(start, stop, 1 if step is None else step))

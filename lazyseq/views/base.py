@@ -1,0 +1,245 @@
+"""The one base class of all views: indexing, slicing, iteration, assignment and repr.
+
+A combinator only says how to read item ``i`` (``_get``), optionally how to
+read many items at once (``_get_many``, vectorized where it can be), how to
+write one (``_set``) and where item ``i`` comes from (``_sources``). Keys,
+bounds, negative indices, slices, index arrays, errors and ``repr`` are handled
+here, once, for every view.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from . import errors
+from .fluent import Fluent
+from .keys import Positions, array_key
+
+__all__ = ["View", "as_view"]
+
+
+class View(Fluent, Sequence):
+    """A lazy, random-access sequence: nothing is computed until an item is read.
+
+    ``_len`` is the number of items, or ``None`` for an infinite view.
+    ``_parents`` are the views this one reads from.
+    """
+
+    kind = "view"
+    endless = "is infinite"  # why a view without a length has none, for error messages
+    _len: int | None
+    _parents: tuple[View, ...] = ()
+
+    # -- what subclasses provide -------------------------------------------
+
+    def _get(self, i: int) -> Any:
+        """Item ``i``, with ``0 <= i < len(self)``."""
+        raise NotImplementedError
+
+    def _get_many(self, idx: Positions):
+        """Items at valid positions ``idx``, as a chunk (see :mod:`lazyseq.views.chunks`)."""
+        items = []
+        for i in idx:
+            items.append(self._get(int(i)))
+        return items
+
+    def _set(self, i: int, value: Any) -> None:
+        raise TypeError(f"{self.kind} views are read-only: they cannot be assigned to")
+
+    def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
+        """The (parent, index) pairs that item ``i`` is read from."""
+        return ()
+
+    def _iter(self) -> Iterator:
+        get = self._get
+        if self._len is None:
+            i = 0
+            while True:
+                yield get(i)
+                i += 1
+        for i in range(self._len):
+            yield get(i)
+
+    def _label(self) -> str:
+        """Short name used in error chains and repr, e.g. ``smap(normalize)``."""
+        return self.kind
+
+    def _describe(self) -> str:
+        """One line for repr: the label plus whatever parameters matter."""
+        return self._label()
+
+    # -- length ---------------------------------------------------------------
+
+    def __len__(self) -> int:
+        if self._len is None:
+            raise TypeError(f"{self._label()} view {self.endless}: it has no len()")
+        return self._len
+
+    def __bool__(self) -> bool:
+        return self._len is None or self._len > 0
+
+    @property
+    def is_infinite(self) -> bool:
+        """Whether the view has no end."""
+        return self._len is None
+
+    def _need_length(self, what: str) -> int:
+        if self._len is None:
+            raise TypeError(f"{what} needs a length, but {self._label()} view {self.endless}")
+        return self._len
+
+    # -- reading ---------------------------------------------------------------
+
+    def __getitem__(self, key):
+        if type(key) is not int:
+            if isinstance(key, slice):
+                return self._slice(key)
+            key = self._coerce_key(key)
+            if type(key) is not int:
+                from .gather import GatherView
+
+                return GatherView(self, array_key(key, self._len, self._label()))
+        i = self._check_index(key)
+        try:
+            return self._get(i)
+        except Exception as error:
+            errors.reraise(error)
+
+    def _check_index(self, key: int) -> int:
+        n = self._len
+        if key < 0:
+            if n is None:
+                raise TypeError(f"negative index {key} needs a length, but {self._label()} view {self.endless}")
+            if key + n < 0:
+                raise IndexError(f"{self._label()} index {key} out of range for length {n}")
+            return key + n
+        if n is not None and key >= n:
+            raise IndexError(f"{self._label()} index {key} out of range for length {n}")
+        return key
+
+    def _coerce_key(self, key):
+        """An ``int`` for integer-like keys, the key itself for index arrays and lists."""
+        if isinstance(key, (list, np.ndarray)):
+            return key
+        try:
+            return operator.index(key)
+        except TypeError:
+            raise TypeError(
+                f"{self._label()} indices must be integers, slices or integer arrays, not {type(key).__name__}"
+            ) from None
+
+    def _slice(self, key: slice):
+        from .gather import GatherView, StridedView
+
+        if self._len is not None:
+            return GatherView(self, range(self._len)[key])
+        start, stop, step = key.start, key.stop, key.step
+        start = 0 if start is None else operator.index(start)
+        step = 1 if step is None else operator.index(step)
+        if step == 0:
+            raise ValueError("slice step cannot be zero")
+        if start < 0 or step < 0 or (stop is not None and operator.index(stop) < 0):
+            raise TypeError(f"slice {key} needs a length, but {self._label()} view {self.endless}")
+        if stop is None:
+            return StridedView(self, start, step)
+        return GatherView(self, range(start, operator.index(stop), step))
+
+    def __iter__(self) -> Iterator:
+        try:
+            yield from self._iter()
+        except Exception as error:
+            errors.reraise(error)
+
+    def __reversed__(self) -> Iterator:
+        n = self._need_length("reversed()")
+        get = self._get
+        try:
+            for i in range(n - 1, -1, -1):
+                yield get(i)
+        except Exception as error:
+            errors.reraise(error)
+
+    def __contains__(self, value) -> bool:
+        self._need_length("'in'")
+        return any(item is value or item == value for item in self)
+
+    def index(self, value, start: int = 0, stop: int | None = None) -> int:
+        """Position of the first item equal to ``value`` (``ValueError`` if absent), like ``list.index``."""
+        n = self._need_length("index()")
+        for i in range(n)[slice(start, stop)]:
+            item = self[i]
+            if item is value or item == value:
+                return i
+        raise ValueError(f"{value!r} is not in {self._label()} view")
+
+    def count(self, value) -> int:
+        """Number of items equal to ``value``, like ``list.count``."""
+        self._need_length("count()")
+        return sum(1 for item in self if item is value or item == value)
+
+    # -- writing --------------------------------------------------------------
+
+    def __setitem__(self, key, value) -> None:
+        if type(key) is not int:
+            if isinstance(key, slice):
+                target = self._slice(key)
+            else:
+                key = self._coerce_key(key)
+                if type(key) is int:
+                    self._set(self._check_index(key), value)
+                    return
+                target = self[key]
+            target._assign_all(value)
+            return
+        self._set(self._check_index(key), value)
+
+    def _assign_all(self, values) -> None:
+        n = self._need_length("assignment")
+        if len(values) != n:
+            raise ValueError(
+                f"cannot assign {len(values)} values to a {self._label()} of {n} items: views cannot change length"
+            )
+        for i in range(n):
+            self._set(i, values[i])
+
+    # -- display ------------------------------------------------------------
+
+    def __repr__(self) -> str:
+        return "\n".join(self._repr_lines(prefix="", child_prefix=""))
+
+    def _repr_lines(self, prefix: str, child_prefix: str, depth: int = 0) -> list[str]:
+        length = "infinite" if self._len is None else f"len {self._len}"
+        lines = [f"{prefix}{self._describe()}  [{length}]"]
+        parents = self._parents
+        if depth > 12:
+            return lines + [child_prefix + "└─ ..."] if parents else lines
+        shown = parents if len(parents) <= 6 else parents[:5]
+        for k, parent in enumerate(shown):
+            last = k == len(shown) - 1 and len(shown) == len(parents)
+            branch, cont = ("└─ ", "   ") if last else ("├─ ", "│  ")
+            lines += parent._repr_lines(child_prefix + branch, child_prefix + cont, depth + 1)
+        if len(shown) < len(parents):
+            lines.append(f"{child_prefix}└─ ... {len(parents) - len(shown)} more")
+        return lines
+
+
+def as_view(obj) -> View:
+    """``obj`` itself if it is a view, else a view wrapping it (see :func:`lazyseq.view`)."""
+    if isinstance(obj, View):
+        return obj
+    from .sources import wrap
+
+    return wrap(obj)
+
+
+def lengths_must_match(kind: str, views: Sequence[View]) -> int | None:
+    """The common length of ``views``; a ``ValueError`` naming the lengths if they differ."""
+    lengths = [v._len for v in views]
+    if any(length != lengths[0] for length in lengths):
+        shown = ", ".join("infinite" if n is None else str(n) for n in lengths)
+        raise ValueError(f"{kind}: all sequences must have the same length, got lengths {shown}")
+    return lengths[0]

@@ -1,0 +1,166 @@
+"""Groups of consecutive items: ``batch``, and its inverse ``unbatch``."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .base import View, as_view
+from .chunks import chunk_rows, chunk_to_batch, pad_chunk
+from .keys import Positions
+
+__all__ = ["BatchView", "UnbatchView", "batch", "unbatch"]
+
+
+class BatchView(View):
+    """Item ``b`` is items ``b*k`` to ``b*k + k - 1`` of the parent, collated into one batch."""
+
+    kind = "batch"
+
+    def __init__(self, parent: View, k: int, drop_last: bool, pad: Any, collate_fn: Callable | None) -> None:
+        k = operator.index(k)
+        if k < 1:
+            raise ValueError(f"batch: k must be a positive integer, got {k}")
+        if drop_last and pad is not None:
+            raise ValueError("batch: drop_last and pad cannot be used together")
+        if collate_fn is not None and not callable(collate_fn):
+            raise TypeError(f"batch: collate_fn must be callable, got {type(collate_fn).__name__}")
+        self._parent = parent
+        self._parents = (parent,)
+        self._k = k
+        self._drop_last = drop_last
+        self._pad = pad
+        self._collate_fn = collate_fn
+        n = parent._len
+        self._len = None if n is None else (n // k if drop_last else -(-n // k))
+
+    def _span(self, i: int) -> range:
+        start = i * self._k
+        stop = start + self._k
+        n = self._parent._len
+        return range(start, stop if n is None or stop <= n else n)
+
+    def _get(self, i: int) -> Any:
+        span = self._span(i)
+        chunk = self._parent._get_many(span)
+        missing = self._k - len(span)
+        if missing and self._pad is not None:
+            chunk = pad_chunk(chunk, self._pad, missing)
+        if self._collate_fn is not None:
+            return self._collate_fn(chunk_rows(chunk))
+        return chunk_to_batch(chunk)
+
+    def _set(self, i: int, value: Any) -> None:
+        span = self._span(i)
+        size = self._k if self._pad is not None else len(span)
+        if len(value) != size:
+            raise ValueError(f"batch {i} has {size} items, cannot assign {len(value)} values")
+        for offset, j in enumerate(span):  # padding positions, if any, are not written
+            self._parent._set(j, value[offset])
+
+    def _sources(self, i: int):
+        return tuple((self._parent, j) for j in self._span(i))
+
+    def _describe(self) -> str:
+        options = [str(self._k)]
+        if self._drop_last:
+            options.append("drop_last=True")
+        if self._pad is not None:
+            options.append(f"pad={self._pad!r}")
+        if self._collate_fn is not None:
+            from .mapping import function_name
+
+            options.append(f"collate_fn={function_name(self._collate_fn)}")
+        return f"batch({', '.join(options)})"
+
+
+class UnbatchView(View):
+    """Item ``i`` is item ``i % size`` of batch ``i // size`` of the parent."""
+
+    kind = "unbatch"
+
+    def __init__(self, parent: View, batch_size: int, last_batch_size: int | None) -> None:
+        batch_size = operator.index(batch_size)
+        if batch_size < 1:
+            raise ValueError(f"unbatch: batch_size must be a positive integer, got {batch_size}")
+        last = batch_size if last_batch_size is None else operator.index(last_batch_size)
+        if not 0 < last <= batch_size:
+            raise ValueError(f"unbatch: last_batch_size must be between 1 and {batch_size}, got {last_batch_size}")
+        self._parent = parent
+        self._parents = (parent,)
+        self._size = batch_size
+        m = parent._len
+        self._len = None if m is None else (0 if m == 0 else (m - 1) * batch_size + last)
+
+    def _get(self, i: int) -> Any:
+        b, r = divmod(i, self._size)
+        return self._parent._get(b)[r]
+
+    def _get_many(self, idx: Positions) -> list:
+        items, loaded, current = [], -1, None
+        for i in idx:
+            b, r = divmod(int(i), self._size)
+            if b != loaded:
+                current, loaded = self._parent._get(b), b
+            items.append(current[r])
+        return items
+
+    def _iter(self):
+        size = self._size
+        n = self._len
+        for b, current in enumerate(self._parent._iter()):
+            count = size if n is None else min(size, n - b * size)
+            for r in range(count):
+                yield current[r]
+
+    def _set(self, i: int, value: Any) -> None:
+        b, r = divmod(i, self._size)
+        self._parent._get(b)[r] = value
+
+    def _sources(self, i: int):
+        return ((self._parent, i // self._size),)
+
+    def _describe(self) -> str:
+        return f"unbatch({self._size})"
+
+
+def batch(
+    sequence: Sequence,
+    k: int,
+    drop_last: bool = False,
+    pad: Any = None,
+    collate_fn: Callable[[list], Any] | None = None,
+) -> View:
+    """A view of ``sequence`` in groups of ``k`` consecutive items.
+
+    The last batch holds the remaining items (fewer than ``k``) unless
+    ``drop_last`` drops it or ``pad`` fills it to exactly ``k`` items with
+    copies of ``pad`` (the two options exclude each other). By default items
+    are stacked: numbers and arrays into one ``ndarray``, tuples, lists,
+    namedtuples and dicts field by field; ``collate_fn`` receives the list of
+    items instead (``collate_fn=list`` gives plain lists). Over numpy data a
+    batch is read with a few vectorized calls, not one call per item.
+
+    >>> import numpy as np
+    >>> import lazyseq
+    >>> b = lazyseq.batch(np.arange(10), 4, pad=-1)
+    >>> len(b), b[0], b[-1]
+    (3, array([0, 1, 2, 3]), array([ 8,  9, -1, -1]))
+    >>> lazyseq.batch(['a', 'b', 'c'], 2, collate_fn=list)[1]
+    ['c']
+    """
+    return BatchView(as_view(sequence), k, drop_last, pad, collate_fn)
+
+
+def unbatch(sequence: Sequence, batch_size: int, last_batch_size: int | None = None) -> View:
+    """The items of a sequence of batches, one after the other (the inverse of :func:`batch`).
+
+    Every batch holds ``batch_size`` items, except the last, which holds
+    ``last_batch_size`` (default ``batch_size``).
+
+    >>> import lazyseq
+    >>> list(lazyseq.unbatch([[1, 2], [3, 4], [5]], 2, last_batch_size=1))
+    [1, 2, 3, 4, 5]
+    """
+    return UnbatchView(as_view(sequence), batch_size, last_batch_size)

@@ -1,0 +1,72 @@
+"""Recently read items kept for reuse: ``add_cache``."""
+
+from __future__ import annotations
+
+import operator
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+from .base import View, as_view
+
+__all__ = ["CacheView", "add_cache"]
+
+
+class CacheView(View):
+    """Item ``i`` is ``parent[i]``, kept among the ``cache_size`` most recently used items."""
+
+    kind = "add_cache"
+
+    def __init__(self, parent: View, cache_size: int) -> None:
+        cache_size = operator.index(cache_size)
+        if cache_size < 1:
+            raise ValueError(f"add_cache: cache_size must be >= 1, got {cache_size}")
+        self._parent = parent
+        self._parents = (parent,)
+        self._len = parent._len
+        self._size = cache_size
+        self._cache: OrderedDict[int, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _get(self, i: int) -> Any:
+        with self._lock:
+            if i in self._cache:
+                self._cache.move_to_end(i)
+                return self._cache[i]
+        value = self._parent._get(i)  # computed outside the lock: other threads read on
+        with self._lock:
+            self._cache[i] = value
+            self._cache.move_to_end(i)
+            while len(self._cache) > self._size:
+                self._cache.popitem(last=False)
+        return value
+
+    def _set(self, i: int, value: Any) -> None:
+        self._parent._set(i, value)
+        with self._lock:
+            self._cache.pop(i, None)
+
+    def _sources(self, i: int):
+        return ((self._parent, i),)
+
+    def _describe(self) -> str:
+        return f"add_cache({self._size})"
+
+
+def add_cache(sequence: Sequence, cache_size: int = 1) -> View:
+    """A view of ``sequence`` that keeps the ``cache_size`` most recently used items.
+
+    The least recently used item is evicted first. Items are kept by
+    reference: a mutable item changed by the caller stays changed in the cache.
+
+    >>> import lazyseq
+    >>> calls = []
+    >>> def square(x):
+    ...     calls.append(x)
+    ...     return x * x
+    >>> v = lazyseq.add_cache(lazyseq.smap(square, range(10)), cache_size=2)
+    >>> v[3], v[3], v[4], v[3], calls
+    (9, 9, 16, 9, [3, 4])
+    """
+    return CacheView(as_view(sequence), cache_size)

@@ -1,0 +1,124 @@
+"""Several items read at once, and how they become a batch.
+
+``View._get_many`` returns a *chunk*, in one of three forms:
+
+- an ``np.ndarray`` whose first axis runs over the items (array-backed data,
+  read with one vectorized call);
+- a :class:`Columns`, the items of a ``collate`` view kept as one chunk per
+  field, so that the fields stay vectorized;
+- a ``list`` of items, for everything else.
+
+A batch is built from a chunk without going back to single items whenever the
+chunk is already columnar.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from numbers import Number
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Columns", "default_collate", "chunk_rows", "chunk_to_batch", "pad_chunk", "scatter"]
+
+
+class Columns:
+    """The items of a ``collate`` view (tuples), stored field by field."""
+
+    __slots__ = ("fields",)
+
+    def __init__(self, fields: tuple) -> None:
+        self.fields = fields
+
+
+def chunk_rows(chunk) -> list:
+    """The items of a chunk, one Python object each."""
+    if type(chunk) is list:
+        return chunk
+    if isinstance(chunk, Columns):
+        return list(zip(*(chunk_rows(field) for field in chunk.fields)))
+    return list(chunk)
+
+
+def chunk_to_batch(chunk):
+    """What the default collation of the chunk's items gives, without splitting it into items."""
+    if type(chunk) is list:
+        return default_collate(chunk)
+    if isinstance(chunk, Columns):
+        return tuple(chunk_to_batch(field) for field in chunk.fields)
+    return chunk
+
+
+def pad_chunk(chunk, pad, count: int):
+    """Append ``count`` copies of the item ``pad``, keeping the chunk's form and dtype."""
+    if type(chunk) is list:
+        return chunk + [pad] * count
+    if isinstance(chunk, Columns):
+        if not isinstance(pad, (tuple, list)) or len(pad) != len(chunk.fields):
+            raise ValueError(
+                f"pad must be a tuple of {len(chunk.fields)} values to pad items that are "
+                f"{len(chunk.fields)}-tuples, got {pad!r}"
+            )
+        return Columns(tuple(pad_chunk(f, p, count) for f, p in zip(chunk.fields, pad)))
+    filler = np.broadcast_to(np.asarray(pad, dtype=chunk.dtype), (count,) + chunk.shape[1:])
+    return np.concatenate([chunk, filler])
+
+
+def scatter(pieces: list, positions: list[np.ndarray], total: int):
+    """Merge chunks read from several parents back into request order.
+
+    ``pieces[k]`` holds the items that go to ``positions[k]`` of the result.
+    """
+    if len(pieces) == 1:
+        return pieces[0]
+    first = pieces[0]
+    if isinstance(first, np.ndarray) and all(
+        isinstance(p, np.ndarray) and p.dtype == first.dtype and p.shape[1:] == first.shape[1:] for p in pieces
+    ):
+        out = np.empty((total,) + first.shape[1:], dtype=first.dtype)
+        for piece, where in zip(pieces, positions):
+            out[where] = piece
+        return out
+    if all(isinstance(p, Columns) and len(p.fields) == len(first.fields) for p in pieces):
+        return Columns(
+            tuple(
+                scatter([p.fields[f] for p in pieces], positions, total) for f in range(len(first.fields))
+            )
+        )
+    rows: list = [None] * total
+    for piece, where in zip(pieces, positions):
+        for position, item in zip(where.tolist(), chunk_rows(piece)):
+            rows[position] = item
+    return rows
+
+
+def default_collate(items: list) -> Any:
+    """Assemble a list of items into one batch.
+
+    Numbers and arrays are stacked into one ``ndarray``; tuples, lists,
+    namedtuples and dicts are collated field by field; anything else (strings,
+    arbitrary objects) is returned as a list.
+
+    >>> default_collate([(1, 'a'), (2, 'b')])
+    (array([1, 2]), ['a', 'b'])
+    >>> default_collate([{'x': [0.5, 1.0]}, {'x': [1.5, 2.0]}])
+    {'x': [array([0.5, 1.5]), array([1., 2.])]}
+    """
+    first = items[0]
+    if isinstance(first, np.ndarray):
+        return np.stack(items)
+    if isinstance(first, (Number, np.generic)):
+        return np.asarray(items)
+    if isinstance(first, Mapping):
+        return {key: default_collate([item[key] for item in items]) for key in first}
+    if isinstance(first, (tuple, list)):
+        width = len(first)
+        for item in items:
+            if len(item) != width:
+                raise ValueError(f"cannot collate items of different lengths: {width} and {len(item)}")
+        columns = [default_collate(list(column)) for column in zip(*items)]
+        if hasattr(first, "_fields"):  # namedtuple
+            return type(first)(*columns)
+        return tuple(columns) if isinstance(first, tuple) else columns
+    return list(items)

@@ -1,0 +1,94 @@
+"""One view after another: ``concatenate``."""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .base import View, as_view
+from .chunks import scatter
+from .keys import Positions
+
+__all__ = ["ConcatenateView", "concatenate"]
+
+
+class ConcatenateView(View):
+    """Item ``i`` is item ``i - starts[p]`` of part ``p``, the part whose span holds ``i``.
+
+    Nested concatenations are flattened; empty parts are dropped. Only the
+    last part may be infinite.
+    """
+
+    kind = "concatenate"
+
+    def __init__(self, parts: Sequence[View]) -> None:
+        flat: list[View] = []
+        for part in parts:
+            flat.extend(part._parents if type(part) is ConcatenateView else (part,))
+        for part in flat[:-1]:
+            if part._len is None:
+                raise ValueError("concatenate: only the last sequence may be infinite")
+        flat = [p for p in flat[:-1] if p._len] + flat[-1:] if flat else []
+        self._parents = tuple(flat)
+        starts = [0]
+        for part in flat[:-1]:
+            starts.append(starts[-1] + part._len)
+        self._starts = starts
+        self._bounds = starts[1:]  # where each part but the last ends
+        self._bounds_array = np.asarray(self._bounds, dtype=np.intp)
+        last = flat[-1]._len if flat else 0
+        self._len = None if last is None else starts[-1] + last
+
+    def _locate(self, i: int) -> tuple[int, int]:
+        p = bisect_right(self._bounds, i)
+        return p, i - self._starts[p]
+
+    def _get(self, i: int) -> Any:
+        p = bisect_right(self._bounds, i)
+        return self._parents[p]._get(i - self._starts[p])
+
+    def _get_many(self, idx: Positions):
+        parts = self._parents
+        if type(idx) is range and idx:
+            first, last = self._locate(idx[0]), self._locate(idx[-1])
+            if first[0] == last[0]:  # one part holds them all: a shifted range
+                offset = self._starts[first[0]]
+                return parts[first[0]]._get_many(range(idx.start - offset, idx.stop - offset, idx.step))
+            idx = np.arange(idx.start, idx.stop, idx.step, dtype=np.intp)
+        elif type(idx) is range:
+            idx = np.arange(0, dtype=np.intp)
+        which = np.searchsorted(self._bounds_array, idx, side="right")
+        pieces, positions = [], []
+        for p in range(len(parts)):
+            where = np.flatnonzero(which == p)
+            if len(where):
+                pieces.append(parts[p]._get_many(idx[where] - self._starts[p]))
+                positions.append(where)
+        if not pieces:
+            return parts[0]._get_many(idx) if parts else []
+        return scatter(pieces, positions, len(idx))
+
+    def _set(self, i: int, value: Any) -> None:
+        p, j = self._locate(i)
+        self._parents[p]._set(j, value)
+
+    def _sources(self, i: int):
+        p, j = self._locate(i)
+        return ((self._parents[p], j),)
+
+    def _describe(self) -> str:
+        return f"concatenate({len(self._parents)} parts)"
+
+
+def concatenate(sequences: Sequence[Sequence]) -> View:
+    """A view of the sequences one after the other.
+
+    >>> import lazyseq
+    >>> v = lazyseq.concatenate([[1, 2], [], [3]])
+    >>> list(v), v[-1]
+    ([1, 2, 3], 3)
+    """
+    return ConcatenateView([as_view(s) for s in sequences])

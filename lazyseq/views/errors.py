@@ -1,0 +1,125 @@
+"""How failures inside a pipeline reach the user.
+
+An exception raised while an item is computed is re-raised at the public
+boundary (indexing, iteration) as :class:`EvaluationError`, whose message names
+the item and the chain of views it went through. The chain is read from the
+traceback *after* the failure, so the success path pays nothing for it.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Literal
+
+__all__ = ["EvaluationError", "seterr"]
+
+_MODES = ("wrap", "passthrough")
+_mode: str = "wrap"
+
+# Frames of these methods, whose ``self`` is a view, make up the chain. By
+# convention their local ``i`` is always an index into ``self``.
+_TRACED_METHODS = frozenset({"_get", "_get_many", "_iter", "_set"})
+
+
+class EvaluationError(Exception):
+    """An item of a view could not be computed.
+
+    The message names the item and the views it went through, outermost first;
+    the original exception is the ``__cause__``.
+
+    >>> import lazyseq
+    >>> def inverse(x):
+    ...     return 1 / x
+    >>> v = lazyseq.smap(inverse, [1, 0, 2])
+    >>> v[1]
+    Traceback (most recent call last):
+    ...
+    lazyseq.EvaluationError: failed to compute smap(inverse)[1]: ZeroDivisionError: division by zero
+    """
+
+
+def seterr(evaluation: Literal["wrap", "passthrough"] | None = None) -> str:
+    """Choose how errors raised while computing items propagate; return the previous setting.
+
+    ``"wrap"`` (the default) raises :class:`EvaluationError` with the original
+    error as its cause. ``"passthrough"`` re-raises the original exception
+    itself, with the chain of views added as a note; it is handy under a
+    debugger. ``None`` changes nothing. The setting is process-wide.
+
+    >>> import lazyseq
+    >>> previous = lazyseq.seterr("passthrough")
+    >>> lazyseq.smap(int, ["x"])[0]
+    Traceback (most recent call last):
+    ...
+    ValueError: invalid literal for int() with base 10: 'x'
+    while computing smap(int)[0]
+    >>> lazyseq.seterr(previous)
+    'passthrough'
+    """
+    global _mode
+    previous = _mode
+    if evaluation is not None:
+        if evaluation not in _MODES:
+            raise ValueError(f"seterr: evaluation must be one of {_MODES} or None, got {evaluation!r}")
+        _mode = evaluation
+    return previous
+
+
+def reraise(error: Exception) -> None:
+    """Raise ``error`` (caught at a public boundary) the way :func:`seterr` says."""
+    if isinstance(error, EndOfData):
+        raise error
+    chain = describe_chain(error.__traceback__)
+    if _mode == "passthrough":
+        if chain:
+            error.add_note(f"while computing {chain}")
+        raise error
+    where = chain or "an item"
+    raise EvaluationError(f"failed to compute {where}: {type(error).__name__}: {error}") from error
+
+
+def describe_chain(tb: TracebackType | None) -> str:
+    """``batch[12] -> gather[768] -> smap(f)[4021]`` from the frames of a traceback."""
+    from .base import View  # here, not at the top: base imports this module
+
+    steps: list[tuple[View, dict]] = []
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name in _TRACED_METHODS:
+            local_vars = frame.f_locals
+            owner = local_vars.get("self")
+            if isinstance(owner, View):
+                steps.append((owner, local_vars))
+        tb = tb.tb_next
+    parts: list[str] = []
+    inner: tuple[View, int] | None = None
+    for owner, local_vars in reversed(steps):
+        index = local_vars.get("i")
+        if index is None and inner is not None:
+            index = _find_source_index(owner, local_vars.get("idx"), inner)
+        if parts and index is not None and (owner, index) == inner:
+            continue  # the same item seen from two methods of one view
+        parts.append(f"{owner._label()}[{index if index is not None else '?'}]")
+        inner = (owner, int(index)) if index is not None else None
+    return " -> ".join(reversed(parts))
+
+
+def _find_source_index(owner, idx, inner) -> int | None:
+    """Which of the indexes ``owner`` was asked for reads item ``inner`` of a parent."""
+    if idx is None:
+        return None
+    for i in idx:
+        i = int(i)
+        if inner in owner._sources(i):
+            return i
+    return None
+
+
+EvaluationError.__module__ = "lazyseq"  # where users import it from
+
+
+class EndOfData(IndexError):
+    """An index past the end of a view whose length was not known in advance (``uniter``).
+
+    It is an ``IndexError`` and is never wrapped into :class:`EvaluationError`.
+    """

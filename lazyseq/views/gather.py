@@ -1,0 +1,123 @@
+"""Items of a view picked by position: ``gather`` (alias ``take``) and slices.
+
+Gathers and slices of gathers collapse onto the base view, so that a chain of
+slices costs one lookup per item whatever its depth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .base import View, as_view
+from .keys import Positions, array_key, compose
+
+__all__ = ["GatherView", "StridedView", "gather", "take"]
+
+
+class GatherView(View):
+    """Item ``i`` is ``parent[positions[i]]``; ``positions`` is a range (a slice) or an index array."""
+
+    kind = "gather"
+
+    def __init__(self, parent: View, positions: Positions) -> None:
+        if type(parent) is GatherView:
+            positions = compose(parent._positions, positions)
+            parent = parent._parent
+        self._parent = parent
+        self._parents = (parent,)
+        self._positions = positions
+        self._position = positions.__getitem__ if type(positions) is range else positions.item
+        self._len = len(positions)
+
+    def _get(self, i: int) -> Any:
+        return self._parent._get(self._position(i))
+
+    def _get_many(self, idx: Positions):
+        return self._parent._get_many(compose(self._positions, idx))
+
+    def _set(self, i: int, value: Any) -> None:
+        self._parent._set(self._position(i), value)
+
+    def _sources(self, i: int):
+        return ((self._parent, self._position(i)),)
+
+    def _label(self) -> str:
+        return "slice" if type(self._positions) is range else "gather"
+
+    def _describe(self) -> str:
+        p = self._positions
+        if type(p) is range:
+            return f"slice({p.start}, {p.stop}, {p.step})"
+        return "gather"
+
+
+class StridedView(View):
+    """An infinite slice of an infinite view: item ``i`` is ``parent[start + i * step]``."""
+
+    kind = "slice"
+
+    def __init__(self, parent: View, start: int, step: int) -> None:
+        if type(parent) is StridedView:
+            start, step = parent._start + parent._step * start, parent._step * step
+            parent = parent._parent
+        self._parent = parent
+        self._parents = (parent,)
+        self._start = start
+        self._step = step
+        self._len = None
+
+    def _get(self, i: int) -> Any:
+        return self._parent._get(self._start + i * self._step)
+
+    def _get_many(self, idx: Positions):
+        start, step = self._start, self._step
+        if type(idx) is range:
+            return self._parent._get_many(range(start + step * idx.start, start + step * idx.stop, step * idx.step))
+        return self._parent._get_many(start + step * idx)
+
+    def _set(self, i: int, value: Any) -> None:
+        self._parent._set(self._start + i * self._step, value)
+
+    def _sources(self, i: int):
+        return ((self._parent, self._start + i * self._step),)
+
+    def _describe(self) -> str:
+        return f"slice({self._start}, None, {self._step})"
+
+
+def gather(sequence: Sequence, indexes: Sequence[int]) -> View:
+    """A view of ``sequence`` reordered by ``indexes``: item ``i`` is ``sequence[indexes[i]]``.
+
+    ``indexes`` may contain negative positions and repeats; it is read once,
+    when the view is created. Assigning to the view writes through to
+    ``sequence``.
+
+    >>> import lazyseq
+    >>> letters = ['a', 'b', 'c', 'd']
+    >>> list(lazyseq.gather(letters, [3, 0, -1]))
+    ['d', 'a', 'd']
+    >>> g = lazyseq.gather(letters, [1, 2])
+    >>> g[0] = 'B'
+    >>> letters
+    ['a', 'B', 'c', 'd']
+    """
+    parent = as_view(sequence)
+    if isinstance(indexes, range) and _within(indexes, parent._len):
+        return GatherView(parent, indexes)
+    if not isinstance(indexes, (list, np.ndarray)):
+        indexes = np.fromiter((int(j) for j in indexes), dtype=np.intp, count=len(indexes))
+    return GatherView(parent, array_key(indexes, parent._len, "gather"))
+
+
+take = gather
+
+
+def _within(positions: range, length: int | None) -> bool:
+    """Whether every position of the range is a valid non-negative index."""
+    if not positions:
+        return True
+    low, high = (positions[0], positions[-1]) if positions.step > 0 else (positions[-1], positions[0])
+    return low >= 0 and (length is None or high < length)

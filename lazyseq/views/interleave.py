@@ -1,0 +1,75 @@
+"""Items taken in turn from several views: ``interleave``."""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Sequence
+from typing import Any
+
+from .base import View, as_view
+
+__all__ = ["InterleaveView", "interleave"]
+
+
+class InterleaveView(View):
+    """Round robin over the parents; when one runs out, over the ones left.
+
+    The output is cut into phases: during phase ``p`` the ``active[p]``
+    parents that still have items alternate, starting at their item
+    ``depth[p]``.
+    """
+
+    kind = "interleave"
+
+    def __init__(self, parents: tuple[View, ...]) -> None:
+        if not parents:
+            raise ValueError("interleave needs at least one sequence")
+        self._parents = parents
+        infinite = [k for k, p in enumerate(parents) if p._len is None]
+        finite = sorted((p._len, k) for k, p in enumerate(parents) if p._len is not None)
+        self._phase_starts: list[int] = []  # output position where each phase begins
+        self._active: list[list[int]] = []  # parents alternating in each phase
+        self._depth: list[int] = []  # parent item where each phase begins
+        out, depth, remaining = 0, 0, sorted(range(len(parents)))
+        for length, k in finite:
+            if length > depth:
+                self._phase_starts.append(out)
+                self._active.append(list(remaining))
+                self._depth.append(depth)
+                out += (length - depth) * len(remaining)
+                depth = length
+            remaining.remove(k)
+        if infinite:
+            self._phase_starts.append(out)
+            self._active.append(infinite)
+            self._depth.append(depth)
+            self._len = None
+        else:
+            self._len = out
+
+    def _locate(self, i: int) -> tuple[int, int]:
+        phase = bisect_right(self._phase_starts, i) - 1
+        turns, which = divmod(i - self._phase_starts[phase], len(self._active[phase]))
+        return self._active[phase][which], self._depth[phase] + turns
+
+    def _get(self, i: int) -> Any:
+        k, j = self._locate(i)
+        return self._parents[k]._get(j)
+
+    def _set(self, i: int, value: Any) -> None:
+        k, j = self._locate(i)
+        self._parents[k]._set(j, value)
+
+    def _sources(self, i: int):
+        k, j = self._locate(i)
+        return ((self._parents[k], j),)
+
+
+def interleave(*sequences: Sequence) -> View:
+    """A view taking one item from each sequence in turn; sequences that run out are skipped.
+
+    >>> import lazyseq
+    >>> list(lazyseq.interleave([1, 2, 3], 'ab', [10]))
+    [1, 'a', 10, 2, 'b', 3]
+    """
+    return InterleaveView(tuple(as_view(s) for s in sequences))

@@ -1,0 +1,93 @@
+"""Functions applied item by item: ``smap`` and ``starmap``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .base import View, as_view, lengths_must_match
+from .chunks import chunk_rows
+from .keys import Positions
+
+__all__ = ["MapView", "smap", "starmap"]
+
+
+def function_name(f: Callable) -> str:
+    """A readable name for ``f`` in reprs and error chains."""
+    name = getattr(f, "__qualname__", None) or getattr(f, "__name__", None)
+    if name is None:
+        inner = getattr(f, "func", None)  # functools.partial
+        return f"partial({function_name(inner)})" if inner is not None else type(f).__name__
+    return name
+
+
+class MapView(View):
+    """Item ``i`` is ``f(parents[0][i], parents[1][i], ...)``, or ``f(*parent[i])`` when ``star``."""
+
+    kind = "smap"
+
+    def __init__(self, f: Callable, parents: tuple[View, ...], star: bool = False) -> None:
+        if not callable(f):
+            raise TypeError(f"{'starmap' if star else 'smap'}: f must be callable, got {type(f).__name__}")
+        if not parents:
+            raise TypeError("smap needs at least one sequence")
+        self._len = lengths_must_match("smap", parents)
+        self._func = f
+        self._parents = parents
+        self._star = star
+        if star:
+            self.kind = "starmap"
+
+    def _get(self, i: int) -> Any:
+        if self._star:
+            return self._func(*self._parents[0]._get(i))
+        if len(self._parents) == 1:
+            return self._func(self._parents[0]._get(i))
+        return self._func(*[p._get(i) for p in self._parents])
+
+    def _get_many(self, idx: Positions) -> list:
+        f = self._func
+        columns = [chunk_rows(p._get_many(idx)) for p in self._parents]
+        results = []
+        if self._star:
+            for i, args in zip(idx, columns[0]):
+                results.append(f(*args))
+        elif len(columns) == 1:
+            for i, arg in zip(idx, columns[0]):
+                results.append(f(arg))
+        else:
+            for i, args in zip(idx, zip(*columns)):
+                results.append(f(*args))
+        return results
+
+    def _sources(self, i: int):
+        return tuple((p, i) for p in self._parents)
+
+    def _label(self) -> str:
+        return f"{self.kind}({function_name(self._func)})"
+
+
+def smap(f: Callable, *sequences: Sequence) -> View:
+    """A view of ``f`` applied to the items of one or more sequences, computed on access.
+
+    With several sequences, item ``i`` is ``f(s1[i], s2[i], ...)``; they must
+    have the same length (a ``ValueError`` otherwise).
+
+    >>> import lazyseq
+    >>> squares = lazyseq.smap(lambda x: x * x, range(5))
+    >>> list(squares)
+    [0, 1, 4, 9, 16]
+    >>> lazyseq.smap(max, [1, 5], [4, 2])[1]
+    5
+    """
+    return MapView(f, tuple(as_view(s) for s in sequences))
+
+
+def starmap(f: Callable, sequence: Sequence) -> View:
+    """A view of ``f(*item)`` for each item of ``sequence`` (like ``itertools.starmap``).
+
+    >>> import lazyseq
+    >>> list(lazyseq.starmap(pow, [(2, 3), (3, 2)]))
+    [8, 9]
+    """
+    return MapView(f, (as_view(sequence),), star=True)

@@ -1,0 +1,100 @@
+"""Items that come back: ``cycle`` a sequence, ``repeat`` a value."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .base import View, as_view
+from .keys import Positions, positions_array
+
+__all__ = ["CycleView", "RepeatView", "cycle", "repeat"]
+
+
+def _size_limit(name: str, limit: int | None) -> int | None:
+    if limit is None:
+        return None
+    limit = operator.index(limit)
+    if limit < 0:
+        raise ValueError(f"{name} must be >= 0 or None, got {limit}")
+    return limit
+
+
+class CycleView(View):
+    """Item ``i`` is ``parent[i % len(parent)]``, up to ``limit`` items (or forever)."""
+
+    kind = "cycle"
+
+    def __init__(self, parent: View, limit: int | None) -> None:
+        n = parent._need_length("cycle")
+        limit = _size_limit("cycle: limit", limit)
+        if n == 0 and limit != 0:
+            raise ValueError("cycle: cannot repeat an empty sequence (only limit=0 is possible)")
+        self._parent = parent
+        self._parents = (parent,)
+        self._period = n
+        self._len = limit
+
+    def _get(self, i: int) -> Any:
+        return self._parent._get(i % self._period)
+
+    def _get_many(self, idx: Positions):
+        if type(idx) is range and idx.step == 1 and idx and idx.start // self._period == (idx.stop - 1) // self._period:
+            offset = idx.start - idx.start % self._period
+            return self._parent._get_many(range(idx.start - offset, idx.stop - offset))
+        return self._parent._get_many(positions_array(idx) % self._period)
+
+    def _set(self, i: int, value: Any) -> None:
+        self._parent._set(i % self._period, value)
+
+    def _sources(self, i: int):
+        return ((self._parent, i % self._period),)
+
+
+class RepeatView(View):
+    """Every item is the same ``value``."""
+
+    kind = "repeat"
+
+    def __init__(self, value: Any, times: int | None) -> None:
+        self._value = value
+        self._len = _size_limit("repeat: times", times)
+
+    def _get(self, i: int) -> Any:
+        return self._value
+
+    def _get_many(self, idx: Positions) -> list:
+        return [self._value] * len(idx)
+
+    def _describe(self) -> str:
+        text = repr(self._value)
+        return f"repeat({text if len(text) <= 40 else text[:37] + '...'})"
+
+
+def cycle(sequence: Sequence, limit: int | None = None) -> View:
+    """A view repeating ``sequence`` over and over, for ``limit`` items or forever.
+
+    An infinite view has no ``len()``; negative indices and other operations
+    that need a length raise ``TypeError`` instead of looping.
+
+    >>> import lazyseq
+    >>> list(lazyseq.cycle([1, 2, 3], limit=7))
+    [1, 2, 3, 1, 2, 3, 1]
+    >>> forever = lazyseq.cycle('ab')
+    >>> forever[1001], list(forever[:3])
+    ('b', ['a', 'b', 'a'])
+    """
+    return CycleView(as_view(sequence), limit)
+
+
+def repeat(value: Any, times: int | None = None) -> View:
+    """A view whose items are all ``value``: ``times`` of them, or infinitely many.
+
+    >>> import lazyseq
+    >>> list(lazyseq.repeat('x', 3)), len(lazyseq.repeat('x', 0))
+    (['x', 'x', 'x'], 0)
+    """
+    return RepeatView(value, times)

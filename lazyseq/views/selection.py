@@ -1,0 +1,62 @@
+"""Items chosen among several views: ``case`` and ``switch``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .base import View, as_view, lengths_must_match
+
+__all__ = ["CaseView", "case", "switch"]
+
+
+class CaseView(View):
+    """Item ``i`` is ``values[selector[i]][i]``.
+
+    ``switch`` is the two-branch form: branch 0 when the condition is true.
+    """
+
+    kind = "case"
+
+    def __init__(self, selector: View, values: tuple[View, ...], kind: str = "case") -> None:
+        if not values:
+            raise ValueError(f"{kind} needs at least one sequence to choose from")
+        self.kind = kind
+        self._len = lengths_must_match(kind, (selector, *values))
+        self._parents = (selector, *values)
+        self._values = values
+
+    def _branch(self, i: int) -> int:
+        choice = self._parents[0]._get(i)
+        if self.kind == "switch":
+            return 0 if choice else 1
+        return choice
+
+    def _get(self, i: int) -> Any:
+        return self._values[self._branch(i)]._get(i)
+
+    def _set(self, i: int, value: Any) -> None:
+        self._values[self._branch(i)]._set(i, value)
+
+    def _sources(self, i: int):
+        return tuple((p, i) for p in self._parents)
+
+
+def case(selector: Sequence[int], *values: Sequence) -> View:
+    """A view whose item ``i`` is item ``i`` of ``values[selector[i]]``.
+
+    >>> import lazyseq
+    >>> list(lazyseq.case([0, 1, 1, 0], 'abcd', 'ABCD'))
+    ['a', 'B', 'C', 'd']
+    """
+    return CaseView(as_view(selector), tuple(as_view(v) for v in values))
+
+
+def switch(condition: Sequence[bool], x: Sequence, y: Sequence) -> View:
+    """A view whose item ``i`` is ``x[i]`` where ``condition[i]`` is true, else ``y[i]``.
+
+    >>> import lazyseq
+    >>> list(lazyseq.switch([True, False, True], [1, 2, 3], [-1, -2, -3]))
+    [1, -2, 3]
+    """
+    return CaseView(as_view(condition), (as_view(x), as_view(y)), kind="switch")

@@ -1,0 +1,121 @@
+"""Views over data that already exists: numpy arrays (memory maps included) and Python sequences."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from .base import View
+from .keys import Positions
+
+__all__ = ["ArraySource", "SequenceSource", "view", "wrap"]
+
+_BUILTIN_SEQUENCES = (list, tuple, str, bytes, bytearray)
+
+
+class ArraySource(View):
+    """The rows of an ``np.ndarray`` (or memory map): item ``i`` is ``array[i]``.
+
+    Reading many rows is one numpy call, which is what makes batches fast.
+    """
+
+    kind = "array"
+
+    def __init__(self, array: np.ndarray) -> None:
+        if array.ndim == 0:
+            raise TypeError("view() needs an array with at least one dimension, got a 0-d array")
+        self.source = array  # kept as given: a memory map remembers its file
+        self._array = np.asarray(array)  # plain ndarray: indexing returns ndarrays, not memmaps
+        self._len = len(array)
+
+    def _get(self, i: int) -> Any:
+        return self._array[i]
+
+    def _get_many(self, idx: Positions) -> np.ndarray:
+        if type(idx) is range:
+            if idx.step == 1:
+                return self._array[idx.start : idx.stop].copy()
+            return self._array[idx.start :: idx.step][: len(idx)].copy()
+        return self._array[idx]
+
+    def _set(self, i: int, value: Any) -> None:
+        self._array[i] = value
+
+    def _iter(self):
+        return iter(self._array)
+
+    def _describe(self) -> str:
+        name = "memmap" if isinstance(self.source, np.memmap) else "array"
+        return f"{name} {self._array.dtype} {self._array.shape}"
+
+
+class SequenceSource(View):
+    """Any object with ``__len__`` and ``__getitem__`` (list, tuple, torch Dataset, ...)."""
+
+    kind = "sequence"
+
+    def __init__(self, data) -> None:
+        self.source = data
+        self._len = len(data)
+        self._builtin = isinstance(data, _BUILTIN_SEQUENCES)
+
+    def _get(self, i: int) -> Any:
+        return self.source[i]
+
+    def _get_many(self, idx: Positions) -> list:
+        if self._builtin:
+            return list(map(self.source.__getitem__, idx.tolist() if type(idx) is not range else idx))
+        items = []
+        source = self.source
+        for i in idx.tolist() if type(idx) is not range else idx:
+            items.append(source[i])
+        return items
+
+    def _set(self, i: int, value: Any) -> None:
+        self.source[i] = value
+
+    def _iter(self):
+        if self._builtin:
+            return iter(self.source)
+        return super()._iter()
+
+    def _describe(self) -> str:
+        return type(self.source).__name__
+
+
+def wrap(obj) -> View:
+    """A view over an existing sequence or array (see :func:`view`)."""
+    if isinstance(obj, View):
+        return obj
+    if isinstance(obj, np.ndarray):
+        return ArraySource(obj)
+    if isinstance(obj, range):
+        from .arange import ArangeView
+
+        return ArangeView(obj)
+    if isinstance(obj, Mapping) or not (hasattr(obj, "__len__") and hasattr(obj, "__getitem__")):
+        raise TypeError(
+            f"cannot make a view of {type(obj).__name__}: a sequence (with __len__ and __getitem__ "
+            "by position) is needed; use lazyseq.uniter() for an iterable"
+        )
+    return SequenceSource(obj)
+
+
+def view(obj) -> View:
+    """Wrap a sequence or array into a lazy view, whose methods chain combinators left to right.
+
+    Arrays (memory maps included) are read with vectorized numpy calls;
+    any object with ``__len__`` and ``__getitem__`` works too. A view is
+    returned unchanged.
+
+    >>> import numpy as np
+    >>> import lazyseq
+    >>> v = lazyseq.view(np.arange(10) * 10)
+    >>> v.gather([9, 0, 5]).batch(2)[0]
+    array([90,  0])
+    >>> list(lazyseq.view(['a', 'b', 'c'])[::-1])
+    ['c', 'b', 'a']
+    """
+    return wrap(obj)

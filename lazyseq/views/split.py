@@ -1,0 +1,71 @@
+"""A view cut into consecutive pieces: ``split``."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+from .base import View, as_view
+from .gather import GatherView
+
+__all__ = ["SplitView", "split"]
+
+
+class SplitView(View):
+    """Item ``i`` is the slice ``parent[starts[i]:stops[i]]``, itself a lazy view."""
+
+    kind = "split"
+
+    def __init__(self, parent: View, edges) -> None:
+        n = parent._need_length("split")
+        self._parent = parent
+        self._parents = (parent,)
+        self._spans = _spans(edges, n)
+        self._len = len(self._spans)
+
+    def _get(self, i: int) -> View:
+        return GatherView(self._parent, range(*self._spans[i]))
+
+    def _set(self, i: int, value: Any) -> None:
+        self._get(i)._assign_all(value)
+
+    def _sources(self, i: int):
+        return tuple((self._parent, j) for j in range(*self._spans[i]))
+
+
+def _spans(edges, n: int) -> list[tuple[int, int]]:
+    if isinstance(edges, int) or hasattr(edges, "__index__"):
+        cuts = operator.index(edges)
+        if cuts < 0 or n % (cuts + 1):
+            raise ValueError(f"split: {cuts} cuts must divide the length {n} into {cuts + 1} equal parts")
+        size = n // (cuts + 1)
+        return [(k * size, (k + 1) * size) for k in range(cuts + 1)]
+    edges = list(edges)
+    if edges and isinstance(edges[0], (tuple, list)):
+        spans = [(operator.index(a), operator.index(b)) for a, b in edges]
+    else:
+        bounds = [0, *(operator.index(e) for e in edges), n]
+        spans = list(zip(bounds[:-1], bounds[1:]))
+    for start, stop in spans:
+        if not 0 <= start <= stop <= n:
+            raise ValueError(f"split: span ({start}, {stop}) is not within 0..{n} in increasing order")
+    return spans
+
+
+def split(sequence: Sequence, edges: int | Sequence[int] | Sequence[tuple[int, int]]) -> View:
+    """A view of consecutive pieces of ``sequence``, each a lazy slice.
+
+    ``edges`` is either the positions where to cut (start and end are
+    implicit), a number of cuts that divide the sequence into equal parts,
+    or a list of ``(start, stop)`` pairs.
+
+    >>> import lazyseq
+    >>> [list(piece) for piece in lazyseq.split(range(6), [1, 4])]
+    [[0], [1, 2, 3], [4, 5]]
+    >>> [list(piece) for piece in lazyseq.split(range(6), 2)]
+    [[0, 1], [2, 3], [4, 5]]
+    >>> [list(piece) for piece in lazyseq.split(range(6), [(0, 2), (3, 6)])]
+    [[0, 1], [3, 4, 5]]
+    """
+    return SplitView(as_view(sequence), edges)

@@ -1,0 +1,132 @@
+"""Random access over something that can only be iterated: ``uniter``."""
+
+from __future__ import annotations
+
+import operator
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from .base import View
+from .errors import EndOfData
+
+__all__ = ["UniterView", "uniter"]
+
+
+class UniterView(View):
+    """Item ``i`` is the ``i``-th item of ``iter(iterable)``.
+
+    Up to ``n_parallel`` iterators are kept, each at its own position; a read
+    moves forward the closest one behind the requested item, or starts a new
+    one from the beginning. The ``cache_size`` most recently read items are
+    kept. A one-shot iterator cannot be started again: reading an item it has
+    already passed, and that is no longer cached, is a ``ValueError``.
+    """
+
+    kind = "uniter"
+    endless = "has no known length"
+
+    def __init__(self, iterable: Iterable, cache_size: int, n_parallel: int, size: int | None) -> None:
+        if not isinstance(iterable, Iterable):
+            raise TypeError(f"uniter needs an iterable, got {type(iterable).__name__}")
+        self._cache_size = operator.index(cache_size)
+        self._n_parallel = operator.index(n_parallel)
+        if self._cache_size < 0:
+            raise ValueError(f"uniter: cache_size must be >= 0, got {cache_size}")
+        if self._n_parallel < 1:
+            raise ValueError(f"uniter: n_parallel must be >= 1, got {n_parallel}")
+        self._iterable = iterable
+        self._one_shot = isinstance(iterable, Iterator)
+        if size is None and not self._one_shot and hasattr(iterable, "__len__"):
+            size = len(iterable)
+        self._len = None if size is None else operator.index(size)
+        self._size_known = size is not None
+        self._cursors: list[list] = []  # [next position, iterator, last use]
+        self._cache: OrderedDict[int, Any] = OrderedDict()
+        self._clock = 0
+        self._lock = threading.Lock()
+
+    def _get(self, i: int) -> Any:
+        with self._lock:
+            if i in self._cache:
+                self._cache.move_to_end(i)
+                return self._cache[i]
+            cursor = self._cursor_for(i)
+            self._clock += 1
+            cursor[2] = self._clock
+            while True:
+                position = cursor[0]
+                try:
+                    item = next(cursor[1])
+                except StopIteration:
+                    self._cursors.remove(cursor)
+                    raise self._ended(i, position) from None
+                except Exception:  # a failed iterator cannot go on
+                    self._cursors.remove(cursor)
+                    raise
+                cursor[0] = position + 1
+                self._remember(position, item)
+                if position == i:
+                    return item
+
+    def _cursor_for(self, i: int) -> list:
+        behind = [c for c in self._cursors if c[0] <= i]
+        if behind:
+            return max(behind, key=lambda c: c[0])
+        if self._one_shot and (self._cursors or self._clock):
+            ahead = self._cursors[0][0] if self._cursors else "the end"
+            raise ValueError(
+                f"uniter cannot go back to item {i}: the iterable is a one-shot iterator, already at item "
+                f"{ahead}, and item {i} is not cached; pass a re-iterable object (a list, or a class whose "
+                "__iter__ starts over) or a larger cache_size"
+            )
+        cursor = [0, iter(self._iterable), 0]
+        if len(self._cursors) >= self._n_parallel:
+            self._cursors.remove(min(self._cursors, key=lambda c: c[2]))
+        self._cursors.append(cursor)
+        return cursor
+
+    def _remember(self, position: int, item: Any) -> None:
+        if self._cache_size:
+            self._cache[position] = item
+            self._cache.move_to_end(position)
+            if len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+
+    def _ended(self, i: int, count: int) -> Exception:
+        if self._size_known:
+            return ValueError(f"uniter: the iterable ended after {count} items, but its size was given as {self._len}")
+        return EndOfData(f"uniter index {i} out of range: the iterable ended after {count} items")
+
+    def _iter(self):
+        i = 0
+        while self._len is None or i < self._len:
+            try:
+                yield self._get(i)
+            except EndOfData:
+                return
+            i += 1
+
+    def _describe(self) -> str:
+        return f"uniter({type(self._iterable).__name__})"
+
+
+def uniter(iterable: Iterable, cache_size: int = 0, n_parallel: int = 1, size: int | None = None) -> View:
+    """A random-access view over an iterable, by iterating (and restarting) it as needed.
+
+    ``size`` gives the length if ``len(iterable)`` does not; without either,
+    the view has no known length and reading past the end raises
+    ``IndexError``. ``cache_size`` recent items are kept, and up to
+    ``n_parallel`` iterators run at different positions to avoid restarts.
+
+    >>> import lazyseq
+    >>> squares = lazyseq.uniter(x * x for x in range(5))  # a one-shot generator
+    >>> squares[3], squares[4]
+    (9, 16)
+    >>> squares[0]
+    Traceback (most recent call last):
+    ...
+    lazyseq.EvaluationError: failed to compute uniter[0]: ValueError: uniter cannot go back to item 0: the iterable is a one-shot iterator, already at item 5, and item 0 is not cached; pass a re-iterable object (a list, or a class whose __iter__ starts over) or a larger cache_size
+    """
+    return UniterView(iterable, cache_size, n_parallel, size)
