@@ -1,0 +1,113 @@
+"""batch and unbatch: partial, dropped and padded last batches; default collation."""
+
+from collections import namedtuple
+
+import numpy as np
+import pytest
+
+import lazyseq
+
+Point = namedtuple("Point", "x y")
+
+
+def test_partial_last_batch_by_default():
+    b = lazyseq.batch(range(10), 4)
+    assert len(b) == 3
+    assert [batch.tolist() for batch in b] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+
+
+def test_drop_last():
+    b = lazyseq.batch(range(10), 4, drop_last=True)
+    assert len(b) == 2
+    with pytest.raises(IndexError, match="batch index 2 out of range for length 2"):
+        b[2]
+
+
+def test_pad_fills_only_last_batch_to_k_items_with_same_type_and_dtype():
+    data = np.arange(10, dtype=np.int8).reshape(5, 2)
+    b = lazyseq.batch(data, 2, pad=0)
+    full, last = b[0], b[2]
+    assert type(last) is type(full) is np.ndarray
+    assert last.dtype == full.dtype == np.int8
+    np.testing.assert_array_equal(last, [[8, 9], [0, 0]])
+    # no padding when the length is a multiple of k
+    assert lazyseq.batch(range(4), 2, pad=-1)[-1].tolist() == [2, 3]
+
+
+def test_pad_on_collated_items_pads_each_field():
+    pairs = lazyseq.collate([np.arange(3.0), np.array([1, 2, 3], dtype=np.int32)])
+    x, y = lazyseq.batch(pairs, 2, pad=(-1.0, 0))[1]
+    np.testing.assert_array_equal(x, [2.0, -1.0])
+    assert y.dtype == np.int32 and y.tolist() == [3, 0]
+    with pytest.raises(lazyseq.EvaluationError, match="pad must be a tuple of 2 values"):
+        lazyseq.batch(pairs, 2, pad=0)[1]
+
+
+def test_pad_with_collate_fn_list():
+    assert lazyseq.batch("abc", 2, pad="-", collate_fn=list)[1] == ["c", "-"]
+
+
+def test_drop_last_and_pad_exclude_each_other():
+    with pytest.raises(ValueError, match="drop_last and pad cannot be used together"):
+        lazyseq.batch(range(3), 2, drop_last=True, pad=0)
+
+
+@pytest.mark.parametrize("k", [0, -1])
+def test_k_must_be_positive(k):
+    with pytest.raises(ValueError, match="k must be a positive integer"):
+        lazyseq.batch(range(3), k)
+
+
+def test_default_collation_of_structures():
+    items = [(Point(1, 2.0), {"a": np.ones(2) * i, "s": str(i)}) for i in range(3)]
+    points, fields = lazyseq.batch(items, 3)[0]
+    assert isinstance(points, Point)
+    np.testing.assert_array_equal(points.x, [1, 1, 1])
+    assert points.y.dtype == np.float64
+    np.testing.assert_array_equal(fields["a"], [[0, 0], [1, 1], [2, 2]])
+    assert fields["s"] == ["0", "1", "2"]
+
+
+def test_vectorized_batch_equals_stacked_items():
+    rng = np.random.default_rng(0)
+    chunks = [rng.random((5, 3)).astype(np.float32) for _ in range(3)]
+    labels = np.arange(15)
+    pairs = lazyseq.collate([lazyseq.concatenate(chunks), labels])
+    order = rng.permutation(15)
+    for x, y in lazyseq.batch(lazyseq.gather(pairs, order), 4):
+        expected = [pairs[int(i)] for i in order[: len(y)]]
+        order = order[len(y) :]
+        np.testing.assert_array_equal(x, np.stack([e[0] for e in expected]))
+        assert x.dtype == np.float32
+        np.testing.assert_array_equal(y, [e[1] for e in expected])
+
+
+def test_batch_of_array_is_a_copy_not_a_view_of_the_data():
+    data = np.zeros((4, 2))
+    first = lazyseq.batch(data, 2)[0]
+    first[:] = 1
+    assert data.sum() == 0
+
+
+def test_batch_assignment_writes_through():
+    data = list(range(5))
+    b = lazyseq.batch(data, 2)
+    b[1] = ["a", "b"]
+    b[2] = ["z"]
+    assert data == [0, 1, "a", "b", "z"]
+    with pytest.raises(ValueError, match="batch 0 has 2 items, cannot assign 3 values"):
+        b[0] = [1, 2, 3]
+
+
+def test_unbatch_inverts_batch():
+    b = lazyseq.batch(list(range(7)), 3, collate_fn=list)
+    flat = lazyseq.unbatch(b, 3, last_batch_size=1)
+    assert len(flat) == 7
+    assert list(flat) == list(range(7))
+    assert [flat[i] for i in range(-7, 7)] == list(range(7)) * 2
+    assert len(lazyseq.unbatch([], 3)) == 0
+
+
+def test_unbatch_rejects_bad_sizes():
+    with pytest.raises(ValueError, match="last_batch_size must be between 1 and 3"):
+        lazyseq.unbatch([[1]], 3, last_batch_size=4)

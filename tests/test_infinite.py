@@ -1,0 +1,94 @@
+"""Infinite views follow the same rules as finite ones; what needs a length fails clearly."""
+
+import itertools
+
+import pytest
+
+import lazyseq
+
+
+@pytest.fixture
+def forever():
+    return lazyseq.cycle([0, 1, 2])
+
+
+def test_len_raises_type_error(forever):
+    with pytest.raises(TypeError, match=r"^cycle view is infinite: it has no len\(\)$"):
+        len(forever)
+    assert bool(forever) is True
+    assert forever.is_infinite
+
+
+def test_positive_indexing_and_slices(forever):
+    assert forever[10**12] == 10**12 % 3
+    assert list(forever[2:8:2]) == [2, 1, 0]
+    tail = forever[4::5]
+    assert tail.is_infinite
+    assert list(itertools.islice(tail, 4)) == [1, 0, 2, 1]
+    assert list(itertools.islice(tail[1::2], 3)) == [0, 1, 2]
+
+
+@pytest.mark.parametrize(
+    "operation, message",
+    [
+        (lambda v: v[-1], "negative index -1 needs a length, but cycle view is infinite"),
+        (lambda v: v[-3:], r"slice slice\(-3, None, None\) needs a length"),
+        (lambda v: v[::-1], "needs a length"),
+        (lambda v: reversed(v).__next__(), r"reversed\(\) needs a length"),
+        (lambda v: 5 in v, "'in' needs a length"),
+        (lambda v: v.index(1), r"index\(\) needs a length"),
+        (lambda v: v.count(1), r"count\(\) needs a length"),
+        (lambda v: v[[0, -1]], "negative index -1 needs a length"),
+        (lambda v: lazyseq.shuffle(v, 0), "shuffle needs a length"),
+        (lambda v: lazyseq.split(v, 2), "split needs a length"),
+        (lambda v: lazyseq.cycle(v), "cycle needs a length"),
+    ],
+)
+def test_operations_needing_a_length(forever, operation, message):
+    with pytest.raises(TypeError, match=message):
+        operation(forever)
+
+
+def test_list_of_infinite_view_raises_instead_of_looping():
+    # list() would exhaust memory; len() is what tells it apart from a finite view
+    with pytest.raises(TypeError):
+        len(lazyseq.repeat(1))
+
+
+def test_infinite_combinations():
+    numbers = lazyseq.smap(lambda a, b: a * b, lazyseq.cycle([1, 2]), lazyseq.repeat(10))
+    assert list(itertools.islice(numbers, 4)) == [10, 20, 10, 20]
+    batches = lazyseq.batch(lazyseq.cycle([1, 2, 3]), 2)
+    assert batches.is_infinite
+    assert batches[1].tolist() == [3, 1]
+    mixed = lazyseq.interleave([1, 2], lazyseq.repeat(0))
+    assert list(itertools.islice(mixed, 6)) == [1, 0, 2, 0, 0, 0]
+    joined = lazyseq.concatenate([[7], lazyseq.repeat(8)])
+    assert joined.is_infinite and joined[0] == 7 and joined[10] == 8
+
+
+def test_only_last_concatenated_part_may_be_infinite():
+    with pytest.raises(ValueError, match="only the last sequence may be infinite"):
+        lazyseq.concatenate([lazyseq.repeat(1), [2]])
+
+
+def test_smap_finite_with_infinite_is_a_length_mismatch():
+    with pytest.raises(ValueError, match="smap: all sequences must have the same length, got lengths 2, infinite"):
+        lazyseq.smap(max, [1, 2], lazyseq.repeat(1))
+
+
+def test_cycle_limits():
+    assert len(lazyseq.cycle([], limit=0)) == 0
+    with pytest.raises(ValueError, match="cannot repeat an empty sequence"):
+        lazyseq.cycle([], limit=3)
+    with pytest.raises(ValueError, match="cannot repeat an empty sequence"):
+        lazyseq.cycle([])
+    with pytest.raises(ValueError, match="limit must be >= 0"):
+        lazyseq.cycle([1], limit=-1)
+
+
+def test_repeat_zero_and_one():
+    assert list(lazyseq.repeat("x", 0)) == []
+    assert list(lazyseq.repeat("x", 1)) == ["x"]
+    with pytest.raises(IndexError):
+        lazyseq.repeat("x", 1)[1]

@@ -1,0 +1,169 @@
+"""Behaviour specific to single views: collapse of nested views, caching, uniter, shuffle, repr, write-through."""
+
+import sys
+import subprocess
+
+import numpy as np
+import pytest
+
+import lazyseq
+from lazyseq.views.concatenate import ConcatenateView
+from lazyseq.views.gather import GatherView
+
+
+def test_nested_slices_and_gathers_collapse_onto_the_base():
+    base = lazyseq.view(list(range(100)))
+    nested = base[10:90][::2][5:][[0, -1]][::-1]
+    assert type(nested) is GatherView and nested._parent is base
+    assert list(nested) == list(range(100))[10:90][::2][5:][::1][-1:-3:-1][::1] or list(nested) == [88, 20]
+    assert list(nested) == [88, 20]
+
+
+def test_nested_concatenations_flatten():
+    joined = lazyseq.concatenate([lazyseq.concatenate([[1], [2]]), [], lazyseq.concatenate([[3], [4, 5]])])
+    assert type(joined) is ConcatenateView and len(joined._parents) == 4
+    assert list(joined) == [1, 2, 3, 4, 5]
+
+
+def test_smap_and_collate_length_mismatch():
+    with pytest.raises(ValueError, match="smap: all sequences must have the same length, got lengths 2, 3"):
+        lazyseq.smap(max, [1, 2], [1, 2, 3])
+    with pytest.raises(ValueError, match="collate: all sequences must have the same length, got lengths 1, 2"):
+        lazyseq.collate([[1], [1, 2]])
+
+
+def test_views_are_lazy():
+    calls = []
+    v = lazyseq.smap(calls.append, range(10)).gather([3, 4]).batch(1, collate_fn=list)
+    assert calls == []
+    v[1]
+    assert calls == [4]
+
+
+def test_add_cache_evicts_least_recently_used():
+    calls = []
+
+    def f(x):
+        calls.append(x)
+        return x
+
+    v = lazyseq.add_cache(lazyseq.smap(f, range(10)), cache_size=2)
+    for i in [1, 2, 1, 3, 1, 2]:  # 2 is evicted by 3 (1 was used more recently)
+        v[i]
+    assert calls == [1, 2, 3, 2]
+
+
+def test_uniter_restarts_reiterables_and_caches():
+    class Counting:
+        starts = 0
+
+        def __iter__(self):
+            Counting.starts += 1
+            return iter(range(100))
+
+    v = lazyseq.uniter(Counting(), cache_size=3, n_parallel=2, size=100)
+    assert [v[i] for i in (5, 50, 6, 51, 5, 0)] == [5, 50, 6, 51, 5, 0]
+    assert Counting.starts == 3  # two parallel iterators, then a restart for item 0
+    assert list(v[98:]) == [98, 99]
+
+
+def test_uniter_one_shot_iterator_cannot_go_back():
+    v = lazyseq.uniter(iter(range(10)))
+    assert v[4] == 4
+    with pytest.raises(lazyseq.EvaluationError, match="uniter cannot go back to item 2: the iterable is a one-shot"):
+        v[2]
+    cached = lazyseq.uniter(iter(range(10)), cache_size=3)
+    assert cached[4] == 4 and cached[2] == 2
+
+
+def test_uniter_without_size_reads_to_the_end():
+    v = lazyseq.uniter(x for x in "abc")
+    with pytest.raises(TypeError, match="uniter view has no known length"):
+        len(v)
+    assert list(v) == ["a", "b", "c"]
+    w = lazyseq.uniter(x for x in "abc")
+    with pytest.raises(IndexError, match="uniter index 5 out of range: the iterable ended after 3 items"):
+        w[5]
+
+
+def test_uniter_size_larger_than_data():
+    with pytest.raises(lazyseq.EvaluationError, match="ended after 2 items, but its size was given as 3"):
+        list(lazyseq.uniter([1, 2], size=3))
+
+
+def test_shuffle_is_reproducible_and_changes_per_epoch():
+    a = lazyseq.shuffle(range(50), seed=3)
+    assert sorted(a) == list(range(50))
+    assert list(a) == list(lazyseq.shuffle(range(50), seed=3))
+    epoch1 = list(lazyseq.shuffle(range(50), seed=3, epoch=1))
+    assert epoch1 != list(a)
+    pipeline = a.batch(10)
+    pipeline.set_epoch(1)
+    assert np.concatenate(list(pipeline)).tolist() == epoch1
+    assert a.epoch == 1
+
+
+def test_shuffle_writes_through():
+    data = [0, 0, 0]
+    s = lazyseq.shuffle(data, seed=1)
+    s[0] = 7
+    assert data[int(s.permutation[0])] == 7
+
+
+def test_repr_shows_the_pipeline():
+    def normalize(x):
+        return x
+
+    pipeline = lazyseq.view(np.zeros((10, 3), dtype=np.float32)).smap(normalize).shuffle(seed=2).batch(4)
+    assert repr(pipeline) == "\n".join(
+        [
+            "batch(4)  [len 3]",
+            "└─ shuffle(seed=2, epoch=0)  [len 10]",
+            "   └─ smap(test_repr_shows_the_pipeline.<locals>.normalize)  [len 10]",
+            "      └─ array float32 (10, 3)  [len 10]",
+        ]
+    )
+    assert repr(lazyseq.cycle([1])) == "cycle  [infinite]\n└─ list  [len 1]"
+
+
+def test_repr_of_many_parts_is_shortened():
+    text = repr(lazyseq.concatenate([[i] for i in range(20)]))
+    assert text.splitlines()[-1] == "└─ ... 15 more"
+
+
+def test_write_through_to_arrays_and_read_only_memmaps(tmp_path):
+    data = np.zeros(6)
+    v = lazyseq.concatenate([data[:3], data[3:]])
+    v[2:5] = [1, 2, 3]
+    v[[0, -1]] = [9, 8]
+    assert data.tolist() == [9, 0, 1, 2, 3, 8]
+    with pytest.raises(ValueError, match="cannot assign 1 values to a slice of 2 items"):
+        v[:2] = [1]
+    np.save(tmp_path / "a.npy", np.zeros(3))
+    mapped = lazyseq.open_npy(tmp_path / "a.npy")
+    with pytest.raises(ValueError, match="read-only"):
+        mapped[0] = 1
+
+
+def test_smap_is_read_only():
+    with pytest.raises(TypeError, match="smap views are read-only"):
+        lazyseq.smap(abs, [1])[0] = 2
+
+
+def test_view_rejects_non_sequences():
+    with pytest.raises(TypeError, match="cannot make a view of dict"):
+        lazyseq.view({"a": 1})
+    with pytest.raises(TypeError, match="use lazyseq.uniter"):
+        lazyseq.view(x for x in [])
+
+
+def test_all_is_sorted_and_complete():
+    assert lazyseq.__all__ == sorted(lazyseq.__all__)
+    for name in lazyseq.__all__:
+        assert hasattr(lazyseq, name)
+
+
+def test_import_does_not_load_extras():
+    code = "import sys, lazyseq; print(sorted(m for m in ('torch', 'sklearn', 'zmq', 'ray', 'tqdm', 'seqtools') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
