@@ -68,7 +68,12 @@ def run(folder: str, n_test: int, steps: int, batch_size: int = 64, seed: int = 
 def main(argv: Sequence[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(prog="python -m lazyseq.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=18_000, help="number of samples (default 18000)")
-    parser.add_argument("--test", type=int, default=None, help="test samples, taken from the end (default 10000, or half if fewer samples)")
+    parser.add_argument(
+        "--test",
+        type=int,
+        default=None,
+        help="test samples, taken from the end (default 10000, or half if fewer samples)",
+    )
     parser.add_argument("--steps", type=int, default=4_000, help="training minibatches (default 4000)")
     args = parser.parse_args(argv)
     if args.test is not None:

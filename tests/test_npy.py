@@ -32,7 +32,10 @@ def test_list_of_paths(chunks):
 def test_mismatched_files_are_named(chunks):
     folder, _ = chunks
     np.save(folder / "data_9.npy", np.zeros((2, 3), dtype=np.float32))
-    with pytest.raises(ValueError, match=r"data_9.npy holds float32 rows of shape \(3,\), but .*data_0.npy holds float32 rows of shape \(2,\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"data_9.npy holds float32 rows of shape \(3,\), but .*data_0.npy holds float32 rows of shape \(2,\)",
+    ):
         lazyseq.open_npy(str(folder / "data_*.npy"))
     np.save(folder / "data_9.npy", np.zeros((2, 2), dtype=np.float64))
     with pytest.raises(ValueError, match="data_9.npy holds float64 rows"):

@@ -1,7 +1,7 @@
 """Behaviour specific to single views: collapse of nested views, caching, uniter, shuffle, repr, write-through."""
 
-import sys
 import subprocess
+import sys
 
 import numpy as np
 import pytest

@@ -82,9 +82,7 @@ def scatter(pieces: list, positions: list[np.ndarray], total: int):
         return out
     if all(isinstance(p, Columns) and len(p.fields) == len(first.fields) for p in pieces):
         return Columns(
-            tuple(
-                scatter([p.fields[f] for p in pieces], positions, total) for f in range(len(first.fields))
-            )
+            tuple(scatter([p.fields[f] for p in pieces], positions, total) for f in range(len(first.fields)))
         )
     rows: list = [None] * total
     for piece, where in zip(pieces, positions):

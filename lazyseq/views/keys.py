@@ -50,7 +50,9 @@ def array_key(key, length: int | None, label: str) -> np.ndarray:
             negative = positions < 0
             if negative.any():
                 if length is None:
-                    raise TypeError(f"{label}: negative index {keys[negative][0]} needs a length, but the view is infinite")
+                    raise TypeError(
+                        f"{label}: negative index {keys[negative][0]} needs a length, but the view is infinite"
+                    )
                 positions[negative] += length
             bad = (positions < 0) if length is None else (positions < 0) | (positions >= length)
             if bad.any():

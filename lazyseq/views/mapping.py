@@ -46,17 +46,18 @@ class MapView(View):
         return self._func(*[p._get(i) for p in self._parents])
 
     def _get_many(self, idx: Positions) -> list:
+        # The loop variable ``i`` is unused on purpose: error chains read it from the frame.
         f = self._func
         columns = [chunk_rows(p._get_many(idx)) for p in self._parents]
         results = []
         if self._star:
-            for i, args in zip(idx, columns[0]):
+            for i, args in zip(idx, columns[0]):  # noqa: B007
                 results.append(f(*args))
         elif len(columns) == 1:
-            for i, arg in zip(idx, columns[0]):
+            for i, arg in zip(idx, columns[0]):  # noqa: B007
                 results.append(f(arg))
         else:
-            for i, args in zip(idx, zip(*columns)):
+            for i, args in zip(idx, zip(*columns)):  # noqa: B007
                 results.append(f(*args))
         return results
 

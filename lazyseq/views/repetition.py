@@ -6,8 +6,6 @@ import operator
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from .base import View, as_view
 from .keys import Positions, positions_array
 
