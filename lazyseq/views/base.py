@@ -19,7 +19,7 @@ from . import errors
 from .fluent import Fluent
 from .keys import Positions, array_key
 
-__all__ = ["View", "as_view"]
+__all__ = ["View", "lengths_must_match"]
 
 
 class View(Fluent, Sequence):
@@ -225,15 +225,6 @@ class View(Fluent, Sequence):
         if len(shown) < len(parents):
             lines.append(f"{child_prefix}└─ ... {len(parents) - len(shown)} more")
         return lines
-
-
-def as_view(obj) -> View:
-    """``obj`` itself if it is a view, else a view wrapping it (see :func:`lazyseq.view`)."""
-    if isinstance(obj, View):
-        return obj
-    from .sources import wrap
-
-    return wrap(obj)
 
 
 def lengths_must_match(kind: str, views: Sequence[View]) -> int | None:

@@ -6,9 +6,10 @@ import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .base import View, as_view
+from .base import View
 from .chunks import chunk_rows, chunk_to_batch, pad_chunk
 from .keys import Positions
+from .sources import as_view
 
 __all__ = ["BatchView", "UnbatchView", "batch", "unbatch"]
 

@@ -8,7 +8,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from .base import View, as_view
+from .base import View
+from .sources import as_view
 
 __all__ = ["CacheView", "add_cache"]
 

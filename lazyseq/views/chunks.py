@@ -73,17 +73,15 @@ def scatter(pieces: list, positions: list[np.ndarray], total: int):
     if len(pieces) == 1:
         return pieces[0]
     first = pieces[0]
-    if isinstance(first, np.ndarray) and all(
-        isinstance(p, np.ndarray) and p.dtype == first.dtype and p.shape[1:] == first.shape[1:] for p in pieces
-    ):
+    kinds = {type(p) for p in pieces}
+    if kinds == {np.ndarray} and all(p.dtype == first.dtype and p.shape[1:] == first.shape[1:] for p in pieces):
         out = np.empty((total,) + first.shape[1:], dtype=first.dtype)
         for piece, where in zip(pieces, positions):
             out[where] = piece
         return out
-    if all(isinstance(p, Columns) and len(p.fields) == len(first.fields) for p in pieces):
-        return Columns(
-            tuple(scatter([p.fields[f] for p in pieces], positions, total) for f in range(len(first.fields)))
-        )
+    if kinds == {Columns} and all(len(p.fields) == len(first.fields) for p in pieces):
+        fields = range(len(first.fields))
+        return Columns(tuple(scatter([p.fields[f] for p in pieces], positions, total) for f in fields))
     rows: list = [None] * total
     for piece, where in zip(pieces, positions):
         for position, item in zip(where.tolist(), chunk_rows(piece)):

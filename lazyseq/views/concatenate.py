@@ -8,9 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from .base import View, as_view
+from .base import View
 from .chunks import scatter
 from .keys import Positions
+from .sources import as_view
 
 __all__ = ["ConcatenateView", "concatenate"]
 
@@ -39,8 +40,10 @@ class ConcatenateView(View):
         self._starts = starts
         self._bounds = starts[1:]  # where each part but the last ends
         self._bounds_array = np.asarray(self._bounds, dtype=np.intp)
+        self._starts_array = np.asarray(starts, dtype=np.intp)
         last = flat[-1]._len if flat else 0
         self._len = None if last is None else starts[-1] + last
+        self._arrays = _same_kind_arrays(flat)
 
     def _locate(self, i: int) -> tuple[int, int]:
         p = bisect_right(self._bounds, i)
@@ -60,12 +63,23 @@ class ConcatenateView(View):
             idx = np.arange(idx.start, idx.stop, idx.step, dtype=np.intp)
         elif type(idx) is range:
             idx = np.arange(0, dtype=np.intp)
-        which = np.searchsorted(self._bounds_array, idx, side="right")
+        which = self._bounds_array.searchsorted(idx, side="right")
+        local = idx - self._starts_array[which]
+        # With many parts, visit only those that hold requested items.
+        present = range(len(parts)) if len(parts) <= 8 else np.unique(which).tolist()
+        arrays = self._arrays
+        if arrays is not None:  # rows of arrays alike (open_npy): fill one output, no intermediate chunks
+            out = np.empty((len(idx),) + arrays[0].shape[1:], dtype=arrays[0].dtype)
+            for p in present:
+                where = (which == p).nonzero()[0]
+                if len(where):
+                    out[where] = arrays[p].take(local[where], axis=0)
+            return out
         pieces, positions = [], []
-        for p in range(len(parts)):
-            where = np.flatnonzero(which == p)
+        for p in present:
+            where = (which == p).nonzero()[0]
             if len(where):
-                pieces.append(parts[p]._get_many(idx[where] - self._starts[p]))
+                pieces.append(parts[p]._get_many(local[where]))
                 positions.append(where)
         if not pieces:
             return parts[0]._get_many(idx) if parts else []
@@ -81,6 +95,19 @@ class ConcatenateView(View):
 
     def _describe(self) -> str:
         return f"concatenate({len(self._parents)} parts)"
+
+
+def _same_kind_arrays(parts: list[View]) -> list[np.ndarray] | None:
+    """The arrays behind ``parts`` if they are all arrays with one dtype and row shape, else None."""
+    from .sources import ArraySource
+
+    if not parts or any(type(p) is not ArraySource for p in parts):
+        return None
+    arrays = [p._array for p in parts]
+    first = arrays[0]
+    if any(a.dtype != first.dtype or a.shape[1:] != first.shape[1:] for a in arrays):
+        return None
+    return arrays
 
 
 def concatenate(sequences: Sequence[Sequence]) -> View:

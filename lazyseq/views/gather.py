@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from .base import View, as_view
+from .base import View
 from .keys import Positions, array_key, compose
+from .sources import as_view
 
 __all__ = ["GatherView", "StridedView", "gather", "take"]
 

@@ -6,7 +6,8 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from typing import Any
 
-from .base import View, as_view
+from .base import View
+from .sources import as_view
 
 __all__ = ["InterleaveView", "interleave"]
 

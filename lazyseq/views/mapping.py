@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .base import View, as_view, lengths_must_match
+from .base import View, lengths_must_match
 from .chunks import chunk_rows
 from .keys import Positions
+from .sources import as_view
 
 __all__ = ["MapView", "smap", "starmap"]
 

@@ -6,8 +6,9 @@ import operator
 from collections.abc import Sequence
 from typing import Any
 
-from .base import View, as_view
+from .base import View
 from .keys import Positions, positions_array
+from .sources import as_view
 
 __all__ = ["CycleView", "RepeatView", "cycle", "repeat"]
 

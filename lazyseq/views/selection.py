@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .base import View, as_view, lengths_must_match
+from .base import View, lengths_must_match
+from .sources import as_view
 
 __all__ = ["CaseView", "case", "switch"]
 

@@ -8,8 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from .base import View, as_view
+from .base import View
 from .keys import Positions, compose
+from .sources import as_view
 
 __all__ = ["ShuffleView", "shuffle"]
 
@@ -63,7 +64,8 @@ class ShuffleView(View):
         return self._parent._get(self.permutation.item(i))
 
     def _get_many(self, idx: Positions):
-        return self._parent._get_many(compose(self.permutation, idx))
+        positions = compose(self.permutation, idx)  # int32 for compactness; intp for fast numpy indexing
+        return self._parent._get_many(positions.astype(np.intp))
 
     def _set(self, i: int, value: Any) -> None:
         self._parent._set(self.permutation.item(i), value)

@@ -7,10 +7,11 @@ from typing import Any
 
 import numpy as np
 
+from .arange import ArangeView
 from .base import View
 from .keys import Positions
 
-__all__ = ["ArraySource", "SequenceSource", "view", "wrap"]
+__all__ = ["ArraySource", "SequenceSource", "as_view", "view"]
 
 _BUILTIN_SEQUENCES = (list, tuple, str, bytes, bytearray)
 
@@ -38,7 +39,7 @@ class ArraySource(View):
             if idx.step == 1:
                 return self._array[idx.start : idx.stop].copy()
             return self._array[idx.start :: idx.step][: len(idx)].copy()
-        return self._array[idx]
+        return self._array.take(idx, axis=0)
 
     def _set(self, i: int, value: Any) -> None:
         self._array[i] = value
@@ -85,15 +86,13 @@ class SequenceSource(View):
         return type(self.source).__name__
 
 
-def wrap(obj) -> View:
-    """A view over an existing sequence or array (see :func:`view`)."""
+def as_view(obj) -> View:
+    """``obj`` itself if it is a view, else a view over the existing sequence or array (see :func:`view`)."""
     if isinstance(obj, View):
         return obj
     if isinstance(obj, np.ndarray):
         return ArraySource(obj)
     if isinstance(obj, range):
-        from .arange import ArangeView
-
         return ArangeView(obj)
     if isinstance(obj, Mapping) or not (hasattr(obj, "__len__") and hasattr(obj, "__getitem__")):
         raise TypeError(
@@ -118,4 +117,4 @@ def view(obj) -> View:
     >>> list(lazyseq.view(['a', 'b', 'c'])[::-1])
     ['c', 'b', 'a']
     """
-    return wrap(obj)
+    return as_view(obj)

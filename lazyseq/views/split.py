@@ -6,8 +6,9 @@ import operator
 from collections.abc import Sequence
 from typing import Any
 
-from .base import View, as_view
+from .base import View
 from .gather import GatherView
+from .sources import as_view
 
 __all__ = ["SplitView", "split"]
 

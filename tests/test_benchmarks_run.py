@@ -1,0 +1,23 @@
+"""The benchmark scripts keep working (a short run; no timing is asserted)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("seqtools")
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def test_view_benchmark_quick_run():
+    out = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_views.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    ).stdout
+    assert "| create smap(f, data)" in out
+    assert "collate + gather + batch -> (X, y), vs numpy" in out
