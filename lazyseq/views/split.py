@@ -6,6 +6,8 @@ import operator
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from .base import View
 from .gather import GatherView
 from .sources import as_view
@@ -36,6 +38,8 @@ class SplitView(View):
 
 
 def _spans(edges, n: int) -> list[tuple[int, int]]:
+    if isinstance(edges, np.ndarray):  # arrays of any size have __index__: read them as Python values
+        edges = edges.tolist()
     if isinstance(edges, int) or hasattr(edges, "__index__"):
         cuts = operator.index(edges)
         if cuts < 0 or n % (cuts + 1):
