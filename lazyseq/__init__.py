@@ -9,6 +9,10 @@
 """
 
 from .io.npy import open_npy
+from .loading.buffers import load_buffers
+from .loading.failures import LoaderError, RemoteError, WorkerDied
+from .loading.prefetch import prefetch
+from .rng import rng
 from .views.arange import arange
 from .views.base import View
 from .views.batching import batch, unbatch
@@ -31,7 +35,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "EvaluationError",
+    "LoaderError",
+    "RemoteError",
     "View",
+    "WorkerDied",
     "add_cache",
     "arange",
     "batch",
@@ -42,8 +49,11 @@ __all__ = [
     "default_collate",
     "gather",
     "interleave",
+    "load_buffers",
     "open_npy",
+    "prefetch",
     "repeat",
+    "rng",
     "seterr",
     "shuffle",
     "smap",

@@ -20,6 +20,9 @@ _mode: str = "wrap"
 # convention their local ``i`` is always an index into ``self``.
 _TRACED_METHODS = frozenset({"_get", "_get_many", "_iter", "_set"})
 
+# An exception computed in another process carries the chain seen there under this attribute.
+REMOTE_CHAIN = "__lazyseq_remote_chain__"
+
 
 class EvaluationError(Exception):
     """An item of a view could not be computed.
@@ -67,9 +70,9 @@ def seterr(evaluation: Literal["wrap", "passthrough"] | None = None) -> str:
 
 def reraise(error: Exception) -> None:
     """Raise ``error`` (caught at a public boundary) the way :func:`seterr` says."""
-    if isinstance(error, EndOfData):
+    if isinstance(error, (EndOfData, LoaderFailure)):
         raise error
-    chain = describe_chain(error.__traceback__)
+    chain = " -> ".join(part for part in (describe_chain(error.__traceback__), getattr(error, REMOTE_CHAIN, "")) if part)
     if _mode == "passthrough":
         if chain:
             error.add_note(f"while computing {chain}")
@@ -123,3 +126,7 @@ class EndOfData(IndexError):
 
     It is an ``IndexError`` and is never wrapped into :class:`EvaluationError`.
     """
+
+
+class LoaderFailure(Exception):
+    """Base of the errors of a loader itself (not of an item): never wrapped into :class:`EvaluationError`."""

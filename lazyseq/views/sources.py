@@ -51,6 +51,36 @@ class ArraySource(View):
         name = "memmap" if isinstance(self.source, np.memmap) else "array"
         return f"{name} {self._array.dtype} {self._array.shape}"
 
+    def __reduce__(self):
+        # A memory map travels to worker processes as where its bytes are in the file, not as its data.
+        where = memmap_location(self.source)
+        if where is None:
+            return (ArraySource, (self.source,))
+        return (_reopened_source, where)
+
+
+def memmap_location(array: np.ndarray) -> tuple | None:
+    """``(file name, mode, first byte, length, dtype, shape, strides, start)`` of a memory map's bytes, or None."""
+    import mmap
+
+    if not isinstance(array, np.memmap) or array.filename is None or getattr(array, "_mmap", None) is None:
+        return None
+    if array.size == 0:
+        return None
+    mapping_address = np.frombuffer(array._mmap, dtype=np.uint8).ctypes.data
+    mapping_offset = array.offset - array.offset % mmap.ALLOCATIONGRANULARITY  # what np.memmap mapped
+    byte_bounds = getattr(getattr(np.lib, "array_utils", None), "byte_bounds", None) or np.byte_bounds  # numpy 1.x
+    low, high = byte_bounds(array)
+    mode = "r+" if array.mode == "w+" else array.mode
+    first = mapping_offset + (low - mapping_address)
+    return (array.filename, mode, first, high - low, array.dtype, array.shape, array.strides, array.ctypes.data - low)
+
+
+def _reopened_source(filename, mode, first, length, dtype, shape, strides, start) -> ArraySource:
+    raw = np.memmap(filename, dtype=np.uint8, mode=mode, offset=first, shape=(length,))
+    array = np.ndarray.__new__(np.memmap, shape, dtype, buffer=raw, offset=start, strides=strides)
+    return ArraySource(array)
+
 
 class SequenceSource(View):
     """Any object with ``__len__`` and ``__getitem__`` (list, tuple, torch Dataset, ...)."""

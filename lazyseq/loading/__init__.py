@@ -1,0 +1,1 @@
+"""Background loading: workers (threads or processes) that compute items ahead of the reader."""

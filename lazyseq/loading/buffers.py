@@ -1,0 +1,216 @@
+"""Batches from a function called over and over by background workers: ``load_buffers``."""
+
+from __future__ import annotations
+
+import itertools
+import operator
+import threading
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from ..views.errors import REMOTE_CHAIN, EvaluationError, seterr
+from .jobs import CallFunction
+from .options import blas_threads_for, check_method, resolve_workers
+from .structure import flatten, layout_of, signature
+from .thread_workers import ThreadWorkers
+
+__all__ = ["BufferLoader", "load_buffers"]
+
+POLL_SECONDS = 0.5
+
+
+class BufferLoader(Iterator):
+    """An endless iterator over the batches that ``func()`` returns, computed by background workers.
+
+    It is a context manager; ``close()`` stops the workers (iteration then
+    ends), and so does garbage collection.
+    """
+
+    def __init__(
+        self,
+        func: Callable[[], Any],
+        max_cached: int,
+        nworkers: int,
+        method: str,
+        start_hook: Callable[[int], Any] | None,
+        copy: bool,
+        start_method: str | None,
+        blas_threads: int | None,
+    ) -> None:
+        if not callable(func):
+            raise TypeError(f"load_buffers: func must be callable, got {type(func).__name__}")
+        check_method(method, start_method, "load_buffers")
+        self._max_cached = operator.index(max_cached)
+        if self._max_cached < 1:
+            raise ValueError(f"load_buffers: max_cached must be a positive integer, got {max_cached}")
+        count = resolve_workers(nworkers, "load_buffers")
+        if count < 1:
+            raise ValueError("load_buffers: nworkers must be at least 1 (or negative: all cores but -nworkers)")
+        self._func = func
+        self._copy = copy
+        self._signature: tuple | None = None
+        self._delivered = 0  # batches handed out so far: numbers them in messages
+        self._waiting: deque = deque()  # results that arrived before they were asked for
+        self._in_flight = 0
+        self._tasks = itertools.count()
+        self._lock = threading.Lock()
+        self.closed = False
+        job = CallFunction(func)
+        if method == "thread":
+            self._workers = ThreadWorkers(job, count, start_hook, "load_buffers")
+            self._ahead = max(1, self._max_cached - 1)  # the consumer holds the last batch it got
+        else:
+            from .process_workers import ProcessWorkers  # here: multiprocessing is not imported with lazyseq
+
+            self._workers = ProcessWorkers(
+                job,
+                count,
+                start_hook,
+                "load_buffers",
+                start_method,
+                blas_threads_for(blas_threads, count),
+                slot_count=self._max_cached,
+                task_name="batch",
+            )
+            self._ahead = self._max_cached
+        self._finalizer = weakref.finalize(self, self._workers.close)
+        self._fill()
+
+    def _fill(self) -> None:
+        slots_for = getattr(self._workers, "free_slots", None)
+        while self._in_flight + len(self._waiting) < self._ahead:
+            # With processes a batch is sent only into a free slot, unless nothing at all is on its way:
+            # a consumer that keeps every slot alive still gets batches, pickled.
+            if slots_for is not None and self._in_flight and not slots_for():
+                break
+            self._workers.submit(next(self._tasks), None)
+            self._in_flight += 1
+
+    def __next__(self) -> Any:
+        with self._lock:
+            if self.closed:
+                raise StopIteration
+            try:
+                while not self._waiting:
+                    for _, status, value in self._workers.poll(POLL_SECONDS):
+                        self._in_flight -= 1
+                        self._waiting.append((status, value))
+                    self._fill()
+                status, value = self._waiting.popleft()
+                self._fill()
+            except Exception:
+                if self._workers.closed:
+                    self.close()
+                raise
+            except BaseException:
+                self.close()
+                raise
+            number = self._delivered
+            self._delivered += 1
+        if status == "error":
+            _raise_failure(value, number)
+        self._check_shape(value, number)
+        if self._copy:
+            value = _copied(value)
+        return value
+
+    def _check_shape(self, batch: Any, number: int) -> None:
+        arrays: list = []
+        skeleton = flatten(batch, arrays)
+        found = signature(skeleton, layout_of(arrays)[0])
+        if self._signature is None:
+            self._signature = found
+        elif found != self._signature:
+            raise ValueError(
+                f"load_buffers: batch {number} is {found}, but the first batch was {self._signature}; "
+                "func must return batches of fixed shapes and dtypes"
+            )
+
+    def close(self) -> None:
+        """Stop the workers. Idempotent; iteration ends afterwards."""
+        self.closed = True
+        self._waiting.clear()
+        self._finalizer()
+
+    def __enter__(self) -> BufferLoader:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{self._delivered} batches delivered"
+        name = getattr(self._func, "__qualname__", type(self._func).__name__)
+        return f"load_buffers({name}, max_cached={self._max_cached})  [{state}]"
+
+
+def _raise_failure(error: BaseException, number: int):
+    chain = getattr(error, REMOTE_CHAIN, "")
+    where = f"load_buffers batch {number}" + (f" -> {chain}" if chain else "")
+    if seterr() == "passthrough":
+        error.add_note(f"while computing {where}")
+        raise error
+    raise EvaluationError(f"failed to compute {where}: {type(error).__name__}: {error}") from error
+
+
+def _copied(batch: Any) -> Any:
+    if type(batch) is np.ndarray:
+        return batch.copy()
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
+        return type(batch)(*(_copied(x) for x in batch))
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(_copied(x) for x in batch)
+    if isinstance(batch, dict):
+        return {k: _copied(v) for k, v in batch.items()}
+    return batch
+
+
+def load_buffers(
+    func: Callable[[], Any],
+    max_cached: int = 2,
+    nworkers: int = 1,
+    method: str = "thread",
+    start_hook: Callable[[int], Any] | None = None,
+    copy: bool = False,
+    start_method: str | None = None,
+    blas_threads: int | None = None,
+) -> BufferLoader:
+    """An endless iterator over batches made by calling ``func()`` again and again in background workers.
+
+    ``func()`` returns a batch: an array, or a tuple, list, namedtuple or
+    dict of arrays, with the same shapes and dtypes every time (a batch that
+    differs from the first is a ``ValueError``). Batches are yielded as they
+    complete, in no set order; up to ``max_cached`` of them exist at once,
+    the one being read included.
+
+    With ``method="process"`` workers write each batch in place into one of
+    ``max_cached`` shared-memory slots, sized from the first batch and reused
+    cyclically; the batch you get is a view of its slot, not a copy. A slot
+    is reused only once nothing refers to its batch any more, so a batch
+    stays valid at least until the next ``max_cached - 1`` batches have been
+    fetched, and for as long as you keep a reference to it. ``copy=True``
+    yields arrays of their own instead. With threads, the arrays that
+    ``func()`` returned are handed over as they are.
+
+    ``start_hook(worker_index)`` runs once in each worker (seed a random
+    generator there). An exception in ``func`` is raised, as
+    ``EvaluationError`` naming the batch, by the ``next()`` that would have
+    returned that batch; the iterator then goes on. ``close()``, a ``with``
+    block or garbage collection stop the workers.
+
+    >>> import numpy as np
+    >>> import lazyseq
+    >>> data = np.arange(100.0)
+    >>> def sample():
+    ...     picks = np.random.randint(len(data), size=8)
+    ...     return data[picks], picks
+    >>> with lazyseq.load_buffers(sample, max_cached=4, nworkers=2) as batches:
+    ...     x, i = next(batches)
+    ...     (x == i).all(), x.shape
+    (True, (8,))
+    """
+    return BufferLoader(func, max_cached, nworkers, method, start_hook, copy, start_method, blas_threads)

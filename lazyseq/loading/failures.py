@@ -1,0 +1,103 @@
+"""How a failure in a worker reaches the consumer.
+
+An exception raised in a thread worker is handed over as it is. One raised in a
+process worker is pickled with its traceback text and the chain of views it
+went through; an exception that cannot be pickled (or unpickled) arrives as a
+:class:`RemoteError` with its type name, message and traceback text. Either way
+the consumer raises it when it reads that item, and the usual
+:class:`~lazyseq.EvaluationError` wrapping names the item and the whole chain.
+"""
+
+from __future__ import annotations
+
+import pickle
+import signal
+import traceback
+
+from ..views import errors
+from ..views.errors import REMOTE_CHAIN, describe_chain
+
+__all__ = ["LoaderError", "RemoteError", "WorkerDied", "capture", "exit_description", "restore"]
+
+
+class LoaderError(errors.LoaderFailure, RuntimeError):
+    """A background loader cannot go on (a worker died, or its start hook failed); raised as it is.
+
+    >>> import lazyseq
+    >>> def failing_hook(worker_index):
+    ...     raise OSError("no such device")
+    >>> ahead = lazyseq.prefetch(range(10), nworkers=1, start_hook=failing_hook)
+    >>> ahead[0]
+    Traceback (most recent call last):
+    ...
+    lazyseq.LoaderError: prefetch: start_hook failed in worker thread 0
+    """
+
+
+class WorkerDied(LoaderError):
+    """A worker process ended while the loader was running.
+
+    >>> import lazyseq
+    >>> issubclass(lazyseq.WorkerDied, RuntimeError)
+    True
+    """
+
+
+class RemoteError(Exception):
+    """Stands for an exception raised in a worker process that could not be sent as itself.
+
+    ``type_name`` is the original exception's class name; the message is its
+    ``str``; the worker's traceback is attached as a note.
+
+    >>> import lazyseq
+    >>> error = lazyseq.RemoteError("Unpicklable", "no way")
+    >>> error.type_name, str(error)
+    ('Unpicklable', 'Unpicklable: no way')
+    """
+
+    def __init__(self, type_name: str, message: str) -> None:
+        super().__init__(f"{type_name}: {message}")
+        self.type_name = type_name
+
+
+RemoteError.__module__ = LoaderError.__module__ = WorkerDied.__module__ = "lazyseq"
+
+
+def capture(error: BaseException, dumps=pickle.dumps) -> tuple:
+    """What a process worker sends for ``error``: picklable whatever ``error`` is."""
+    text = "".join(traceback.format_exception(error))
+    chain = describe_chain(error.__traceback__)
+    try:
+        payload = dumps(error)
+        pickle.loads(payload)  # an exception that pickles may still fail to unpickle
+    except Exception:
+        payload = None
+    return (type(error).__qualname__, str(error), text, chain, payload)
+
+
+def restore(captured: tuple, where: str) -> BaseException:
+    """The exception that ``capture`` described, ready to be raised in the consumer."""
+    type_name, message, text, chain, payload = captured
+    error = None
+    if payload is not None:
+        try:
+            error = pickle.loads(payload)
+        except Exception:
+            error = None
+    if error is None:
+        error = RemoteError(type_name, message)
+    error.add_note(f"raised in {where}; its traceback there:\n{text.rstrip()}")
+    setattr(error, REMOTE_CHAIN, chain)
+    return error
+
+
+def exit_description(code: int | None) -> str:
+    """``exit code 3``, ``signal SIGKILL``..."""
+    if code is None:
+        return "no exit code"
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"

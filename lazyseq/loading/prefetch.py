@@ -1,0 +1,304 @@
+"""Items computed ahead by background workers, delivered in order: ``prefetch``."""
+
+from __future__ import annotations
+
+import operator
+import threading
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from ..views import errors
+from ..views.base import View
+from ..views.sources import as_view
+from .jobs import ReadItem
+from .options import blas_threads_for, check_method, needs_pickling, resolve_workers, serialize
+from .thread_workers import ThreadWorkers
+
+__all__ = ["PrefetchIterator", "PrefetchView", "prefetch"]
+
+POLL_SECONDS = 0.5  # how often a wait checks that the workers are alive
+
+
+class PrefetchView(View):
+    """Item ``i`` is ``parent[i]``, computed ahead by workers in the order the items are being read.
+
+    The view guesses the next items from the last two reads (ascending by
+    default, or any constant step) and keeps up to ``max_buffered`` of them
+    computed or in progress. Reads that follow no step fetch only what is asked.
+    """
+
+    kind = "prefetch"
+
+    def __init__(
+        self,
+        parent: View,
+        nworkers: int,
+        method: str,
+        max_buffered: int,
+        start_hook: Callable[[int], Any] | None,
+        shm_size: int,
+        start_method: str | None,
+        blas_threads: int | None,
+    ) -> None:
+        check_method(method, start_method, "prefetch")
+        self._nworkers = resolve_workers(nworkers, "prefetch")
+        self._max_buffered = operator.index(max_buffered)
+        if self._max_buffered < 1:
+            raise ValueError(f"prefetch: max_buffered must be a positive integer, got {max_buffered}")
+        if start_hook is not None and not callable(start_hook):
+            raise TypeError(f"prefetch: start_hook must be callable, got {type(start_hook).__name__}")
+        self._shm_size = operator.index(shm_size)
+        if self._shm_size < 0:
+            raise ValueError(f"prefetch: shm_size must be >= 0, got {shm_size}")
+        self._parent = parent
+        self._parents = (parent,)
+        self._len = parent._len
+        self._method = method
+        self._start_hook = start_hook
+        self._start_method = start_method
+        self._blas_threads = blas_threads_for(blas_threads, self._nworkers)
+        if self._nworkers and needs_pickling(method, start_method):  # fail now, not when reading starts
+            serialize(ReadItem(parent), "the pipeline", "prefetch")
+            if start_hook is not None:
+                serialize(start_hook, "start_hook", "prefetch")
+        self._lock = threading.RLock()
+        self._schedule: _Schedule | None = None
+        self._finalizer: weakref.finalize | None = None
+
+    # -- lifetime ---------------------------------------------------------------
+
+    def _start(self) -> _Schedule:
+        job = ReadItem(self._parent)
+        if self._method == "thread":
+            workers = ThreadWorkers(job, self._nworkers, self._start_hook, "prefetch")
+        else:
+            from .process_workers import ProcessWorkers  # here: multiprocessing is not imported with lazyseq
+
+            workers = ProcessWorkers(
+                job,
+                self._nworkers,
+                self._start_hook,
+                "prefetch",
+                self._start_method,
+                self._blas_threads,
+                slot_count=self._max_buffered + 2,  # the items being read hold a slot or two
+                slot_bytes=self._shm_size,
+                task_name="item",
+            )
+        self._schedule = _Schedule(workers, self._len, self._max_buffered)
+        self._finalizer = weakref.finalize(self, workers.close)
+        return self._schedule
+
+    def close(self) -> None:
+        """Stop the workers and drop the items computed ahead; reading again starts them anew."""
+        with self._lock:
+            self._schedule = None
+            if self._finalizer is not None:
+                self._finalizer()
+                self._finalizer = None
+
+    def __enter__(self) -> PrefetchView:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    @property
+    def workers_running(self) -> bool:
+        """Whether background workers are up (they start at the first read)."""
+        return self._schedule is not None
+
+    # -- reading ----------------------------------------------------------------
+
+    def _get(self, i: int) -> Any:
+        if not self._nworkers:
+            return self._parent._get(i)
+        with self._lock:
+            schedule = self._schedule or self._start()
+            try:
+                return schedule.get(i)
+            except Exception:
+                if schedule.workers.closed:  # a worker died: start afresh at the next read
+                    self.close()
+                raise
+            except BaseException:  # KeyboardInterrupt and the like: stop everything now
+                self.close()
+                raise
+
+    def __iter__(self) -> PrefetchIterator:
+        return PrefetchIterator(self)
+
+    def _iter(self) -> Iterator:
+        return PrefetchIterator(self)
+
+    def _describe(self) -> str:
+        if not self._nworkers:
+            return "prefetch(synchronous)"
+        kind = {"thread": "threads", "process": "processes"}[self._method]
+        return f"prefetch({self._nworkers} {kind}, max_buffered={self._max_buffered})"
+
+    def __reduce__(self):
+        settings = (self._nworkers, self._method, self._max_buffered, self._start_hook, self._shm_size)
+        return (PrefetchView, (self._parent, *settings, self._start_method, self._blas_threads))
+
+
+class PrefetchIterator:
+    """Reads a prefetched view in order; its position can be saved and restored.
+
+    ``state_dict()`` says which item comes next; ``load_state_dict(state)``
+    resumes there, so an interrupted run gives the items a run without
+    interruption would have given.
+    """
+
+    def __init__(self, view: PrefetchView, position: int = 0) -> None:
+        self._view = view
+        self._position = position
+
+    def __iter__(self) -> PrefetchIterator:
+        return self
+
+    def __next__(self) -> Any:
+        i = self._position
+        n = self._view._len
+        if n is not None and i >= n:
+            raise StopIteration
+        self._position = i + 1  # a failed item is skipped if iteration goes on
+        try:
+            return self._view._get(i)
+        except Exception as error:
+            errors.reraise(error)
+
+    def state_dict(self) -> dict:
+        """Where the iteration stands: ``{"position": next item, "length": len of the view}``."""
+        return {"position": self._position, "length": self._view._len}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from a position that ``state_dict`` gave, on a view of the same length."""
+        if state.get("length") != self._view._len:
+            raise ValueError(
+                f"prefetch: the saved state is for a view of length {state.get('length')}, "
+                f"this one has length {self._view._len}"
+            )
+        self._position = operator.index(state["position"])
+
+
+class _Schedule:
+    """Which items are being computed or are waiting to be read, for one set of running workers."""
+
+    def __init__(self, workers, length: int | None, max_buffered: int) -> None:
+        self.workers = workers
+        self._length = length
+        self._capacity = max_buffered
+        self._ready: dict[int, tuple[str, Any]] = {}  # item -> (status, value)
+        self._pending: set[int] = set()  # items sent to a worker
+        self._cancelled: set[int] = set()  # pending items no longer wanted
+        self._last = -1  # reads start out assumed to be ascending
+        self._step = 1
+        self._steady = True  # whether the last two reads had the same step
+
+    def get(self, i: int) -> Any:
+        step = i - self._last
+        self._steady = step == self._step
+        self._step, self._last = step, i
+        ready = self._ready
+        if i not in ready and i not in self._pending:
+            self._submit(i)  # before the items expected next, so that it is computed first
+        self._plan(i)
+        while i not in ready:
+            if i not in self._pending:  # not asked for yet, or skipped after a cancel that came too late
+                self._submit(i)
+            for task, status, value in self.workers.poll(POLL_SECONDS):
+                self._pending.discard(task)
+                self._cancelled.discard(task)
+                if status != "skipped":
+                    ready[task] = (status, value)
+        status, value = ready.pop(i)
+        self._plan(i)
+        if status == "error":
+            raise value
+        return value
+
+    def _submit(self, j: int) -> None:
+        self.workers.submit(j, j)
+        self._pending.add(j)
+
+    def _plan(self, i: int) -> None:
+        """Keep the items expected next in progress; drop (or cancel) those no longer expected."""
+        ahead = self._ahead(i) if self._steady else []
+        wanted = set(ahead)
+        wanted.add(i)
+        ready, pending, cancelled = self._ready, self._pending, self._cancelled
+        for j in [j for j in ready if j not in wanted]:
+            del ready[j]
+        for j in pending:
+            if j not in wanted and j not in cancelled:
+                self.workers.cancel(j)
+                cancelled.add(j)
+        room = self._capacity - len(ready) - len(pending) + len(cancelled)
+        for j in ahead:
+            if room <= 0:
+                break
+            if j in cancelled:  # wanted again before a worker skipped it
+                self.workers.resume(j)
+                cancelled.discard(j)
+            elif j not in ready and j not in pending:
+                self._submit(j)
+                room -= 1
+
+    def _ahead(self, i: int) -> list[int]:
+        step, n = self._step, self._length
+        if step == 0:
+            return []
+        stop = i + step * (self._capacity + 1)
+        if n is not None:
+            stop = max(-1, min(n, stop))
+        return list(range(i + step, stop, step))
+
+
+def prefetch(
+    sequence: Sequence,
+    nworkers: int = 0,
+    method: str = "thread",
+    max_buffered: int = 10,
+    start_hook: Callable[[int], Any] | None = None,
+    shm_size: int = 0,
+    start_method: str | None = None,
+    blas_threads: int | None = None,
+) -> PrefetchView:
+    """A view of ``sequence`` whose next items are computed ahead by background workers.
+
+    ``nworkers`` threads or processes (``method``) compute up to
+    ``max_buffered`` items ahead of the reader, delivered in order. It is a
+    view like any other (``len``, negative indices, slices and gathers that
+    read through it, errors naming the item); reading in order is the fast
+    path, and any other order still gets the right items. ``nworkers=0``
+    computes each item when it is read, in the reader's thread; a negative
+    ``nworkers`` means all available cores but ``-nworkers``.
+
+    Workers start at the first read and stop with ``close()`` (or ``with``,
+    or when the view is garbage collected); reading again starts them again.
+    ``start_hook(worker_index)`` runs once in each worker when it starts.
+
+    With processes, the pipeline is sent to each worker once (with
+    cloudpickle where installed; memory-mapped arrays travel as their file
+    name and offset), and arrays in the results come back through a fixed
+    pool of shared-memory slots of ``shm_size`` bytes each (``0``: sized
+    from the first result). An item read from a slot is not copied; the slot
+    is reused only once nothing refers to that item any more. Results that
+    do not fit, or are not arrays, are pickled. ``start_method`` picks
+    ``"fork"``, ``"forkserver"`` or ``"spawn"`` (``None``: the platform's
+    default); ``blas_threads`` caps BLAS threads in each worker process
+    (default: the available cores divided among the workers).
+
+    >>> import lazyseq
+    >>> squares = lazyseq.smap(lambda x: x * x, range(1000))
+    >>> with lazyseq.prefetch(squares, nworkers=2) as ahead:
+    ...     total = sum(ahead)
+    ...     last = ahead[-1]
+    >>> total, last
+    (332833500, 998001)
+    """
+    return PrefetchView(
+        as_view(sequence), nworkers, method, max_buffered, start_hook, shm_size, start_method, blas_threads
+    )

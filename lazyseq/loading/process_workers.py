@@ -1,0 +1,189 @@
+"""Worker processes, as seen from the consumer: tasks out over pipes, results back through shared slots.
+
+The consumer's thread does all the bookkeeping itself (no helper thread): it
+sends each task to the least busy worker, with a free shared-memory slot when
+there is one, and reads whatever results have arrived when it needs one. Every
+wait also watches the workers' process sentinels, so a worker that dies is
+noticed at once.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from multiprocessing.connection import wait
+from multiprocessing.reduction import send_handle
+
+import numpy as np
+
+from .failures import LoaderError, WorkerDied, exit_description, restore
+from .options import serialize
+from .shared_slots import SharedSlots, slot_bytes_for
+from .structure import rebuild
+from .worker_process import run_worker
+
+__all__ = ["ProcessWorkers"]
+
+STOP_SECONDS = 0.5  # grace for workers to finish their task after "stop", before SIGTERM
+
+
+class ProcessWorkers:
+    """``count`` worker processes computing ``job(arg)``, with ``slot_count`` shared slots for results.
+
+    ``slot_bytes=0`` sizes the slots from the first result that holds arrays.
+    """
+
+    def __init__(
+        self,
+        job,
+        count: int,
+        start_hook,
+        owner: str,
+        start_method: str | None,
+        blas_threads: int,
+        slot_count: int,
+        slot_bytes: int = 0,
+        task_name: str = "task",
+    ) -> None:
+        self._owner = owner
+        self._task_name = task_name
+        self._slot_count = slot_count
+        self._slot_bytes = slot_bytes
+        self._slots: SharedSlots | None = None
+        self.closed = False
+        context = multiprocessing.get_context(start_method)
+        if context.get_start_method() != "fork":  # a forked worker inherits the objects themselves
+            job = serialize(job, "the pipeline", owner)
+            if start_hook is not None:
+                start_hook = serialize(start_hook, "start_hook", owner)
+        self._conns, self._processes = [], []
+        self._busy: list[set] = []
+        try:
+            for k in range(count):
+                mine, theirs = context.Pipe(duplex=True)
+                process = context.Process(
+                    target=run_worker,
+                    args=(k, theirs, job, start_hook, blas_threads),
+                    name=f"lazyseq-{owner}-{k}",
+                    daemon=True,
+                )
+                process.start()
+                theirs.close()
+                self._conns.append(mine)
+                self._processes.append(process)
+                self._busy.append(set())
+        except BaseException:
+            self.close()
+            raise
+        self._worker_of = {conn: k for k, conn in enumerate(self._conns)}
+        self._sentinels = {p.sentinel: k for k, p in enumerate(self._processes)}
+        if slot_bytes:
+            self._make_slots(slot_bytes)
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._processes]
+
+    def submit(self, task, arg) -> None:
+        k = min(range(len(self._busy)), key=lambda w: len(self._busy[w]))
+        slot = self._slots.take() if self._slots is not None else -1
+        self._busy[k].add(task)
+        self._conns[k].send(("run", task, arg, slot))
+
+    def free_slots(self) -> bool:
+        """Whether a task sent now would get a shared slot (or the slots do not exist yet)."""
+        return self._slots is None or self._slots.has_free()
+
+    def cancel(self, task) -> None:
+        """Tasks sent to a process run to the end; their results are dropped by the caller."""
+
+    def resume(self, task) -> None:
+        """Nothing to undo: see ``cancel``."""
+
+    def poll(self, timeout: float) -> list:
+        ready = wait([*self._conns, *self._sentinels], timeout)
+        found = []
+        for source in ready:
+            k = self._worker_of.get(source)
+            if k is not None:
+                self._drain(k, found)
+        for source in ready:
+            if source in self._sentinels:
+                self._died(self._sentinels[source])
+        return found
+
+    def _drain(self, k: int, found: list) -> None:
+        conn = self._conns[k]
+        try:
+            while conn.poll():
+                self._receive(k, conn.recv(), found)
+        except (EOFError, OSError):
+            pass  # the sentinel says why
+
+    def _receive(self, k: int, message: tuple, found: list) -> None:
+        tag = message[0]
+        if tag == "ready":
+            return
+        if tag == "hook_failed":
+            error = restore(message[2], f"worker process {k}")
+            self.close()
+            raise LoaderError(f"{self._owner}: start_hook failed in worker process {k}") from error
+        task, slot = message[1], message[2]
+        self._busy[k].discard(task)
+        if tag == "shared":
+            holder = self._slots.lease(slot)
+            arrays = [np.ndarray(shape, dtype, buffer=holder, offset=offset) for dtype, shape, offset in message[4]]
+            found.append((task, "ok", rebuild(message[3], arrays)))
+            return
+        if slot >= 0:
+            self._slots.give_back(slot)
+        if tag == "pickled":
+            needed = message[4]
+            if self._slots is None and needed and self._slot_count:
+                self._make_slots(slot_bytes_for(needed))
+            found.append((task, "ok", message[3]))
+        else:  # "failed"
+            found.append((task, "error", restore(message[3], f"worker process {k} (pid {self._processes[k].pid})")))
+
+    def _make_slots(self, slot_bytes: int) -> None:
+        self._slots = SharedSlots(self._slot_count, slot_bytes, self._owner)
+        for conn, process in zip(self._conns, self._processes):
+            conn.send(("slots", self._slot_count, slot_bytes))
+            send_handle(conn, self._slots.fd, process.pid)
+
+    def _died(self, k: int) -> None:
+        process = self._processes[k]
+        process.join(STOP_SECONDS)  # the sentinel fires as it exits, a moment before its exit code is known
+        busy = sorted(self._busy[k])
+        doing = f" while computing {self._task_name} {', '.join(map(str, busy))}" if busy else ""
+        message = (
+            f"{self._owner}: worker process {k} (pid {process.pid}) died with "
+            f"{exit_description(process.exitcode)}{doing}"
+        )
+        self.close()
+        raise WorkerDied(message)
+
+    def close(self) -> None:
+        """Stop every worker: ask, then SIGTERM, then SIGKILL; release the slots."""
+        if self.closed:
+            return
+        self.closed = True
+        for conn in self._conns:
+            try:
+                conn.send(("stop",))
+            except (OSError, ValueError):
+                pass
+        alive = [p for p in self._processes if p.is_alive()]
+        if alive:
+            wait([p.sentinel for p in alive], STOP_SECONDS)
+        for process in self._processes:
+            if process.is_alive():
+                process.terminate()
+                process.join(STOP_SECONDS)
+            if process.is_alive():
+                process.kill()
+                process.join()
+            process.close()
+        for conn in self._conns:
+            conn.close()
+        if self._slots is not None:
+            self._slots.close()

@@ -1,0 +1,149 @@
+"""A fixed pool of shared-memory slots that process workers write results into.
+
+The pool is one anonymous shared mapping: on Linux a ``memfd`` (it has no name,
+so nothing can be left behind in ``/dev/shm``, and Docker's small ``/dev/shm``
+does not limit it); elsewhere a file in the shared-memory folder (or the
+temporary folder), unlinked the moment it is created. Workers receive its file
+descriptor over their connection. The memory is freed by the kernel when the
+last process that maps it lets go, however that process ends.
+
+A slot delivered to the consumer is *leased*: its arrays are views of one fresh
+``uint8`` array per delivery, and the slot returns to the pool only when that
+array (hence every view of it) has been garbage collected. A batch is thus
+never overwritten while anything still refers to it.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import tempfile
+import threading
+import weakref
+from collections import deque
+
+import numpy as np
+
+__all__ = ["SharedSlots", "WorkerSlots", "available_shared_memory", "slot_bytes_for"]
+
+PAGE = mmap.PAGESIZE
+
+
+def slot_bytes_for(needed: int) -> int:
+    """Slot size for results of ``needed`` bytes: whole pages, with room for slightly larger ones."""
+    padded = needed + needed // 8
+    return max(PAGE, -(-padded // PAGE) * PAGE)
+
+
+def _shared_folder() -> str:
+    return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+
+
+def available_shared_memory() -> int:
+    """Bytes that a new shared pool can use on this machine."""
+    if hasattr(os, "memfd_create"):
+        try:  # memfd pages are ordinary shared memory: what the kernel says is available
+            with open("/proc/meminfo") as info:
+                for line in info:
+                    if line.startswith("MemAvailable:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+    stats = os.statvfs(_shared_folder())
+    return stats.f_bavail * stats.f_frsize
+
+
+def _anonymous_file(size: int) -> int:
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("lazyseq-slots", os.MFD_CLOEXEC)
+    else:
+        fd, path = tempfile.mkstemp(prefix="lazyseq-", dir=_shared_folder())
+        os.unlink(path)
+    try:
+        os.ftruncate(fd, size)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+class SharedSlots:
+    """``count`` slots of ``slot_bytes`` each, in the consumer's process."""
+
+    def __init__(self, count: int, slot_bytes: int, owner: str) -> None:
+        total = count * slot_bytes
+        free = available_shared_memory()
+        if total > free:
+            raise MemoryError(
+                f"{owner}: the shared-memory pool needs {total / 2**20:.1f} MiB ({count} slots of "
+                f"{slot_bytes / 2**20:.2f} MiB) but only {free / 2**20:.1f} MiB are available; "
+                "lower the number of buffered items or the item size"
+            )
+        self.count = count
+        self.slot_bytes = slot_bytes
+        self.fd = _anonymous_file(total)
+        self._map = mmap.mmap(self.fd, total)
+        self._memory = memoryview(self._map)
+        self._free = list(range(count))
+        self._returned: deque[int] = deque()  # appended by lease callbacks, from any thread
+        self._leases: dict[int, weakref.ref] = {}
+        self._lock = threading.Lock()
+        self.closed = False
+
+    def has_free(self) -> bool:
+        returned = self._returned
+        while returned:
+            self._free.append(returned.popleft())
+        return bool(self._free)
+
+    def take(self) -> int:
+        """A free slot, or -1 if every slot is in use."""
+        return self._free.pop() if self.has_free() else -1
+
+    def give_back(self, slot: int) -> None:
+        """Return a slot that was taken but not delivered."""
+        self._free.append(slot)
+
+    def lease(self, slot: int) -> np.ndarray:
+        """The bytes of ``slot`` as a fresh array; the slot is free again once that array is gone."""
+        start = slot * self.slot_bytes
+        # Built on a memoryview, not on another array: numpy then makes ``holder`` the base of
+        # every view taken of it, so its lifetime is the lifetime of the delivered data.
+        holder = np.frombuffer(self._memory[start : start + self.slot_bytes], dtype=np.uint8)
+        returned = self._returned
+        leases = self._leases
+
+        def release(_ref, slot=slot):
+            leases.pop(slot, None)
+            returned.append(slot)
+
+        leases[slot] = weakref.ref(holder, release)
+        return holder
+
+    def close(self) -> None:
+        """Stop handing out slots. The memory lives on while delivered arrays still use it."""
+        if self.closed:
+            return
+        self.closed = True
+        os.close(self.fd)
+        self._memory = None
+        try:
+            self._map.close()
+        except BufferError:  # delivered arrays still point into it: it goes with the last of them
+            pass
+        self._map = None
+
+
+class WorkerSlots:
+    """The same pool as seen from a worker process, from the descriptor it was sent."""
+
+    def __init__(self, fd: int, count: int, slot_bytes: int) -> None:
+        self.count = count
+        self.slot_bytes = slot_bytes
+        self._map = mmap.mmap(fd, count * slot_bytes)
+        os.close(fd)
+        self._bytes = np.frombuffer(self._map, dtype=np.uint8)
+
+    def slot(self, slot: int) -> np.ndarray:
+        start = slot * self.slot_bytes
+        return self._bytes[start : start + self.slot_bytes]

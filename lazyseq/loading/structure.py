@@ -1,0 +1,92 @@
+"""Results as a skeleton plus array leaves, so that arrays can travel through shared memory.
+
+A result (an array, or tuples, lists, namedtuples and dicts nesting arrays and
+other values) is split into its *arrays* and a small picklable *skeleton* that
+holds everything else. The arrays are written into a shared-memory slot; the
+skeleton travels by pickle and says where each array lies in the slot.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ALIGN", "flatten", "layout_of", "rebuild", "signature", "write_arrays"]
+
+ALIGN = 64  # bytes: each array starts on a cache line
+
+# Skeleton nodes: ("a", k) is the k-th array; ("t"|"l", children); ("n", type, children);
+# ("d", keys, children); ("v", value) any other value, pickled as it is.
+
+
+def flatten(result: Any, arrays: list[np.ndarray]) -> tuple:
+    """The skeleton of ``result``; its shareable arrays are appended to ``arrays``."""
+    kind = type(result)
+    if kind is np.ndarray:  # the common case first
+        if result.dtype.hasobject:
+            return ("v", result)
+        arrays.append(result)
+        return ("a", len(arrays) - 1)
+    if kind is tuple:
+        return ("t", [flatten(x, arrays) for x in result])
+    if kind is list:
+        return ("l", [flatten(x, arrays) for x in result])
+    if kind is dict:
+        return ("d", list(result), [flatten(x, arrays) for x in result.values()])
+    if isinstance(result, tuple) and hasattr(result, "_fields"):
+        return ("n", kind, [flatten(x, arrays) for x in result])
+    if isinstance(result, np.ndarray) and not result.dtype.hasobject:  # subclasses: memmap, matrix...
+        arrays.append(np.asarray(result))
+        return ("a", len(arrays) - 1)
+    return ("v", result)
+
+
+def layout_of(arrays: list[np.ndarray]) -> tuple[list[tuple[np.dtype, tuple, int]], int]:
+    """Where each array goes in a slot: ``(dtype, shape, offset)`` each, and the bytes needed."""
+    layout, offset = [], 0
+    for a in arrays:
+        layout.append((a.dtype, a.shape, offset))
+        offset += -(-a.nbytes // ALIGN) * ALIGN
+    return layout, offset
+
+
+def write_arrays(slot: np.ndarray, arrays: list[np.ndarray], layout: list) -> None:
+    """Copy ``arrays`` into the bytes of ``slot`` (a ``uint8`` array) as ``layout`` says."""
+    for a, (dtype, shape, offset) in zip(arrays, layout):
+        target = np.ndarray(shape, dtype, buffer=slot, offset=offset)
+        np.copyto(target, a, casting="no")
+
+
+def rebuild(skeleton: tuple, leaves: list) -> Any:
+    """The result that ``skeleton`` describes, with ``leaves[k]`` as its k-th array."""
+    tag = skeleton[0]
+    if tag == "a":
+        return leaves[skeleton[1]]
+    if tag == "v":
+        return skeleton[1]
+    if tag == "t":
+        return tuple(rebuild(node, leaves) for node in skeleton[1])
+    if tag == "l":
+        return [rebuild(node, leaves) for node in skeleton[1]]
+    if tag == "d":
+        return dict(zip(skeleton[1], (rebuild(node, leaves) for node in skeleton[2])))
+    return skeleton[1](*(rebuild(node, leaves) for node in skeleton[2]))  # namedtuple
+
+
+def signature(skeleton: tuple, layout: list) -> str:
+    """What must stay the same from one fixed-shape batch to the next, readable: ``(float64 (64, 248), int64 (64,))``."""
+
+    def describe(node) -> str:
+        tag = node[0]
+        if tag == "a":
+            dtype, shape, _ = layout[node[1]]
+            return f"{dtype} {shape}"
+        if tag == "v":
+            return type(node[1]).__name__
+        if tag == "d":
+            return "{" + ", ".join(f"{k!r}: {describe(n)}" for k, n in zip(node[1], node[2])) + "}"
+        inner = ", ".join(describe(n) for n in (node[2] if tag == "n" else node[1]))
+        return f"[{inner}]" if tag == "l" else f"({inner})"
+
+    return describe(skeleton)

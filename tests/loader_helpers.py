@@ -1,0 +1,82 @@
+"""Functions for loader tests. They live in a module of their own so that spawned workers can import them."""
+
+import os
+import signal
+import threading
+
+import numpy as np
+
+import lazyseq
+
+
+def square(x):
+    return x * x
+
+
+def fail_on_seven(x):
+    if x == 7:
+        raise ValueError(f"bad value {x}")
+    return x
+
+
+class Unpicklable(Exception):
+    """An exception whose constructor takes two arguments: unpickling it fails."""
+
+    def __init__(self, code, detail):
+        super().__init__(f"code {code}: {detail}")
+
+
+def raise_unpicklable(x):
+    raise Unpicklable(3, f"item {x}")
+
+
+def return_unpicklable(x):
+    return threading.Lock()
+
+
+def die_on(target, how):
+    def item(x):
+        if x == target:
+            if how == "sigkill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            elif how == "exit":
+                os._exit(3)
+            elif how == "segfault":
+                import ctypes
+
+                ctypes.string_at(0)
+        return x
+
+    return item
+
+
+WORKER_STATE = {}
+
+
+def remember_worker(index):
+    WORKER_STATE["index"] = index
+
+
+def worker_index(_):
+    return WORKER_STATE.get("index")
+
+
+def nested(i):
+    """A result mixing arrays of several dtypes, strings, numbers, dicts and lists."""
+    return {
+        "x": np.full((3, 2), i, dtype=np.float32),
+        "pair": (np.arange(i % 4, dtype=np.int16), f"item-{i}"),
+        "more": [i, np.bool_(i % 2), np.array(["a", "bc"], dtype=object)],
+        "empty": np.zeros((0, 5)),
+    }
+
+
+def noisy(i):
+    """A random transform made deterministic with lazyseq.rng."""
+    return float(i + lazyseq.rng(7, 0, i).normal())
+
+
+def blas_threads(_):
+    from threadpoolctl import threadpool_info
+
+    return sorted({pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"})

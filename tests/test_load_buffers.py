@@ -1,0 +1,148 @@
+"""load_buffers: fixed-shape batches from repeated calls, through reused slots, never overwritten while held."""
+
+import itertools
+import multiprocessing
+import os
+
+import numpy as np
+import pytest
+
+import lazyseq
+
+METHODS = ["thread", "process"]
+START_METHODS = [m for m in ("fork", "forkserver", "spawn") if m in multiprocessing.get_all_start_methods()]
+
+
+class Counter:
+    """Batches that say which worker made them and in which order: ``(x, (pid, count))``."""
+
+    def __init__(self):
+        self.count = itertools.count()
+
+    def __call__(self):
+        n = next(self.count)
+        return np.full((16, 3), n, dtype=np.float32), np.array([os.getpid(), n])
+
+
+def pairs():
+    return {"x": np.ones((4, 2)), "y": np.arange(4, dtype=np.int8), "name": "batch"}
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_batches_are_what_func_returns(method):
+    with lazyseq.load_buffers(pairs, max_cached=3, nworkers=2, method=method) as batches:
+        for batch in itertools.islice(batches, 20):
+            assert list(batch) == ["x", "y", "name"]
+            np.testing.assert_array_equal(batch["x"], np.ones((4, 2)))
+            assert batch["y"].dtype == np.int8 and batch["name"] == "batch"
+
+
+@pytest.mark.parametrize("start_method", START_METHODS)
+def test_every_start_method_works_with_a_lambda(start_method):
+    offset = 10
+    func = lambda: np.arange(5) + offset  # noqa: E731
+    with lazyseq.load_buffers(func, nworkers=2, method="process", start_method=start_method) as batches:
+        assert [list(next(batches)) for _ in range(3)] == [[10, 11, 12, 13, 14]] * 3
+
+
+def test_a_batch_is_not_overwritten_while_it_is_held():
+    """Keep the last ``max_cached - 1`` batches, or every batch: each keeps its own values."""
+    with lazyseq.load_buffers(Counter(), max_cached=4, nworkers=2, method="process") as batches:
+        recent = []
+        for batch in itertools.islice(batches, 60):
+            recent = (recent + [batch])[-3:]
+            for x, (_, n) in recent:
+                assert (x == n).all()
+        hoard = list(itertools.islice(batches, 30))  # more than the slots: the extra ones are pickled
+        assert all((x == n).all() for x, (_, n) in hoard)
+        assert len({(int(pid), int(n)) for _, (pid, n) in hoard}) == 30
+
+
+def test_batches_from_slots_are_views_and_copy_gives_owned_arrays():
+    with lazyseq.load_buffers(Counter(), max_cached=2, method="process") as batches:
+        next(batches), next(batches)  # the batches asked for before the first one came back are pickled
+        x, _ = next(batches)
+        assert not x.flags.owndata
+    with lazyseq.load_buffers(Counter(), max_cached=2, method="process", copy=True) as batches:
+        x, info = next(batches)
+        assert x.flags.owndata and info.flags.owndata
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_batch_of_another_shape_is_a_clear_error(method):
+    sizes = iter([4, 4, 3, 4])
+
+    def func():
+        return np.zeros((next(sizes, 4), 2)), np.zeros(2, dtype=np.int64)
+
+    with lazyseq.load_buffers(func, max_cached=2, nworkers=1, method=method, start_method=None) as batches:
+        next(batches), next(batches)
+        with pytest.raises(ValueError) as info:
+            next(batches)
+    assert str(info.value) == (
+        "load_buffers: batch 2 is (float64 (3, 2), int64 (2,)), but the first batch was "
+        "(float64 (4, 2), int64 (2,)); func must return batches of fixed shapes and dtypes"
+    )
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_an_exception_in_func_is_raised_for_that_batch_and_iteration_goes_on(method):
+    calls = itertools.count()
+
+    def func():
+        if next(calls) == 1:
+            raise ValueError("no data")
+        return np.zeros(3)
+
+    start_method = "fork" if method == "process" else None
+    with lazyseq.load_buffers(func, max_cached=2, nworkers=1, method=method, start_method=start_method) as batches:
+        outcomes = []
+        for _ in range(4):
+            try:
+                outcomes.append(next(batches).shape)
+            except lazyseq.EvaluationError as error:
+                outcomes.append(str(error))
+                assert type(error.__cause__) is ValueError
+    assert "failed to compute load_buffers batch 1" in outcomes[1] and outcomes[1].endswith("ValueError: no data")
+    assert outcomes[0] == outcomes[2] == outcomes[3] == (3,)
+
+
+def test_closing_ends_iteration_and_stops_the_workers():
+    batches = lazyseq.load_buffers(Counter(), nworkers=2, method="process")
+    next(batches)
+    batches.close()
+    batches.close()
+    assert list(batches) == [] and multiprocessing.active_children() == []
+    assert repr(batches) == "load_buffers(Counter, max_cached=2)  [closed]"
+
+
+def test_bad_arguments():
+    with pytest.raises(TypeError, match="load_buffers: func must be callable, got list"):
+        lazyseq.load_buffers([1])
+    with pytest.raises(ValueError, match="load_buffers: max_cached must be a positive integer, got 0"):
+        lazyseq.load_buffers(pairs, max_cached=0)
+    with pytest.raises(ValueError, match="load_buffers: nworkers must be at least 1"):
+        lazyseq.load_buffers(pairs, nworkers=0)
+
+
+def test_the_shared_pool_is_checked_against_free_memory(monkeypatch):
+    from lazyseq.loading import shared_slots
+
+    monkeypatch.setattr(shared_slots, "available_shared_memory", lambda: 10_000)
+    with lazyseq.load_buffers(lambda: np.zeros(100_000), max_cached=3, method="process", start_method="fork") as b:
+        with pytest.raises(
+            MemoryError,
+            match=r"load_buffers: the shared-memory pool needs 2\.6 MiB \(3 slots of 0\.86 MiB\) but only 0\.0 MiB",
+        ):
+            next(b)
+    assert multiprocessing.active_children() == []
+
+
+def test_blas_threads_in_worker_processes_are_set_and_overridable():
+    pytest.importorskip("threadpoolctl")
+    from loader_helpers import blas_threads
+
+    with lazyseq.load_buffers(lambda: blas_threads(0), method="process", blas_threads=1) as batches:
+        assert next(batches) in ([], [1])
+    with lazyseq.prefetch(lazyseq.smap(blas_threads, range(2)), nworkers=2, method="process", blas_threads=2) as p:
+        assert p[0] in ([], [2])

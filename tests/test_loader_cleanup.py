@@ -1,0 +1,83 @@
+"""Nothing is left behind: no thread, no child process, no shared memory, no file descriptor."""
+
+import gc
+import multiprocessing
+import os
+import threading
+
+import numpy as np
+import pytest
+from loader_helpers import square
+
+import lazyseq
+
+
+def lazyseq_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("lazyseq-")]
+
+
+def shm_entries():
+    return sorted(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else []
+
+
+def open_fds():
+    return len(os.listdir(f"/proc/{os.getpid()}/fd"))
+
+
+@pytest.fixture
+def clean():
+    """Check that a test leaves no worker, segment or descriptor behind."""
+    gc.collect()
+    before = (shm_entries(), open_fds())
+    yield
+    gc.collect()
+    assert lazyseq_threads() == []
+    assert multiprocessing.active_children() == []
+    assert shm_entries() == before[0]
+    assert open_fds() <= before[1]
+
+
+def test_hundreds_of_thread_loaders_leave_nothing(clean):
+    source = lazyseq.smap(square, range(50))
+    for k in range(300):
+        with lazyseq.prefetch(source, nworkers=2) as ahead:
+            assert ahead[k % 50] == (k % 50) ** 2
+        with lazyseq.load_buffers(lambda: np.zeros(4), nworkers=2) as batches:
+            next(batches)
+
+
+def test_hundreds_of_process_loaders_leave_nothing(clean):
+    source = lazyseq.smap(lambda i: np.full(64, i), range(40))
+    for k in range(100):
+        with lazyseq.prefetch(source, nworkers=2, method="process", start_method="fork", max_buffered=4) as ahead:
+            batch = ahead[k % 40]  # held past close: its memory stays valid
+        assert (batch == k % 40).all()
+        with lazyseq.load_buffers(lambda: np.zeros(256), nworkers=2, method="process", start_method="fork") as b:
+            next(b), next(b), next(b)
+        del batch
+
+
+def test_garbage_collection_stops_the_workers(clean):
+    for method in ("thread", "process"):
+        ahead = lazyseq.prefetch(lazyseq.smap(square, range(100)), nworkers=2, method=method)
+        assert ahead[10] == 100
+        batches = lazyseq.load_buffers(lambda: np.ones(3), nworkers=2, method=method)
+        next(batches)
+        del ahead, batches
+
+
+def test_an_iteration_abandoned_halfway_leaves_nothing_once_closed(clean):
+    with lazyseq.prefetch(lazyseq.smap(square, range(1000)), nworkers=2, method="process") as ahead:
+        for x in ahead:
+            if x > 100:
+                break
+
+
+def test_an_error_in_a_worker_leaves_nothing(clean):
+    def broken(x):
+        raise RuntimeError("broken")
+
+    for method in ("thread", "process"):
+        with lazyseq.prefetch(lazyseq.smap(broken, range(10)), nworkers=2, method=method) as ahead:
+            with pytest.raises(lazyseq.EvaluationError):
+                list(ahead)

@@ -1,0 +1,177 @@
+"""Failures in workers: every one reaches the consumer, named, and nothing hangs."""
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+from loader_helpers import (
+    Unpicklable,
+    die_on,
+    fail_on_seven,
+    raise_unpicklable,
+    return_unpicklable,
+)
+
+import lazyseq
+
+METHODS = ["thread", "process"]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_an_exception_in_a_worker_names_the_item_and_the_chain(method):
+    pipeline = lazyseq.batch(lazyseq.smap(fail_on_seven, range(20)), 4)
+    with lazyseq.prefetch(pipeline, nworkers=2, method=method) as ahead:
+        with pytest.raises(lazyseq.EvaluationError) as info:
+            ahead[1]
+        assert str(info.value) == (
+            "failed to compute prefetch[1] -> batch[1] -> smap(fail_on_seven)[7]: ValueError: bad value 7"
+        )
+        cause = info.value.__cause__
+        assert type(cause) is ValueError and str(cause) == "bad value 7"
+        if method == "process":  # the worker's traceback comes along as a note
+            assert "in fail_on_seven" in cause.__notes__[0] and "raised in worker process" in cause.__notes__[0]
+        # the loader stays usable, for the other items and for iteration past the failure
+        assert list(ahead[2]) == [8, 9, 10, 11]
+        items = iter(ahead)
+        assert list(next(items)) == [0, 1, 2, 3]
+        with pytest.raises(lazyseq.EvaluationError, match=r"prefetch\[1\]"):
+            next(items)
+        assert [list(b) for b in items] == [[8, 9, 10, 11], [12, 13, 14, 15], [16, 17, 18, 19]]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_passthrough_raises_the_original_exception_with_the_chain_as_a_note(method):
+    previous = lazyseq.seterr("passthrough")
+    try:
+        with lazyseq.prefetch(lazyseq.smap(fail_on_seven, range(10)), nworkers=1, method=method) as ahead:
+            with pytest.raises(ValueError, match="bad value 7") as info:
+                ahead[7]
+        assert "while computing prefetch[7] -> smap(fail_on_seven)[7]" in info.value.__notes__
+    finally:
+        lazyseq.seterr(previous)
+
+
+def test_an_exception_that_cannot_be_pickled_arrives_with_its_name_message_and_traceback():
+    with lazyseq.prefetch(lazyseq.smap(raise_unpicklable, range(3)), nworkers=1, method="process") as ahead:
+        with pytest.raises(lazyseq.EvaluationError) as info:
+            ahead[2]
+    assert str(info.value) == (
+        "failed to compute prefetch[2] -> smap(raise_unpicklable)[2]: RemoteError: Unpicklable: code 3: item 2"
+    )
+    cause = info.value.__cause__
+    assert type(cause) is lazyseq.RemoteError and cause.type_name == "Unpicklable"
+    assert 'raise Unpicklable(3, f"item {x}")' in cause.__notes__[0]
+    with lazyseq.prefetch(lazyseq.smap(raise_unpicklable, range(3)), nworkers=1) as ahead:
+        with pytest.raises(lazyseq.EvaluationError) as info:
+            ahead[0]
+    assert type(info.value.__cause__) is Unpicklable  # threads hand over the exception itself
+
+
+def test_a_result_that_cannot_be_pickled_is_an_error_for_that_item_only():
+    source = lazyseq.smap(return_unpicklable, range(3))
+    with lazyseq.prefetch(source, nworkers=1, method="process", start_method="fork") as ahead:
+        with pytest.raises(lazyseq.EvaluationError, match=r"prefetch\[1\]: TypeError: the result cannot be sent"):
+            ahead[1]
+
+
+def test_a_pipeline_that_cannot_be_pickled_is_reported_before_workers_start_naming_the_part():
+    lock = threading.Lock()
+    pipeline = lazyseq.smap(lambda x: x if lock else None, range(4)).batch(2)
+    with pytest.raises(TypeError, match=r"prefetch: cannot send the smap\(.*<lambda>\) view to worker processes"):
+        lazyseq.prefetch(pipeline, nworkers=2, method="process", start_method="spawn")
+    assert multiprocessing.active_children() == []
+    with lazyseq.prefetch(pipeline, nworkers=2, method="process", start_method="fork") as ahead:
+        assert list(ahead[1]) == [2, 3]  # forked workers inherit the pipeline: nothing is pickled
+
+
+@pytest.mark.parametrize(
+    "how, code", [("sigkill", "signal SIGKILL"), ("exit", "exit code 3"), ("segfault", "signal SIGSEGV")]
+)
+def test_a_worker_that_dies_is_reported_with_its_pid_and_exit_code(how, code):
+    ahead = lazyseq.prefetch(lazyseq.smap(die_on(5, how), range(20)), nworkers=2, method="process", start_method="fork")
+    with pytest.raises(lazyseq.WorkerDied) as info:
+        list(ahead)
+    message = str(info.value)
+    assert message.startswith("prefetch: worker process ") and f"died with {code} while computing item" in message
+    assert "(pid " in message
+    assert not ahead.workers_running and multiprocessing.active_children() == []
+    ahead.close()
+
+
+def test_a_failing_start_hook_is_a_loader_error():
+    def hook(index):
+        raise OSError("no GPU here")
+
+    for method in METHODS:
+        ahead = lazyseq.prefetch(range(5), nworkers=2, method=method, start_hook=hook)
+        with pytest.raises(lazyseq.LoaderError, match="prefetch: start_hook failed in worker") as info:
+            ahead[0]
+        assert isinstance(info.value.__cause__, OSError)
+        assert not ahead.workers_running
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_keyboard_interrupt_stops_the_loader_at_once(method):
+    """The consumer is interrupted while it waits (a notebook's stop button): workers stop, the view restarts later."""
+
+    def interrupt(x):
+        if x == 3:
+            os.kill(os.getppid() if method == "process" else os.getpid(), signal.SIGINT)
+            time.sleep(5)  # the consumer does not wait for this item
+        return x
+
+    ahead = lazyseq.prefetch(lazyseq.smap(interrupt, range(6)), nworkers=1, method=method, start_method=None)
+    with pytest.raises(KeyboardInterrupt):
+        list(ahead)
+    assert not ahead.workers_running
+    assert multiprocessing.active_children() == []
+
+
+ORPHAN_SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    import lazyseq
+
+    def slow(x):
+        time.sleep(0.05)
+        return x
+
+    if __name__ == "__main__":
+        ahead = lazyseq.prefetch(lazyseq.smap(slow, range(10**6)), nworkers=2, method="process",
+                                 start_method=sys.argv[1])
+        ahead[0]
+        print(*ahead._schedule.workers.pids, flush=True)
+        time.sleep(600)
+    """
+)
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_workers_exit_when_the_parent_is_killed(start_method, tmp_path):
+    script = tmp_path / "parent.py"
+    script.write_text(ORPHAN_SCRIPT)
+    parent = subprocess.Popen([sys.executable, str(script), start_method], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in parent.stdout.readline().split()]
+        assert len(pids) == 2
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)  # polling an outside condition, with a deadline
+    assert not any(_alive(pid) for pid in pids)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False
