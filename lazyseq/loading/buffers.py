@@ -210,7 +210,7 @@ def load_buffers(
     ...     return data[picks], picks
     >>> with lazyseq.load_buffers(sample, max_cached=4, nworkers=2) as batches:
     ...     x, i = next(batches)
-    ...     (x == i).all(), x.shape
+    ...     bool((x == i).all()), x.shape
     (True, (8,))
     """
     return BufferLoader(func, max_cached, nworkers, method, start_hook, copy, start_method, blas_threads)
