@@ -205,6 +205,11 @@ class _Schedule:
         if i not in ready and i not in self._pending:
             self._submit(i)  # before the items expected next, so that it is computed first
         self._plan(i)
+        if i not in ready:
+            done = self.workers.run_here(i)  # rather than wait while it is still queued
+            if done is not None:
+                self._pending.discard(i)
+                ready[i] = done
         while i not in ready:
             if i not in self._pending:  # not asked for yet, or skipped after a cancel that came too late
                 self._submit(i)

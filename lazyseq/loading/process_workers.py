@@ -99,6 +99,10 @@ class ProcessWorkers:
     def resume(self, task) -> None:
         """Nothing to undo: see ``cancel``."""
 
+    def run_here(self, task) -> None:
+        """A task sent to a process cannot be taken back: the caller waits for it."""
+        return None
+
     def poll(self, timeout: float) -> list:
         ready = wait([*self._conns, *self._sentinels], timeout)
         found = []

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ALIGN", "flatten", "layout_of", "rebuild", "signature", "write_arrays"]
+__all__ = ["ALIGN", "flatten", "layout_of", "place_in_slot", "rebuild", "signature"]
 
 ALIGN = 64  # bytes: each array starts on a cache line
 
@@ -51,11 +51,29 @@ def layout_of(arrays: list[np.ndarray]) -> tuple[list[tuple[np.dtype, tuple, int
     return layout, offset
 
 
-def write_arrays(slot: np.ndarray, arrays: list[np.ndarray], layout: list) -> None:
-    """Copy ``arrays`` into the bytes of ``slot`` (a ``uint8`` array) as ``layout`` says."""
-    for a, (dtype, shape, offset) in zip(arrays, layout):
-        target = np.ndarray(shape, dtype, buffer=slot, offset=offset)
-        np.copyto(target, a, casting="no")
+def place_in_slot(slot: np.ndarray, arrays: list[np.ndarray]) -> list | None:
+    """Put ``arrays`` in ``slot`` (bytes); their ``(dtype, shape, offset)`` each, or None if they do not fit.
+
+    Arrays already written in the slot (see :func:`lazyseq.views.chunks.writing_into`)
+    stay where they are; the others are copied after them.
+    """
+    base, size = slot.ctypes.data, len(slot)
+    placed: list = [None] * len(arrays)
+    free = 0
+    for k, a in enumerate(arrays):
+        offset = a.ctypes.data - base
+        if 0 <= offset < size and a.flags.c_contiguous:
+            placed[k] = (a.dtype, a.shape, offset)
+            free = max(free, offset + a.nbytes)
+    for k, a in enumerate(arrays):
+        if placed[k] is None:
+            offset = -(-free // ALIGN) * ALIGN
+            if offset + a.nbytes > size:
+                return None
+            np.copyto(np.ndarray(a.shape, a.dtype, buffer=slot, offset=offset), a, casting="no")
+            placed[k] = (a.dtype, a.shape, offset)
+            free = offset + a.nbytes
+    return placed
 
 
 def rebuild(skeleton: tuple, leaves: list) -> Any:

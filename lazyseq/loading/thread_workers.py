@@ -18,17 +18,24 @@ JOIN_SECONDS = 1.0
 
 
 class ThreadWorkers:
-    """``count`` threads that take tasks from one queue, so the least busy thread takes the next."""
+    """``count`` threads that take tasks from one queue, so the least busy thread takes the next.
+
+    A task still in the queue can be cancelled, or taken back by the consumer
+    to compute it itself (:meth:`run_here`): a consumer that would otherwise
+    wait for it then gets it sooner, and is never slower than without workers.
+    """
 
     def __init__(self, job, count: int, start_hook, owner: str) -> None:
         self._owner = owner
+        self._job = job
         self._tasks: queue.SimpleQueue = queue.SimpleQueue()
         self._results: queue.SimpleQueue = queue.SimpleQueue()
-        self._cancelled: set = set()
+        self._tickets: dict = {}  # task -> its latest _Ticket
+        self._started: list[int] = []  # workers whose start hook has run
         self._threads = [
             threading.Thread(
                 target=_serve,
-                args=(k, job, start_hook, self._tasks, self._results, self._cancelled),
+                args=(k, job, start_hook, self._tasks, self._results, self._started),
                 name=f"lazyseq-{owner}-{k}",
                 daemon=True,
             )
@@ -39,16 +46,34 @@ class ThreadWorkers:
         self.closed = False
 
     def submit(self, task, arg) -> None:
-        self._cancelled.discard(task)
-        self._tasks.put((task, arg))
+        ticket = _Ticket(task, arg)
+        self._tickets[task] = ticket
+        self._tasks.put(ticket)
 
     def cancel(self, task) -> None:
-        """Skip ``task`` if no thread has started it yet."""
-        self._cancelled.add(task)
+        """Skip ``task`` if no thread has started it yet (a "skipped" result says so)."""
+        ticket = self._tickets.get(task)
+        if ticket is not None:
+            ticket.move("queued", "cancelled")
 
     def resume(self, task) -> None:
-        """Undo ``cancel`` (too late if a thread already skipped the task: it then reports "skipped")."""
-        self._cancelled.discard(task)
+        """Undo ``cancel``, unless a thread already skipped the task."""
+        ticket = self._tickets.get(task)
+        if ticket is not None:
+            ticket.move("cancelled", "queued")
+
+    def run_here(self, task) -> tuple | None:
+        """Compute ``task`` in the calling thread if no worker has started it: ``(status, value)``, else None."""
+        if len(self._started) < len(self._threads):  # a start hook may yet fail: let the workers report it
+            return None
+        ticket = self._tickets.get(task)
+        if ticket is None or not ticket.move("queued", "taken"):
+            return None
+        del self._tickets[task]
+        try:
+            return ("ok", self._job(ticket.arg))
+        except Exception as error:
+            return ("error", error)
 
     def poll(self, timeout: float) -> list:
         results = self._results
@@ -63,11 +88,16 @@ class ThreadWorkers:
                 found.append(results.get_nowait())
             except queue.Empty:
                 break
-        for task, status, value in found:
+        delivered = []
+        tickets = self._tickets
+        for ticket, status, value in found:
             if status == "hook_failed":
                 self.close()
-                raise LoaderError(f"{self._owner}: start_hook failed in worker thread {task}") from value
-        return found
+                raise LoaderError(f"{self._owner}: start_hook failed in worker thread {ticket.task}") from value
+            if tickets.get(ticket.task) is ticket:
+                del tickets[ticket.task]
+            delivered.append((ticket.task, status, value))
+        return delivered
 
     def close(self) -> None:
         if self.closed:
@@ -81,27 +111,44 @@ class ThreadWorkers:
                 thread.join(JOIN_SECONDS)
 
 
-def _serve(index: int, job, start_hook, tasks, results, cancelled) -> None:
+class _Ticket:
+    """One submitted task and where it stands: queued, running, cancelled or taken by the consumer."""
+
+    __slots__ = ("task", "arg", "state", "lock")
+
+    def __init__(self, task, arg) -> None:
+        self.task, self.arg, self.state = task, arg, "queued"
+        self.lock = threading.Lock()
+
+    def move(self, expected: str, new: str) -> bool:
+        with self.lock:
+            if self.state != expected:
+                return False
+            self.state = new
+            return True
+
+
+def _serve(index: int, job, start_hook, tasks, results, started: list) -> None:
     if start_hook is not None:
         try:
             start_hook(index)
         except BaseException as error:
-            results.put((index, "hook_failed", error))
+            results.put((_Ticket(index, None), "hook_failed", error))
             return
+    started.append(index)
     while True:
-        item = tasks.get()
-        if item is None:
+        ticket = tasks.get()
+        if ticket is None:
             return
-        task, arg = item
-        if task in cancelled:
-            cancelled.discard(task)
-            results.put((task, "skipped", None))
-            continue
+        if not ticket.move("queued", "running"):
+            if ticket.move("cancelled", "skipped"):
+                results.put((ticket, "skipped", None))
+            continue  # or taken: the consumer computed it
         try:
-            value = job(arg)
+            value = job(ticket.arg)
         except BaseException as error:  # whatever it is, the consumer must hear of it
-            results.put((task, "error", error))
+            results.put((ticket, "error", error))
             del error
             continue
-        results.put((task, "ok", value))
+        results.put((ticket, "ok", value))
         del value  # hold no reference to a delivered item between tasks

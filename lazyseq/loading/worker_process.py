@@ -16,9 +16,10 @@ import threading
 import time
 from multiprocessing.reduction import recv_handle
 
+from ..views.chunks import writing_into
 from .failures import capture
 from .shared_slots import WorkerSlots
-from .structure import flatten, layout_of, write_arrays
+from .structure import flatten, layout_of, place_in_slot
 
 __all__ = ["run_worker"]
 
@@ -49,6 +50,7 @@ def run_worker(index: int, conn, job, start_hook, blas_threads: int) -> None:
         conn.send(("hook_failed", index, capture(error)))
         return
     conn.send(("ready", index, os.getpid()))
+    in_place = getattr(job, "writes_in_place", False)
     slots = None
     while True:
         try:
@@ -59,7 +61,11 @@ def run_worker(index: int, conn, job, start_hook, blas_threads: int) -> None:
         if tag == "run":
             _, task, arg, slot = message
             try:
-                result = job(arg)
+                if slot >= 0 and slots is not None and in_place:
+                    with writing_into(slots.slot(slot)):
+                        result = job(arg)
+                else:
+                    result = job(arg)
             except Exception as error:
                 conn.send(("failed", task, slot, capture(error)))
                 continue
@@ -73,11 +79,12 @@ def run_worker(index: int, conn, job, start_hook, blas_threads: int) -> None:
 def _send_result(conn, task, slot: int, result, slots: WorkerSlots | None) -> None:
     arrays: list = []
     skeleton = flatten(result, arrays)
-    layout, needed = layout_of(arrays)
-    if arrays and slot >= 0 and slots is not None and needed <= slots.slot_bytes:
-        write_arrays(slots.slot(slot), arrays, layout)
-        conn.send(("shared", task, slot, skeleton, layout))
-        return
+    if arrays and slot >= 0 and slots is not None:
+        layout = place_in_slot(slots.slot(slot), arrays)
+        if layout is not None:
+            conn.send(("shared", task, slot, skeleton, layout))
+            return
+    needed = layout_of(arrays)[1]
     try:
         conn.send(("pickled", task, slot, result, needed))
     except Exception as error:  # pickling failed before anything was written: the stream is intact

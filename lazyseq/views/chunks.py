@@ -14,13 +14,58 @@ chunk is already columnar.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from numbers import Number
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Columns", "default_collate", "chunk_rows", "chunk_to_batch", "pad_chunk", "scatter"]
+__all__ = [
+    "Columns",
+    "default_collate",
+    "chunk_rows",
+    "chunk_to_batch",
+    "new_rows",
+    "pad_chunk",
+    "scatter",
+    "writing_into",
+]
+
+ALIGN = 64  # bytes: where each array placed in an output buffer starts
+
+_output = threading.local()  # the buffer that new_rows() fills, while writing_into() is active
+
+
+def new_rows(shape: tuple, dtype) -> np.ndarray:
+    """An uninitialized array for a vectorized read: ``np.empty``, or room in the active output buffer.
+
+    A worker process that knows its result is exactly the arrays these reads
+    produce (see :mod:`lazyseq.loading.jobs`) lets them write straight into
+    shared memory, saving one copy of every batch.
+    """
+    buffer = getattr(_output, "buffer", None)
+    if buffer is not None:
+        dtype = np.dtype(dtype)
+        nbytes = dtype.itemsize
+        for extent in shape:
+            nbytes *= extent
+        start = -(-_output.used // ALIGN) * ALIGN
+        if start + nbytes <= len(buffer):
+            _output.used = start + nbytes
+            return np.ndarray(shape, dtype, buffer=buffer, offset=start)
+    return np.empty(shape, dtype)
+
+
+@contextmanager
+def writing_into(buffer: np.ndarray) -> Iterator[None]:
+    """Within the block, :func:`new_rows` places arrays one after the other in ``buffer`` (bytes) while they fit."""
+    _output.buffer, _output.used = buffer, 0
+    try:
+        yield
+    finally:
+        _output.buffer = None
 
 
 class Columns:

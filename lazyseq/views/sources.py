@@ -9,6 +9,7 @@ import numpy as np
 
 from .arange import ArangeView
 from .base import View
+from .chunks import new_rows
 from .keys import Positions
 
 __all__ = ["ArraySource", "SequenceSource", "as_view", "view"]
@@ -35,11 +36,13 @@ class ArraySource(View):
         return self._array[i]
 
     def _get_many(self, idx: Positions) -> np.ndarray:
+        array = self._array
+        out = new_rows((len(idx),) + array.shape[1:], array.dtype)
         if type(idx) is range:
-            if idx.step == 1:
-                return self._array[idx.start : idx.stop].copy()
-            return self._array[idx.start :: idx.step][: len(idx)].copy()
-        return self._array.take(idx, axis=0)
+            rows = array[idx.start : idx.stop] if idx.step == 1 else array[idx.start :: idx.step][: len(idx)]
+            np.copyto(out, rows)
+            return out
+        return array.take(idx, axis=0, out=out)
 
     def _set(self, i: int, value: Any) -> None:
         self._array[i] = value
