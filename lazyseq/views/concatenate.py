@@ -10,7 +10,7 @@ import numpy as np
 
 from .base import View
 from .chunks import scatter
-from .keys import Positions
+from .keys import Positions, compose, positions_array
 from .sources import as_view
 
 __all__ = ["ConcatenateView", "concatenate"]
@@ -60,9 +60,7 @@ class ConcatenateView(View):
             if first[0] == last[0]:  # one part holds them all: a shifted range
                 offset = self._starts[first[0]]
                 return parts[first[0]]._get_many(range(idx.start - offset, idx.stop - offset, idx.step))
-            idx = np.arange(idx.start, idx.stop, idx.step, dtype=np.intp)
-        elif type(idx) is range:
-            idx = np.arange(0, dtype=np.intp)
+        idx = positions_array(idx)
         which = self._bounds_array.searchsorted(idx, side="right")
         local = idx - self._starts_array[which]
         # With many parts, visit only those that hold requested items.
@@ -79,7 +77,7 @@ class ConcatenateView(View):
         for p in present:
             where = (which == p).nonzero()[0]
             if len(where):
-                pieces.append(parts[p]._get_many(local[where]))
+                pieces.append(parts[p]._get_many(compose(local, where)))  # intp again where they fit
                 positions.append(where)
         if not pieces:
             return parts[0]._get_many(idx) if parts else []

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from .base import View
-from .keys import Positions, array_key, compose
+from .keys import Positions, array_key, compose, shift, tidy
 from .sources import as_view
 
 __all__ = ["GatherView", "StridedView", "gather", "take"]
@@ -24,6 +24,8 @@ class GatherView(View):
     kind = "gather"
 
     def __init__(self, parent: View, positions: Positions) -> None:
+        if type(positions) is range:
+            positions = tidy(positions)
         if type(parent) is GatherView:
             positions = compose(parent._positions, positions)
             parent = parent._parent
@@ -74,10 +76,7 @@ class StridedView(View):
         return self._parent._get(self._start + i * self._step)
 
     def _get_many(self, idx: Positions):
-        start, step = self._start, self._step
-        if type(idx) is range:
-            return self._parent._get_many(range(start + step * idx.start, start + step * idx.stop, step * idx.step))
-        return self._parent._get_many(start + step * idx)
+        return self._parent._get_many(shift(self._start, self._step, idx))
 
     def _set(self, i: int, value: Any) -> None:
         self._parent._set(self._start + i * self._step, value)
@@ -109,7 +108,7 @@ def gather(sequence: Sequence, indexes: Sequence[int]) -> View:
     if isinstance(indexes, range) and _within(indexes, parent._len):
         return GatherView(parent, indexes)
     if not isinstance(indexes, (list, np.ndarray)):
-        indexes = np.fromiter((int(j) for j in indexes), dtype=np.intp, count=len(indexes))
+        indexes = list(indexes)
     return GatherView(parent, array_key(indexes, parent._len, "gather"))
 
 

@@ -1,37 +1,106 @@
 """Index arithmetic shared by every view: keys to positions, and positions composed.
 
-A set of positions is either a ``range`` (slices stay ranges, however they are
-nested) or a read-only 1-D ``np.ndarray`` of ``intp``.
+A set of positions is one of
+
+- a ``range`` (slices stay ranges, however they are nested), with step 1
+  whenever it holds at most one position (``range(0)`` when empty), so that
+  a step no int64 can hold never reaches numpy;
+- a read-only 1-D ``np.ndarray`` of ``intp``, the common case, read with
+  vectorized numpy calls;
+- a 1-D ``np.ndarray`` of Python ints (dtype ``object``), only when some
+  position does not fit in an ``intp``. That happens only on infinite views,
+  and every function here turns such an array back into ``intp`` as soon as
+  its positions fit again, so finite views never see one.
 """
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
-__all__ = ["Positions", "compose", "positions_array", "array_key"]
+__all__ = ["Positions", "array_key", "compose", "modulo", "positions_array", "shift", "tidy"]
 
 Positions = range | np.ndarray
+
+_LOW, _HIGH = int(np.iinfo(np.intp).min), int(np.iinfo(np.intp).max)
+_EMPTY = np.empty(0, dtype=np.intp)
+_EMPTY.flags.writeable = False
+
+
+def _fit(*values: int) -> bool:
+    return _LOW <= min(values) and max(values) <= _HIGH
+
+
+def _from_ints(values) -> np.ndarray:
+    """Python ints as positions: ``intp`` if they all fit, Python ints otherwise."""
+    if not len(values):
+        return _EMPTY
+    values = np.asarray(values, dtype=object)
+    return values.astype(np.intp) if _fit(values.min(), values.max()) else values
+
+
+def _narrow(positions: np.ndarray) -> np.ndarray:
+    """``positions`` as ``intp`` again if they are Python ints that all fit."""
+    return _from_ints(positions) if positions.dtype.hasobject else positions
+
+
+def tidy(positions: range) -> range:
+    """The same positions, with step 1 when there is at most one: that step means nothing and may not fit."""
+    if len(positions) > 1:
+        return positions
+    return range(positions.start, positions.start + 1) if positions else range(0)
 
 
 def compose(outer: Positions, inner: Positions) -> Positions:
     """``outer[inner]``: the positions that ``inner`` selects among ``outer``."""
     if type(inner) is range:
         if type(outer) is range:
-            length = len(inner)
-            step = outer.step * inner.step
-            start = outer.start + outer.step * inner.start if length else 0
-            return range(start, start + length * step, step) if length else range(0)
+            return shift(outer.start, outer.step, inner)
+        if len(inner) <= 1:
+            inner = tidy(inner)
         # A plain slice with a negative stop would wrap around: slice by start then cut.
-        return outer[inner.start :: inner.step][: len(inner)]
+        positions = outer[inner.start :: inner.step][: len(inner)]
+        return _from_ints(positions) if positions.dtype.hasobject else positions  # _narrow, inlined: the batch path
     if type(outer) is range:
-        return outer.start + outer.step * inner
-    return outer[inner]
+        if not len(inner):
+            return _EMPTY
+        # ``inner`` holds indexes of ``outer``, so every result lies between its ends.
+        if not inner.dtype.hasobject and _fit(outer.start, outer.step, outer[-1]):
+            return outer.start + outer.step * inner
+        return _narrow(outer.start + outer.step * inner.astype(object))
+    return _narrow(outer[inner])
+
+
+def shift(start: int, step: int, idx: Positions) -> Positions:
+    """``start + step * idx``: the positions of items ``idx`` of the view ``start, start + step, ...``."""
+    if type(idx) is range:
+        return tidy(range(start + step * idx.start, start + step * idx.stop, step * idx.step))
+    if not len(idx):
+        return _EMPTY
+    ends = (start + step * int(idx.min()), start + step * int(idx.max()))
+    if not idx.dtype.hasobject and _fit(start, step, *ends):
+        # Exact even if ``step * idx`` overflows: intp arithmetic wraps modulo 2**64, and the results fit.
+        return start + step * idx
+    return _narrow(start + step * idx.astype(object))
+
+
+def modulo(idx: Positions, period: int) -> np.ndarray:
+    """``idx % period`` as ``intp`` positions, whatever the size of ``idx``."""
+    positions = positions_array(idx) % period
+    return positions.astype(np.intp) if positions.dtype.hasobject else positions
 
 
 def positions_array(positions: Positions) -> np.ndarray:
-    """The positions as an ``intp`` array."""
+    """The positions as an array: ``intp`` unless some do not fit."""
     if type(positions) is range:
-        return np.arange(positions.start, positions.stop, positions.step, dtype=np.intp)
+        if not positions:
+            return _EMPTY
+        if _fit(positions.start, positions.step, positions[-1]):
+            return np.arange(
+                positions.start, positions.start + len(positions) * positions.step, positions.step, dtype=np.intp
+            )
+        return np.array(positions, dtype=object)
     return positions
 
 
@@ -44,20 +113,41 @@ def array_key(key, length: int | None, label: str) -> np.ndarray:
         if length is None or len(keys) != length:
             raise IndexError(f"{label}: boolean mask of length {len(keys)} does not match length {length}")
         positions = np.flatnonzero(keys)
-    elif keys.dtype.kind in "iu" or len(keys) == 0:
+    elif len(keys) == 0 or keys.dtype.kind == "i" or (keys.dtype.kind == "u" and keys.max() <= _HIGH):
         positions = keys.astype(np.intp, copy=True)
-        if len(positions):
-            negative = positions < 0
-            if negative.any():
-                if length is None:
-                    raise TypeError(
-                        f"{label}: negative index {keys[negative][0]} needs a length, but the view is infinite"
-                    )
-                positions[negative] += length
-            bad = (positions < 0) if length is None else (positions < 0) | (positions >= length)
-            if bad.any():
-                raise IndexError(f"{label} index {keys[bad][0]} out of range for length {length}")
+        negative = positions < 0
+        if negative.any():
+            if length is None:
+                raise TypeError(f"{label}: negative index {keys[negative][0]} needs a length, but the view is infinite")
+            positions[negative] += length
+        bad = (positions < 0) if length is None else (positions < 0) | (positions >= length)
+        if bad.any():
+            raise IndexError(f"{label} index {keys[bad][0]} out of range for length {length}")
+    elif keys.dtype.kind == "u" or keys.dtype == object or isinstance(key, list):
+        # Indices no int64 holds: numpy gives uint64, float64 or object arrays; read the Python values instead.
+        values = keys.tolist() if isinstance(key, np.ndarray) else key
+        positions = _python_positions(values, length, label, keys.dtype)
     else:
         raise TypeError(f"{label} indices must be integers, slices or integer arrays, not an array of {keys.dtype}")
     positions.flags.writeable = False
     return positions
+
+
+def _python_positions(values, length: int | None, label: str, dtype) -> np.ndarray:
+    """``array_key`` for integers of any size, one at a time, with the same errors."""
+    positions = []
+    for value in values:
+        try:
+            j = operator.index(value)
+        except TypeError:
+            raise TypeError(
+                f"{label} indices must be integers, slices or integer arrays, not an array of {dtype}"
+            ) from None
+        if j < 0:
+            if length is None:
+                raise TypeError(f"{label}: negative index {j} needs a length, but the view is infinite")
+            j += length
+        if j < 0 or (length is not None and j >= length):
+            raise IndexError(f"{label} index {operator.index(value)} out of range for length {length}")
+        positions.append(j)
+    return _from_ints(positions)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .base import View
-from .keys import Positions, positions_array
+from .keys import Positions, modulo
 from .sources import as_view
 
 __all__ = ["CycleView", "RepeatView", "cycle", "repeat"]
@@ -44,7 +44,7 @@ class CycleView(View):
         if type(idx) is range and idx.step == 1 and idx and idx.start // self._period == (idx.stop - 1) // self._period:
             offset = idx.start - idx.start % self._period
             return self._parent._get_many(range(idx.start - offset, idx.stop - offset))
-        return self._parent._get_many(positions_array(idx) % self._period)
+        return self._parent._get_many(modulo(idx, self._period))
 
     def _set(self, i: int, value: Any) -> None:
         self._parent._set(i % self._period, value)
