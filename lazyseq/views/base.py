@@ -199,12 +199,25 @@ class View(Fluent, Sequence):
 
     def _assign_all(self, values) -> None:
         n = self._need_length("assignment")
+        values = self._values_to_assign(values)
         if len(values) != n:
             raise ValueError(
                 f"cannot assign {len(values)} values to a {self._label()} of {n} items: views cannot change length"
             )
-        for i in range(n):
-            self._set(i, values[i])
+        for i, value in enumerate(values):
+            self._set(i, value)
+
+    def _values_to_assign(self, values) -> list:
+        """All the values, read before any is written (they may be a view of the same data), like list and numpy."""
+        if isinstance(values, np.ndarray):
+            values = values.copy()  # its rows would be views of memory that the writes may change
+        try:
+            iterator = iter(values)
+        except TypeError:
+            raise TypeError(
+                f"can only assign an iterable of values to a {self._label()}, not {type(values).__name__}"
+            ) from None
+        return list(iterator)
 
     # -- display ------------------------------------------------------------
 
