@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from . import errors
+from .errors import EndOfData
 from .fluent import Fluent
 from .keys import Positions, array_key
 
@@ -31,6 +32,7 @@ class View(Fluent, Sequence):
 
     kind = "view"
     endless = "is infinite"  # why a view without a length has none, for error messages
+    _length_unknown = False  # True for sources that end where their data ends, found by reading (uniter)
     _len: int | None
     _parents: tuple[View, ...] = ()
 
@@ -59,7 +61,11 @@ class View(Fluent, Sequence):
         if self._len is None:
             i = 0
             while True:
-                yield get(i)
+                try:
+                    item = get(i)
+                except EndOfData:  # data of unknown length ended: iteration stops there, as for a list
+                    return
+                yield item
                 i += 1
         for i in range(self._len):
             yield get(i)
@@ -86,6 +92,13 @@ class View(Fluent, Sequence):
     def is_infinite(self) -> bool:
         """Whether the view has no end."""
         return self._len is None
+
+    def _may_end(self) -> bool:
+        """Whether this view without a length reads data whose end is only found by reading past it.
+
+        Reading past that end raises :class:`~lazyseq.views.errors.EndOfData`.
+        """
+        return self._len is None and (self._length_unknown or any(p._may_end() for p in self._parents))
 
     def _need_length(self, what: str) -> int:
         if self._len is None:

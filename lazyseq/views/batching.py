@@ -8,6 +8,7 @@ from typing import Any
 
 from .base import View
 from .chunks import chunk_rows, chunk_to_batch, pad_chunk
+from .errors import EndOfData
 from .keys import Positions
 from .sources import as_view
 
@@ -35,6 +36,8 @@ class BatchView(View):
         self._collate_fn = collate_fn
         n = parent._len
         self._len = None if n is None else (n // k if drop_last else -(-n // k))
+        # Data of unknown length may end inside a batch: such a batch is read item by item, to find where.
+        self._may_stop = parent._may_end()
 
     def _span(self, i: int) -> range:
         start = i * self._k
@@ -44,13 +47,29 @@ class BatchView(View):
 
     def _get(self, i: int) -> Any:
         span = self._span(i)
-        chunk = self._parent._get_many(span)
+        if self._may_stop:
+            chunk = self._read_until_end(i, span)
+            span = span[: len(chunk)]
+        else:
+            chunk = self._parent._get_many(span)
         missing = self._k - len(span)
         if missing and self._pad is not None:
             chunk = pad_chunk(chunk, self._pad, missing)
         if self._collate_fn is not None:
             return self._collate_fn(chunk_rows(chunk))
         return chunk_to_batch(chunk)
+
+    def _read_until_end(self, i: int, span: range) -> list:
+        """The items of ``span`` up to the end of the data: the last batch may be short, or dropped."""
+        items = []
+        for j in span:
+            try:
+                items.append(self._parent._get(j))
+            except EndOfData:
+                if not items or self._drop_last:
+                    raise EndOfData(f"batch index {i} out of range: the data ended before item {j}") from None
+                break
+        return items
 
     def _set(self, i: int, value: Any) -> None:
         span = self._span(i)

@@ -26,6 +26,7 @@ class UniterView(View):
 
     kind = "uniter"
     endless = "has no known length"
+    _length_unknown = True
 
     def __init__(self, iterable: Iterable, cache_size: int, n_parallel: int, size: int | None) -> None:
         if not isinstance(iterable, Iterable):
@@ -45,6 +46,7 @@ class UniterView(View):
         self._cursors: list[list] = []  # [next position, iterator, last use]
         self._cache: OrderedDict[int, Any] = OrderedDict()
         self._clock = 0
+        self._end: int | None = None  # where a one-shot iterator ended: it cannot start over to find out again
         self._lock = threading.Lock()
 
     def _get(self, i: int) -> Any:
@@ -52,6 +54,8 @@ class UniterView(View):
             if i in self._cache:
                 self._cache.move_to_end(i)
                 return self._cache[i]
+            if self._end is not None and i >= self._end:
+                raise self._ended(i, self._end)
             cursor = self._cursor_for(i)
             self._clock += 1
             cursor[2] = self._clock
@@ -61,6 +65,8 @@ class UniterView(View):
                     item = next(cursor[1])
                 except StopIteration:
                     self._cursors.remove(cursor)
+                    if self._one_shot:
+                        self._end = position
                     raise self._ended(i, position) from None
                 except Exception:  # a failed iterator cannot go on
                     self._cursors.remove(cursor)
