@@ -21,3 +21,18 @@ def test_view_benchmark_quick_run():
     ).stdout
     assert "| create smap(f, data)" in out
     assert "collate + gather + batch -> (X, y), vs numpy" in out
+
+
+def test_loading_benchmark_quick_run():
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    out = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_loading.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    ).stdout
+    assert "| 1. loader-bound, processes vs numpy loop" in out
+    assert "| 5. first batch, threads" in out
+    assert "leftover workers after closing every loader: none" in out

@@ -1,0 +1,828 @@
+"""How fast lazyseq's background loaders are, next to seqtools 1.4.1, torch's DataLoader and plain loops.
+
+    python benchmarks/bench_loading.py            # a few minutes
+    python benchmarks/bench_loading.py --quick    # under a minute: a smoke test, numbers too rough to quote
+    python benchmarks/bench_loading.py --only 3   # one workload
+
+Every tool gets 2 workers and 10 items in flight. As in ``bench_views.py``,
+every comparison is a ratio of timings taken in the same run, the contenders
+taking turns (see :func:`measure`); a loader is started, read and stopped in
+each timed run, but the time to stop it is not counted. Five workloads:
+
+1. loader-bound: random batches of 256 rows from 18,000 x 248 float64 samples
+   in four memory-mapped ``.npy`` files, read by a consumer that does nothing;
+2. a training loop: ``GaussianNB.partial_fit`` on random batches of 64, where
+   a good loader costs the consumer (almost) nothing;
+3. a costly per-sample transform, pure Python (holds the GIL: processes) or
+   numpy (releases it: threads): speedup over reading synchronously;
+4. overlap: producer and consumer each take 5 ms a batch, so a loader that
+   overlaps them perfectly takes as long as the consumer alone;
+5. time from creating a loader to holding its first batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import gc
+import itertools
+import logging
+import multiprocessing
+import os
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager as ContextManager
+from dataclasses import dataclass
+from importlib.metadata import version
+from typing import Any
+
+import numpy as np
+import seqtools
+
+import lazyseq
+
+# torch and scikit-learn are imported where they are used: a spawned worker re-imports this module,
+# and should pay only for what a user's script would import.
+
+CHUNK_ROWS = (5000, 5000, 5000, 3000)
+WIDTH = 248
+N_CLASSES = 10
+WORKERS = 2
+IN_FLIGHT = 10  # max_buffered, max_cached, 2 workers x prefetch_factor 5
+LOADER_BATCH = 256
+FIT_BATCH = 64
+TRANSFORM_BATCH = 32
+SAMPLE_SECONDS = 1e-3  # cost of the per-sample transform in workload 3
+STEP_SECONDS = 5e-3  # producer and consumer cost per batch in workload 4
+
+
+@dataclass(frozen=True)
+class Settings:
+    repeats: int
+    loader_batches: int  # workload 1, per timed run
+    fit_steps: int  # workload 2
+    transform_batches: int  # workload 3
+    overlap_batches: int  # workload 4
+    first_batch_repeats: int  # workload 5
+
+
+FULL = Settings(
+    repeats=3, loader_batches=5_000, fit_steps=4_000, transform_batches=40, overlap_batches=100, first_batch_repeats=7
+)
+QUICK = Settings(
+    repeats=1, loader_batches=300, fit_steps=300, transform_batches=8, overlap_batches=40, first_batch_repeats=2
+)
+
+
+# -- timing -----------------------------------------------------------------------
+
+Loader = Callable[[int], ContextManager[Iterable]]  # opens a loader of n batches; closing it stops its workers
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds per unit of work (one batch, one step) over the repeats."""
+
+    best: float
+    median: float
+
+
+def run_through(open_loader: Loader, units: int, consume: Callable[[Any], object] | None = None) -> float:
+    """Seconds from opening the loader to having consumed its ``units`` batches (stopping it is not counted)."""
+    start = time.perf_counter()
+    with open_loader(units) as batches:
+        if consume is None:
+            for _ in batches:
+                pass
+        else:
+            for batch in batches:
+                consume(batch)
+            del batch
+        elapsed = time.perf_counter() - start
+    del batches
+    gc.collect()  # now: a loader left in a reference cycle would be inherited by the next forked worker
+    return elapsed
+
+
+def measure(
+    loaders: dict[str, Loader],
+    units: int,
+    repeats: int,
+    consume: Callable[[Any], object] | None = None,
+    warm_units: int = 20,
+) -> dict[str, Timing]:
+    """Time each loader reading ``units`` batches, ``repeats`` times; seconds per unit.
+
+    The contenders take turns, repeat after repeat, so that a slow spell of a
+    shared machine slows them all rather than whichever ran during it. Unlike
+    ``bench_views.measure`` garbage collection stays on (loaders and their
+    workers are real programs); a collection follows every timed run.
+    """
+    for open_loader in loaders.values():
+        run_through(open_loader, min(units, warm_units), consume)  # page the maps in, import what workers need
+    samples: dict[str, list[float]] = {name: [] for name in loaders}
+    for _ in range(repeats):
+        for name, open_loader in loaders.items():
+            samples[name].append(run_through(open_loader, units, consume) / units)
+    return {name: Timing(min(times), statistics.median(times)) for name, times in samples.items()}
+
+
+def first_batches(loaders: dict[str, Loader], count: int = 2) -> dict[str, list]:
+    """The first ``count`` batches of each loader, as numpy arrays (tensors converted)."""
+    heads = {}
+    for name, open_loader in loaders.items():
+        with open_loader(count) as batches:
+            heads[name] = [as_numpy(b) for b in itertools.islice(batches, count)]
+        del batches
+        gc.collect()
+    return heads
+
+
+def same_batches(loaders: dict[str, Loader], count: int = 2) -> None:
+    """Fail loudly if the contenders do not produce the same first batches: their timings would mean nothing."""
+    heads = first_batches(loaders, count)
+    reference_name, reference = next(iter(heads.items()))
+    for name, head in heads.items():
+        for got, want in zip(head, reference, strict=True):
+            got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
+            if not all(np.allclose(g, w) for g, w in zip(got, want, strict=True)):
+                raise AssertionError(f"{name} and {reference_name} disagree on the first batches")
+
+
+def as_numpy(batch):
+    if isinstance(batch, (tuple, list)):
+        return tuple(as_numpy(b) for b in batch)
+    return np.asarray(batch).copy()  # a copy: the batch may live in a shared slot that its loader reuses
+
+
+# -- loaders ----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def plain(batches: Iterable) -> Iterator[Iterable]:
+    yield batches
+
+
+@contextlib.contextmanager
+def lazyseq_prefetch(view, method: str, **options) -> Iterator[Iterable]:
+    with lazyseq.prefetch(view, nworkers=WORKERS, method=method, max_buffered=IN_FLIGHT, **options) as ahead:
+        yield ahead
+
+
+@contextlib.contextmanager
+def seqtools_prefetch(seq, method: str, shm_size: int = 0) -> Iterator[Iterable]:
+    # seqtools has no close(): its workers stop when the prefetch object is garbage collected.
+    ahead = seqtools.prefetch(seq, nworkers=WORKERS, method=method, max_buffered=IN_FLIGHT, shm_size=shm_size)
+    try:
+        yield ahead
+    finally:
+        del ahead
+
+
+@contextlib.contextmanager
+def torch_loader(dataset, **options) -> Iterator[Iterable]:
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(dataset, num_workers=WORKERS, prefetch_factor=IN_FLIGHT // WORKERS, **options)
+    batches = iter(loader)
+    try:
+        yield batches
+    finally:
+        batches._shutdown_workers()  # as its __del__ does; here at once, even when not read to the end
+        del batches
+
+
+def seqtools_shm_size(batch_bytes: int) -> int:
+    """Room for every buffered batch (seqtools splits ``shm_size`` into ``max_buffered`` slots), plus 1/8."""
+    return IN_FLIGHT * (batch_bytes + batch_bytes // 8 + 4096)
+
+
+def stack(samples: list) -> np.ndarray:
+    return np.stack(samples)
+
+
+def stack_fields(samples: list) -> tuple[np.ndarray, np.ndarray]:
+    return np.stack([s[0] for s in samples]), np.stack([s[1] for s in samples])
+
+
+# -- results ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Result:
+    """One line of the summary: how lazyseq compares with a reference, and whether the target is met."""
+
+    measure: str
+    lazyseq: str
+    reference: str
+    ratio: str
+    target: str
+    met: bool | None  # None: for information, no target
+
+
+def table(header: list[str], rows: list[list[str]], markdown: bool = False) -> str:
+    """Rows aligned in columns; in markdown, a pipe table."""
+    widths = [max(len(row[c]) for row in [header, *rows]) for c in range(len(header))]
+    if markdown:
+        lines = [header, ["-" * w for w in widths], *rows]
+        return "\n".join("| " + " | ".join(cell.ljust(w) for cell, w in zip(line, widths)) + " |" for line in lines)
+    lines = [header, *rows]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines)
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f} ms"
+
+
+def print_timings(
+    title: str, timings: dict[str, Timing], unit: str, extra: Callable[[Timing], str] | None = None
+) -> None:
+    print(f"\n{title}")
+    header = ["contender", f"best per {unit}", f"median per {unit}"]
+    rows = [[name, ms(t.best), ms(t.median)] for name, t in timings.items()]
+    if extra is not None:
+        header.append("")
+        for row, t in zip(rows, timings.values()):
+            row.append(extra(t))
+    print(table(header, rows))
+
+
+# -- data -------------------------------------------------------------------------
+
+
+def write_samples(folder: str) -> tuple[list[str], str]:
+    """18,000 x 248 float64 samples in four ``.npy`` files, and their int labels in ``labels.npy``."""
+    rng = np.random.default_rng(0)
+    n_samples = sum(CHUNK_ROWS)
+    labels = rng.integers(N_CLASSES, size=n_samples)
+    means = rng.standard_normal((N_CLASSES, WIDTH)) * 3
+    paths, first = [], 0
+    for k, rows in enumerate(CHUNK_ROWS):
+        samples = means[labels[first : first + rows]] + rng.standard_normal((rows, WIDTH))
+        paths.append(os.path.join(folder, f"data_{k:02d}.npy"))
+        np.save(paths[-1], samples)
+        first += rows
+    labels_path = os.path.join(folder, "labels.npy")
+    np.save(labels_path, labels)
+    return paths, labels_path
+
+
+def numpy_batches(maps: list[np.ndarray], order: np.ndarray, size: int) -> Iterator[np.ndarray]:
+    """Batches of the rows at ``order`` of the maps end to end, written by hand (``order`` holds whole batches)."""
+    arrays = [np.asarray(m) for m in maps]  # plain ndarrays: indexing an np.memmap wraps every result
+    lengths = np.array([len(a) for a in arrays])
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    for first in range(0, len(order), size):
+        rows = order[first : first + size]
+        part = ends.searchsorted(rows, side="right")
+        local = rows - starts[part]
+        out = np.empty((len(rows),) + arrays[0].shape[1:], dtype=arrays[0].dtype)
+        for p, array in enumerate(arrays):
+            where = (part == p).nonzero()[0]
+            if len(where):
+                out[where] = array.take(local[where], axis=0)
+        yield out
+
+
+class MapBatches:
+    """A map-style torch Dataset whose item ``b`` is batch ``b`` (used with ``batch_size=None``)."""
+
+    def __init__(self, maps: list[np.ndarray], order: np.ndarray, size: int, tensors: bool = False) -> None:
+        self.maps, self.order, self.size, self.tensors = maps, order, size, tensors
+
+    def __len__(self) -> int:
+        return len(self.order) // self.size
+
+    def __getitem__(self, b: int):
+        rows = self.order[b * self.size : (b + 1) * self.size]
+        batch = next(numpy_batches(self.maps, rows, self.size))
+        if self.tensors:
+            import torch
+
+            return torch.from_numpy(batch)
+        return batch
+
+
+# -- 1. loader-bound: random batches from memory maps --------------------------------------
+
+
+def bench_loader_bound(paths: list[str], settings: Settings) -> list[Result]:
+    n = settings.loader_batches
+    maps = [np.load(p, mmap_mode="r") for p in paths]
+    data = lazyseq.open_npy(paths)
+    order = np.random.default_rng(1).integers(len(data), size=n * LOADER_BATCH)
+    batch_bytes = LOADER_BATCH * WIDTH * 8
+    concat = seqtools.concatenate(maps)
+
+    def rows(k: int) -> np.ndarray:
+        return order[: k * LOADER_BATCH]
+
+    def view(k: int):
+        return data.gather(rows(k)).batch(LOADER_BATCH)
+
+    def seqtools_view(k: int):
+        return seqtools.batch(seqtools.gather(concat, rows(k)), LOADER_BATCH, collate_fn=stack)
+
+    loaders: dict[str, Loader] = {
+        "numpy loop": lambda k: plain(numpy_batches(maps, rows(k), LOADER_BATCH)),
+        "lazyseq synchronous": lambda k: plain(view(k)),
+        "lazyseq prefetch threads": lambda k: lazyseq_prefetch(view(k), "thread"),
+        "lazyseq prefetch processes": lambda k: lazyseq_prefetch(view(k), "process"),
+        "seqtools prefetch threads": lambda k: seqtools_prefetch(seqtools_view(k), "thread"),
+        "seqtools prefetch processes": lambda k: seqtools_prefetch(
+            seqtools_view(k), "process", seqtools_shm_size(batch_bytes)
+        ),
+        "torch DataLoader": lambda k: torch_loader(MapBatches(maps, rows(k), LOADER_BATCH), batch_size=None),
+        "torch DataLoader, tensors": lambda k: torch_loader(
+            MapBatches(maps, rows(k), LOADER_BATCH, tensors=True), batch_size=None
+        ),
+    }
+    same_batches(loaders)
+    timings = measure(loaders, n, settings.repeats, warm_units=50)
+
+    def speed(t: Timing) -> str:
+        return f"{batch_bytes / t.best / 1e9:.2f} GB/s (best)"
+
+    spec = "" if n >= 20_000 else f" ({n:,} rather than 20,000 per run, to keep the whole run short)"
+    print_timings(
+        f"1. Loader-bound{spec}: {n:,} random batches of {LOADER_BATCH} x {WIDTH} float64 from memory maps, "
+        "consumer does nothing",
+        timings,
+        "batch",
+        speed,
+    )
+    hand, sync = timings["numpy loop"], timings["lazyseq synchronous"]
+    results = []
+    for method in ("threads", "processes"):
+        lazy = timings[f"lazyseq prefetch {method}"]
+        other = timings[f"seqtools prefetch {method}"]
+        gbs = f"{batch_bytes / lazy.best / 1e9:.2f} GB/s"
+        results += [
+            Result(
+                f"1. loader-bound, {method} vs synchronous",
+                gbs,
+                f"sync {batch_bytes / sync.best / 1e9:.2f} GB/s",
+                f"{sync.best / lazy.best:.2f}",
+                ">= 1.00",
+                sync.best / lazy.best >= 1.0,
+            ),
+            Result(
+                f"1. loader-bound, {method} vs numpy loop",
+                gbs,
+                f"numpy {batch_bytes / hand.best / 1e9:.2f} GB/s",
+                f"{hand.best / lazy.best:.2f}",
+                ">= 0.90",
+                hand.best / lazy.best >= 0.9,
+            ),
+            Result(
+                f"1. loader-bound, {method} vs seqtools",
+                gbs,
+                f"seqtools {batch_bytes / other.best / 1e9:.2f} GB/s",
+                f"{other.best / lazy.best:.2f}",
+                "-",
+                None,
+            ),
+        ]
+    torch_best = min(timings["torch DataLoader"].best, timings["torch DataLoader, tensors"].best)
+    lazy = timings["lazyseq prefetch processes"]
+    results.append(
+        Result(
+            "1. loader-bound, processes vs torch DataLoader",
+            f"{batch_bytes / lazy.best / 1e9:.2f} GB/s",
+            f"torch {batch_bytes / torch_best / 1e9:.2f} GB/s",
+            f"{torch_best / lazy.best:.2f}",
+            "-",
+            None,
+        )
+    )
+    return results
+
+
+# -- 2. a training loop: GaussianNB.partial_fit ----------------------------------------------
+
+
+class RandomBatches:
+    """``func`` for load_buffers: a batch of ``size`` samples drawn at random with ``np.random``."""
+
+    def __init__(self, samples, size: int) -> None:
+        self.samples, self.size = samples, size
+
+    def __call__(self):
+        picks = np.random.randint(len(self.samples), size=self.size)
+        return self.samples.gather(picks).batch(self.size)[0]
+
+
+def seed_worker(index: int) -> None:
+    np.random.seed(1000 + index)  # forked workers would otherwise draw the same batches
+
+
+@contextlib.contextmanager
+def lazyseq_buffers(func, method: str, steps: int) -> Iterator[Iterable]:
+    with lazyseq.load_buffers(
+        func, max_cached=IN_FLIGHT, nworkers=WORKERS, method=method, start_hook=seed_worker
+    ) as batches:
+        yield itertools.islice(batches, steps)
+
+
+def bench_training_loop(paths: list[str], labels_path: str, settings: Settings) -> list[Result]:
+    from sklearn.naive_bayes import GaussianNB
+
+    n = settings.fit_steps
+    maps = [np.load(p, mmap_mode="r") for p in paths]
+    labels = np.load(labels_path)
+    data = lazyseq.open_npy(paths)
+    train = lazyseq.collate([data, labels])
+    order = np.random.default_rng(2).integers(len(data), size=n * FIT_BATCH)
+    classes = np.arange(N_CLASSES)
+    # In-memory batches for the consumer alone, cycled: a pool as large as the loaders' slots would be
+    # unfair to them (it stays in cache), one batch per step would take half a gigabyte.
+    pool = [tuple(np.array(a) for a in b) for b in train.gather(order[: 256 * FIT_BATCH]).batch(FIT_BATCH)]
+    model: list = []
+
+    def fit(batch) -> None:
+        model[0].partial_fit(batch[0], batch[1], classes=classes)
+
+    def fresh(loader: Callable[[int], ContextManager[Iterable]]) -> Loader:
+        def open_loader(k: int):
+            model[:] = [GaussianNB()]
+            return loader(k)
+
+        return open_loader
+
+    def view(k: int):
+        return train.gather(order[: k * FIT_BATCH]).batch(FIT_BATCH)
+
+    def seqtools_view(k: int):
+        samples = seqtools.collate([seqtools.concatenate(maps), labels])
+        return seqtools.batch(seqtools.gather(samples, order[: k * FIT_BATCH]), FIT_BATCH, collate_fn=stack_fields)
+
+    func = RandomBatches(train, FIT_BATCH)
+    batch_bytes = FIT_BATCH * (WIDTH * 8 + 8)
+    loaders = {
+        "consumer alone": fresh(lambda k: plain(itertools.islice(itertools.cycle(pool), k))),
+        "lazyseq synchronous": fresh(lambda k: plain(view(k))),
+        "lazyseq load_buffers processes": fresh(lambda k: lazyseq_buffers(func, "process", k)),
+        "lazyseq load_buffers threads": fresh(lambda k: lazyseq_buffers(func, "thread", k)),
+        "lazyseq prefetch processes": fresh(lambda k: lazyseq_prefetch(view(k), "process")),
+        "seqtools prefetch processes": fresh(
+            lambda k: seqtools_prefetch(seqtools_view(k), "process", seqtools_shm_size(batch_bytes))
+        ),
+    }
+    timings = measure(loaders, n, settings.repeats, consume=fit)
+    alone = timings["consumer alone"]
+
+    def ratio(t: Timing) -> str:
+        return f"{t.best / alone.best:.3f} x consumer alone"
+
+    print_timings(
+        f"2. Training loop: {n:,} GaussianNB.partial_fit steps on random batches of {FIT_BATCH} "
+        "(seqtools 1.4.1 has no load_buffers: its prefetch reads pre-drawn batches)",
+        timings,
+        "step",
+        ratio,
+    )
+    background = [name for name in timings if name.startswith("lazyseq") and "synchronous" not in name]
+    best = min(background, key=lambda name: timings[name].best)
+    lazy, other = timings[best], timings["seqtools prefetch processes"]
+    return [
+        Result(
+            f"2. partial_fit loop, best loader ({best.removeprefix('lazyseq ')})",
+            ms(lazy.best) + "/step",
+            f"alone {ms(alone.best)}/step",
+            f"{lazy.best / alone.best:.3f}",
+            "<= 1.10",
+            lazy.best / alone.best <= 1.10,
+        ),
+        Result(
+            "2. partial_fit loop, seqtools prefetch processes",
+            ms(lazy.best) + "/step",
+            f"seqtools {ms(other.best)}/step",
+            f"{other.best / alone.best:.3f} vs alone",
+            "-",
+            None,
+        ),
+    ]
+
+
+# -- 3. a costly per-sample transform ----------------------------------------------------------
+
+
+def spin(sample: np.ndarray, loops: int) -> np.ndarray:
+    """Pure Python busy work (it holds the GIL), about ``SAMPLE_SECONDS`` per call."""
+    total = 0
+    for k in range(loops):
+        total += k
+    return sample + (total & 1)
+
+
+def ufunc_work(sample: np.ndarray, values: np.ndarray, every: int) -> np.ndarray:
+    """Numpy busy work that releases the GIL: a ufunc over a large array, then a reduction."""
+    return sample + np.sin(values + sample[0]).reshape(-1, every).sum(axis=1)[: len(sample)]
+
+
+def calibrate(work: Callable[[int], object], guess: int) -> int:
+    """The size that makes ``work(size)`` take about ``SAMPLE_SECONDS`` (best of a few calls)."""
+    size = guess
+    for _ in range(3):
+        best = min(_timed(work, size) for _ in range(5))
+        size = max(1, int(size * SAMPLE_SECONDS / best))
+    return size
+
+
+def _timed(work: Callable[[int], object], size: int) -> float:
+    start = time.perf_counter()
+    work(size)
+    return time.perf_counter() - start
+
+
+class TransformedSamples:
+    """A per-sample torch Dataset: ``transform(samples[i])``."""
+
+    def __init__(self, samples: np.ndarray, transform) -> None:
+        self.samples, self.transform = samples, transform
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i: int):
+        return self.transform(self.samples[i])
+
+
+def bench_transforms(settings: Settings) -> list[Result]:
+    n = settings.transform_batches
+    samples = np.random.default_rng(3).standard_normal((n * TRANSFORM_BATCH, 8))
+    loops = calibrate(lambda size: spin(samples[0], size), 20_000)
+    every = 8
+    block = calibrate(lambda size: ufunc_work(samples[0], np.ones(size * every), every), 5_000)
+    values = np.random.default_rng(4).standard_normal(block * every)
+    transforms = {
+        "pure Python (holds the GIL)": (functools.partial(spin, loops=loops), "process"),
+        "numpy (releases the GIL)": (functools.partial(ufunc_work, values=values, every=every), "thread"),
+    }
+    results = []
+    for label, (transform, method) in transforms.items():
+
+        def view(k: int, transform=transform):
+            return lazyseq.smap(transform, samples[: k * TRANSFORM_BATCH]).batch(TRANSFORM_BATCH)
+
+        def seqtools_view(k: int, transform=transform):
+            return seqtools.batch(
+                seqtools.smap(transform, samples[: k * TRANSFORM_BATCH]), TRANSFORM_BATCH, collate_fn=stack
+            )
+
+        plural = {"thread": "threads", "process": "processes"}[method]
+        loaders: dict[str, Loader] = {
+            "synchronous": lambda k, view=view: plain(view(k)),
+            f"lazyseq prefetch {plural}": lambda k, view=view, method=method: lazyseq_prefetch(view(k), method),
+            f"seqtools prefetch {plural}": lambda k, seqtools_view=seqtools_view, method=method: seqtools_prefetch(
+                seqtools_view(k), method
+            ),
+        }
+        if method == "process":
+            loaders["torch DataLoader"] = lambda k, transform=transform: torch_loader(
+                TransformedSamples(samples[: k * TRANSFORM_BATCH], transform), batch_size=TRANSFORM_BATCH
+            )
+        same_batches(loaders)
+        timings = measure(loaders, n, settings.repeats, warm_units=2)
+        sync = timings["synchronous"]
+        print_timings(
+            f"3. Per-sample transform, {label}: ~{SAMPLE_SECONDS * 1e3:.0f} ms a sample, "
+            f"{n} batches of {TRANSFORM_BATCH}",
+            timings,
+            "batch",
+            lambda t, sync=sync: f"{sync.best / t.best:.2f}x synchronous",
+        )
+        lazy = timings[f"lazyseq prefetch {plural}"]
+        references = [name for name in timings if name not in ("synchronous", f"lazyseq prefetch {plural}")]
+        results.append(
+            Result(
+                f"3. {label}, {plural}: speedup",
+                f"{sync.best / lazy.best:.2f}x",
+                ", ".join(f"{name.split()[0]} {sync.best / timings[name].best:.2f}x" for name in references),
+                f"{sync.best / lazy.best:.2f}",
+                ">= 1.90",
+                sync.best / lazy.best >= 1.9,
+            )
+        )
+    return results
+
+
+# -- 4. overlap ----------------------------------------------------------------------------------
+
+
+def slow_batch(i: int) -> np.ndarray:
+    time.sleep(STEP_SECONDS)
+    return np.full((LOADER_BATCH, 8), float(i))
+
+
+class SlowBatches:
+    """A torch Dataset whose batch ``b`` takes ``STEP_SECONDS`` to make."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, b: int) -> np.ndarray:
+        return slow_batch(b)
+
+
+def train_step(batch) -> None:
+    time.sleep(STEP_SECONDS)  # a step that releases the GIL, as a GPU or BLAS step does
+
+
+@contextlib.contextmanager
+def consumed(loader: ContextManager[Iterable]) -> Iterator[Iterable]:
+    """The loader's batches, each handed to ``train_step`` before the next is asked for."""
+    with loader as batches:
+        yield (train_step(batch) for batch in batches)
+
+
+def bench_overlap(settings: Settings) -> list[Result]:
+    n = settings.overlap_batches
+
+    def view(k: int):
+        return lazyseq.smap(slow_batch, range(k))
+
+    loaders: dict[str, Loader] = {
+        "producer alone": lambda k: plain(view(k)),
+        "consumer alone": lambda k: consumed(plain(itertools.repeat(None, k))),
+        "lazyseq prefetch threads": lambda k: consumed(lazyseq_prefetch(view(k), "thread")),
+        "lazyseq prefetch processes": lambda k: consumed(lazyseq_prefetch(view(k), "process")),
+        "seqtools prefetch threads": lambda k: consumed(
+            seqtools_prefetch(seqtools.smap(slow_batch, range(k)), "thread")
+        ),
+        "seqtools prefetch processes": lambda k: consumed(
+            seqtools_prefetch(seqtools.smap(slow_batch, range(k)), "process", seqtools_shm_size(LOADER_BATCH * 8 * 8))
+        ),
+        "torch DataLoader": lambda k: consumed(torch_loader(SlowBatches(k), batch_size=None)),
+    }
+    timings = measure(loaders, n, settings.repeats, warm_units=3)
+    # The ideal, max(producer, consumer) x batches, from the costs as measured: time.sleep overshoots a little.
+    ideal = max(timings["producer alone"].best, timings["consumer alone"].best)
+    print_timings(
+        f"4. Overlap: producer {STEP_SECONDS * 1e3:.0f} ms a batch, consumer {STEP_SECONDS * 1e3:.0f} ms "
+        f"(both sleep), {n} batches; ideal max(producer, consumer) = {ms(ideal)} a batch",
+        timings,
+        "batch",
+        lambda t: f"{t.best / ideal:.3f} x ideal",
+    )
+    results = []
+    for method, reference in (("threads", "seqtools prefetch threads"), ("processes", "torch DataLoader")):
+        lazy, other = timings[f"lazyseq prefetch {method}"], timings[reference]
+        results.append(
+            Result(
+                f"4. overlap 5 ms + 5 ms, {method}",
+                f"{lazy.best / ideal:.3f} x ideal",
+                f"{reference.split()[0]} {other.best / ideal:.3f} x ideal",
+                f"{lazy.best / ideal:.3f}",
+                "<= 1.05",
+                lazy.best / ideal <= 1.05,
+            )
+        )
+    return results
+
+
+# -- 5. time to the first batch --------------------------------------------------------------
+
+
+def time_to_first_batch(open_loader: Loader, repeats: int) -> Timing:
+    times = []
+    for _ in range(repeats):
+        gc.collect()
+        start = time.perf_counter()
+        with open_loader(IN_FLIGHT * 2) as batches:
+            next(iter(batches))
+            times.append(time.perf_counter() - start)
+        del batches
+    gc.collect()
+    return Timing(min(times), statistics.median(times))
+
+
+def bench_first_batch(paths: list[str], settings: Settings) -> list[Result]:
+    maps = [np.load(p, mmap_mode="r") for p in paths]
+    data = lazyseq.open_npy(paths)
+    order = np.random.default_rng(5).integers(len(data), size=IN_FLIGHT * 2 * LOADER_BATCH)
+    view = data.gather(order).batch(LOADER_BATCH)
+    seqtools_view = seqtools.batch(seqtools.gather(seqtools.concatenate(maps), order), LOADER_BATCH, collate_fn=stack)
+    batch_bytes = LOADER_BATCH * WIDTH * 8
+    loaders: dict[str, Loader] = {
+        "lazyseq prefetch threads": lambda k: lazyseq_prefetch(view, "thread"),
+        "lazyseq prefetch processes": lambda k: lazyseq_prefetch(view, "process"),
+        "lazyseq prefetch processes, spawn": lambda k: lazyseq_prefetch(view, "process", start_method="spawn"),
+        "seqtools prefetch threads": lambda k: seqtools_prefetch(seqtools_view, "thread"),
+        "seqtools prefetch processes": lambda k: seqtools_prefetch(
+            seqtools_view, "process", seqtools_shm_size(batch_bytes)
+        ),
+        "torch DataLoader": lambda k: torch_loader(MapBatches(maps, order, LOADER_BATCH), batch_size=None),
+    }
+    first_batches(loaders, 1)  # warm up: imports in this process, the maps paged in
+    samples: dict[str, list[Timing]] = {name: [] for name in loaders}
+    for _ in range(settings.first_batch_repeats):  # contenders take turns, one start each
+        for name, open_loader in loaders.items():
+            samples[name].append(time_to_first_batch(open_loader, 1))
+    timings = {
+        name: Timing(min(t.best for t in ts), statistics.median(t.best for t in ts)) for name, ts in samples.items()
+    }
+    default = multiprocessing.get_start_method()
+    print_timings(
+        f"5. Time to the first batch of {LOADER_BATCH} rows from memory maps (default start method: {default})",
+        timings,
+        "start",
+    )
+    threads, processes = timings["lazyseq prefetch threads"], timings["lazyseq prefetch processes"]
+    spawned = timings["lazyseq prefetch processes, spawn"]
+    return [
+        Result(
+            "5. first batch, threads",
+            ms(threads.best),
+            f"seqtools {ms(timings['seqtools prefetch threads'].best)}",
+            "-",
+            "< 50 ms",
+            threads.best < 0.050,
+        ),
+        Result(
+            f"5. first batch, processes ({default})",
+            ms(processes.best),
+            f"seqtools {ms(timings['seqtools prefetch processes'].best)}, torch {ms(timings['torch DataLoader'].best)}",
+            "-",
+            "< 500 ms",
+            processes.best < 0.5,
+        ),
+        Result(
+            "5. first batch, processes (spawn)",
+            ms(spawned.best),
+            "-",
+            "-",
+            "-",
+            None,
+        ),
+    ]
+
+
+# -- main -------------------------------------------------------------------------------
+
+
+def leftovers() -> str:
+    """Worker processes and threads still alive after every loader was closed."""
+    children = multiprocessing.active_children()
+    threads = [t.name for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive()]
+    if not children and not threads:
+        return "none"
+    return f"{len(children)} processes {[c.name for c in children]}, threads {threads}"
+
+
+def load() -> str:
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg()) + " (1, 5, 15 min)"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a short run, as a smoke test")
+    parser.add_argument("--only", type=int, choices=range(1, 6), help="run one workload (1 to 5)")
+    args = parser.parse_args()
+    settings = QUICK if args.quick else FULL
+    logging.getLogger("seqtools").setLevel(logging.ERROR)  # its warnings when every shared slot is taken
+    import torch
+
+    print(
+        f"lazyseq {lazyseq.__version__}, seqtools {version('seqtools')}, torch {torch.__version__}, "
+        f"numpy {np.__version__}, {os.cpu_count()} cores"
+    )
+    print(
+        f"{WORKERS} workers and {IN_FLIGHT} batches in flight for every loader; {settings.repeats} repeats per "
+        "timing, contenders taking turns; ratios use the best repeat"
+    )
+    print(f"load average before: {load()}")
+    started = time.perf_counter()
+    results: list[Result] = []
+    with tempfile.TemporaryDirectory() as folder:
+        paths, labels_path = write_samples(folder)
+        workloads = {
+            1: lambda: bench_loader_bound(paths, settings),
+            2: lambda: bench_training_loop(paths, labels_path, settings),
+            3: lambda: bench_transforms(settings),
+            4: lambda: bench_overlap(settings),
+            5: lambda: bench_first_batch(paths, settings),
+        }
+        for number, workload in workloads.items():
+            if args.only in (None, number):
+                results += workload()
+                gc.collect()
+    print(f"\nleftover workers after closing every loader: {leftovers()}")
+    print(f"load average after: {load()} (on {os.cpu_count()} cores: above that, other programs competed)")
+    print(f"\nSummary (markdown), {time.perf_counter() - started:.0f} s in all\n")
+    header = ["measure", "lazyseq", "reference", "ratio", "target", "met"]
+    met = {True: "yes", False: "**no**", None: "n/a"}
+    rows = [[r.measure, r.lazyseq, r.reference, r.ratio, r.target, met[r.met]] for r in results]
+    print(table(header, rows, markdown=True))
+
+
+if __name__ == "__main__":
+    main()
