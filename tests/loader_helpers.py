@@ -20,10 +20,11 @@ def fail_on_seven(x):
 
 
 class Unpicklable(Exception):
-    """An exception whose constructor takes two arguments: unpickling it fails."""
+    """An exception that cannot be pickled: it holds a lock (and unpickling would call it with one argument)."""
 
     def __init__(self, code, detail):
         super().__init__(f"code {code}: {detail}")
+        self.lock = threading.Lock()
 
 
 def raise_unpicklable(x):

@@ -178,3 +178,33 @@ def test_memory_maps_travel_to_workers_as_file_locations(tmp_path):
     with lazyseq.prefetch(pipeline, nworkers=2, method="process", start_method="spawn") as ahead:
         for got, expected in zip(ahead, pipeline):
             np.testing.assert_array_equal(got, expected)
+
+
+def structures():
+    """Random results: arrays of assorted dtypes and shapes, strings, numbers, nested in tuples, lists, dicts."""
+    dtypes = st.sampled_from(["int8", "uint16", "int64", "float32", "float64", "bool", "complex64", "U3"])
+    arrays = st.builds(
+        lambda dtype, shape, seed: np.random.default_rng(seed).integers(0, 50, size=shape).astype(dtype),
+        dtypes,
+        st.lists(st.integers(0, 4), max_size=3).map(tuple),
+        st.integers(0, 1000),
+    )
+    leaves = arrays | st.text(max_size=5) | st.integers(-5, 5) | st.floats(allow_nan=False) | st.none()
+    return st.recursive(
+        leaves,
+        lambda inner: (
+            st.tuples(inner, inner)
+            | st.lists(inner, max_size=3)
+            | st.dictionaries(st.text("abc", min_size=1, max_size=2), inner, max_size=3)
+        ),
+        max_leaves=8,
+    )
+
+
+@FEW
+@given(st.lists(structures(), min_size=1, max_size=6), st.sampled_from(WORKERS[:2]))
+def test_random_nested_results_arrive_intact(items, workers):
+    method, start_method = workers
+    with lazyseq.prefetch(items, nworkers=2, method=method, start_method=start_method, max_buffered=2) as ahead:
+        assert all(same(got, expected) for got, expected in zip(ahead, items))
+        assert same(ahead[0], items[0])

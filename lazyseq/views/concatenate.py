@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from .base import View
-from .chunks import scatter
+from .chunks import new_rows, scatter
 from .keys import Positions, compose, positions_array
 from .sources import as_view
 
@@ -67,7 +67,7 @@ class ConcatenateView(View):
         present = range(len(parts)) if len(parts) <= 8 else np.unique(which).tolist()
         arrays = self._arrays
         if arrays is not None:  # rows of arrays alike (open_npy): fill one output, no intermediate chunks
-            out = np.empty((len(idx),) + arrays[0].shape[1:], dtype=arrays[0].dtype)
+            out = new_rows((len(idx),) + arrays[0].shape[1:], arrays[0].dtype)
             for p in present:
                 where = (which == p).nonzero()[0]
                 if len(where):
@@ -93,6 +93,9 @@ class ConcatenateView(View):
 
     def _describe(self) -> str:
         return f"concatenate({len(self._parents)} parts)"
+
+    def __reduce__(self):  # the parts, not the arrays behind them (memory maps pickle small)
+        return (ConcatenateView, (list(self._parents),))
 
 
 def _same_kind_arrays(parts: list[View]) -> list[np.ndarray] | None:

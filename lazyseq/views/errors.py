@@ -72,7 +72,9 @@ def reraise(error: Exception) -> None:
     """Raise ``error`` (caught at a public boundary) the way :func:`seterr` says."""
     if isinstance(error, (EndOfData, LoaderFailure)):
         raise error
-    chain = " -> ".join(part for part in (describe_chain(error.__traceback__), getattr(error, REMOTE_CHAIN, "")) if part)
+    chain = " -> ".join(
+        part for part in (describe_chain(error.__traceback__), getattr(error, REMOTE_CHAIN, "")) if part
+    )
     if _mode == "passthrough":
         if chain:
             error.add_note(f"while computing {chain}")
