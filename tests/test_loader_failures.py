@@ -123,7 +123,7 @@ def test_keyboard_interrupt_stops_the_loader_at_once(method):
     def interrupt(x):
         if x == 3:
             os.kill(os.getppid() if method == "process" else os.getpid(), signal.SIGINT)
-            time.sleep(5)  # the consumer does not wait for this item
+            time.sleep(1)  # the consumer does not wait for this item
         return x
 
     ahead = lazyseq.prefetch(lazyseq.smap(interrupt, range(6)), nworkers=1, method=method, start_method=None)

@@ -195,70 +195,78 @@ class _Schedule:
         self._cancelled: set[int] = set()  # pending items no longer wanted
         self._last = -1  # reads start out assumed to be ascending
         self._step = 1
-        self._steady = True  # whether the last two reads had the same step
+        self._frontier: int | None = None  # the next item to send when reads go on at this step
 
     def get(self, i: int) -> Any:
         step = i - self._last
-        self._steady = step == self._step
+        steady = step == self._step
         self._step, self._last = step, i
-        ready = self._ready
-        if i not in ready and i not in self._pending:
+        ready, pending = self._ready, self._pending
+        if not steady or self._frontier is None:
+            self._replan(i, steady)
+        if i not in ready and i not in pending:
             self._submit(i)  # before the items expected next, so that it is computed first
-        self._plan(i)
-        if i not in ready:
-            done = self.workers.run_here(i)  # rather than wait while it is still queued
-            if done is not None:
-                self._pending.discard(i)
-                ready[i] = done
+        self._extend(i)
         while i not in ready:
-            if i not in self._pending:  # not asked for yet, or skipped after a cancel that came too late
+            if i not in pending:  # skipped after a cancel that came too late
                 self._submit(i)
             for task, status, value in self.workers.poll(POLL_SECONDS):
-                self._pending.discard(task)
-                self._cancelled.discard(task)
-                if status != "skipped":
-                    ready[task] = (status, value)
+                self._arrived(task, status, value)
+            self._extend(i)
         status, value = ready.pop(i)
-        self._plan(i)
+        self._extend(i)
         if status == "error":
             raise value
         return value
+
+    def _arrived(self, task: int, status: str, value: Any) -> None:
+        self._pending.discard(task)
+        self._cancelled.discard(task)
+        if status != "skipped":
+            self._ready[task] = (status, value)
 
     def _submit(self, j: int) -> None:
         self.workers.submit(j, j)
         self._pending.add(j)
 
-    def _plan(self, i: int) -> None:
-        """Keep the items expected next in progress; drop (or cancel) those no longer expected."""
-        ahead = self._ahead(i) if self._steady else []
-        wanted = set(ahead)
-        wanted.add(i)
+    def _replan(self, i: int, steady: bool) -> None:
+        """After a change of pace: drop or cancel what is no longer expected, keep what still is."""
+        ahead = range(i + self._step, self._stop(i), self._step) if steady and self._step else range(0)
         ready, pending, cancelled = self._ready, self._pending, self._cancelled
-        for j in [j for j in ready if j not in wanted]:
+        for j in [j for j in ready if j != i and j not in ahead]:
             del ready[j]
         for j in pending:
-            if j not in wanted and j not in cancelled:
+            if j != i and j not in ahead and j not in cancelled:
                 self.workers.cancel(j)
                 cancelled.add(j)
-        room = self._capacity - len(ready) - len(pending) + len(cancelled)
-        for j in ahead:
-            if room <= 0:
-                break
-            if j in cancelled:  # wanted again before a worker skipped it
-                self.workers.resume(j)
-                cancelled.discard(j)
-            elif j not in ready and j not in pending:
-                self._submit(j)
-                room -= 1
+        for j in [j for j in cancelled if j in ahead]:  # wanted again before a worker skipped it
+            self.workers.resume(j)
+            cancelled.discard(j)
+        self._frontier = i + self._step if len(ahead) else None
 
-    def _ahead(self, i: int) -> list[int]:
-        step, n = self._step, self._length
-        if step == 0:
-            return []
-        stop = i + step * (self._capacity + 1)
-        if n is not None:
-            stop = max(-1, min(n, stop))
-        return list(range(i + step, stop, step))
+    def _extend(self, i: int) -> None:
+        """Send the next expected items, up to ``max_buffered`` computed or in progress."""
+        frontier = self._frontier
+        if frontier is None:
+            return
+        step, stop = self._step, self._stop(i)
+        if (frontier - (i + step)) * step < 0:  # fell behind the reader
+            frontier = i + step
+        ready, pending = self._ready, self._pending
+        room = self._capacity - len(ready) - len(pending) + len(self._cancelled)
+        has_room = self.workers.has_room
+        while room > 0 and (frontier - stop) * step < 0 and has_room():
+            if frontier not in ready and frontier not in pending:
+                self._submit(frontier)
+                room -= 1
+            frontier += step
+        self._frontier = frontier
+
+    def _stop(self, i: int) -> int:
+        """Where the items expected after ``i`` end (exclusive), within the view."""
+        stop = i + self._step * (self._capacity + 1)
+        n = self._length
+        return stop if n is None else max(-1, min(n, stop))
 
 
 def prefetch(

@@ -10,6 +10,8 @@ noticed at once.
 from __future__ import annotations
 
 import multiprocessing
+import pickle
+import select
 from multiprocessing.connection import wait
 from multiprocessing.reduction import send_handle
 
@@ -23,7 +25,15 @@ from .worker_process import run_worker
 
 __all__ = ["ProcessWorkers"]
 
-STOP_SECONDS = 0.5  # grace for workers to finish their task after "stop", before SIGTERM
+STOP_SECONDS = 0.5
+loads = pickle.loads
+
+
+def dumps(message) -> bytes:  # plain pickle: multiprocessing's ForkingPickler costs microseconds per message
+    return pickle.dumps(message, protocol=5)
+
+
+TASKS_PER_WORKER = 2  # one computing, one waiting in the pipe: no worker idles, few tasks are committed early  # grace for workers to finish their task after "stop", before SIGTERM
 
 
 class ProcessWorkers:
@@ -74,8 +84,18 @@ class ProcessWorkers:
         except BaseException:
             self.close()
             raise
-        self._worker_of = {conn: k for k, conn in enumerate(self._conns)}
+        # One poll object for every wait (multiprocessing's wait() builds a selector per call), and one per
+        # connection to ask whether another message is there: each check is then one system call.
         self._sentinels = {p.sentinel: k for k, p in enumerate(self._processes)}
+        self._conn_fds = {conn.fileno(): k for k, conn in enumerate(self._conns)}
+        self._poller = select.poll()
+        self._more = []
+        for fd in [*self._conn_fds, *self._sentinels]:
+            self._poller.register(fd, select.POLLIN)
+        for fd in self._conn_fds:
+            one = select.poll()
+            one.register(fd, select.POLLIN)
+            self._more.append(one)
         if slot_bytes:
             self._make_slots(slot_bytes)
 
@@ -83,11 +103,15 @@ class ProcessWorkers:
     def pids(self) -> list[int]:
         return [p.pid for p in self._processes]
 
+    def has_room(self) -> bool:
+        """Whether some worker has fewer than ``TASKS_PER_WORKER`` tasks."""
+        return min(map(len, self._busy)) < TASKS_PER_WORKER
+
     def submit(self, task, arg) -> None:
         k = min(range(len(self._busy)), key=lambda w: len(self._busy[w]))
         slot = self._slots.take() if self._slots is not None else -1
         self._busy[k].add(task)
-        self._conns[k].send(("run", task, arg, slot))
+        self._conns[k].send_bytes(dumps(("run", task, arg, slot)))
 
     def free_slots(self) -> bool:
         """Whether a task sent now would get a shared slot (or the slots do not exist yet)."""
@@ -99,27 +123,27 @@ class ProcessWorkers:
     def resume(self, task) -> None:
         """Nothing to undo: see ``cancel``."""
 
-    def run_here(self, task) -> None:
-        """A task sent to a process cannot be taken back: the caller waits for it."""
-        return None
-
     def poll(self, timeout: float) -> list:
-        ready = wait([*self._conns, *self._sentinels], timeout)
+        events = self._poller.poll(timeout * 1000)
         found = []
-        for source in ready:
-            k = self._worker_of.get(source)
+        dead = []
+        for fd, _ in events:
+            k = self._conn_fds.get(fd)
             if k is not None:
                 self._drain(k, found)
-        for source in ready:
-            if source in self._sentinels:
-                self._died(self._sentinels[source])
+            else:
+                dead.append(self._sentinels[fd])
+        for k in dead:
+            self._died(k)
         return found
 
     def _drain(self, k: int, found: list) -> None:
-        conn = self._conns[k]
+        conn, more = self._conns[k], self._more[k]
         try:
-            while conn.poll():
-                self._receive(k, conn.recv(), found)
+            while True:
+                self._receive(k, loads(conn.recv_bytes()), found)
+                if not more.poll(0):
+                    return
         except (EOFError, OSError):
             pass  # the sentinel says why
 
@@ -151,7 +175,7 @@ class ProcessWorkers:
     def _make_slots(self, slot_bytes: int) -> None:
         self._slots = SharedSlots(self._slot_count, slot_bytes, self._owner)
         for conn, process in zip(self._conns, self._processes):
-            conn.send(("slots", self._slot_count, slot_bytes))
+            conn.send_bytes(dumps(("slots", self._slot_count, slot_bytes)))
             send_handle(conn, self._slots.fd, process.pid)
 
     def _died(self, k: int) -> None:
@@ -173,7 +197,7 @@ class ProcessWorkers:
         self.closed = True
         for conn in self._conns:
             try:
-                conn.send(("stop",))
+                conn.send_bytes(dumps(("stop",)))
             except (OSError, ValueError):
                 pass
         alive = [p for p in self._processes if p.is_alive()]

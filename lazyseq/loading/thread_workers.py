@@ -14,28 +14,25 @@ from .failures import LoaderError
 
 __all__ = ["ThreadWorkers"]
 
-JOIN_SECONDS = 1.0
+JOIN_SECONDS = 10.0  # a thread cannot be stopped: one busy in a user function finishes its item first
 
 
 class ThreadWorkers:
     """``count`` threads that take tasks from one queue, so the least busy thread takes the next.
 
-    A task still in the queue can be cancelled, or taken back by the consumer
-    to compute it itself (:meth:`run_here`): a consumer that would otherwise
-    wait for it then gets it sooner, and is never slower than without workers.
+    A task still in the queue can be cancelled. (Letting a waiting reader compute queued
+    tasks itself was measured: the extra thread contending for the GIL made it slower.)
     """
 
     def __init__(self, job, count: int, start_hook, owner: str) -> None:
         self._owner = owner
-        self._job = job
         self._tasks: queue.SimpleQueue = queue.SimpleQueue()
         self._results: queue.SimpleQueue = queue.SimpleQueue()
         self._tickets: dict = {}  # task -> its latest _Ticket
-        self._started: list[int] = []  # workers whose start hook has run
         self._threads = [
             threading.Thread(
                 target=_serve,
-                args=(k, job, start_hook, self._tasks, self._results, self._started),
+                args=(k, job, start_hook, self._tasks, self._results),
                 name=f"lazyseq-{owner}-{k}",
                 daemon=True,
             )
@@ -44,6 +41,10 @@ class ThreadWorkers:
         for thread in self._threads:
             thread.start()
         self.closed = False
+
+    def has_room(self) -> bool:
+        """Threads take tasks from one queue: there is always room in it."""
+        return True
 
     def submit(self, task, arg) -> None:
         ticket = _Ticket(task, arg)
@@ -61,19 +62,6 @@ class ThreadWorkers:
         ticket = self._tickets.get(task)
         if ticket is not None:
             ticket.move("cancelled", "queued")
-
-    def run_here(self, task) -> tuple | None:
-        """Compute ``task`` in the calling thread if no worker has started it: ``(status, value)``, else None."""
-        if len(self._started) < len(self._threads):  # a start hook may yet fail: let the workers report it
-            return None
-        ticket = self._tickets.get(task)
-        if ticket is None or not ticket.move("queued", "taken"):
-            return None
-        del self._tickets[task]
-        try:
-            return ("ok", self._job(ticket.arg))
-        except Exception as error:
-            return ("error", error)
 
     def poll(self, timeout: float) -> list:
         results = self._results
@@ -112,7 +100,7 @@ class ThreadWorkers:
 
 
 class _Ticket:
-    """One submitted task and where it stands: queued, running, cancelled or taken by the consumer."""
+    """One submitted task and where it stands: queued, running, cancelled or skipped."""
 
     __slots__ = ("task", "arg", "state", "lock")
 
@@ -128,14 +116,13 @@ class _Ticket:
             return True
 
 
-def _serve(index: int, job, start_hook, tasks, results, started: list) -> None:
+def _serve(index: int, job, start_hook, tasks, results) -> None:
     if start_hook is not None:
         try:
             start_hook(index)
         except BaseException as error:
             results.put((_Ticket(index, None), "hook_failed", error))
             return
-    started.append(index)
     while True:
         ticket = tasks.get()
         if ticket is None:
@@ -143,7 +130,7 @@ def _serve(index: int, job, start_hook, tasks, results, started: list) -> None:
         if not ticket.move("queued", "running"):
             if ticket.move("cancelled", "skipped"):
                 results.put((ticket, "skipped", None))
-            continue  # or taken: the consumer computed it
+            continue
         try:
             value = job(ticket.arg)
         except BaseException as error:  # whatever it is, the consumer must hear of it

@@ -32,6 +32,11 @@ BLAS_VARIABLES = (
     "NUMEXPR_NUM_THREADS",
 )
 PARENT_CHECK_SECONDS = 0.25
+loads = pickle.loads
+
+
+def dumps(message) -> bytes:
+    return pickle.dumps(message, protocol=5)
 
 
 def run_worker(index: int, conn, job, start_hook, blas_threads: int) -> None:
@@ -47,14 +52,14 @@ def run_worker(index: int, conn, job, start_hook, blas_threads: int) -> None:
         if start_hook is not None:
             start_hook(index)
     except BaseException as error:
-        conn.send(("hook_failed", index, capture(error)))
+        conn.send_bytes(dumps(("hook_failed", index, capture(error))))
         return
-    conn.send(("ready", index, os.getpid()))
+    conn.send_bytes(dumps(("ready", index, os.getpid())))
     in_place = getattr(job, "writes_in_place", False)
     slots = None
     while True:
         try:
-            message = conn.recv()
+            message = loads(conn.recv_bytes())
         except (EOFError, OSError):
             return
         tag = message[0]
@@ -67,7 +72,7 @@ def run_worker(index: int, conn, job, start_hook, blas_threads: int) -> None:
                 else:
                     result = job(arg)
             except Exception as error:
-                conn.send(("failed", task, slot, capture(error)))
+                conn.send_bytes(dumps(("failed", task, slot, capture(error))))
                 continue
             _send_result(conn, task, slot, result, slots)
         elif tag == "slots":
@@ -82,17 +87,17 @@ def _send_result(conn, task, slot: int, result, slots: WorkerSlots | None) -> No
     if arrays and slot >= 0 and slots is not None:
         layout = place_in_slot(slots.slot(slot), arrays)
         if layout is not None:
-            conn.send(("shared", task, slot, skeleton, layout))
+            conn.send_bytes(dumps(("shared", task, slot, skeleton, layout)))
             return
     needed = layout_of(arrays)[1]
     try:
-        conn.send(("pickled", task, slot, result, needed))
+        conn.send_bytes(dumps(("pickled", task, slot, result, needed)))
     except Exception as error:  # pickling failed before anything was written: the stream is intact
         message = f"the result cannot be sent from the worker process: {type(error).__name__}: {error}"
         try:
             raise TypeError(message) from error
         except TypeError as wrapped:
-            conn.send(("failed", task, slot, capture(wrapped)))
+            conn.send_bytes(dumps(("failed", task, slot, capture(wrapped))))
 
 
 def _exit_with_parent() -> None:
