@@ -164,6 +164,6 @@ def test_all_is_sorted_and_complete():
 
 
 def test_import_does_not_load_extras():
-    code = "import sys, lazyseq; print(sorted(m for m in ('torch', 'sklearn', 'zmq', 'ray', 'tqdm', 'seqtools') if m in sys.modules))"
+    code = "import sys, lazyseq; print(sorted(m for m in ('torch', 'sklearn', 'zmq', 'ray', 'tqdm', 'seqtools', 'cloudpickle', 'threadpoolctl') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

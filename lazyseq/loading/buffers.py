@@ -15,7 +15,7 @@ import numpy as np
 from ..views.errors import REMOTE_CHAIN, EvaluationError, seterr
 from .jobs import CallFunction
 from .options import blas_threads_for, check_method, resolve_workers
-from .structure import flatten, layout_of, signature
+from .structure import flatten, layout_of, shape_key, signature
 from .thread_workers import ThreadWorkers
 
 __all__ = ["BufferLoader", "load_buffers"]
@@ -53,6 +53,7 @@ class BufferLoader(Iterator):
         self._func = func
         self._copy = copy
         self._signature: tuple | None = None
+        self._first = ""
         self._delivered = 0  # batches handed out so far: numbers them in messages
         self._waiting: deque = deque()  # results that arrived before they were asked for
         self._in_flight = 0
@@ -77,18 +78,26 @@ class BufferLoader(Iterator):
                 task_name="batch",
             )
             self._ahead = self._max_cached
+        self._refill = max(1, self._ahead // 2)
         self._finalizer = weakref.finalize(self, self._workers.close)
         self._fill()
 
     def _fill(self) -> None:
-        slots_for = getattr(self._workers, "free_slots", None)
-        while self._in_flight + len(self._waiting) < self._ahead:
+        queued = self._in_flight + len(self._waiting)
+        if self._in_flight and queued > self._ahead - self._refill:
+            return  # refill in bulk: an idle worker is woken once for several batches, not for each
+        free_slots = getattr(self._workers, "free_slots", None)
+        batch = []
+        while queued < self._ahead:
             # With processes a batch is sent only into a free slot, unless nothing at all is on its way:
             # a consumer that keeps every slot alive still gets batches, pickled.
-            if slots_for is not None and self._in_flight and not slots_for():
+            if free_slots is not None and (self._in_flight or batch) and not free_slots(len(batch) + 1):
                 break
-            self._workers.submit(next(self._tasks), None)
-            self._in_flight += 1
+            batch.append((next(self._tasks), None))
+            queued += 1
+        if batch:
+            self._workers.submit_many(batch)
+            self._in_flight += len(batch)
 
     def __next__(self) -> Any:
         with self._lock:
@@ -121,13 +130,14 @@ class BufferLoader(Iterator):
     def _check_shape(self, batch: Any, number: int) -> None:
         arrays: list = []
         skeleton = flatten(batch, arrays)
-        found = signature(skeleton, layout_of(arrays)[0])
+        found = shape_key(skeleton, arrays)
         if self._signature is None:
-            self._signature = found
+            # described now, once: keeping the batch itself would keep its slot from being reused
+            self._signature, self._first = found, signature(skeleton, layout_of(arrays)[0])
         elif found != self._signature:
             raise ValueError(
-                f"load_buffers: batch {number} is {found}, but the first batch was {self._signature}; "
-                "func must return batches of fixed shapes and dtypes"
+                f"load_buffers: batch {number} is {signature(skeleton, layout_of(arrays)[0])}, but the first "
+                f"batch was {self._first}; func must return batches of fixed shapes and dtypes"
             )
 
     def close(self) -> None:

@@ -254,12 +254,16 @@ class _Schedule:
             frontier = i + step
         ready, pending = self._ready, self._pending
         room = self._capacity - len(ready) - len(pending) + len(self._cancelled)
-        has_room = self.workers.has_room
-        while room > 0 and (frontier - stop) * step < 0 and has_room():
+        room = min(room, self.workers.room())
+        batch = []
+        while room > 0 and (frontier - stop) * step < 0:
             if frontier not in ready and frontier not in pending:
-                self._submit(frontier)
+                batch.append((frontier, frontier))
+                pending.add(frontier)
                 room -= 1
             frontier += step
+        if batch:
+            self.workers.submit_many(batch)
         self._frontier = frontier
 
     def _stop(self, i: int) -> int:

@@ -10,6 +10,7 @@ noticed at once.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import pickle
 import select
 from multiprocessing.connection import wait
@@ -33,6 +34,7 @@ def dumps(message) -> bytes:  # plain pickle: multiprocessing's ForkingPickler c
     return pickle.dumps(message, protocol=5)
 
 
+READ_BYTES = 1 << 20
 TASKS_PER_WORKER = 2  # one computing, one waiting in the pipe: no worker idles, few tasks are committed early  # grace for workers to finish their task after "stop", before SIGTERM
 
 
@@ -84,18 +86,15 @@ class ProcessWorkers:
         except BaseException:
             self.close()
             raise
-        # One poll object for every wait (multiprocessing's wait() builds a selector per call), and one per
-        # connection to ask whether another message is there: each check is then one system call.
+        # One poll object for every wait (multiprocessing's wait() builds a selector per call); results are
+        # read as raw bytes, so that the messages that have arrived from a worker take one system call.
         self._sentinels = {p.sentinel: k for k, p in enumerate(self._processes)}
         self._conn_fds = {conn.fileno(): k for k, conn in enumerate(self._conns)}
+        self._conn_fds_by_worker = [conn.fileno() for conn in self._conns]
+        self._unread = [bytearray() for _ in self._conns]  # bytes of messages not complete yet
         self._poller = select.poll()
-        self._more = []
         for fd in [*self._conn_fds, *self._sentinels]:
             self._poller.register(fd, select.POLLIN)
-        for fd in self._conn_fds:
-            one = select.poll()
-            one.register(fd, select.POLLIN)
-            self._more.append(one)
         if slot_bytes:
             self._make_slots(slot_bytes)
 
@@ -103,19 +102,28 @@ class ProcessWorkers:
     def pids(self) -> list[int]:
         return [p.pid for p in self._processes]
 
-    def has_room(self) -> bool:
-        """Whether some worker has fewer than ``TASKS_PER_WORKER`` tasks."""
-        return min(map(len, self._busy)) < TASKS_PER_WORKER
+    def room(self) -> int:
+        """How many more tasks the workers take now: up to ``TASKS_PER_WORKER`` each."""
+        return sum(max(0, TASKS_PER_WORKER - len(busy)) for busy in self._busy)
 
     def submit(self, task, arg) -> None:
-        k = min(range(len(self._busy)), key=lambda w: len(self._busy[w]))
-        slot = self._slots.take() if self._slots is not None else -1
-        self._busy[k].add(task)
-        self._conns[k].send_bytes(dumps(("run", task, arg, slot)))
+        self.submit_many([(task, arg)])
 
-    def free_slots(self) -> bool:
-        """Whether a task sent now would get a shared slot (or the slots do not exist yet)."""
-        return self._slots is None or self._slots.has_free()
+    def submit_many(self, tasks: list) -> None:
+        """Send ``(task, arg)`` pairs to the least busy workers, one message per worker."""
+        busy = self._busy
+        batches: dict[int, list] = {}
+        for task, arg in tasks:
+            k = min(range(len(busy)), key=lambda w: len(busy[w]))
+            slot = self._slots.take() if self._slots is not None else -1
+            busy[k].add(task)
+            batches.setdefault(k, []).append((task, arg, slot))
+        for k, batch in batches.items():
+            self._conns[k].send_bytes(dumps(("run", batch)))
+
+    def free_slots(self, count: int = 1) -> bool:
+        """Whether ``count`` tasks sent now would each get a shared slot (or the slots do not exist yet)."""
+        return self._slots is None or self._slots.free_count() >= count
 
     def cancel(self, task) -> None:
         """Tasks sent to a process run to the end; their results are dropped by the caller."""
@@ -138,14 +146,28 @@ class ProcessWorkers:
         return found
 
     def _drain(self, k: int, found: list) -> None:
-        conn, more = self._conns[k], self._more[k]
+        """Read what worker ``k`` sent, all messages of it in one system call where they fit."""
         try:
-            while True:
-                self._receive(k, loads(conn.recv_bytes()), found)
-                if not more.poll(0):
-                    return
-        except (EOFError, OSError):
-            pass  # the sentinel says why
+            chunk = os.read(self._conn_fds_by_worker[k], READ_BYTES)
+        except OSError:
+            return  # the sentinel says why
+        pending = self._unread[k]
+        pending += chunk
+        # multiprocessing's framing: a 4-byte big-endian length, or -1 then an 8-byte length
+        start, end = 0, len(pending)
+        while end - start >= 4:
+            size = int.from_bytes(pending[start : start + 4], "big", signed=True)
+            header = 4
+            if size == -1:
+                if end - start < 12:
+                    break
+                size, header = int.from_bytes(pending[start + 4 : start + 12], "big"), 12
+            if end - start < header + size:
+                break
+            message = loads(pending[start + header : start + header + size])
+            start += header + size
+            self._receive(k, message, found)
+        del pending[:start]
 
     def _receive(self, k: int, message: tuple, found: list) -> None:
         tag = message[0]

@@ -90,15 +90,15 @@ class SharedSlots:
         self._lock = threading.Lock()
         self.closed = False
 
-    def has_free(self) -> bool:
+    def free_count(self) -> int:
         returned = self._returned
         while returned:
             self._free.append(returned.popleft())
-        return bool(self._free)
+        return len(self._free)
 
     def take(self) -> int:
         """A free slot, or -1 if every slot is in use."""
-        return self._free.pop() if self.has_free() else -1
+        return self._free.pop() if self.free_count() else -1
 
     def give_back(self, slot: int) -> None:
         """Return a slot that was taken but not delivered."""

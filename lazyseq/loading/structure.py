@@ -113,3 +113,17 @@ def signature(skeleton: tuple, layout: list) -> str:
         return f"[{inner}]" if tag == "l" else f"({inner})"
 
     return describe(skeleton)
+
+
+def shape_key(skeleton: tuple, arrays: list[np.ndarray]) -> tuple:
+    """A cheap comparable form of :func:`signature`: equal for batches of the same structure, shapes and dtypes."""
+    tag = skeleton[0]
+    if tag == "a":
+        a = arrays[skeleton[1]]
+        return (a.dtype, a.shape)
+    if tag == "v":
+        return (type(skeleton[1]),)
+    if tag == "d":
+        return (tuple(skeleton[1]), *(shape_key(n, arrays) for n in skeleton[2]))
+    children = skeleton[2] if tag == "n" else skeleton[1]
+    return (tag, *(shape_key(n, arrays) for n in children))

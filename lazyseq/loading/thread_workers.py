@@ -42,14 +42,18 @@ class ThreadWorkers:
             thread.start()
         self.closed = False
 
-    def has_room(self) -> bool:
+    def room(self) -> int:
         """Threads take tasks from one queue: there is always room in it."""
-        return True
+        return 1 << 30
 
     def submit(self, task, arg) -> None:
         ticket = _Ticket(task, arg)
         self._tickets[task] = ticket
         self._tasks.put(ticket)
+
+    def submit_many(self, tasks: list) -> None:
+        for task, arg in tasks:
+            self.submit(task, arg)
 
     def cancel(self, task) -> None:
         """Skip ``task`` if no thread has started it yet (a "skipped" result says so)."""

@@ -32,6 +32,7 @@ BLAS_VARIABLES = (
     "NUMEXPR_NUM_THREADS",
 )
 PARENT_CHECK_SECONDS = 0.25
+NICENESS = 10
 loads = pickle.loads
 
 
@@ -42,6 +43,7 @@ def dumps(message) -> bytes:
 def run_worker(index: int, conn, job, start_hook, blas_threads: int) -> None:
     """Serve tasks until told to stop, until the connection closes, or until the parent dies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _lower_priority()
     _exit_with_parent()
     _limit_blas_threads(blas_threads)
     try:
@@ -64,17 +66,18 @@ def run_worker(index: int, conn, job, start_hook, blas_threads: int) -> None:
             return
         tag = message[0]
         if tag == "run":
-            _, task, arg, slot = message
-            try:
-                if slot >= 0 and slots is not None and in_place:
-                    with writing_into(slots.slot(slot)):
+            for task, arg, slot in message[1]:
+                try:
+                    if slot >= 0 and slots is not None and in_place:
+                        with writing_into(slots.slot(slot)):
+                            result = job(arg)
+                    else:
                         result = job(arg)
-                else:
-                    result = job(arg)
-            except Exception as error:
-                conn.send_bytes(dumps(("failed", task, slot, capture(error))))
-                continue
-            _send_result(conn, task, slot, result, slots)
+                except Exception as error:
+                    conn.send_bytes(dumps(("failed", task, slot, capture(error))))
+                    continue
+                _send_result(conn, task, slot, result, slots)
+                del result
         elif tag == "slots":
             slots = WorkerSlots(recv_handle(conn), message[1], message[2])
         elif tag == "stop":
@@ -98,6 +101,14 @@ def _send_result(conn, task, slot: int, result, slots: WorkerSlots | None) -> No
             raise TypeError(message) from error
         except TypeError as wrapped:
             conn.send_bytes(dumps(("failed", task, slot, capture(wrapped))))
+
+
+def _lower_priority() -> None:
+    """Run below the consumer: workers take idle cores first and never slow a busy consumer down."""
+    try:
+        os.nice(NICENESS)
+    except (AttributeError, OSError):  # no nice() here, or not allowed
+        pass
 
 
 def _exit_with_parent() -> None:
