@@ -254,7 +254,6 @@ class _Schedule:
             frontier = i + step
         ready, pending = self._ready, self._pending
         room = self._capacity - len(ready) - len(pending) + len(self._cancelled)
-        room = min(room, self.workers.room())
         batch = []
         while room > 0 and (frontier - stop) * step < 0:
             if frontier not in ready and frontier not in pending:

@@ -26,16 +26,13 @@ from .worker_process import run_worker
 
 __all__ = ["ProcessWorkers"]
 
-STOP_SECONDS = 0.5
+STOP_SECONDS = 0.5  # grace for workers to finish their task after "stop", before SIGTERM
+READ_BYTES = 1 << 20
 loads = pickle.loads
 
 
 def dumps(message) -> bytes:  # plain pickle: multiprocessing's ForkingPickler costs microseconds per message
     return pickle.dumps(message, protocol=5)
-
-
-READ_BYTES = 1 << 20
-TASKS_PER_WORKER = 2  # one computing, one waiting in the pipe: no worker idles, few tasks are committed early  # grace for workers to finish their task after "stop", before SIGTERM
 
 
 class ProcessWorkers:
@@ -101,10 +98,6 @@ class ProcessWorkers:
     @property
     def pids(self) -> list[int]:
         return [p.pid for p in self._processes]
-
-    def room(self) -> int:
-        """How many more tasks the workers take now: up to ``TASKS_PER_WORKER`` each."""
-        return sum(max(0, TASKS_PER_WORKER - len(busy)) for busy in self._busy)
 
     def submit(self, task, arg) -> None:
         self.submit_many([(task, arg)])

@@ -42,10 +42,6 @@ class ThreadWorkers:
             thread.start()
         self.closed = False
 
-    def room(self) -> int:
-        """Threads take tasks from one queue: there is always room in it."""
-        return 1 << 30
-
     def submit(self, task, arg) -> None:
         ticket = _Ticket(task, arg)
         self._tickets[task] = ticket
