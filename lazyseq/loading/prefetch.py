@@ -190,6 +190,7 @@ class _Schedule:
         self.workers = workers
         self._length = length
         self._capacity = max_buffered
+        self._refill = max(1, max_buffered // 2)
         self._ready: dict[int, tuple[str, Any]] = {}  # item -> (status, value)
         self._pending: set[int] = set()  # items sent to a worker
         self._cancelled: set[int] = set()  # pending items no longer wanted
@@ -254,6 +255,8 @@ class _Schedule:
             frontier = i + step
         ready, pending = self._ready, self._pending
         room = self._capacity - len(ready) - len(pending) + len(self._cancelled)
+        if room < self._refill and pending:
+            return  # send in bulk: one message wakes a worker for several items
         batch = []
         while room > 0 and (frontier - stop) * step < 0:
             if frontier not in ready and frontier not in pending:

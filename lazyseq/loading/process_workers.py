@@ -27,7 +27,7 @@ from .worker_process import run_worker
 __all__ = ["ProcessWorkers"]
 
 STOP_SECONDS = 0.5  # grace for workers to finish their task after "stop", before SIGTERM
-READ_BYTES = 1 << 20
+READ_BYTES = 1 << 16  # below malloc's mmap threshold: a larger read buffer costs more than it saves
 loads = pickle.loads
 
 
