@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 import seqtools
+from reporting import Result, Timing, stack, stack_fields, summary, table
 
 import lazyseq
 
@@ -81,14 +82,6 @@ QUICK = Settings(
 # -- timing -----------------------------------------------------------------------
 
 Loader = Callable[[int], ContextManager[Iterable]]  # opens a loader of n batches; closing it stops its workers
-
-
-@dataclass(frozen=True)
-class Timing:
-    """Seconds per unit of work (one batch, one step) over the repeats."""
-
-    best: float
-    median: float
 
 
 def run_through(
@@ -208,37 +201,7 @@ def seqtools_shm_size(batch_bytes: int) -> int:
     return IN_FLIGHT * (batch_bytes + batch_bytes // 8 + 4096)
 
 
-def stack(samples: list) -> np.ndarray:
-    return np.stack(samples)
-
-
-def stack_fields(samples: list) -> tuple[np.ndarray, np.ndarray]:
-    return np.stack([s[0] for s in samples]), np.stack([s[1] for s in samples])
-
-
 # -- results ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Result:
-    """One line of the summary: how lazyseq compares with a reference, and whether the target is met."""
-
-    measure: str
-    lazyseq: str
-    reference: str
-    ratio: str
-    target: str
-    met: bool | None  # None: for information, no target
-
-
-def table(header: list[str], rows: list[list[str]], markdown: bool = False) -> str:
-    """Rows aligned in columns; in markdown, a pipe table."""
-    widths = [max(len(row[c]) for row in [header, *rows]) for c in range(len(header))]
-    if markdown:
-        lines = [header, ["-" * w for w in widths], *rows]
-        return "\n".join("| " + " | ".join(cell.ljust(w) for cell, w in zip(line, widths)) + " |" for line in lines)
-    lines = [header, *rows]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines)
 
 
 def ms(seconds: float) -> str:
@@ -826,10 +789,7 @@ def main() -> None:
     print(f"\nleftover workers after closing every loader: {leftovers()}")
     print(f"load average after: {load()} (on {os.cpu_count()} cores: above that, other programs competed)")
     print(f"\nSummary (markdown), {time.perf_counter() - started:.0f} s in all\n")
-    header = ["measure", "lazyseq", "reference", "ratio", "target", "met"]
-    met = {True: "yes", False: "**no**", None: "n/a"}
-    rows = [[r.measure, r.lazyseq, r.reference, r.ratio, r.target, met[r.met]] for r in results]
-    print(table(header, rows, markdown=True))
+    print(summary(results))
 
 
 if __name__ == "__main__":

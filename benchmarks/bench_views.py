@@ -29,6 +29,7 @@ from importlib.metadata import version
 
 import numpy as np
 import seqtools
+from reporting import Result, Timing, stack, stack_fields, summary, table
 
 import lazyseq
 
@@ -51,14 +52,6 @@ QUICK = Settings(repeats=3, creations=2_000, reads=2_000, batches=100)
 
 
 # -- timing -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Timing:
-    """Seconds per unit of work (one call, one item, one batch) over the repeats."""
-
-    best: float
-    median: float
 
 
 def measure(runs: dict[str, tuple[Callable[[], object], int]], repeats: int) -> dict[str, Timing]:
@@ -106,28 +99,6 @@ def same_batches(contenders: dict[str, Callable[[], Iterable]], count: int = 3) 
 
 
 # -- results ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Result:
-    """One line of the summary: how lazyseq compares with a reference, and whether the target is met."""
-
-    measure: str
-    lazyseq: str
-    reference: str
-    ratio: str
-    target: str
-    met: bool
-
-
-def table(header: list[str], rows: list[list[str]], markdown: bool = False) -> str:
-    """Rows aligned in columns; in markdown, a pipe table."""
-    widths = [max(len(row[c]) for row in [header, *rows]) for c in range(len(header))]
-    if markdown:
-        lines = [header, ["-" * w for w in widths], *rows]
-        return "\n".join("| " + " | ".join(cell.ljust(w) for cell, w in zip(line, widths)) + " |" for line in lines)
-    lines = [header, *rows]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines)
 
 
 def us(seconds: float) -> str:
@@ -269,15 +240,6 @@ def numpy_batches(maps: list[np.ndarray], order: np.ndarray, labels: np.ndarray 
         yield out if labels is None else (out, labels[rows])
 
 
-def stack_fields(samples: list) -> tuple[np.ndarray, np.ndarray]:
-    """The example's collate function: one array per field."""
-    return np.stack([s[0] for s in samples]), np.stack([s[1] for s in samples])
-
-
-def stack(samples: list) -> np.ndarray:
-    return np.stack(samples)
-
-
 def bench_minibatches(settings: Settings) -> list[Result]:
     with tempfile.TemporaryDirectory() as folder:
         paths, labels = write_samples(folder)
@@ -377,9 +339,7 @@ def main() -> None:
     started = time.perf_counter()
     results = bench_creation(settings) + bench_item_overhead(settings) + bench_minibatches(settings)
     print(f"\nSummary (markdown), {time.perf_counter() - started:.0f} s in all\n")
-    header = ["measure", "lazyseq", "reference", "ratio", "target", "met"]
-    rows = [[r.measure, r.lazyseq, r.reference, r.ratio, r.target, "yes" if r.met else "**no**"] for r in results]
-    print(table(header, rows, markdown=True))
+    print(summary(results))
 
 
 if __name__ == "__main__":

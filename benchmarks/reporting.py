@@ -1,0 +1,53 @@
+"""What the benchmark scripts share: timings, summary lines, tables, and the seqtools example's collate functions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds per unit of work (one call, one item, one batch, one step) over the repeats."""
+
+    best: float
+    median: float
+
+
+@dataclass(frozen=True)
+class Result:
+    """One line of the summary: how lazyseq compares with a reference, and whether the target is met."""
+
+    measure: str
+    lazyseq: str
+    reference: str
+    ratio: str
+    target: str
+    met: bool | None  # None: for information, no target
+
+
+def table(header: list[str], rows: list[list[str]], markdown: bool = False) -> str:
+    """Rows aligned in columns; in markdown, a pipe table."""
+    widths = [max(len(row[c]) for row in [header, *rows]) for c in range(len(header))]
+    if markdown:
+        lines = [header, ["-" * w for w in widths], *rows]
+        return "\n".join("| " + " | ".join(cell.ljust(w) for cell, w in zip(line, widths)) + " |" for line in lines)
+    lines = [header, *rows]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines)
+
+
+def summary(results: list[Result]) -> str:
+    """The markdown table the README shows."""
+    header = ["measure", "lazyseq", "reference", "ratio", "target", "met"]
+    met = {True: "yes", False: "**no**", None: "n/a"}
+    return table(header, [[r.measure, r.lazyseq, r.reference, r.ratio, r.target, met[r.met]] for r in results], True)
+
+
+def stack(samples: list) -> np.ndarray:
+    return np.stack(samples)
+
+
+def stack_fields(samples: list) -> tuple[np.ndarray, np.ndarray]:
+    """The seqtools example's collate function: one array per field."""
+    return np.stack([s[0] for s in samples]), np.stack([s[1] for s in samples])
