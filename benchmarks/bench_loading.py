@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 import seqtools
-from reporting import Result, Timing, stack, stack_fields, summary, table
+from common import Result, Timing, numpy_batches, stack, stack_fields, summary, table
 
 import lazyseq
 
@@ -239,24 +239,6 @@ def write_samples(folder: str) -> tuple[list[str], str]:
     labels_path = os.path.join(folder, "labels.npy")
     np.save(labels_path, labels)
     return paths, labels_path
-
-
-def numpy_batches(maps: list[np.ndarray], order: np.ndarray, size: int) -> Iterator[np.ndarray]:
-    """Batches of the rows at ``order`` of the maps end to end, written by hand (``order`` holds whole batches)."""
-    arrays = [np.asarray(m) for m in maps]  # plain ndarrays: indexing an np.memmap wraps every result
-    lengths = np.array([len(a) for a in arrays])
-    ends = np.cumsum(lengths)
-    starts = ends - lengths
-    for first in range(0, len(order), size):
-        rows = order[first : first + size]
-        part = ends.searchsorted(rows, side="right")
-        local = rows - starts[part]
-        out = np.empty((len(rows),) + arrays[0].shape[1:], dtype=arrays[0].dtype)
-        for p, array in enumerate(arrays):
-            where = (part == p).nonzero()[0]
-            if len(where):
-                out[where] = array.take(local[where], axis=0)
-        yield out
 
 
 class MapBatches:

@@ -23,13 +23,13 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib.metadata import version
 
 import numpy as np
 import seqtools
-from reporting import Result, Timing, stack, stack_fields, summary, table
+from common import Result, Timing, numpy_batches, stack, stack_fields, summary, table
 
 import lazyseq
 
@@ -220,26 +220,6 @@ def write_samples(folder: str) -> tuple[list[str], np.ndarray]:
     return paths, labels
 
 
-def numpy_batches(maps: list[np.ndarray], order: np.ndarray, labels: np.ndarray | None = None) -> Iterator:
-    """Batches of the rows at ``order`` of the maps end to end, written by hand (``order`` holds whole batches)."""
-    # Plain ndarray views of the maps: indexing an np.memmap wraps every result in a memmap object, which costs µs.
-    arrays = [np.asarray(m) for m in maps]
-    lengths = np.array([len(a) for a in arrays])
-    ends = np.cumsum(lengths)
-    starts = ends - lengths
-    for first in range(0, len(order), BATCH):
-        rows = order[first : first + BATCH]
-        part = ends.searchsorted(rows, side="right")
-        local = rows - starts[part]
-        out = np.empty((len(rows),) + arrays[0].shape[1:], dtype=arrays[0].dtype)
-        for p, array in enumerate(arrays):
-            # Methods, not np.flatnonzero and friends: at 64 items the Python wrappers cost as much as the work.
-            where = (part == p).nonzero()[0]
-            if len(where):
-                out[where] = array.take(local[where], axis=0)  # take: quicker than array[...] for whole rows
-        yield out if labels is None else (out, labels[rows])
-
-
 def bench_minibatches(settings: Settings) -> list[Result]:
     with tempfile.TemporaryDirectory() as folder:
         paths, labels = write_samples(folder)
@@ -263,7 +243,7 @@ def time_minibatches(paths: list[str], labels: np.ndarray, settings: Settings) -
                 "seqtools": lambda: seqtools.batch(
                     seqtools.gather(seqtools.concatenate(maps), order), BATCH, collate_fn=stack
                 ),
-                "numpy": lambda: numpy_batches(maps, order),
+                "numpy": lambda: numpy_batches(maps, order, BATCH),
             },
         ),
         "shuffle + batch -> X": (
@@ -273,7 +253,7 @@ def time_minibatches(paths: list[str], labels: np.ndarray, settings: Settings) -
                 "seqtools": lambda: seqtools.batch(
                     seqtools.gather(seqtools.concatenate(maps), epoch), BATCH, collate_fn=stack
                 ),
-                "numpy": lambda: numpy_batches(maps, epoch),
+                "numpy": lambda: numpy_batches(maps, epoch, BATCH),
             },
         ),
         "collate + gather + batch -> (X, y)": (
@@ -285,7 +265,7 @@ def time_minibatches(paths: list[str], labels: np.ndarray, settings: Settings) -
                     BATCH,
                     collate_fn=stack_fields,
                 ),
-                "numpy": lambda: numpy_batches(maps, order, labels),
+                "numpy": lambda: numpy_batches(maps, order, BATCH, labels),
             },
         ),
     }
