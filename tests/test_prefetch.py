@@ -208,3 +208,13 @@ def test_random_nested_results_arrive_intact(items, workers):
     with lazyseq.prefetch(items, nworkers=2, method=method, start_method=start_method, max_buffered=2) as ahead:
         assert all(same(got, expected) for got, expected in zip(ahead, items))
         assert same(ahead[0], items[0])
+
+
+def test_a_prefetched_view_inside_a_forked_worker_starts_workers_of_its_own():
+    inner = lazyseq.prefetch(lazyseq.smap(square, range(20)), nworkers=1)
+    assert inner[0] == 0  # its thread runs in this process
+    outer = lazyseq.smap(lambda i: inner[i] + 1, range(20))
+    with lazyseq.prefetch(outer, nworkers=2, method="process", start_method="fork") as ahead:
+        assert list(ahead) == [i * i + 1 for i in range(20)]
+    assert inner[5] == 25 and inner.workers_running
+    inner.close()

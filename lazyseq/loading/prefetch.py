@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+import os
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -86,6 +87,8 @@ class PrefetchView(View):
                 slot_bytes=self._shm_size,
                 task_name="item",
             )
+        if self._finalizer is not None:  # workers of the process this view was forked from: not ours to stop
+            self._finalizer.detach()
         self._schedule = _Schedule(workers, self._len, self._max_buffered)
         self._finalizer = weakref.finalize(self, workers.close)
         return self._schedule
@@ -115,7 +118,9 @@ class PrefetchView(View):
         if not self._nworkers:
             return self._parent._get(i)
         with self._lock:
-            schedule = self._schedule or self._start()
+            schedule = self._schedule
+            if schedule is None or schedule.pid != os.getpid():  # not started, or inherited by a forked process
+                schedule = self._start()
             try:
                 return schedule.get(i)
             except Exception:
@@ -188,6 +193,7 @@ class _Schedule:
 
     def __init__(self, workers, length: int | None, max_buffered: int) -> None:
         self.workers = workers
+        self.pid = os.getpid()
         self._length = length
         self._capacity = max_buffered
         self._refill = max(1, max_buffered // 2)
