@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import gc
 import itertools
@@ -739,8 +740,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a short run, as a smoke test")
     parser.add_argument("--only", type=int, choices=range(1, 6), help="run one workload (1 to 5)")
+    parser.add_argument("--loader-batches", type=int, help="batches per run in workload 1 (the issue's: 20000)")
     args = parser.parse_args()
     settings = QUICK if args.quick else FULL
+    if args.loader_batches:
+        settings = dataclasses.replace(settings, loader_batches=args.loader_batches)
     logging.getLogger("seqtools").setLevel(logging.ERROR)  # its warnings when every shared slot is taken
     import torch
 
