@@ -1202,3 +1202,18 @@ def test_slices_with_steps_beyond_64_bits(make, step):
     assert list(sliced[0:1]) == expected[0:1]
     assert list(sliced[[0]]) == [expected[0]]
     assert list(sliced[np.array([-1])]) == [expected[-1]]
+
+
+def test_batches_of_a_one_shot_generator_end_where_it_ends():
+    batches = lazyseq.batch(lazyseq.uniter(x for x in range(5)), 2, collate_fn=list)
+    assert list(batches) == [[0, 1], [2, 3], [4]]
+
+
+@pytest.mark.parametrize("far", FAR)
+def test_far_items_of_a_concatenation_ending_in_an_infinite_view(far):
+    """Item ``j`` past the finite head is ``(j - 2) % 3``, whatever the size of ``j``, by index, list key or slice."""
+    joined = lazyseq.concatenate([[10, 11], lazyseq.cycle([0, 1, 2])])
+    assert joined[far] == (far - 2) % 3
+    assert list(joined[[far, 0, 1, 2]]) == [(far - 2) % 3, 10, 11, 0]
+    expected = [(far + k * 2**63 - 2) % 3 for k in range(3)]
+    assert list(itertools.islice(joined[far :: 2**63], 3)) == expected
