@@ -218,3 +218,20 @@ def test_a_prefetched_view_inside_a_forked_worker_starts_workers_of_its_own():
         assert list(ahead) == [i * i + 1 for i in range(20)]
     assert inner[5] == 25 and inner.workers_running
     inner.close()
+
+
+@pytest.mark.parametrize("method", ["thread", "process"])
+def test_iteration_stops_where_data_of_unknown_length_ends(method):
+    source = lazyseq.smap(square, lazyseq.uniter(ReiterableRange(7)))
+    with lazyseq.prefetch(source, nworkers=2, method=method, start_method="fork" if method == "process" else None) as p:
+        assert list(p) == [x * x for x in range(7)]
+
+
+class ReiterableRange:
+    """Iterable again and again, with no length (a uniter over it has an unknown length)."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        return iter(range(self.n))

@@ -171,6 +171,9 @@ class PrefetchIterator:
         self._position = i + 1  # a failed item is skipped if iteration goes on
         try:
             return self._view._get(i)
+        except errors.EndOfData:  # data of unknown length ended here (uniter)
+            self._position = i
+            raise StopIteration from None
         except Exception as error:
             errors.reraise(error)
 
