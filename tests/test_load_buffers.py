@@ -146,3 +146,16 @@ def test_blas_threads_in_worker_processes_are_set_and_overridable():
         assert next(batches) in ([], [1])
     with lazyseq.prefetch(lazyseq.smap(blas_threads, range(2)), nworkers=2, method="process", blas_threads=2) as p:
         assert p[0] in ([], [2])
+
+
+def test_a_tensor_made_from_a_batch_keeps_its_slot():
+    torch = pytest.importorskip("torch")
+    with lazyseq.load_buffers(Counter(), max_cached=2, nworkers=1, method="process") as batches:
+        next(batches), next(batches)  # past the pickled ones: these come from slots
+        x, (_, n) = next(batches)
+        assert not x.flags.owndata
+        tensor, n = torch.from_numpy(x), int(n)
+        del x
+        for _ in range(20):
+            next(batches)
+        assert bool((tensor == n).all())
