@@ -235,3 +235,11 @@ class ReiterableRange:
 
     def __iter__(self):
         return iter(range(self.n))
+
+
+def test_processes_need_a_posix_system(monkeypatch):
+    import select
+
+    monkeypatch.delattr(select, "poll")
+    with pytest.raises(NotImplementedError, match="method='process' needs a POSIX system"):
+        lazyseq.prefetch(range(3), nworkers=1, method="process")

@@ -6,6 +6,7 @@ import multiprocessing
 import operator
 import os
 import pickle
+import select
 
 from ..views.errors import LoaderFailure
 
@@ -42,6 +43,8 @@ def resolve_workers(nworkers: int, owner: str) -> int:
 def check_method(method: str, start_method: str | None, owner: str) -> None:
     if method not in METHODS:
         raise ValueError(f"{owner}: method must be 'thread' or 'process', got {method!r}")
+    if method == "process" and not hasattr(select, "poll"):  # Windows: no poll(), no descriptor passing
+        raise NotImplementedError(f"{owner}: method='process' needs a POSIX system (Linux, macOS); use 'thread'")
     if start_method is not None:
         available = multiprocessing.get_all_start_methods()
         if start_method not in available:
