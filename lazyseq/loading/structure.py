@@ -12,9 +12,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ALIGN", "flatten", "layout_of", "place_in_slot", "rebuild", "signature"]
+from ..views.chunks import ALIGN  # one alignment for arrays built in a slot and arrays copied into it
 
-ALIGN = 64  # bytes: each array starts on a cache line
+__all__ = ["flatten", "layout_of", "place_in_slot", "rebuild", "shape_key", "signature"]
+
 
 # Skeleton nodes: ("a", k) is the k-th array; ("t"|"l", children); ("n", type, children);
 # ("d", keys, children); ("v", value) any other value, pickled as it is.

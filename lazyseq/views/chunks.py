@@ -33,7 +33,7 @@ __all__ = [
     "writing_into",
 ]
 
-ALIGN = 64  # bytes: where each array placed in an output buffer starts
+ALIGN = 64  # bytes: arrays placed in an output buffer start on a cache line
 
 _output = threading.local()  # the buffer that new_rows() fills, while writing_into() is active
 
