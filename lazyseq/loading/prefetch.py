@@ -117,19 +117,20 @@ class PrefetchView(View):
     def _get(self, i: int) -> Any:
         if not self._nworkers:
             return self._parent._get(i)
-        with self._lock:
-            schedule = self._schedule
-            if schedule is None or schedule.pid != os.getpid():  # not started, or inherited by a forked process
-                schedule = self._start()
-            try:
+        try:
+            with self._lock:
+                schedule = self._schedule
+                if schedule is None or schedule.pid != os.getpid():  # not started, or inherited by a fork
+                    schedule = self._start()
                 return schedule.get(i)
-            except Exception:
-                if schedule.workers.closed:  # a worker died: start afresh at the next read
-                    self.close()
-                raise
-            except BaseException:  # KeyboardInterrupt and the like: stop everything now
+        except Exception:
+            schedule = self._schedule
+            if schedule is not None and schedule.workers.closed:  # a worker died: start afresh at the next read
                 self.close()
-                raise
+            raise
+        except BaseException:  # KeyboardInterrupt and the like: stop everything now
+            self.close()
+            raise
 
     def __iter__(self) -> PrefetchIterator:
         return PrefetchIterator(self)
