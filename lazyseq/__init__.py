@@ -26,6 +26,7 @@ from .views.interleave import interleave
 from .views.mapping import smap, starmap
 from .views.repetition import cycle, repeat
 from .views.selection import case, switch
+from .views.shard import shard
 from .views.shuffle import shuffle
 from .views.sources import view
 from .views.split import split
@@ -55,6 +56,7 @@ __all__ = [
     "repeat",
     "rng",
     "seterr",
+    "shard",
     "shuffle",
     "smap",
     "split",

@@ -80,6 +80,12 @@ class Fluent:
 
         return cycle(self, limit)
 
+    def shard(self, rank: int, world_size: int, contiguous: bool = True):
+        """``shard(self, rank, world_size, contiguous)``."""
+        from .shard import shard
+
+        return shard(self, rank, world_size, contiguous)
+
     def shuffle(self, seed: int | None = None, epoch: int = 0):
         """``shuffle(self, seed, epoch)``."""
         from .shuffle import shuffle

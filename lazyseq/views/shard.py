@@ -1,0 +1,41 @@
+"""One worker's or rank's share of a view: ``shard``."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+
+from .base import View
+from .sources import as_view
+
+__all__ = ["shard"]
+
+
+def shard(sequence: Sequence, rank: int, world_size: int, contiguous: bool = True) -> View:
+    """The part of ``sequence`` that ``rank`` out of ``world_size`` handles: every item in exactly one shard.
+
+    Contiguous shards are consecutive runs whose lengths differ by at most one
+    (the first ``len % world_size`` shards hold one more item); strided shards
+    take every ``world_size``-th item from ``rank`` on, and also work on
+    infinite views. No item is repeated and none is padded, so evaluating every
+    shard covers a test set exactly once.
+
+    >>> import lazyseq
+    >>> [list(lazyseq.shard(range(10), r, 3)) for r in range(3)]
+    [[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    >>> [list(lazyseq.shard(range(10), r, 3, contiguous=False)) for r in range(3)]
+    [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
+    """
+    parent = as_view(sequence)
+    world_size = operator.index(world_size)
+    rank = operator.index(rank)
+    if world_size < 1:
+        raise ValueError(f"shard: world_size must be a positive integer, got {world_size}")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"shard: rank must be between 0 and {world_size - 1}, got {rank}")
+    if not contiguous:
+        return parent[rank::world_size]
+    n = parent._need_length("a contiguous shard")
+    size, extra = divmod(n, world_size)
+    start = rank * size + min(rank, extra)
+    return parent[start : start + size + (rank < extra)]
