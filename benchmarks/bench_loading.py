@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 import seqtools
-from common import Result, Timing, numpy_batches, stack, stack_fields, summary, table
+from common import Result, Timing, check_same_heads, numpy_batches, stack, stack_fields, summary, table
 
 import lazyseq
 
@@ -145,13 +145,7 @@ def first_batches(loaders: dict[str, Loader], count: int = 2) -> dict[str, list]
 
 def same_batches(loaders: dict[str, Loader], count: int = 2) -> None:
     """Fail loudly if the contenders do not produce the same first batches: their timings would mean nothing."""
-    heads = first_batches(loaders, count)
-    reference_name, reference = next(iter(heads.items()))
-    for name, head in heads.items():
-        for got, want in zip(head, reference, strict=True):
-            got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
-            if not all(np.allclose(g, w) for g, w in zip(got, want, strict=True)):
-                raise AssertionError(f"{name} and {reference_name} disagree on the first batches")
+    check_same_heads(first_batches(loaders, count), equal=np.allclose)
 
 
 def as_numpy(batch):

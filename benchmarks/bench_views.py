@@ -29,7 +29,7 @@ from importlib.metadata import version
 
 import numpy as np
 import seqtools
-from common import Result, Timing, numpy_batches, stack, stack_fields, summary, table
+from common import Result, Timing, check_same_heads, numpy_batches, stack, stack_fields, summary, table
 
 import lazyseq
 
@@ -89,13 +89,7 @@ def exhaust(make_batches: Callable[[], Iterable]) -> Callable[[], None]:
 
 def same_batches(contenders: dict[str, Callable[[], Iterable]], count: int = 3) -> None:
     """Fail loudly if the contenders do not produce the same first batches: their timings would mean nothing."""
-    heads = {name: [b for b, _ in zip(make(), range(count))] for name, make in contenders.items()}
-    reference_name, reference = next(iter(heads.items()))
-    for name, head in heads.items():
-        for got, want in zip(head, reference, strict=True):
-            got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
-            if not all(np.array_equal(g, w) for g, w in zip(got, want, strict=True)):
-                raise AssertionError(f"{name} and {reference_name} disagree on the first batches")
+    check_same_heads({name: [b for b, _ in zip(make(), range(count))] for name, make in contenders.items()})
 
 
 # -- results ----------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,3 +76,16 @@ def numpy_batches(maps: list[np.ndarray], order: np.ndarray, size: int, labels: 
             if len(where):
                 out[where] = array.take(local[where], axis=0)  # take: quicker than array[...] for whole rows
         yield out if labels is None else (out, labels[rows])
+
+
+def check_same_heads(heads: dict[str, list], equal: Callable = np.array_equal) -> None:
+    """Fail loudly if the contenders' first batches differ: their timings would mean nothing.
+
+    A batch is an array or a tuple of arrays; ``heads`` maps each contender to its first batches.
+    """
+    reference_name, reference = next(iter(heads.items()))
+    for name, head in heads.items():
+        for got, want in zip(head, reference, strict=True):
+            got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
+            if not all(equal(g, w) for g, w in zip(got, want, strict=True)):
+                raise AssertionError(f"{name} and {reference_name} disagree on the first batches")

@@ -11,14 +11,14 @@ pytest.importorskip("seqtools")
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
-def test_view_benchmark_quick_run():
-    out = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "bench_views.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=300,
+def quick_run(script: str) -> str:
+    return subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), "--quick"], capture_output=True, text=True, check=True, timeout=300
     ).stdout
+
+
+def test_view_benchmark_quick_run():
+    out = quick_run("bench_views.py")
     assert "| create smap(f, data)" in out
     assert "collate + gather + batch -> (X, y), vs numpy" in out
 
@@ -26,13 +26,7 @@ def test_view_benchmark_quick_run():
 def test_loading_benchmark_quick_run():
     pytest.importorskip("torch")
     pytest.importorskip("sklearn")
-    out = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "bench_loading.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=300,
-    ).stdout
+    out = quick_run("bench_loading.py")
     assert "| 1. loader-bound, processes vs numpy loop" in out
     assert "| 5. first batch, threads" in out
     assert "leftover workers after closing every loader: none" in out

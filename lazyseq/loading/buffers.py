@@ -47,7 +47,7 @@ class BufferLoader(Iterator):
         self._max_cached = operator.index(max_cached)
         if self._max_cached < 1:
             raise ValueError(f"load_buffers: max_cached must be a positive integer, got {max_cached}")
-        count = resolve_workers(nworkers, "load_buffers")
+        count = resolve_workers(nworkers)
         if count < 1:
             raise ValueError("load_buffers: nworkers must be at least 1 (or negative: all cores but -nworkers)")
         self._func = func

@@ -32,7 +32,7 @@ def available_cores() -> int:
     return os.cpu_count() or 1
 
 
-def resolve_workers(nworkers: int, owner: str) -> int:
+def resolve_workers(nworkers: int) -> int:
     """``nworkers`` as a count: negative means all available cores but ``-nworkers`` (at least one)."""
     n = operator.index(nworkers)
     if n < 0:

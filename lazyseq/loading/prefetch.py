@@ -43,7 +43,7 @@ class PrefetchView(View):
         blas_threads: int | None,
     ) -> None:
         check_method(method, start_method, "prefetch")
-        self._nworkers = resolve_workers(nworkers, "prefetch")
+        self._nworkers = resolve_workers(nworkers)
         self._max_buffered = operator.index(max_buffered)
         if self._max_buffered < 1:
             raise ValueError(f"prefetch: max_buffered must be a positive integer, got {max_buffered}")
