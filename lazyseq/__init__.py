@@ -8,6 +8,7 @@
 (2, (4, 2))
 """
 
+from .evaluate import evaluate
 from .io.npy import open_npy
 from .loading.buffers import load_buffers
 from .loading.failures import LoaderError, RemoteError, WorkerDied
@@ -48,6 +49,7 @@ __all__ = [
     "concatenate",
     "cycle",
     "default_collate",
+    "evaluate",
     "gather",
     "interleave",
     "load_buffers",

@@ -1,0 +1,236 @@
+"""Chunked evaluation: run a model over a view in batches and concatenate what it returns.
+
+Memory stays bounded by one batch of inputs (plus the outputs, which can go
+straight to a ``.npy`` file on disk), however large the view is.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .loading.structure import flatten, rebuild
+from .progress import progress_bar
+from .views.sources import as_view
+
+__all__ = ["evaluate"]
+
+
+def evaluate(
+    fn: Callable[[Any], Any],
+    data: Sequence,
+    batch_size: int = 64,
+    *,
+    out: Any = None,
+    nworkers: int = 0,
+    method: str = "thread",
+    max_buffered: int = 4,
+    progress: bool | None = None,
+    description: str = "evaluate",
+) -> Any:
+    """Call ``fn`` on ``data`` in batches of ``batch_size`` and concatenate its results along the first axis.
+
+    ``fn`` gets each batch as :func:`~lazyseq.batch` builds it (for items
+    ``(x, y)``, a tuple of two stacked arrays) and returns an array with one
+    row per item, or a tuple, list or dict of such arrays (torch tensors are
+    converted to numpy). The result has the same structure, each array with
+    ``len(data)`` rows. Only one batch of inputs is in memory at a time
+    (``nworkers`` batches more with background workers, see
+    :func:`~lazyseq.prefetch`), so ``data`` can be far larger than memory.
+
+    ``out`` receives the rows instead of new arrays: an array (or memory map)
+    of the right shape, the path of a ``.npy`` file to create (the result is
+    then a memory map of it), or a tuple or dict of those matching what
+    ``fn`` returns. To split the work across processes or machines, give
+    each one ``lazyseq.shard(data, rank, world_size)``: every item is
+    evaluated exactly once. ``progress`` shows a bar (see
+    :mod:`lazyseq.progress`).
+
+    >>> import numpy as np
+    >>> import lazyseq
+    >>> x = lazyseq.view(np.arange(10.0))
+    >>> y = lazyseq.view(np.arange(10) % 2)
+    >>> test = lazyseq.collate([x, y])
+    >>> predictions, targets = lazyseq.evaluate(lambda b: (b[0] > 4, b[1]), test, batch_size=4)
+    >>> predictions
+    array([False, False, False, False, False,  True,  True,  True,  True,  True])
+    >>> targets
+    array([0, 1, 0, 1, 0, 1, 0, 1, 0, 1])
+    """
+    if not callable(fn):
+        raise TypeError(f"evaluate: fn must be callable, got {type(fn).__name__}")
+    items = as_view(data)
+    n = items._need_length("evaluate()")
+    if n == 0:
+        raise ValueError("evaluate: data is empty, so there is nothing to call fn on")
+    batches = items.batch(batch_size)
+    outputs = _Outputs(out, n)
+    start = 0
+    loader = None
+    if nworkers:
+        from .loading.prefetch import prefetch
+
+        batches = loader = prefetch(batches, nworkers=nworkers, method=method, max_buffered=max_buffered)
+    try:
+        with progress_bar(len(batches), description, progress) as bar:
+            for k, batch in enumerate(batches):
+                rows = min(batch_size, n - start)
+                outputs.write(fn(batch), start, rows, k)
+                del batch  # a batch from a shared slot can be reused as soon as it is dropped
+                start += rows
+                bar.update()
+    finally:
+        if loader is not None:
+            loader.close()
+    return outputs.result()
+
+
+class _Outputs:
+    """Where the rows that ``fn`` returns go: arrays of ``total`` rows, created at the first batch."""
+
+    def __init__(self, out: Any, total: int) -> None:
+        self.out = out
+        self.total = total
+        self.skeleton: tuple | None = None
+        self.arrays: list[np.ndarray] = []
+        self.owned: list[bool] = []
+
+    def write(self, result: Any, start: int, rows: int, batch_index: int) -> None:
+        leaves: list[np.ndarray] = []
+        skeleton = flatten(_to_numpy(result), leaves)
+        _check_rows(skeleton, leaves, rows, batch_index)
+        if self.skeleton is None:
+            self.skeleton = skeleton
+            targets = _match_out(self.out, skeleton, len(leaves))
+            for leaf, target in zip(leaves, targets):
+                array, owned = _destination(target, leaf, self.total)
+                self.arrays.append(array)
+                self.owned.append(owned)
+        elif _shape_of(skeleton, leaves) != _shape_of(self.skeleton, self.arrays):
+            raise ValueError(
+                f"evaluate: fn returned {_describe(skeleton, leaves)} for batch {batch_index}, "
+                f"but {_describe(self.skeleton, self.arrays)} before: the structure and row shapes must not change"
+            )
+        for k, leaf in enumerate(leaves):
+            self._copy(k, leaf, start, rows)
+
+    def _copy(self, k: int, leaf: np.ndarray, start: int, rows: int) -> None:
+        target = self.arrays[k]
+        if not np.can_cast(leaf.dtype, target.dtype, "safe"):
+            if self.owned[k]:  # our own array: widen it (a longer string, floats after ints)
+                target = self.arrays[k] = target.astype(np.promote_types(target.dtype, leaf.dtype))
+            elif not np.can_cast(leaf.dtype, target.dtype, "same_kind"):
+                raise TypeError(f"evaluate: cannot write {leaf.dtype} results into the {target.dtype} output")
+        target[start : start + rows] = leaf
+
+    def result(self) -> Any:
+        for array in self.arrays:
+            if isinstance(array, np.memmap):
+                array.flush()
+        return rebuild(self.skeleton, self.arrays)
+
+
+def _to_numpy(result: Any) -> Any:
+    """``result`` with tensors (anything with ``detach``) and array-likes turned into numpy arrays."""
+    kind = type(result)
+    if kind is np.ndarray:
+        return result
+    if kind in (tuple, list):
+        return kind(_to_numpy(x) for x in result)
+    if kind is dict:
+        return {key: _to_numpy(x) for key, x in result.items()}
+    if isinstance(result, tuple) and hasattr(result, "_fields"):
+        return kind(*(_to_numpy(x) for x in result))
+    if hasattr(result, "detach") and hasattr(result, "cpu"):  # torch tensors, without importing torch
+        return result.detach().cpu().numpy()
+    if isinstance(result, np.ndarray) or hasattr(result, "__array__"):
+        return np.asarray(result)
+    return result
+
+
+def _check_rows(skeleton: tuple, leaves: list[np.ndarray], rows: int, batch_index: int) -> None:
+    tag = skeleton[0]
+    if tag == "v":
+        raise TypeError(
+            f"evaluate: fn returned a {type(skeleton[1]).__name__} for batch {batch_index}: "
+            "it must return arrays (or tuples, lists, dicts of arrays) with one row per item"
+        )
+    if tag == "a":
+        leaf = leaves[skeleton[1]]
+        if leaf.ndim == 0 or len(leaf) != rows:
+            raise ValueError(
+                f"evaluate: fn returned an array of shape {leaf.shape} for batch {batch_index} of {rows} items: "
+                "it must have one row per item"
+            )
+        return
+    for child in skeleton[2] if tag in ("d", "n") else skeleton[1]:
+        _check_rows(child, leaves, rows, batch_index)
+
+
+def _shape_of(skeleton: tuple, arrays: list[np.ndarray]) -> tuple:
+    """The structure with each array's row shape: what must be the same for every batch."""
+    tag = skeleton[0]
+    if tag == "a":
+        return arrays[skeleton[1]].shape[1:]
+    if tag == "d":
+        return ("d", tuple(skeleton[1]), *(_shape_of(n, arrays) for n in skeleton[2]))
+    if tag == "n":
+        return ("n", skeleton[1], *(_shape_of(n, arrays) for n in skeleton[2]))
+    return (tag, *(_shape_of(n, arrays) for n in skeleton[1]))
+
+
+def _describe(skeleton: tuple, arrays: list[np.ndarray]) -> str:
+    tag = skeleton[0]
+    if tag == "a":
+        return f"rows of shape {arrays[skeleton[1]].shape[1:]}"
+    if tag == "d":
+        return "{" + ", ".join(f"{k!r}: {_describe(n, arrays)}" for k, n in zip(skeleton[1], skeleton[2])) + "}"
+    children = skeleton[2] if tag == "n" else skeleton[1]
+    return "(" + ", ".join(_describe(n, arrays) for n in children) + ")"
+
+
+def _match_out(out: Any, skeleton: tuple, count: int) -> list:
+    """One ``out`` entry per array of the result, in the order of :func:`flatten`."""
+    if out is None:
+        return [None] * count
+    if skeleton[0] == "a":
+        return [out]
+    targets: list = []
+
+    def walk(node: tuple, spec: Any) -> None:
+        tag = node[0]
+        if tag == "a":
+            targets.append(spec)
+        elif tag == "d":
+            if not isinstance(spec, dict) or set(spec) != set(node[1]):
+                raise ValueError(f"evaluate: out must be a dict with keys {list(node[1])}, like fn's results")
+            for key, child in zip(node[1], node[2]):
+                walk(child, spec[key])
+        else:
+            children = node[2] if tag == "n" else node[1]
+            if not isinstance(spec, (tuple, list)) or len(spec) != len(children):
+                raise ValueError(f"evaluate: out must be a tuple of {len(children)} entries, like fn's results")
+            for child, part in zip(children, spec):
+                walk(child, part)
+
+    walk(skeleton, out)
+    return targets
+
+
+def _destination(target: Any, leaf: np.ndarray, total: int) -> tuple[np.ndarray, bool]:
+    """The array that receives the rows like ``leaf``, and whether evaluate created it."""
+    shape = (total, *leaf.shape[1:])
+    if target is None:
+        return np.empty(shape, leaf.dtype), True
+    if isinstance(target, (str, os.PathLike)):
+        return np.lib.format.open_memmap(os.fspath(target), mode="w+", dtype=leaf.dtype, shape=shape), False
+    if not isinstance(target, np.ndarray):
+        raise TypeError(
+            f"evaluate: out must be an array, a .npy path or a structure of them, not {type(target).__name__}"
+        )
+    if target.shape != shape:
+        raise ValueError(f"evaluate: out has shape {target.shape}, but the results need {shape}")
+    return target, False
