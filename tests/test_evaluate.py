@@ -1,0 +1,161 @@
+"""evaluate: chunked evaluation with exact results, bounded memory, outputs on disk, clear errors."""
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import lazyseq
+
+
+def labelled(n=100, width=3):
+    x = lazyseq.view(np.arange(n * width, dtype=np.float64).reshape(n, width))
+    y = lazyseq.view(np.arange(n) % 4)
+    return lazyseq.collate([x, y])
+
+
+@pytest.mark.parametrize("batch_size", [1, 7, 64, 100, 1000])
+@pytest.mark.parametrize("nworkers,method", [(0, "thread"), (2, "thread"), (2, "process")])
+def test_results_are_concatenated_in_order(batch_size, nworkers, method):
+    data = labelled()
+    sums, targets = lazyseq.evaluate(
+        lambda b: (b[0].sum(axis=1), b[1]), data, batch_size=batch_size, nworkers=nworkers, method=method
+    )
+    expected = np.arange(300.0).reshape(100, 3).sum(axis=1)
+    np.testing.assert_array_equal(sums, expected)
+    np.testing.assert_array_equal(targets, np.arange(100) % 4)
+
+
+def test_dicts_lists_namedtuples_and_multi_dimensional_rows():
+    from collections import namedtuple
+
+    Pair = namedtuple("Pair", "first second")
+    result = lazyseq.evaluate(lambda b: {"rows": b[0], "parts": [Pair(b[1], b[1] * 2)]}, labelled(10), batch_size=4)
+    np.testing.assert_array_equal(result["rows"], np.arange(30.0).reshape(10, 3))
+    assert type(result["parts"][0]) is Pair
+    np.testing.assert_array_equal(result["parts"][0].second, (np.arange(10) % 4) * 2)
+
+
+def test_an_sklearn_model_and_a_torch_model():
+    from sklearn.naive_bayes import GaussianNB
+
+    data = labelled(40)
+    x, y = np.arange(120.0).reshape(40, 3), np.arange(40) % 4
+    model = GaussianNB().fit(x, y)
+    predictions, targets = lazyseq.evaluate(lambda b: (model.predict(b[0]), b[1]), data, batch_size=16)
+    np.testing.assert_array_equal(predictions, model.predict(x))
+    np.testing.assert_array_equal(targets, y)
+
+    torch = pytest.importorskip("torch")
+    layer = torch.nn.Linear(3, 2, dtype=torch.float64)
+    scores = lazyseq.evaluate(lambda b: layer(torch.from_numpy(b[0])), data, batch_size=16)  # requires grad
+    assert scores.dtype == np.float64 and scores.shape == (40, 2)
+    np.testing.assert_array_equal(scores, layer(torch.from_numpy(x)).detach().numpy())
+
+
+def test_memory_stays_bounded_by_the_batch_not_the_data(tmp_path):
+    rows, width, batch_size = 4096, 256, 64
+    path = tmp_path / "big.npy"
+    np.lib.format.open_memmap(path, mode="w+", dtype=np.float64, shape=(rows, width))[:] = 1.0
+    data = lazyseq.open_npy(str(path))
+    batch_bytes = batch_size * width * 8
+    assert rows * width * 8 == 64 * batch_bytes  # the data is 64 batches
+    for nworkers in (0, 2):
+        tracemalloc.start()
+        try:
+            for _ in range(3):  # several passes: nothing accumulates
+                totals = lazyseq.evaluate(lambda b: b.sum(axis=1), data, batch_size=batch_size, nworkers=nworkers)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        np.testing.assert_array_equal(totals, np.full(rows, 256.0))
+        in_flight = 1 if nworkers == 0 else 4 + nworkers + 1  # max_buffered=4 ahead, one per worker, the current one
+        assert peak < (in_flight + 2) * batch_bytes, (nworkers, peak, batch_bytes)
+
+
+def test_shards_evaluated_separately_cover_every_item_exactly_once():
+    n = 103
+    data = lazyseq.collate([lazyseq.arange(n), labelled(n)])
+    for contiguous in (True, False):
+        seen = []
+        for rank in range(4):
+            part = lazyseq.shard(data, rank, 4, contiguous=contiguous)
+            positions, sums = lazyseq.evaluate(lambda b: (b[0], b[1][0].sum(axis=1)), part, batch_size=8)
+            seen.append(positions)
+            np.testing.assert_array_equal(sums, np.arange(n * 3.0).reshape(n, 3).sum(axis=1)[positions])
+        np.testing.assert_array_equal(np.sort(np.concatenate(seen)), np.arange(n))
+
+
+def test_outputs_written_to_arrays_and_npy_files(tmp_path):
+    data = labelled(10)
+    out = np.zeros(10)
+    assert lazyseq.evaluate(lambda b: b[0][:, 0], data, batch_size=3, out=out) is out
+    np.testing.assert_array_equal(out, np.arange(0.0, 30.0, 3.0))
+
+    result = lazyseq.evaluate(
+        lambda b: (b[0], b[1]), data, batch_size=4, out=(str(tmp_path / "x.npy"), tmp_path / "y.npy")
+    )
+    assert isinstance(result[0], np.memmap)
+    np.testing.assert_array_equal(np.load(tmp_path / "x.npy"), np.arange(30.0).reshape(10, 3))
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), np.arange(10) % 4)
+
+    both = lazyseq.evaluate(lambda b: {"x": b[0], "y": b[1]}, data, batch_size=4, out={"x": None, "y": out})
+    np.testing.assert_array_equal(both["y"], np.arange(10) % 4)
+
+
+def test_owned_outputs_widen_when_later_batches_need_it():
+    words = lazyseq.view(["a", "bb", "ccc", "dddd"])
+    result = lazyseq.evaluate(lambda b: np.array(b), words, batch_size=2)
+    assert result.tolist() == ["a", "bb", "ccc", "dddd"]
+    numbers = lazyseq.evaluate(lambda b: np.array(b) if b[0] < 2 else np.array(b) + 0.5, [0, 1, 2, 3], batch_size=2)
+    assert numbers.tolist() == [0.0, 1.0, 2.5, 3.5]
+
+
+def test_errors():
+    data = labelled(10)
+    with pytest.raises(TypeError, match="evaluate: fn must be callable, got int"):
+        lazyseq.evaluate(3, data)
+    with pytest.raises(ValueError, match="evaluate: data is empty, so there is nothing to call fn on"):
+        lazyseq.evaluate(len, [])
+    with pytest.raises(TypeError, match=r"evaluate\(\) needs a length, but cycle view is infinite"):
+        lazyseq.evaluate(len, lazyseq.cycle([1, 2]))
+    with pytest.raises(
+        ValueError, match=r"evaluate: fn returned an array of shape \(\) for batch 0 of 4 items: it must have one row"
+    ):
+        lazyseq.evaluate(lambda b: b[0].sum(), data, batch_size=4)
+    with pytest.raises(ValueError, match=r"evaluate: fn returned an array of shape \(3,\) for batch 0 of 4 items"):
+        lazyseq.evaluate(lambda b: b[1][:3], data, batch_size=4)
+    with pytest.raises(TypeError, match="evaluate: fn returned a str for batch 0: it must return arrays"):
+        lazyseq.evaluate(lambda b: "label", data, batch_size=4)
+    with pytest.raises(
+        ValueError,
+        match=r"evaluate: fn returned rows of shape \(2,\) for batch 1, but rows of shape \(3,\) before",
+    ):
+        lazyseq.evaluate(lambda b: b[0] if b[1][0] == 0 else b[0][:, :2], data, batch_size=4)
+    with pytest.raises(ValueError, match=r"evaluate: out has shape \(3,\), but the results need \(10,\)"):
+        lazyseq.evaluate(lambda b: b[1], data, out=np.zeros(3))
+    with pytest.raises(TypeError, match="evaluate: cannot write float64 results into the int64 output"):
+        lazyseq.evaluate(lambda b: b[0][:, 0], data, out=np.zeros(10, dtype=np.int64))
+    with pytest.raises(ValueError, match="evaluate: out must be a tuple of 2 entries, like fn's results"):
+        lazyseq.evaluate(lambda b: (b[0], b[1]), data, out=[np.zeros(10)])
+    with pytest.raises(ValueError, match=r"evaluate: out must be a dict with keys \['a'\], like fn's results"):
+        lazyseq.evaluate(lambda b: {"a": b[1]}, data, out={"b": None})
+
+
+def test_an_error_in_fn_stops_the_workers_and_propagates():
+    def fail_on_second(b):
+        if b[1][0] != 0 or len(b[1]) < 4:
+            raise RuntimeError("model broke")
+        return b[1]
+
+    with pytest.raises(RuntimeError, match="model broke"):
+        lazyseq.evaluate(fail_on_second, labelled(10), batch_size=5, nworkers=2)
+
+
+def test_progress_bar(capfd):
+    pytest.importorskip("tqdm")
+    lazyseq.evaluate(lambda b: b[1], labelled(10), batch_size=5, progress=True, description="testing")
+    err = capfd.readouterr().err
+    assert "testing" in err and "2/2" in err and "batch" in err
+    lazyseq.evaluate(lambda b: b[1], labelled(10), batch_size=5, progress=False)
+    assert capfd.readouterr().err == ""
