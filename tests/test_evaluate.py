@@ -131,7 +131,7 @@ def test_errors():
         ValueError,
         match=r"evaluate: fn returned rows of shape \(2,\) for batch 1, but rows of shape \(3,\) before",
     ):
-        lazyseq.evaluate(lambda b: b[0] if b[1][0] == 0 else b[0][:, :2], data, batch_size=4)
+        lazyseq.evaluate(lambda b: b[0] if b[0][0, 0] == 0 else b[0][:, :2], data, batch_size=4)
     with pytest.raises(ValueError, match=r"evaluate: out has shape \(3,\), but the results need \(10,\)"):
         lazyseq.evaluate(lambda b: b[1], data, out=np.zeros(3))
     with pytest.raises(TypeError, match="evaluate: cannot write float64 results into the int64 output"):
