@@ -30,6 +30,7 @@ class PrefetchView(View):
     """
 
     kind = "prefetch"
+    _items_like_parents = True
 
     def __init__(
         self,

@@ -78,6 +78,18 @@ class View(Fluent, Sequence):
         """One line for repr: the label plus whatever parameters matter."""
         return self._label()
 
+    _items_like_parents = False  # True for views that only select or reorder their parents' items
+
+    def _item_spec(self) -> tuple | None:
+        """What an item is, where that is known without reading one (see :mod:`lazyseq.views.display`).
+
+        ``("array", dtype, shape)``, ``("tuple", specs)`` or ``None`` (unknown).
+        """
+        if not self._items_like_parents or not self._parents:
+            return None
+        specs = {p._item_spec() for p in self._parents}
+        return specs.pop() if len(specs) == 1 else None
+
     # -- length ---------------------------------------------------------------
 
     def __len__(self) -> int:
@@ -237,8 +249,20 @@ class View(Fluent, Sequence):
     def __repr__(self) -> str:
         return "\n".join(self._repr_lines(prefix="", child_prefix=""))
 
+    def _repr_html_(self) -> str:
+        """The same tree for Jupyter, with the top line (what the view gives) in bold."""
+        from .display import html_tree
+
+        return html_tree(self._repr_lines(prefix="", child_prefix=""))
+
     def _repr_lines(self, prefix: str, child_prefix: str, depth: int = 0) -> list[str]:
         length = "infinite" if self._len is None else f"len {self._len}"
+        if depth == 0:
+            from .display import describe_spec
+
+            spec = self._item_spec()
+            if spec is not None:
+                length += f", items {describe_spec(spec)}"
         lines = [f"{prefix}{self._describe()}  [{length}]"]
         parents = self._parents
         if depth > 12:

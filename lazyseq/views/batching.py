@@ -82,6 +82,11 @@ class BatchView(View):
     def _sources(self, i: int):
         return tuple((self._parent, j) for j in self._span(i))
 
+    def _item_spec(self) -> tuple | None:
+        from .display import batched_spec
+
+        return None if self._collate_fn is not None else batched_spec(self._parent._item_spec(), self._k)
+
     def _describe(self) -> str:
         options = [str(self._k)]
         if self._drop_last:

@@ -18,6 +18,7 @@ class CacheView(View):
     """Item ``i`` is ``parent[i]``, kept among the ``cache_size`` most recently used items."""
 
     kind = "add_cache"
+    _items_like_parents = True
 
     def __init__(self, parent: View, cache_size: int) -> None:
         cache_size = operator.index(cache_size)

@@ -39,6 +39,10 @@ class CollateView(View):
     def _sources(self, i: int):
         return tuple((p, i) for p in self._parents)
 
+    def _item_spec(self) -> tuple | None:
+        specs = tuple(p._item_spec() for p in self._parents)
+        return None if all(s is None for s in specs) else ("tuple", specs)
+
 
 def collate(sequences: Sequence[Sequence]) -> View:
     """A view whose item ``i`` is the tuple of item ``i`` of each sequence (a lazy ``zip``).

@@ -24,6 +24,7 @@ class ConcatenateView(View):
     """
 
     kind = "concatenate"
+    _items_like_parents = True
 
     def __init__(self, parts: Sequence[View]) -> None:
         flat: list[View] = []

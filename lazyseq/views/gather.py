@@ -22,6 +22,7 @@ class GatherView(View):
     """Item ``i`` is ``parent[positions[i]]``; ``positions`` is a range (a slice) or an index array."""
 
     kind = "gather"
+    _items_like_parents = True
 
     def __init__(self, parent: View, positions: Positions) -> None:
         if type(positions) is range:
@@ -61,6 +62,7 @@ class StridedView(View):
     """An infinite slice of an infinite view: item ``i`` is ``parent[start + i * step]``."""
 
     kind = "slice"
+    _items_like_parents = True
 
     def __init__(self, parent: View, start: int, step: int) -> None:
         if type(parent) is StridedView:

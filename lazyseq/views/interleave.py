@@ -21,6 +21,7 @@ class InterleaveView(View):
     """
 
     kind = "interleave"
+    _items_like_parents = True
 
     def __init__(self, parents: tuple[View, ...]) -> None:
         if not parents:

@@ -26,6 +26,7 @@ class CycleView(View):
     """Item ``i`` is ``parent[i % len(parent)]``, up to ``limit`` items (or forever)."""
 
     kind = "cycle"
+    _items_like_parents = True
 
     def __init__(self, parent: View, limit: int | None) -> None:
         n = parent._need_length("cycle")

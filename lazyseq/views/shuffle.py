@@ -23,6 +23,7 @@ class ShuffleView(View):
     """
 
     kind = "shuffle"
+    _items_like_parents = True
 
     def __init__(self, parent: View, seed: int | None, epoch: int) -> None:
         self._len = parent._need_length("shuffle")

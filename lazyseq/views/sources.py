@@ -50,6 +50,9 @@ class ArraySource(View):
     def _iter(self):
         return iter(self._array)
 
+    def _item_spec(self) -> tuple:
+        return ("array", self._array.dtype, self._array.shape[1:])
+
     def _describe(self) -> str:
         name = "memmap" if isinstance(self.source, np.memmap) else "array"
         return f"{name} {self._array.dtype} {self._array.shape}"

@@ -1,0 +1,33 @@
+"""How views show in a terminal and in Jupyter: what their items are, when that is known without reading one."""
+
+from __future__ import annotations
+
+import html
+
+__all__ = ["batched_spec", "describe_spec", "html_tree"]
+
+
+def describe_spec(spec: tuple | None) -> str:
+    """``float64 (64, 248)`` for an array, ``(float64 (248,), int64)`` for a tuple, ``?`` when unknown."""
+    if spec is None:
+        return "?"
+    if spec[0] == "array":
+        _, dtype, shape = spec
+        return f"{dtype} {shape}" if shape else str(dtype)
+    return "(" + ", ".join(describe_spec(s) for s in spec[1]) + ")"
+
+
+def batched_spec(spec: tuple | None, k: int) -> tuple | None:
+    """What the default collation of ``k`` items like ``spec`` gives: arrays gain a first axis of ``k``."""
+    if spec is None:
+        return None
+    if spec[0] == "array":
+        return ("array", spec[1], (k, *spec[2]))
+    return ("tuple", tuple(batched_spec(s, k) for s in spec[1]))
+
+
+def html_tree(lines: list[str]) -> str:
+    """A view's repr lines as HTML: preformatted, the first line in bold."""
+    top, rest = html.escape(lines[0]), [html.escape(line) for line in lines[1:]]
+    body = "\n".join([f"<b>{top}</b>", *rest])
+    return f'<pre style="line-height: 1.3">{body}</pre>'
