@@ -1,16 +1,20 @@
-"""The seed workflow with lazyseq: memory-mapped chunks, views, incremental training, chunked evaluation.
+"""The seed workflow with lazyseq: memory-mapped chunks, views, a background loader, chunked evaluation.
 
 Run it with ``python -m lazyseq.demo`` (needs scikit-learn: ``pip install lazyseq[demo]``).
 
 1. Write ``n_samples x 248`` float samples in 4 ``.npy`` chunks plus ``labels.npy``.
 2. Open them memory-mapped, join the chunks and pair samples with labels.
-3. Split train/test by slicing, fit ``GaussianNB.partial_fit`` on random
-   minibatches of 64, evaluate the test set in chunks of 64.
+3. Split train/test by slicing; fit ``GaussianNB.partial_fit`` on random
+   minibatches of 64, once drawing each minibatch when it is needed and once
+   with ``load_buffers`` drawing them ahead in background workers, and print
+   both times.
+4. Evaluate the test set in chunks of 64 with ``lazyseq.evaluate``.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import tempfile
 import time
@@ -35,34 +39,60 @@ def write_dataset(folder: str, n_samples: int, n_chunks: int = 4, seed: int = 0)
         np.save(os.path.join(folder, f"data_{k:02d}.npy"), samples)
 
 
-def run(folder: str, n_test: int, steps: int, batch_size: int = 64, seed: int = 0) -> dict:
-    """Train and evaluate on the dataset in ``folder``; return accuracy and timings."""
+class RandomMinibatches:
+    """A function for ``load_buffers``: each call returns a new minibatch ``(x, y)`` drawn at random."""
+
+    def __init__(self, samples: lazyseq.View, size: int, seed: int) -> None:
+        self.samples, self.size, self.seed = samples, size, seed
+        self.generator = np.random.default_rng(seed)
+
+    def start(self, worker_index: int) -> None:
+        """Each worker draws from its own generator (forked workers would otherwise draw the same batches)."""
+        self.generator = lazyseq.rng(self.seed, worker_index)
+
+    def __call__(self) -> tuple[np.ndarray, np.ndarray]:
+        picks = self.generator.integers(len(self.samples), size=self.size)  # with replacement, as in the recipe
+        return self.samples.gather(picks).batch(self.size)[0]
+
+
+def train(minibatches, steps: int) -> tuple[object, float]:
+    """A ``GaussianNB`` fitted on ``steps`` minibatches, and the seconds it took."""
     from sklearn.naive_bayes import GaussianNB
-
-    data = lazyseq.open_npy(os.path.join(folder, "data_*.npy"))
-    labels = lazyseq.open_npy(os.path.join(folder, "labels.npy"))
-    dataset = lazyseq.collate([data, labels])
-    train, test = dataset[:-n_test], dataset[-n_test:]
-
-    # Random minibatches, drawn with replacement as in the original recipe.
-    picks = np.random.default_rng(seed).integers(len(train), size=steps * batch_size)
-    minibatches = train.gather(picks).batch(batch_size)
 
     model = GaussianNB()
     classes = np.arange(N_CLASSES)
     start = time.perf_counter()
-    for x, y in minibatches:
+    for x, y in itertools.islice(minibatches, steps):
         model.partial_fit(x, y, classes=classes)
-    train_time = time.perf_counter() - start
+    return model, time.perf_counter() - start
+
+
+def run(folder: str, n_test: int, steps: int, batch_size: int = 64, nworkers: int = 2, method: str = "process"):
+    """Train and evaluate on the dataset in ``folder``; return accuracy and timings."""
+    data = lazyseq.open_npy(os.path.join(folder, "data_*.npy"))
+    labels = lazyseq.open_npy(os.path.join(folder, "labels.npy"))
+    dataset = lazyseq.collate([data, labels])
+    train_set, test_set = dataset[:-n_test], dataset[-n_test:]
+    sampler = RandomMinibatches(train_set, batch_size, seed=0)
+
+    # Without a loader: each minibatch is read from the memory maps when the model asks for it.
+    _, seconds_alone = train(iter(sampler, None), steps)
+    # With one: workers draw the next minibatches while the model trains.
+    with lazyseq.load_buffers(
+        sampler, max_cached=10, nworkers=nworkers, method=method, start_hook=sampler.start
+    ) as minibatches:
+        model, seconds_loaded = train(minibatches, steps)
 
     start = time.perf_counter()
-    predictions, targets = [], []
-    for x, y in test.batch(batch_size):
-        predictions.append(model.predict(x))
-        targets.append(y)
+    predictions, targets = lazyseq.evaluate(lambda b: (model.predict(b[0]), b[1]), test_set, batch_size=batch_size)
     eval_time = time.perf_counter() - start
-    accuracy = float(np.mean(np.concatenate(predictions) == np.concatenate(targets)))
-    return {"accuracy": accuracy, "train_seconds": train_time, "eval_seconds": eval_time, "pipeline": minibatches}
+    return {
+        "accuracy": float(np.mean(predictions == targets)),
+        "train_seconds_without_loader": seconds_alone,
+        "train_seconds_with_loader": seconds_loaded,
+        "eval_seconds": eval_time,
+        "pipeline": train_set.gather(np.arange(batch_size)).batch(batch_size),
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
@@ -75,6 +105,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
         help="test samples, taken from the end (default 10000, or half if fewer samples)",
     )
     parser.add_argument("--steps", type=int, default=4_000, help="training minibatches (default 4000)")
+    parser.add_argument("--workers", type=int, default=2, help="background workers (default 2)")
+    parser.add_argument("--method", choices=["thread", "process"], default="process", help="(default process)")
     args = parser.parse_args(argv)
     if args.test is not None:
         n_test = args.test
@@ -82,13 +114,17 @@ def main(argv: Sequence[str] | None = None) -> dict:
         n_test = 10_000 if args.samples > 10_000 else args.samples // 2
     with tempfile.TemporaryDirectory(prefix="lazyseq-demo-") as folder:
         write_dataset(folder, args.samples)
-        result = run(folder, n_test=n_test, steps=args.steps)
-        print("pipeline:")
-        print(result["pipeline"])
-        print(f"training: {args.steps} minibatches of 64 in {result['train_seconds']:.2f}s")
-        print(f"evaluation: {n_test} samples in chunks of 64 in {result['eval_seconds']:.2f}s")
-        print(f"accuracy: {result['accuracy']:.1%}")
-        del result["pipeline"]  # holds memory maps of files about to be deleted
+        result = run(folder, n_test=n_test, steps=args.steps, nworkers=args.workers, method=args.method)
+        print("one minibatch:")
+        print(result.pop("pipeline"))  # holds memory maps of files about to be deleted
+    alone, loaded = result["train_seconds_without_loader"], result["train_seconds_with_loader"]
+    print(f"training, {args.steps} minibatches of 64, each read when needed: {alone:.2f}s")
+    print(
+        f"training, {args.steps} minibatches of 64, load_buffers with {args.workers} {args.method} workers: "
+        f"{loaded:.2f}s ({alone / loaded:.2f}x)"
+    )
+    print(f"evaluation: {n_test} samples in chunks of 64 in {result['eval_seconds']:.2f}s")
+    print(f"accuracy: {result['accuracy']:.1%}")
     return result
 
 

@@ -1,4 +1,4 @@
-"""The README demo runs end to end (on a small dataset)."""
+"""The README demo runs end to end (on a small dataset), with and without its background loader."""
 
 import pytest
 
@@ -7,8 +7,12 @@ pytest.importorskip("sklearn")
 from lazyseq import demo  # noqa: E402
 
 
-def test_demo_trains_and_evaluates(capsys):
-    result = demo.main(["--samples", "1200", "--steps", "30"])
+@pytest.mark.parametrize("method", ["thread", "process"])
+def test_demo_trains_with_and_without_a_loader_and_evaluates(capsys, method):
+    result = demo.main(["--samples", "1200", "--steps", "30", "--method", method])
     out = capsys.readouterr().out
-    assert "accuracy:" in out and "training: 30 minibatches of 64" in out
+    assert "training, 30 minibatches of 64, each read when needed:" in out
+    assert f"training, 30 minibatches of 64, load_buffers with 2 {method} workers:" in out
+    assert "evaluation: 600 samples in chunks of 64" in out
+    assert "batch(64)  [len 1, items (float64 (64, 248), int64 (64,))]" in out
     assert result["accuracy"] > 0.9
