@@ -97,6 +97,8 @@ class SequenceSource(View):
         self.source = data
         self._len = len(data)
         self._builtin = isinstance(data, _BUILTIN_SEQUENCES)
+        # torch's convention for reading many items in one call; None disables it, as in torch's DataLoader
+        self._batched = not self._builtin and callable(getattr(data, "__getitems__", None))
 
     def _get(self, i: int) -> Any:
         return self.source[i]
@@ -104,6 +106,14 @@ class SequenceSource(View):
     def _get_many(self, idx: Positions) -> list:
         if self._builtin:
             return list(map(self.source.__getitem__, idx.tolist() if type(idx) is not range else idx))
+        if self._batched:
+            positions = list(idx) if type(idx) is range else idx.tolist()
+            items = self.source.__getitems__(positions)
+            if len(items) != len(positions):
+                raise ValueError(
+                    f"{type(self.source).__name__}.__getitems__ returned {len(items)} items for {len(positions)} indices"
+                )
+            return items if type(items) is list else list(items)
         items = []
         source = self.source
         for i in idx.tolist() if type(idx) is not range else idx:

@@ -1,0 +1,180 @@
+"""Views as torch Datasets and back: ``as_dataset``, ``from_dataset`` and the ``collate`` that goes with them.
+
+``DataLoader`` asks a map-style dataset for a whole batch of indices at once
+through ``__getitems__`` when it has one, and hands what it returns to
+``collate_fn``. A view's dataset answers with a :class:`LazyBatch`: to
+:func:`collate` it is one stacked batch, read with one vectorized gather; to
+torch's ``default_collate`` it is the list of samples it expects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from torch.utils.data import Dataset, IterableDataset, default_collate
+
+from ..views.base import View
+from ..views.sources import as_view
+from .tensors import to_tensors
+
+__all__ = ["LazyBatch", "ViewDataset", "as_dataset", "collate", "from_dataset"]
+
+
+class LazyBatch(Sequence):
+    """The samples at some indices of a view, for a ``collate_fn``: one by one, or stacked at once.
+
+    As a sequence, item ``k`` is ``view[indices[k]]``, read when asked for:
+    torch's ``default_collate`` reads the samples that way, exactly as it
+    would from any dataset. ``value`` is the whole batch as ``view.batch``
+    builds it (arrays stacked, tuples and dicts collated field by field),
+    read with one vectorized gather the first time it is asked for: that is
+    what :func:`collate` uses.
+    """
+
+    __slots__ = ("_view", "_indices", "_value")
+
+    def __init__(self, view: View, indices: Sequence[int]) -> None:
+        self._view = view
+        self._indices = indices
+        self._value: Any = _UNREAD
+
+    @property
+    def value(self) -> Any:
+        """The samples as one batch, read with one vectorized gather (then kept)."""
+        if self._value is _UNREAD:
+            self._value = _stacked(self._view, self._indices)
+        return self._value
+
+    def __len__(self) -> int:
+        return len(self._indices)
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return [self[j] for j in range(len(self._indices))[k]]
+        return self._view[self._indices[k]]
+
+    def __repr__(self) -> str:
+        return f"LazyBatch({len(self._indices)} samples)"
+
+
+_UNREAD = object()
+
+
+def _stacked(view: View, indices) -> Any:
+    """The items of ``view`` at ``indices`` (a list, an array, a slice, a mask) as one batch."""
+    selected = view[indices]
+    count = len(selected)
+    return selected.batch(count)[0] if count else []
+
+
+class ViewDataset(Dataset):
+    """A map-style torch Dataset over a lazyseq view (see :func:`as_dataset`)."""
+
+    def __init__(self, view: View) -> None:
+        self.view = view
+        self._len = view._need_length("as_dataset()")
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, index):
+        """``view[index]`` for an integer; for a list or array of indices, their items as one stacked batch."""
+        if isinstance(index, (int, np.integer)):
+            return self.view[index]
+        return _stacked(self.view, index)
+
+    def __getitems__(self, indices: list[int]) -> LazyBatch:
+        """The samples at ``indices``, for ``collate_fn`` (see :class:`LazyBatch`)."""
+        return LazyBatch(self.view, indices)
+
+    def __repr__(self) -> str:
+        return f"as_dataset(\n{self.view!r}\n)"
+
+
+def as_dataset(view: Sequence) -> ViewDataset:
+    """A map-style ``torch.utils.data.Dataset`` over a view (or any sequence or array).
+
+    ``dataset[i]`` is ``view[i]``, unchanged. ``DataLoader`` asks for a
+    batch of indices at once (``dataset.__getitems__``); with
+    ``collate_fn=lazyseq.torch.collate`` the batch is gathered and stacked
+    by one vectorized read (one numpy call per array over memory maps) and
+    turned into tensors as it is, instead of one call per sample. Torch's
+    default collation works too: it reads the samples one by one, as from
+    any dataset, and gives the same values (as lists where lazyseq's
+    batches are tuples). ``dataset[indices]`` with a list or array of
+    indices is one stacked batch, for a loader with ``batch_size=None``
+    and a ``BatchSampler`` as its sampler. The dataset pickles as its view,
+    so ``num_workers > 0`` works wherever the view pickles (memory maps
+    travel as file names).
+
+    >>> import numpy as np
+    >>> import lazyseq
+    >>> from torch.utils.data import DataLoader
+    >>> from lazyseq.torch import as_dataset, collate
+    >>> samples = lazyseq.collate([np.arange(10.0).reshape(5, 2), np.arange(5)])
+    >>> loader = DataLoader(as_dataset(samples), batch_size=2, collate_fn=collate)
+    >>> x, y = next(iter(loader))
+    >>> x
+    tensor([[0., 1.],
+            [2., 3.]], dtype=torch.float64)
+    >>> y
+    tensor([0, 1])
+    """
+    return ViewDataset(as_view(view))
+
+
+def collate(batch: Any) -> Any:
+    """``collate_fn`` for a ``DataLoader`` over :func:`as_dataset`: the stacked batch as tensors, without restacking.
+
+    A :class:`LazyBatch` (what a view's dataset returns for a batch of
+    indices) becomes its batch with every array turned into a tensor that
+    shares its memory (see :func:`~lazyseq.torch.to_tensors`); structure is
+    kept, tuples stay tuples. Anything else, such as the list of samples
+    from another dataset, goes to torch's ``default_collate``.
+
+    >>> import numpy as np
+    >>> import lazyseq
+    >>> from lazyseq.torch import as_dataset, collate
+    >>> dataset = as_dataset(lazyseq.collate([np.eye(3), ["a", "b", "c"]]))
+    >>> collate(dataset.__getitems__([2, 0]))
+    (tensor([[0., 0., 1.],
+            [1., 0., 0.]], dtype=torch.float64), ['c', 'a'])
+    >>> collate([(1, 2.0), (3, 4.0)])  # samples: torch's default_collate
+    [tensor([1, 3]), tensor([2., 4.], dtype=torch.float64)]
+    """
+    if isinstance(batch, LazyBatch):
+        return to_tensors(batch.value)
+    return default_collate(batch)
+
+
+def from_dataset(dataset: Dataset) -> View:
+    """A lazy view of a map-style torch Dataset: item ``i`` is ``dataset[i]``.
+
+    Batches, gathers and the other combinators that read several items at
+    once ask the dataset through its ``__getitems__`` when it has one (one
+    call for the whole batch), else item by item. Items are what the
+    dataset returns: tensors stay tensors, so a batch of tensor items is a
+    list of them unless the view batches with ``collate_fn=collate`` (or
+    ``torch.stack``). A dataset made by :func:`as_dataset` gives back its
+    view. An ``IterableDataset`` has no random access: wrap it with
+    ``lazyseq.uniter`` instead.
+
+    >>> import torch
+    >>> from torch.utils.data import TensorDataset
+    >>> from lazyseq.torch import collate, from_dataset
+    >>> pairs = from_dataset(TensorDataset(torch.arange(6.0), torch.arange(6) % 2))
+    >>> pairs[4]
+    (tensor(4.), tensor(0))
+    >>> pairs[::2].batch(3, collate_fn=collate)[0]
+    [tensor([0., 2., 4.]), tensor([0, 0, 0])]
+    """
+    if isinstance(dataset, ViewDataset):
+        return dataset.view
+    if isinstance(dataset, IterableDataset):
+        raise TypeError(
+            f"from_dataset: {type(dataset).__name__} is an IterableDataset, which has no random access; "
+            "use lazyseq.uniter(dataset) to view it"
+        )
+    return as_view(dataset)

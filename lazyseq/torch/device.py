@@ -1,0 +1,214 @@
+"""Batches moved to a device ahead of time: ``to_device``.
+
+One loop for every device (see :mod:`lazyseq.torch.transfer` for what differs):
+when the consumer asks for batch ``k``, batches up to ``k + ahead`` have been
+pulled from the source and sent on their way, each through one of ``ahead + 1``
+slots used in turn. A slot is refilled only after the copy out of it has
+completed (its event), which on CUDA is what makes reusing its pinned buffers
+safe; elsewhere the events are stand-ins that are always complete.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..loading.structure import rebuild
+from .tensors import _tensor
+from .transfer import Slot, Transfer, transfer_for
+
+__all__ = ["DeviceFeeder", "to_device"]
+
+
+class _Failure:
+    """An exception the source raised, delivered in its place in the order of batches."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+class DeviceFeeder(Iterator):
+    """An iterator over ``batches`` as tensors on ``device``, each sent there ``ahead`` batches early.
+
+    A context manager; ``close()`` (idempotent) drops the batches sent ahead
+    and the staging buffers, and ends the iteration.
+    """
+
+    def __init__(
+        self,
+        batches: Iterable,
+        device: str | torch.device,
+        ahead: int = 2,
+        pin_memory: bool | None = None,
+        non_blocking: bool = True,
+        transfer: Transfer | None = None,
+    ) -> None:
+        ahead = operator.index(ahead)
+        if ahead < 0:
+            raise ValueError(f"to_device: ahead must be 0 or more, got {ahead}")
+        self.device = torch.device(device)
+        self.ahead = ahead
+        self._transfer = transfer if transfer is not None else transfer_for(self.device, pin_memory, non_blocking)
+        self._source = iter(batches)
+        self._owns_source = self._source is not batches  # an iterator made here is closed here, not the caller's
+        self._slots = [Slot(self._transfer.new_event()) for _ in range(ahead + 1)]
+        self._sent: deque = deque()  # (slot, skeleton, device leaves) or _Failure, in the source's order
+        self._pulled = 0  # batches taken from the source (failures included)
+        self._delivered = 0
+        self._exhausted = False
+        self.closed = False
+
+    def __next__(self) -> Any:
+        if self.closed:
+            raise StopIteration
+        sent = self._sent
+        try:
+            while len(sent) <= self.ahead and not self._exhausted:
+                self._pull()
+        except BaseException:
+            self.close()
+            raise
+        if not sent:
+            self.close()
+            raise StopIteration
+        entry = sent.popleft()
+        self._delivered += 1
+        if type(entry) is _Failure:
+            raise entry.error
+        slot, skeleton, leaves = entry
+        self._transfer.hand_over(leaves, slot.event)
+        return rebuild(skeleton, leaves)
+
+    def _pull(self) -> None:
+        """Take the next batch from the source and start its copy to the device."""
+        try:
+            batch = next(self._source)
+        except StopIteration:
+            self._exhausted = True
+            return
+        except Exception as error:  # raised in its turn, after the batches before it
+            self._sent.append(_Failure(error))
+            self._pulled += 1
+            return
+        slot = self._slots[self._pulled % len(self._slots)]
+        self._pulled += 1
+        leaves: list = []
+        skeleton = _flatten(batch, leaves)
+        del batch  # a batch in a loader's shared slot: only the tensors made from it keep the slot now
+        transfer = self._transfer
+        slot.event.synchronize()  # the last copy out of this slot is complete: its buffers can be reused
+        slot.held = []
+        host = transfer.stage(slot, leaves)
+        with transfer.on_stream():
+            moved = transfer.copy(host)
+            slot.event.record(transfer.stream)
+        if transfer.holds_host:
+            slot.held = host
+        self._sent.append((slot, skeleton, moved))
+
+    def close(self) -> None:
+        """Drop the batches sent ahead and the staging buffers; iteration ends. Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        self._sent.clear()
+        for slot in self._slots:
+            slot.event.synchronize()  # no copy may still read a buffer dropped here
+            slot.buffers, slot.held = None, []
+        if self._owns_source and hasattr(self._source, "close"):
+            self._source.close()
+        self._source = iter(())
+
+    def __iter__(self) -> DeviceFeeder:
+        return self
+
+    def __enter__(self) -> DeviceFeeder:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    @property
+    def pulled(self) -> int:
+        """How many batches have been taken from the source so far."""
+        return self._pulled
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{self._delivered} delivered, {len(self._sent)} ahead"
+        return f"to_device({self.device}, ahead={self.ahead})  [{state}]"
+
+
+def _flatten(batch: Any, leaves: list) -> tuple:
+    """The skeleton of ``batch`` (the format of :mod:`lazyseq.loading.structure`); its tensors go to ``leaves``.
+
+    Numpy arrays become tensors that share their memory, as with :func:`~lazyseq.torch.to_tensors`.
+    """
+    kind = type(batch)
+    if kind is np.ndarray or isinstance(batch, np.ndarray):
+        batch = _tensor(batch)
+        if type(batch) is not torch.Tensor:
+            return ("v", batch)  # an array torch has no tensor for
+        leaves.append(batch)
+        return ("a", len(leaves) - 1)
+    if isinstance(batch, torch.Tensor):
+        leaves.append(batch)
+        return ("a", len(leaves) - 1)
+    if kind is tuple:
+        return ("t", [_flatten(x, leaves) for x in batch])
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
+        return ("n", kind, [_flatten(x, leaves) for x in batch])
+    if isinstance(batch, list):
+        return ("l", [_flatten(x, leaves) for x in batch])
+    if isinstance(batch, Mapping):
+        return ("d", list(batch), [_flatten(x, leaves) for x in batch.values()])
+    return ("v", batch)
+
+
+def to_device(
+    batches: Iterable,
+    device: str | torch.device,
+    *,
+    ahead: int = 2,
+    pin_memory: bool | None = None,
+    non_blocking: bool = True,
+) -> DeviceFeeder:
+    """An iterator over ``batches`` as tensors on ``device``, each one sent there ``ahead`` batches in advance.
+
+    A batch is an array or tensor, or tuples, lists, namedtuples and dicts
+    of them; numpy arrays become tensors first (sharing memory, see
+    :func:`~lazyseq.torch.to_tensors`), tensors already on ``device`` are
+    not copied, other values pass through. When you hold batch ``k``,
+    batches up to ``k + ahead`` have been taken from ``batches``. An
+    exception from ``batches`` is raised, unchanged, in its turn.
+
+    On CUDA each batch is copied into one of ``ahead + 1`` pinned host slots
+    (allocated at the first batch, reused in turn; a batch of another shape
+    or dtype gets buffers of its own in its slot, a shorter last batch uses
+    the first rows), then to the GPU on a separate stream, overlapping your
+    computation; your stream waits for that copy before you use the batch.
+    ``pin_memory=False`` skips the pinned slots. On the CPU the same loop
+    runs without pinning or streams: tensors share the arrays' memory.
+
+    Use it as a context manager (or call ``close()``) to release the batches
+    sent ahead when you stop early; it never closes ``batches`` itself (a
+    loader you pass stays yours to close).
+
+    >>> import numpy as np
+    >>> from lazyseq.torch import to_device
+    >>> batches = [(np.full((2, 3), k, dtype=np.float32), np.array([k, k])) for k in range(4)]
+    >>> with to_device(batches, "cpu", ahead=1) as on_device:
+    ...     for x, y in on_device:
+    ...         print(x.sum().item(), y.tolist(), on_device.pulled)
+    0.0 [0, 0] 2
+    6.0 [1, 1] 3
+    12.0 [2, 2] 4
+    18.0 [3, 3] 4
+    """
+    return DeviceFeeder(batches, device, ahead, pin_memory, non_blocking)

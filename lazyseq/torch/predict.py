@@ -1,0 +1,94 @@
+"""A torch model over a view, in batches: ``predict``, built on :func:`lazyseq.evaluate` and :func:`to_device`."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from ..evaluate import evaluate
+from .device import to_device
+
+__all__ = ["predict"]
+
+
+class _Handed:
+    """An iterator over the batches put into it, one at a time: the source of a feeder driven from outside."""
+
+    def __init__(self) -> None:
+        self.waiting: deque = deque()
+
+    def __iter__(self) -> _Handed:
+        return self
+
+    def __next__(self) -> Any:
+        if not self.waiting:
+            raise StopIteration
+        return self.waiting.popleft()
+
+
+def predict(
+    model: torch.nn.Module,
+    data: Sequence,
+    batch_size: int = 64,
+    *,
+    device: str | torch.device = "cpu",
+    nworkers: int = 0,
+    method: str = "thread",
+    out: Any = None,
+    progress: bool | None = None,
+) -> Any:
+    """``model`` applied to ``data`` in batches, in eval mode and without gradients; numpy results.
+
+    Each batch of ``data`` is moved to ``device`` (see :func:`to_device`)
+    and given to the model: an array as its one argument, a tuple or list
+    as positional arguments, a dict as keyword arguments; so pass the
+    model's inputs, not ``(inputs, labels)`` pairs. What the model returns
+    (a tensor, or a tuple or dict of them, one row per item) is gathered by
+    :func:`lazyseq.evaluate`, which also takes ``nworkers``, ``method``,
+    ``out`` and ``progress``. The model's training flag is restored after.
+
+    >>> import numpy as np
+    >>> import torch
+    >>> from lazyseq.torch import predict
+    >>> layer = torch.nn.Linear(2, 1, dtype=torch.float64)
+    >>> with torch.no_grad():
+    ...     _ = layer.weight.fill_(1.0), layer.bias.fill_(0.5)
+    >>> predict(layer, np.arange(10.0).reshape(5, 2), batch_size=2)
+    array([[ 1.5],
+           [ 5.5],
+           [ 9.5],
+           [13.5],
+           [17.5]])
+    """
+    handed = _Handed()
+    feeder = to_device(handed, device, ahead=0)
+
+    def run(batch: Any) -> Any:
+        handed.waiting.append(batch)
+        inputs = next(feeder)
+        if isinstance(inputs, Mapping):
+            return model(**inputs)
+        if isinstance(inputs, (tuple, list)):
+            return model(*inputs)
+        return model(inputs)
+
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            return evaluate(
+                run,
+                data,
+                batch_size,
+                out=out,
+                nworkers=nworkers,
+                method=method,
+                progress=progress,
+                description="predict",
+            )
+    finally:
+        feeder.close()
+        model.train(was_training)
