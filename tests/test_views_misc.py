@@ -167,3 +167,22 @@ def test_import_does_not_load_extras():
     code = "import sys, lazyseq; print(sorted(m for m in ('torch', 'sklearn', 'zmq', 'ray', 'tqdm', 'seqtools', 'cloudpickle', 'threadpoolctl') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_concatenated_arrays_of_every_layout_gather_the_same_rows():
+    base = np.arange(120.0).reshape(10, 3, 4)
+    layouts = {
+        "contiguous": base,
+        "fortran": np.asfortranarray(base),
+        "strided": np.arange(240.0).reshape(20, 3, 4)[::2],
+        "zero-width": np.zeros((10, 0)),
+        "one-dimensional": np.arange(10),
+        "structured": np.array([(i, 2.0 * i) for i in range(10)], dtype=[("a", "i4"), ("b", "f8")]),
+    }
+    positions = [19, 0, 3, 11, 10, 9, 3]
+    for name, array in layouts.items():
+        joined = lazyseq.concatenate([array, array.copy()])
+        expected = np.concatenate([array, array])[positions]
+        got = joined.gather(positions).batch(len(positions))[0]
+        assert got.dtype == expected.dtype and got.shape == expected.shape, name
+        np.testing.assert_array_equal(got, expected, err_msg=name)
