@@ -129,7 +129,7 @@ def _as_rows(arrays: list[np.ndarray] | None) -> list[np.ndarray] | None:
     if row_bytes == 0 or not all(a.flags.c_contiguous for a in arrays):
         return None
     row = np.dtype((np.void, row_bytes))
-    return [a.view(row).reshape(len(a)) for a in arrays]
+    return [a.reshape(len(a), -1).view(row).reshape(len(a)) for a in arrays]
 
 
 def concatenate(sequences: Sequence[Sequence]) -> View:
