@@ -72,7 +72,7 @@ class ConcatenateView(View):
             out = new_rows((len(idx),) + arrays[0].shape[1:], arrays[0].dtype)
             rows = self._rows
             if rows is not None:  # whole rows as single items: numpy scatters them faster
-                target = out.view(rows[0].dtype).reshape(len(idx))
+                target = out.reshape(len(idx), rows[0].dtype.itemsize // out.itemsize).view(rows[0].dtype)[:, 0]
                 for p in present:
                     where = (which == p).nonzero()[0]
                     if len(where):
@@ -129,7 +129,7 @@ def _as_rows(arrays: list[np.ndarray] | None) -> list[np.ndarray] | None:
     if row_bytes == 0 or not all(a.flags.c_contiguous for a in arrays):
         return None
     row = np.dtype((np.void, row_bytes))
-    return [a.reshape(len(a), -1).view(row).reshape(len(a)) for a in arrays]
+    return [a.reshape(len(a), row_bytes // a.itemsize).view(row)[:, 0] for a in arrays]
 
 
 def concatenate(sequences: Sequence[Sequence]) -> View:
