@@ -23,26 +23,26 @@ __all__ = ["LazyBatch", "ViewDataset", "as_dataset", "collate", "from_dataset"]
 
 
 class LazyBatch(Sequence):
-    """The samples at some indices of a view, for a ``collate_fn``: one by one, or stacked at once.
+    """The samples at some indices of a view, for a ``collate_fn``: as a list of samples, or as one stacked batch.
 
-    As a sequence, item ``k`` is ``view[indices[k]]``, read when asked for:
-    torch's ``default_collate`` reads the samples that way, exactly as it
-    would from any dataset. ``value`` is the whole batch as ``view.batch``
-    builds it (arrays stacked, tuples and dicts collated field by field),
-    read with one vectorized gather the first time it is asked for: that is
-    what :func:`collate` uses.
+    ``value`` is the batch as ``view.batch`` builds it (arrays stacked,
+    tuples and dicts collated field by field): that is what :func:`collate`
+    uses. As a sequence, item ``k`` is the sample ``view[indices[k]]``: that
+    is what torch's ``default_collate`` reads. Either is read with one
+    vectorized gather, the first time it is asked for, and then kept.
     """
 
-    __slots__ = ("_view", "_indices", "_value")
+    __slots__ = ("_view", "_indices", "_value", "_samples")
 
     def __init__(self, view: View, indices: Sequence[int]) -> None:
         self._view = view
         self._indices = indices
         self._value: Any = _UNREAD
+        self._samples: list | None = None
 
     @property
     def value(self) -> Any:
-        """The samples as one batch, read with one vectorized gather (then kept)."""
+        """The samples as one batch (read once)."""
         if self._value is _UNREAD:
             self._value = _stacked(self._view, self._indices)
         return self._value
@@ -51,9 +51,10 @@ class LazyBatch(Sequence):
         return len(self._indices)
 
     def __getitem__(self, k):
-        if isinstance(k, slice):
-            return [self[j] for j in range(len(self._indices))[k]]
-        return self._view[self._indices[k]]
+        if self._samples is None:
+            count = len(self._indices)
+            self._samples = self._view[self._indices].batch(count, collate_fn=list)[0] if count else []
+        return self._samples[k]
 
     def __repr__(self) -> str:
         return f"LazyBatch({len(self._indices)} samples)"

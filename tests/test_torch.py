@@ -1,0 +1,683 @@
+"""lazyseq.torch: datasets both ways, tensors without copies, batches fed to a device, predict, the MLP example."""
+
+import gc
+import os
+import pickle
+import subprocess
+import sys
+import warnings
+import weakref
+from collections import namedtuple
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch.utils.data import (  # noqa: E402
+    BatchSampler,
+    DataLoader,
+    Dataset,
+    IterableDataset,
+    SequentialSampler,
+    Subset,
+    TensorDataset,
+)
+
+import lazyseq  # noqa: E402
+from lazyseq.torch import (  # noqa: E402
+    DeviceFeeder,
+    LazyBatch,
+    as_dataset,
+    collate,
+    from_dataset,
+    predict,
+    to_device,
+    to_tensors,
+)
+from lazyseq.torch.transfer import Transfer  # noqa: E402
+
+Pair = namedtuple("Pair", "x y")
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.fixture(scope="module")
+def npy_files(tmp_path_factory):
+    """1,000 x 8 float64 samples in three memory-mapped chunks, and int64 labels."""
+    folder = tmp_path_factory.mktemp("torch-data")
+    rng = np.random.default_rng(0)
+    samples = rng.standard_normal((1000, 8))
+    labels = rng.integers(10, size=1000)
+    paths = []
+    for k, part in enumerate(np.array_split(np.arange(1000), 3)):
+        paths.append(str(folder / f"data_{k}.npy"))
+        np.save(paths[-1], samples[part])
+    np.save(folder / "labels.npy", labels)
+    return paths, str(folder / "labels.npy"), samples, labels
+
+
+class PerSample(Dataset):
+    """The plain torch way: one sample per call, from the memory maps."""
+
+    def __init__(self, paths, labels_path):
+        self.maps = [np.load(p, mmap_mode="r") for p in paths]
+        self.ends = np.cumsum([len(m) for m in self.maps])
+        self.labels = np.load(labels_path, mmap_mode="r")
+
+    def __len__(self):
+        return int(self.ends[-1])
+
+    def __getitem__(self, i):
+        part = int(np.searchsorted(self.ends, i, side="right"))
+        start = 0 if part == 0 else int(self.ends[part - 1])
+        return np.array(self.maps[part][i - start]), self.labels[i]
+
+
+class Counting:
+    """A sequence that counts how it is read: item by item, or many at once through ``__getitems__``."""
+
+    def __init__(self, n, batched=True):
+        self.data = np.arange(n * 2.0).reshape(n, 2)
+        self.single = 0
+        self.many: list[list[int]] = []
+        if not batched:
+            self.__getitems__ = None
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, i):
+        self.single += 1
+        return self.data[i]
+
+    def __getitems__(self, indices):
+        self.many.append(list(indices))
+        return [self.data[i] for i in indices]
+
+
+def as_arrays(batch):
+    """A loader's batch as numpy arrays, tuples for tuples and lists alike."""
+    if isinstance(batch, (tuple, list)):
+        return tuple(as_arrays(b) for b in batch)
+    return np.asarray(batch)
+
+
+def assert_same_batches(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        for a, b in zip(as_arrays(g), as_arrays(w), strict=True):
+            assert a.dtype == b.dtype
+            np.testing.assert_array_equal(a, b)
+
+
+# -- to_tensors ----------------------------------------------------------------------------
+
+
+def test_to_tensors_keeps_the_structure_and_shares_memory():
+    x, y = np.arange(6.0).reshape(3, 2), np.arange(3, dtype=np.int32)
+    existing = torch.ones(2)
+    batch = to_tensors({"pair": Pair(x, [y, "label"]), "n": 3, "t": existing, "none": None})
+    assert list(batch) == ["pair", "n", "t", "none"]
+    pair = batch["pair"]
+    assert type(pair) is Pair and type(pair.y) is list
+    assert pair.x.dtype == torch.float64 and pair.y[0].dtype == torch.int32
+    assert pair.y[1] == "label" and batch["n"] == 3 and batch["t"] is existing and batch["none"] is None
+    assert np.shares_memory(pair.x.numpy(), x) and np.shares_memory(pair.y[0].numpy(), y)
+    assert to_tensors((x,))[0].data_ptr() == x.ctypes.data
+    assert type(to_tensors((x, y))) is tuple
+
+
+def test_to_tensors_keeps_the_array_alive():
+    array = np.ones(4)
+    alive = weakref.ref(array)
+    tensor = to_tensors(array)
+    del array
+    gc.collect()
+    assert alive() is not None
+    del tensor
+    gc.collect()
+    assert alive() is None
+
+
+def test_to_tensors_copies_read_only_arrays_without_a_warning(tmp_path):
+    np.save(tmp_path / "a.npy", np.arange(5.0))
+    mapped = np.load(tmp_path / "a.npy", mmap_mode="r")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch warns about non-writable arrays
+        tensor = to_tensors(mapped)
+    assert tensor.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    tensor[0] = 10.0  # its own memory: writing does not touch the read-only map
+    assert mapped[0] == 0.0
+
+
+def test_to_tensors_copies_what_torch_cannot_share_and_leaves_what_it_cannot_hold():
+    backwards = np.arange(4.0)[::-1]
+    assert to_tensors(backwards).tolist() == [3.0, 2.0, 1.0, 0.0]
+    big_endian = np.arange(3, dtype=">i4")
+    converted = to_tensors(big_endian)
+    assert converted.dtype == torch.int32 and converted.tolist() == [0, 1, 2]
+    strided = np.arange(12.0).reshape(3, 4)[:, ::2]  # positive strides: shared
+    assert to_tensors(strided).tolist() == strided.tolist() and np.shares_memory(to_tensors(strided).numpy(), strided)
+    for other in (np.array(["a", "b"]), np.array([object(), 1], dtype=object), np.array(["2024-01-01"], "M8[D]")):
+        assert to_tensors(other) is other
+
+
+# -- as_dataset and collate ------------------------------------------------------------------
+
+
+def seed_view(npy_files):
+    paths, labels_path, _, _ = npy_files
+    return lazyseq.collate([lazyseq.open_npy(paths), lazyseq.open_npy(labels_path)])
+
+
+def test_as_dataset_items_and_lazy_batches(npy_files):
+    _, _, samples, labels = npy_files
+    dataset = as_dataset(seed_view(npy_files))
+    assert len(dataset) == 1000
+    x, y = dataset[997]
+    np.testing.assert_array_equal(x, samples[997])
+    assert y == labels[997]
+    lazy = dataset.__getitems__([5, 999, 5])
+    assert isinstance(lazy, LazyBatch) and len(lazy) == 3 and repr(lazy) == "LazyBatch(3 samples)"
+    np.testing.assert_array_equal(lazy[1][0], samples[999])
+    np.testing.assert_array_equal(lazy[-1][0], samples[5])
+    assert [int(s[1]) for s in lazy[::2]] == [labels[5], labels[5]]
+    value = lazy.value
+    assert lazy.value is value  # read once
+    np.testing.assert_array_equal(value[0], samples[[5, 999, 5]])
+    stacked = dataset[np.array([5, 999])]  # a list or array of indices: one stacked batch
+    np.testing.assert_array_equal(stacked[1], labels[[5, 999]])
+
+
+def test_dataloader_over_a_view_gives_the_per_sample_batches(npy_files):
+    paths, labels_path, _, _ = npy_files
+    plain = list(DataLoader(PerSample(paths, labels_path), batch_size=64))
+    dataset = as_dataset(seed_view(npy_files))
+    fast = list(DataLoader(dataset, batch_size=64, collate_fn=collate))
+    default = list(DataLoader(dataset, batch_size=64))
+    assert len(plain) == 16 and len(plain[-1][0]) == 1000 - 15 * 64
+    assert_same_batches(fast, plain)
+    assert_same_batches(default, plain)
+    assert type(fast[0]) is tuple and type(default[0]) is list and type(plain[0]) is list  # default_collate: lists
+    assert fast[0][0].dtype == torch.float64 and fast[0][1].dtype == torch.int64
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_dataloader_shuffled_with_workers(npy_files, num_workers):
+    paths, labels_path, _, _ = npy_files
+
+    def batches(dataset, **options):
+        loader = DataLoader(
+            dataset,
+            batch_size=64,
+            shuffle=True,
+            generator=torch.Generator().manual_seed(7),
+            num_workers=num_workers,
+            **options,
+        )
+        return list(loader)
+
+    plain = batches(PerSample(paths, labels_path))
+    fast = batches(as_dataset(seed_view(npy_files)), collate_fn=collate)
+    assert_same_batches(fast, plain)
+    assert not np.array_equal(as_arrays(plain[0])[1], np.load(labels_path)[:64])  # shuffled indeed
+
+
+def test_dataloader_reads_each_batch_in_one_call():
+    source = Counting(100)
+    dataset = as_dataset(source)
+    batches = list(DataLoader(dataset, batch_size=32, collate_fn=collate))
+    assert source.single == 0
+    assert source.many == [list(range(0, 32)), list(range(32, 64)), list(range(64, 96)), list(range(96, 100))]
+    assert torch.equal(torch.cat(batches), torch.from_numpy(source.data))
+    source.many.clear()
+    default = list(DataLoader(dataset, batch_size=32))  # default_collate restacks the samples, read in one call
+    assert source.single == 0 and len(source.many) == 4
+    assert torch.equal(torch.cat(default), torch.from_numpy(source.data))
+
+
+def test_dataset_with_a_batch_sampler_and_batch_size_none(npy_files):
+    _, _, samples, labels = npy_files
+    sampler = BatchSampler(SequentialSampler(range(1000)), batch_size=100, drop_last=False)
+    loader = DataLoader(as_dataset(seed_view(npy_files)), sampler=sampler, batch_size=None)
+    x, y = next(iter(loader))  # default_convert: tensors, the tuple as a list
+    assert torch.equal(x, torch.from_numpy(samples[:100])) and torch.equal(y, torch.from_numpy(labels[:100]))
+
+
+def test_dataset_pickles_as_its_view(npy_files):
+    dataset = pickle.loads(pickle.dumps(as_dataset(seed_view(npy_files))))
+    np.testing.assert_array_equal(dataset[3][0], npy_files[2][3])
+
+
+def test_as_dataset_needs_a_length():
+    with pytest.raises(TypeError, match="as_dataset\\(\\) needs a length, but cycle view is infinite"):
+        as_dataset(lazyseq.cycle([1, 2]))
+
+
+def test_collate_passes_other_batches_to_default_collate():
+    assert collate([(1, np.float32(2.0))] * 2)[1].dtype == torch.float32
+    assert collate(as_dataset(["a", "b", "c"]).__getitems__([2, 1])) == ["c", "b"]
+
+
+# -- from_dataset and __getitems__ -------------------------------------------------------------
+
+
+def test_from_dataset_keeps_tensors():
+    pairs = from_dataset(TensorDataset(torch.arange(6.0), torch.arange(6) % 2))
+    assert len(pairs) == 6
+    x, y = pairs.batch(4)[1]  # tensor items are not stacked by lazyseq's own collation: lists of them
+    assert type(x) is list and [t.item() for t in x] == [4.0, 5.0] and [t.item() for t in y] == [0, 1]
+    xs, ys = pairs.gather([5, 0]).batch(2, collate_fn=collate)[0]
+    assert xs.tolist() == [5.0, 0.0] and ys.tolist() == [1, 0]
+    assert torch.equal(from_dataset(torch.arange(4) * 3).batch(2, collate_fn=torch.stack)[1], torch.tensor([6, 9]))
+
+
+def test_from_dataset_reads_through_getitems():
+    source = Counting(10)
+    v = from_dataset(source)
+    np.testing.assert_array_equal(v.batch(4)[1], source.data[4:8])
+    np.testing.assert_array_equal(v.gather([9, 1]).batch(2)[0], source.data[[9, 1]])
+    assert source.many == [[4, 5, 6, 7], [9, 1]] and source.single == 0
+    np.testing.assert_array_equal(v[3], source.data[3])
+    assert source.single == 1
+    subset = from_dataset(Subset(source, [8, 2, 0]))  # torch's Subset passes batches on to __getitems__
+    np.testing.assert_array_equal(subset.batch(3)[0], source.data[[8, 2, 0]])
+    assert source.many[-1] == [8, 2, 0]
+
+
+def test_getitems_set_to_none_is_not_used():
+    source = Counting(10, batched=False)
+    np.testing.assert_array_equal(lazyseq.view(source).batch(5)[1], source.data[5:])
+    assert source.single == 5 and source.many == []
+
+
+def test_getitems_returning_the_wrong_count_is_an_error():
+    class Short(Counting):
+        def __getitems__(self, indices):
+            return super().__getitems__(indices)[:-1]
+
+    with pytest.raises(lazyseq.EvaluationError, match="Short.__getitems__ returned 3 items for 4 indices") as info:
+        lazyseq.view(Short(10)).batch(4)[1]
+    assert type(info.value.__cause__) is ValueError
+
+
+def test_from_dataset_round_trip_and_iterable_datasets():
+    v = lazyseq.view(np.arange(5))
+    assert from_dataset(as_dataset(v)) is v
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            return iter(range(3))
+
+    with pytest.raises(TypeError, match="from_dataset: Stream is an IterableDataset, which has no random access"):
+        from_dataset(Stream())
+
+
+# -- to_device on the CPU --------------------------------------------------------------------
+
+
+def counted(batches, pulled):
+    """The batches, counting in ``pulled[0]`` how many were taken."""
+    for b in batches:
+        pulled[0] += 1
+        yield b
+
+
+def test_to_device_values_order_structure_dtypes():
+    batches = [
+        {"x": np.full((2, 3), k, dtype=np.float32), "pair": Pair(np.array([k, -k]), [np.uint8(k), "tag"])}
+        for k in range(5)
+    ]
+    got = list(to_device(batches, "cpu"))
+    assert len(got) == 5
+    for k, batch in enumerate(got):
+        assert list(batch) == ["x", "pair"] and type(batch["pair"]) is Pair and type(batch["pair"].y) is list
+        assert batch["x"].dtype == torch.float32 and batch["x"].device.type == "cpu"
+        assert batch["x"].tolist() == [[float(k)] * 3] * 2
+        assert batch["pair"].x.dtype == torch.int64 and batch["pair"].x.tolist() == [k, -k]
+        assert batch["pair"].y == [np.uint8(k), "tag"]  # not arrays: passed through
+        assert np.shares_memory(batch["x"].numpy(), batches[k]["x"])  # no copy on the CPU
+
+
+def test_to_device_leaves_tensors_on_the_device_alone():
+    t = torch.arange(3)
+    (got,) = list(to_device([(t, "s")], "cpu"))
+    assert got[0] is t and got[1] == "s"
+
+
+@pytest.mark.parametrize("ahead", [0, 1, 3])
+def test_to_device_pulls_ahead_batches_early(ahead):
+    pulled = [0]
+    n = 6
+    seen = []
+    with to_device(counted([np.array([k]) for k in range(n)], pulled), "cpu", ahead=ahead) as feeder:
+        for k, batch in enumerate(feeder):
+            assert batch.item() == k
+            seen.append((pulled[0], feeder.pulled))
+    assert seen == [(min(k + 1 + ahead, n),) * 2 for k in range(n)]
+
+
+def test_to_device_batches_of_changing_shapes():
+    shapes = [(4, 2), (4, 2), (1, 2), (5, 3), (2,)]
+    batches = [np.arange(np.prod(s), dtype=np.int16).reshape(s) for s in shapes]
+    got = list(to_device(batches, "cpu", ahead=1))
+    assert [tuple(t.shape) for t in got] == shapes
+    assert all(t.dtype == torch.int16 and t.tolist() == b.tolist() for t, b in zip(got, batches))
+
+
+def test_to_device_close_releases_the_batches_sent_ahead():
+    arrays = [np.full(3, k) for k in range(6)]
+    alive = [weakref.ref(a) for a in arrays]
+    finished = []
+
+    class Batches:
+        def __init__(self, arrays):
+            self.arrays = arrays
+
+        def __iter__(self):
+            try:
+                while self.arrays:
+                    yield self.arrays.pop(0)  # the source keeps no reference to what it gave
+            finally:
+                finished.append(True)
+
+    feeder = to_device(Batches(arrays), "cpu", ahead=2)
+    del arrays
+    first = next(feeder)
+    assert feeder.pulled == 3
+    feeder.close()
+    feeder.close()  # idempotent
+    del first
+    gc.collect()
+    assert [r() for r in alive] == [None] * 6
+    assert finished == [True]  # the iterator it made over Batches() is closed
+    with pytest.raises(StopIteration):
+        next(feeder)
+    assert repr(feeder) == "to_device(cpu, ahead=2)  [closed]"
+
+
+def test_breaking_out_of_the_loop_releases_everything():
+    arrays = [np.full(3, k) for k in range(6)]
+    alive = [weakref.ref(a) for a in arrays]
+    source = (arrays.pop(0) for _ in range(6))  # keeps no reference to what it gave
+    for _batch in to_device(source, "cpu", ahead=2):
+        break
+    del _batch
+    gc.collect()
+    assert [r() is None for r in alive] == [True, True, True, False, False, False]  # 3 left in the source
+    assert next(source)[0] == 3  # an iterator that was passed in is not closed: it is the caller's
+    del arrays
+
+
+def test_errors_from_the_source_come_in_their_turn_unchanged():
+    error = ValueError("bad batch 2")
+
+    def failing():
+        yield np.zeros(1)
+        yield np.ones(1)
+        raise error
+
+    feeder = to_device(failing(), "cpu", ahead=3)
+    assert next(feeder).item() == 0.0 and next(feeder).item() == 1.0
+    with pytest.raises(ValueError, match="^bad batch 2$") as info:
+        next(feeder)
+    assert info.value is error
+    with pytest.raises(StopIteration):
+        next(feeder)
+
+
+def test_an_iterator_that_goes_on_after_an_error():
+    class Flaky:
+        def __init__(self):
+            self.k = 0
+
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            self.k += 1
+            if self.k > 4:
+                raise StopIteration
+            if self.k == 2:
+                raise KeyError("item 1")
+            return np.array([self.k])
+
+    got = []
+    feeder = to_device(Flaky(), "cpu", ahead=1)
+    got.append(next(feeder).item())
+    with pytest.raises(KeyError, match="item 1"):
+        next(feeder)
+    got += [b.item() for b in feeder]
+    assert got == [1, 3, 4]
+
+
+def test_an_interrupt_from_the_source_closes_at_once():
+    def interrupted():
+        yield np.zeros(1)
+        raise KeyboardInterrupt
+
+    feeder = to_device(interrupted(), "cpu", ahead=2)
+    with pytest.raises(KeyboardInterrupt):
+        next(feeder)
+    assert feeder.closed
+
+
+def test_to_device_arguments():
+    with pytest.raises(ValueError, match="to_device: ahead must be 0 or more, got -1"):
+        to_device([], "cpu", ahead=-1)
+    with pytest.raises(ValueError, match="to_device: pin_memory=True needs a CUDA device, got cpu"):
+        to_device([], "cpu", pin_memory=True)
+    assert list(to_device([], "cpu")) == []
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
+def test_to_device_cuda_without_cuda():
+    with pytest.raises(RuntimeError, match="to_device: device cuda asked for, but CUDA is not available to torch"):
+        to_device([], "cuda")
+
+
+def test_to_device_moves_to_another_device():
+    (x, y) = next(to_device([(np.zeros((2, 3), np.float32), np.arange(2))], "meta"))
+    assert x.device.type == "meta" and x.shape == (2, 3) and x.dtype == torch.float32 and y.dtype == torch.int64
+
+
+# -- the staging loop, run on the CPU with a transfer that stages like CUDA's --------------------------------
+
+
+class Recording(Transfer):
+    """The CUDA loop without CUDA: staging buffers, events that log, device copies that clone."""
+
+    staging = True
+    holds_host = True
+
+    def __init__(self):
+        super().__init__(torch.device("cpu"), non_blocking=True)
+        self.log: list = []
+        self.buffers: list = []
+
+    def new_event(self):
+        log, number = self.log, len([e for e in self.log if e[0] == "event"])
+        self.log.append(("event", number))
+
+        class Event:
+            def record(self, stream=None):
+                log.append(("record", number))
+
+            def synchronize(self):
+                log.append(("synchronize", number))
+
+        return Event()
+
+    def allocate(self, shape, dtype):
+        buffer = super().allocate(shape, dtype)
+        self.buffers.append(buffer)
+        return buffer
+
+    def needs_staging(self, tensor):
+        return isinstance(tensor, torch.Tensor)
+
+    def copy(self, host):
+        self.log.append(("copy", [t.data_ptr() for t in host]))
+        return [t.clone() for t in host]
+
+    def hand_over(self, leaves, event):
+        self.log.append(("hand_over",))
+
+
+def test_staging_slots_are_reused_only_after_their_copy():
+    transfer = Recording()
+    batches = [(np.full((4, 2), k, np.float32), np.arange(4) + k) for k in range(7)]
+    feeder = DeviceFeeder(batches, "cpu", ahead=2, transfer=transfer)
+    got = [(x.tolist(), y.tolist()) for x, y in feeder]
+    assert got == [(b[0].tolist(), b[1].tolist()) for b in batches]
+    assert transfer.allocations == 6  # 3 slots x 2 arrays, allocated once
+    steps = [e for e in transfer.log if e[0] in ("synchronize", "record")]
+    # batch k goes through slot k % 3: its event is waited for before the slot is filled, recorded after the copy
+    assert steps[:14] == [(kind, k % 3) for k in range(7) for kind in ("synchronize", "record")]
+    copies = [e[1] for e in transfer.log if e[0] == "copy"]
+    slot_addresses = [copies[k] for k in range(3)]
+    assert all(copies[k] == slot_addresses[k % 3] for k in range(7))  # the same pinned buffers, in turn
+
+
+def test_staging_a_shorter_last_batch_and_other_shapes():
+    transfer = Recording()
+    shapes = [(4, 2), (4, 2), (3, 2), (6, 2), (4, 2), (2, 5)]
+    batches = [np.arange(np.prod(s), dtype=np.float64).reshape(s) + k for k, s in enumerate(shapes)]
+    got = list(DeviceFeeder(batches, "cpu", ahead=1, transfer=transfer))
+    assert [t.tolist() for t in got] == [b.tolist() for b in batches]
+    # slots from the first batch (2); the short batch uses the first rows of its slot; (6, 2) and (2, 5)
+    # get buffers of their own in their slots, and (4, 2) then fits in the first rows of (6, 2)
+    assert [tuple(b.shape) for b in transfer.buffers] == [(4, 2), (4, 2), (6, 2), (2, 5)]
+
+
+def test_staging_a_change_of_structure_or_dtype():
+    transfer = Recording()
+    batches = [np.zeros(3, np.float32), (np.ones(3, np.float32), np.ones(2, np.int64)), np.zeros(3, np.float64)]
+    got = list(DeviceFeeder(batches, "cpu", ahead=0, transfer=transfer))
+    assert got[0].tolist() == [0.0] * 3 and got[1][1].tolist() == [1, 1] and got[2].dtype == torch.float64
+    assert [(tuple(b.shape), b.dtype) for b in transfer.buffers] == [
+        ((3,), torch.float32),
+        ((3,), torch.float32),
+        ((2,), torch.int64),
+        ((3,), torch.float64),
+    ]
+
+
+# -- with lazyseq's loaders ---------------------------------------------------------------------------
+
+
+def test_to_device_over_a_process_loader(npy_files):
+    view = seed_view(npy_files).shuffle(seed=3).batch(100)
+    with lazyseq.prefetch(view, nworkers=2, method="process", max_buffered=4) as ahead:
+        got = [(x.clone(), y.clone()) for x, y in to_device(ahead, "cpu", ahead=2)]
+    want = list(view)
+    assert len(got) == 10
+    for (x, y), (wx, wy) in zip(got, want):
+        assert torch.equal(x, torch.from_numpy(wx)) and torch.equal(y, torch.from_numpy(wy))
+
+
+# -- predict and evaluate ---------------------------------------------------------------------
+
+
+class Probe(torch.nn.Module):
+    """A linear layer that notes, at each call, whether gradients were on and the training flag."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(3, 2, dtype=torch.float64)
+        self.calls = []
+
+    def forward(self, x, scale=1.0):
+        self.calls.append((torch.is_grad_enabled(), self.training, x.shape[0]))
+        return self.layer(x) * scale
+
+
+def test_predict_runs_in_eval_mode_without_gradients():
+    torch.manual_seed(0)
+    model = Probe()
+    x = np.random.default_rng(0).standard_normal((10, 3))
+    scores = predict(model, x, batch_size=4)
+    with torch.no_grad():
+        np.testing.assert_allclose(scores, model.layer(torch.from_numpy(x)).numpy())
+    assert model.calls == [(False, False, 4), (False, False, 4), (False, False, 2)]
+    assert model.training  # restored
+
+
+def test_predict_passes_tuples_and_dicts_as_arguments():
+    model = Probe()
+    x = np.ones((5, 3))
+    pairs = lazyseq.collate([x, np.full((5, 1), 2.0)])
+    doubled = predict(model, pairs, batch_size=5)  # (x, scale) batches: two positional arguments
+    by_name = predict(model, lazyseq.smap(lambda row: {"x": row, "scale": np.full(2, 2.0)}, x), batch_size=5)
+    np.testing.assert_allclose(doubled, by_name)
+    np.testing.assert_allclose(doubled, 2 * predict(model, x))
+
+
+def test_evaluate_with_a_torch_model():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4, dtype=torch.float64), torch.nn.ReLU())
+    x = np.random.default_rng(1).standard_normal((100, 8))
+    test = lazyseq.collate([x, np.arange(100)])
+    scores = lazyseq.evaluate(lambda b: model(torch.from_numpy(b[0])), test, batch_size=64)
+    np.testing.assert_allclose(scores, model(torch.from_numpy(x)).detach().numpy())
+
+
+# -- the example, and the import boundary ------------------------------------------------------------
+
+
+def test_the_mlp_example_learns_deterministically(tmp_path):
+    from lazyseq.demo import write_dataset
+    from lazyseq.torch.example import main, train_and_test
+
+    write_dataset(str(tmp_path), 6000)
+    first = train_and_test(str(tmp_path), n_test=2000, epochs=2)
+    again = train_and_test(str(tmp_path), n_test=2000, epochs=2)
+    assert first["steps"] == 2 * 63
+    assert first["accuracy"] >= 0.98  # 100% observed: the classes are far apart
+    assert (first["loss"], first["accuracy"]) == (again["loss"], again["accuracy"])
+    result = main(["--samples", "3000", "--test", "1000", "--epochs", "1"])
+    assert result["accuracy"] >= 0.95 and result["steps"] == 32
+
+
+def test_lazyseq_alone_does_not_import_torch_but_lazyseq_torch_does():
+    code = "import sys, lazyseq; a = 'torch' in sys.modules; import lazyseq.torch; print(a, 'torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ)
+    assert out.stdout.split() == ["False", "True"]
+
+
+# -- CUDA only (skipped where there is no GPU) ----------------------------------------------------------
+
+
+@needs_cuda
+def test_cuda_values_pinned_slots_and_streams():
+    batches = [(np.full((8, 4), k, np.float32), np.arange(8) + k) for k in range(6)] + [
+        (np.full((3, 4), 6, np.float32), np.arange(3) + 6)
+    ]
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side), to_device(batches, "cuda", ahead=2) as feeder:  # a consumer on its own stream
+        got = [(x * 2, y + 0) for x, y in feeder]
+        transfer = feeder._transfer
+        assert transfer.allocations == 6  # 3 pinned slots x 2 arrays
+        assert all(b.is_pinned() for slot in feeder._slots for b in slot.buffers)
+    torch.cuda.synchronize()
+    for (x, y), (bx, by) in zip(got, batches):
+        assert x.device.type == "cuda" and x.dtype == torch.float32 and y.dtype == torch.int64
+        assert torch.equal(x.cpu(), torch.from_numpy(bx) * 2) and torch.equal(y.cpu(), torch.from_numpy(by))
+
+
+@needs_cuda
+def test_cuda_without_pinning_and_with_tensors_on_the_gpu():
+    on_gpu = torch.arange(4, device="cuda")
+    feeder = to_device([(np.ones(4), on_gpu)], "cuda", pin_memory=False)
+    x, y = next(feeder)
+    assert y is on_gpu and x.device.type == "cuda" and feeder._transfer.allocations == 0
+    assert x.cpu().tolist() == [1.0] * 4
+
+
+@needs_cuda
+def test_cuda_predict():
+    model = torch.nn.Linear(3, 2, dtype=torch.float64).cuda()
+    x = np.random.default_rng(0).standard_normal((10, 3))
+    scores = predict(model, x, batch_size=4, device="cuda")
+    with torch.no_grad():
+        np.testing.assert_allclose(scores, model(torch.from_numpy(x).cuda()).cpu().numpy())
