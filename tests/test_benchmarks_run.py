@@ -30,3 +30,10 @@ def test_loading_benchmark_quick_run():
     assert "| 1. loader-bound, processes vs numpy loop" in out
     assert "| 5. first batch, threads" in out
     assert "leftover workers after closing every loader: none" in out
+
+
+def test_sklearn_benchmark_quick_run():
+    pytest.importorskip("sklearn")
+    out = quick_run("bench_sklearn.py")
+    assert "| (b) fit(), in-memory batches vs (a)" in out
+    assert "| (c) fit(), prefetch 2 processes vs (a)" in out

@@ -1,0 +1,375 @@
+"""lazyseq.sklearn: fit, predict and score over views give what scikit-learn gives on the same batches or data."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("sklearn")
+
+from sklearn.cluster import MiniBatchKMeans  # noqa: E402
+from sklearn.decomposition import PCA, IncrementalPCA  # noqa: E402
+from sklearn.linear_model import LinearRegression, PoissonRegressor, SGDClassifier, SGDRegressor  # noqa: E402
+from sklearn.metrics import f1_score, mean_absolute_error  # noqa: E402
+from sklearn.naive_bayes import GaussianNB  # noqa: E402
+from sklearn.pipeline import make_pipeline  # noqa: E402
+from sklearn.preprocessing import StandardScaler  # noqa: E402
+
+import lazyseq  # noqa: E402
+from lazyseq.sklearn import fit, predict, score  # noqa: E402
+
+N, WIDTH, BATCH = 120, 4, 16  # 8 batches, the last one of 8 rows
+CLASSES = np.arange(3)
+
+rng = np.random.default_rng(0)
+LABELS = rng.integers(3, size=N)
+X = rng.standard_normal((N, WIDTH)) + LABELS[:, None]
+TARGETS = X @ np.array([1.0, -2.0, 0.5, 3.0]) + 0.1 * rng.standard_normal(N)
+WEIGHTS = rng.uniform(0.5, 2.0, size=N)
+
+
+def labelled(*fields):
+    return lazyseq.collate([X, *fields])
+
+
+def by_hand(estimator, batches, epochs=1, **first_call):
+    """The loop that fit replaces: partial_fit on each batch, the keywords on the first call only."""
+    for _ in range(epochs):
+        for batch in batches:
+            fields = batch if isinstance(batch, tuple) else (batch,)
+            keywords = dict(first_call)
+            if len(fields) == 3:
+                keywords["sample_weight"] = fields[2]
+            estimator.partial_fit(*fields[:2], **keywords)
+            first_call = {}
+    return estimator
+
+
+def assert_same_fit(got, want):
+    """Every fitted attribute (``name_``) equal, exactly."""
+    names = sorted(k for k in vars(want) if k.endswith("_") and not k.startswith("_"))
+    assert names and names == sorted(k for k in vars(got) if k.endswith("_") and not k.startswith("_"))
+    for name in names:
+        np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
+
+
+class Recorder:
+    """An estimator that remembers how partial_fit was called."""
+
+    def __init__(self):
+        self.calls = []
+
+    def partial_fit(self, X, y, classes=None, sample_weight=None):
+        self.calls.append({"X": X, "y": y, "classes": classes, "sample_weight": sample_weight})
+        return self
+
+
+# -- fit ---------------------------------------------------------------------------------------------
+
+
+ESTIMATORS = {
+    "GaussianNB": (GaussianNB, (LABELS,), {"classes": CLASSES}),
+    "SGDClassifier": (lambda: SGDClassifier(random_state=0), (LABELS,), {"classes": CLASSES}),
+    "SGDRegressor": (lambda: SGDRegressor(random_state=0), (TARGETS,), {}),
+    "MiniBatchKMeans": (lambda: MiniBatchKMeans(n_clusters=3, random_state=0, n_init=1), (), {}),
+    "IncrementalPCA": (lambda: IncrementalPCA(n_components=2), (), {}),
+}
+
+
+@pytest.mark.parametrize("name", ESTIMATORS)
+def test_fit_equals_partial_fit_by_hand(name):
+    make, fields, keywords = ESTIMATORS[name]
+    batches = labelled(*fields).batch(BATCH) if fields else lazyseq.view(X).batch(BATCH)
+    got = fit(make(), batches, epochs=2, progress=False, **keywords)
+    assert_same_fit(got, by_hand(make(), batches, epochs=2, **keywords))
+
+
+def test_fit_passes_sample_weights():
+    batches = labelled(LABELS, WEIGHTS).batch(BATCH)
+    got = fit(SGDClassifier(random_state=0), batches, classes=CLASSES, progress=False)
+    assert_same_fit(got, by_hand(SGDClassifier(random_state=0), batches, classes=CLASSES))
+    unweighted = fit(SGDClassifier(random_state=0), labelled(LABELS).batch(BATCH), classes=CLASSES, progress=False)
+    assert not np.array_equal(unweighted.coef_, got.coef_)
+    recorded = fit(Recorder(), batches, progress=False).calls
+    np.testing.assert_array_equal(np.concatenate([c["sample_weight"] for c in recorded]), WEIGHTS)
+
+
+def test_fit_gives_classes_on_the_first_call_only():
+    calls = fit(Recorder(), labelled(LABELS).batch(BATCH), classes=CLASSES, epochs=2, progress=False).calls
+    assert len(calls) == 16
+    assert calls[0]["classes"] is CLASSES
+    assert all(call["classes"] is None for call in calls[1:])
+
+
+def test_fit_reads_lists_sequences_and_generators():
+    batches = list(labelled(LABELS).batch(BATCH))
+    want = by_hand(GaussianNB(), batches, classes=CLASSES)
+    as_lists = [list(batch) for batch in batches]
+    for source in (batches, as_lists, iter(batches), (b for b in batches)):
+        assert_same_fit(fit(GaussianNB(), source, classes=CLASSES, progress=False), want)
+
+
+def test_epochs_pass_over_the_batches_again_in_order():
+    calls = fit(Recorder(), labelled(LABELS).batch(BATCH), epochs=3, progress=False).calls
+    assert len(calls) == 24
+    np.testing.assert_array_equal(np.concatenate([c["y"] for c in calls]), np.tile(LABELS, 3))
+
+
+def test_steps_stop_fit_across_epochs():
+    batches = labelled(LABELS).batch(BATCH)
+    calls = fit(Recorder(), batches, epochs=2, steps=11, progress=False).calls
+    np.testing.assert_array_equal(np.concatenate([c["y"] for c in calls]), np.concatenate([LABELS, LABELS[:48]]))
+    assert len(fit(Recorder(), batches, epochs=1, steps=100, progress=False).calls) == 8  # epochs end it first
+    assert len(fit(Recorder(), batches, epochs=None, steps=20, progress=False).calls) == 20  # as many as needed
+
+
+def test_steps_leave_the_rest_of_an_iterator_unread():
+    batches = list(labelled(LABELS).batch(BATCH))
+    iterator = iter(batches)
+    fit(Recorder(), iterator, steps=3, progress=False)
+    assert next(iterator) is batches[3]
+
+
+def test_steps_end_an_infinite_view_and_load_buffers():
+    batches = labelled(LABELS).batch(BATCH)
+    calls = fit(Recorder(), lazyseq.cycle(batches), steps=10, progress=False).calls
+    np.testing.assert_array_equal(np.concatenate([c["y"] for c in calls]), np.concatenate([LABELS, LABELS[:32]]))
+
+    first = batches[0]
+    with lazyseq.load_buffers(lambda: first, nworkers=1, copy=True) as loader:
+        got = fit(GaussianNB(), loader, classes=CLASSES, steps=3, progress=False)
+    assert_same_fit(got, by_hand(GaussianNB(), [first] * 3, classes=CLASSES))
+
+
+@pytest.mark.parametrize("method", ["thread", "process"])
+def test_fit_through_prefetch(method):
+    batches = labelled(LABELS).batch(BATCH)
+    with lazyseq.prefetch(batches, nworkers=2, method=method) as loader:
+        got = fit(GaussianNB(), loader, classes=CLASSES, epochs=2, progress=False)
+    assert_same_fit(got, by_hand(GaussianNB(), batches, epochs=2, classes=CLASSES))
+
+
+def test_fit_unsupervised_on_x_alone_and_on_pairs():
+    make, _, _ = ESTIMATORS["MiniBatchKMeans"]
+    alone = fit(make(), lazyseq.view(X).batch(BATCH), progress=False)
+    pairs = fit(make(), labelled(LABELS).batch(BATCH), progress=False)  # the labels are ignored
+    assert_same_fit(pairs, alone)
+
+
+# -- fit: validation ----------------------------------------------------------------------------------
+
+
+def test_validation_history_records_steps_epochs_and_scores():
+    batches = labelled(LABELS).batch(BATCH)
+    validation = labelled(LABELS)[:50]
+    history = []
+    fit(GaussianNB(), batches, classes=CLASSES, epochs=2, validation=validation, validate_every=5, history=history,
+        progress=False)  # fmt: skip
+    assert [(h["step"], h["epoch"]) for h in history] == [(5, 0), (10, 1), (15, 1), (16, 1)]
+
+    model, scores, step = GaussianNB(), [], 0
+    for _ in range(2):
+        for x, y in batches:
+            model.partial_fit(x, y, classes=CLASSES)
+            step += 1
+            if step in (5, 10, 15, 16):
+                scores.append(model.score(X[:50], LABELS[:50]))
+    assert [h["score"] for h in history] == scores
+
+
+def test_validation_with_a_metric():
+    batches = labelled(LABELS).batch(BATCH)
+    history = []
+    model = fit(GaussianNB(), batches, classes=CLASSES, steps=4, validation=labelled(LABELS), validate_every=3,
+                metric=mean_absolute_error, history=history, progress=False)  # fmt: skip
+    assert [h["step"] for h in history] == [3, 4]
+    assert history[-1]["score"] == mean_absolute_error(LABELS, model.predict(X))
+
+
+# -- fit: errors --------------------------------------------------------------------------------------
+
+
+def test_fit_needs_partial_fit():
+    with pytest.raises(TypeError, match="LinearRegression has no partial_fit method.*learns incrementally"):
+        fit(LinearRegression(), labelled(TARGETS).batch(BATCH))
+
+
+def test_fit_errors_about_what_partial_fit_takes():
+    with pytest.raises(TypeError, match="SGDRegressor.partial_fit takes no classes"):
+        fit(SGDRegressor(), labelled(TARGETS).batch(BATCH), classes=CLASSES)
+    with pytest.raises(TypeError, match=r"batch 0 is \(X, y, sample_weight\), but IncrementalPCA.partial_fit"):
+        fit(IncrementalPCA(2), labelled(LABELS, WEIGHTS).batch(BATCH), progress=False)
+    with pytest.raises(TypeError, match="batch 0 is X alone, but GaussianNB.partial_fit needs targets"):
+        fit(GaussianNB(), lazyseq.view(X).batch(BATCH), classes=CLASSES, progress=False)
+
+
+def test_fit_errors_about_batches():
+    with pytest.raises(ValueError, match=r"batch 0 is a tuple of 4 items; it must be \(X, y\), \(X, y, sample_w"):
+        fit(Recorder(), [(X, LABELS, WEIGHTS, WEIGHTS)], progress=False)
+    with pytest.raises(TypeError, match="batch 0 is a dict; it must be"):
+        fit(Recorder(), [{"x": X, "y": LABELS}], progress=False)
+    with pytest.raises(ValueError, match=r"batch 0 has X of shape \(4,\), one sample.*view.batch\(64\)"):
+        fit(GaussianNB(), labelled(LABELS), classes=CLASSES, progress=False)
+    with pytest.raises(TypeError, match="batches must be a view, a sequence or an iterable, not int"):
+        fit(Recorder(), 3)
+    with pytest.raises(ValueError, match="batches gave no batch, so partial_fit was never called"):
+        fit(Recorder(), [], progress=False)
+
+
+def test_fit_refuses_to_loop_for_ever():
+    with pytest.raises(ValueError, match=r"batches is an infinite view \(cycle\).*pass steps=N"):
+        fit(Recorder(), lazyseq.cycle(labelled(LABELS).batch(BATCH)))
+    with lazyseq.load_buffers(lambda: (X, LABELS), nworkers=1) as loader:
+        with pytest.raises(ValueError, match="batches come from load_buffers, which never ends.*pass steps=N"):
+            fit(Recorder(), loader)
+    with pytest.raises(ValueError, match="epochs=None means as many passes as steps needs, so it needs steps"):
+        fit(Recorder(), [(X, LABELS)], epochs=None)
+
+
+def test_fit_errors_about_counts_and_one_shot_iterators():
+    with pytest.raises(ValueError, match=r"one-shot iterator \(list_iterator\).*epochs=2 cannot be made"):
+        fit(Recorder(), iter([(X, LABELS)]), epochs=2)
+    for keyword in ("epochs", "steps", "validate_every"):
+        with pytest.raises(ValueError, match=f"{keyword} must be a positive integer, got 0"):
+            fit(Recorder(), [(X, LABELS)], **{keyword: 0})
+
+
+def test_validation_errors_before_training():
+    recorder = IncrementalPCA(2)
+    with pytest.raises(TypeError, match="fit: IncrementalPCA has no score method; pass metric="):
+        fit(recorder, lazyseq.view(X).batch(BATCH), validation=lazyseq.view(X))
+    assert not hasattr(recorder, "components_")
+
+
+# -- predict ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def classifier():
+    return SGDClassifier(loss="log_loss", random_state=0).fit(X, LABELS)
+
+
+@pytest.mark.parametrize("method", ["predict", "predict_proba", "decision_function"])
+def test_predict_equals_the_method_on_all_data(classifier, method):
+    want = getattr(classifier, method)(X)
+    np.testing.assert_array_equal(predict(classifier, labelled(LABELS), 32, method, progress=False), want)
+    np.testing.assert_array_equal(predict(classifier, X, 50, method, nworkers=1, progress=False), want)
+
+
+def test_predict_transform():
+    pca = IncrementalPCA(n_components=2).fit(X)
+    np.testing.assert_array_equal(predict(pca, X, 32, "transform", progress=False), pca.transform(X))
+
+
+def test_predict_into_a_npy_file_and_a_memmap(classifier, tmp_path):
+    want = classifier.predict_proba(X)
+    path = tmp_path / "proba.npy"
+    got = predict(classifier, X, 32, "predict_proba", out=path, progress=False)
+    assert isinstance(got, np.memmap)
+    np.testing.assert_array_equal(np.load(path), want)
+    target = np.lib.format.open_memmap(tmp_path / "given.npy", mode="w+", dtype=np.float64, shape=want.shape)
+    assert predict(classifier, X, 32, "predict_proba", out=target, progress=False) is target
+    np.testing.assert_array_equal(np.load(tmp_path / "given.npy"), want)
+
+
+def test_predict_errors_about_the_method(classifier):
+    hinge = SGDClassifier(random_state=0).fit(X, LABELS)
+    with pytest.raises(AttributeError, match="SGDClassifier has no method 'predict_proba'.*loss='hinge'"):
+        predict(hinge, X, method="predict_proba")
+    with pytest.raises(AttributeError, match="GaussianNB has no method 'transform'"):
+        predict(GaussianNB(), X, method="transform")
+    with pytest.raises(TypeError, match="method must be the name of a method"):
+        predict(classifier, X, method=classifier.predict)
+
+
+# -- score --------------------------------------------------------------------------------------------
+
+
+def test_score_of_a_classifier_is_its_accuracy(classifier):
+    assert score(classifier, labelled(LABELS), 32, progress=False) == classifier.score(X, LABELS)
+    weighted = score(classifier, labelled(LABELS, WEIGHTS), 32, progress=False)
+    assert weighted == classifier.score(X, LABELS, sample_weight=WEIGHTS)
+    assert weighted != classifier.score(X, LABELS)
+
+
+def test_score_of_a_regressor_is_its_r2():
+    regressor = SGDRegressor(random_state=0).fit(X, TARGETS)
+    assert score(regressor, labelled(TARGETS), 32, progress=False) == regressor.score(X, TARGETS)
+    weighted = score(regressor, labelled(TARGETS, WEIGHTS), 32, nworkers=1, progress=False)
+    assert weighted == regressor.score(X, TARGETS, sample_weight=WEIGHTS)
+
+
+def test_score_of_a_pipeline_is_its_final_step_score():
+    pipeline = make_pipeline(StandardScaler(), GaussianNB()).fit(X, LABELS)
+    assert score(pipeline, labelled(LABELS), 32, progress=False) == pipeline.score(X, LABELS)
+
+
+def test_score_of_kmeans_adds_up_its_chunks():
+    kmeans = MiniBatchKMeans(n_clusters=3, random_state=0, n_init=1).fit(X)
+    # Minus the inertia, a sum over samples: added chunk by chunk, in another order than scikit-learn's,
+    # so the last bits may differ.
+    assert score(kmeans, lazyseq.view(X), 32, progress=False) == pytest.approx(kmeans.score(X), rel=1e-12)
+    weighted = score(kmeans, labelled(LABELS, WEIGHTS), 32, progress=False)
+    assert weighted == pytest.approx(kmeans.score(X, sample_weight=WEIGHTS), rel=1e-12)
+    assert weighted != pytest.approx(kmeans.score(X), rel=1e-3)
+
+
+def test_score_of_pca_is_the_mean_of_score_samples():
+    pca = PCA(n_components=2).fit(X)
+    # The mean of the same per-sample values: only the matrix product in score_samples sees other shapes.
+    assert score(pca, lazyseq.view(X), 32, progress=False) == pytest.approx(pca.score(X), rel=1e-12)
+    with pytest.raises(TypeError, match="the items of data carry sample weights, but PCA.score takes none"):
+        score(pca, labelled(LABELS, WEIGHTS), progress=False)
+
+
+def test_score_with_a_metric():
+    model = GaussianNB().fit(X, LABELS)
+    predictions = model.predict(X)
+    got = score(model, labelled(LABELS), 32, metric=lambda t, p: f1_score(t, p, average="macro"), progress=False)
+    assert got == f1_score(LABELS, predictions, average="macro")
+    weighted = score(model, labelled(LABELS, WEIGHTS), 32, metric=mean_absolute_error, progress=False)
+    assert weighted == mean_absolute_error(LABELS, predictions, sample_weight=WEIGHTS)
+
+
+def test_score_errors():
+    positive = np.exp(TARGETS / 10)
+    glm = PoissonRegressor().fit(X, positive)
+    with pytest.raises(TypeError, match="PoissonRegressor.score cannot be computed in chunks.*pass metric="):
+        score(glm, labelled(positive))
+    with pytest.raises(TypeError, match="score: IncrementalPCA has no score method; pass metric="):
+        score(IncrementalPCA(2).fit(X), X)  # scikit-learn gives IncrementalPCA no score, unlike PCA
+    with pytest.raises(ValueError, match=r"items of data are X alone, but GaussianNB is scored against targets"):
+        score(GaussianNB().fit(X, LABELS), X, progress=False)
+
+
+# -- progress bars and imports ------------------------------------------------------------------------
+
+
+def test_progress_true_shows_a_bar_of_batches(capsys):
+    batches = labelled(LABELS).batch(BATCH)
+    fit(GaussianNB(), batches, classes=CLASSES, validation=labelled(LABELS), validate_every=4, progress=True)
+    err = capsys.readouterr().err
+    assert "fit" in err and "8/8" in err and "batch/s" in err and "score=" in err
+    model = GaussianNB().fit(X, LABELS)
+    predict(model, X, 32, progress=True)
+    assert "predict" in capsys.readouterr().err
+    score(model, labelled(LABELS), 32, progress=True)
+    err = capsys.readouterr().err
+    assert "score" in err and "4/4" in err and "batch/s" in err
+
+
+def test_progress_false_writes_nothing(capsys):
+    model = fit(GaussianNB(), labelled(LABELS).batch(BATCH), classes=CLASSES, validation=labelled(LABELS),
+                validate_every=4, progress=False)  # fmt: skip
+    predict(model, X, 32, progress=False)
+    score(model, labelled(LABELS), 32, progress=False)
+    assert capsys.readouterr() == ("", "")
+
+
+def test_import_lazyseq_imports_neither_this_module_nor_sklearn():
+    code = (
+        "import sys, lazyseq; assert 'lazyseq.sklearn' not in sys.modules and 'sklearn' not in sys.modules; "
+        "import lazyseq.sklearn; assert 'sklearn' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
