@@ -1,6 +1,6 @@
 """What lazyseq.sklearn.fit costs on top of a hand-written partial_fit loop, and with lazy batches and loaders.
 
-    python benchmarks/bench_sklearn.py          # about 3.5 minutes
+    python benchmarks/bench_sklearn.py          # about 3 minutes
     python benchmarks/bench_sklearn.py --quick  # a few seconds: a smoke test, numbers too rough to quote
 
 The workload is the seed one (``lazyseq.demo``): 18,000 x 248 float64 samples

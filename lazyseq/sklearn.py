@@ -134,15 +134,19 @@ class _PartialFit:
                     f"fit: batch {step} is (X, y, sample_weight), but {self.name}.partial_fit takes no sample_weight"
                 )
             keywords["sample_weight"] = weights
-        if y is not None:
-            self.method(X, y, **keywords)
-        elif self.needs_targets:
+        if y is None and self.needs_targets:
             raise TypeError(
                 f"fit: batch {step} is X alone, but {self.name}.partial_fit needs targets: batches must be "
                 "(X, y) or (X, y, sample_weight)"
             )
-        else:
-            self.method(X, **keywords)
+        try:
+            if y is None:
+                self.method(X, **keywords)
+            else:
+                self.method(X, y, **keywords)
+        except Exception as error:
+            error.add_note(f"raised by {self.name}.partial_fit on batch {step} in lazyseq.sklearn.fit")
+            raise
 
 
 def _keywords(method: Callable) -> Callable[[str], bool]:

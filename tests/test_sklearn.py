@@ -217,6 +217,13 @@ def test_fit_errors_about_batches():
         fit(Recorder(), [], progress=False)
 
 
+def test_an_error_in_partial_fit_names_the_batch():
+    batches = [(X[:10], LABELS[:10]), (X[:10, :2], LABELS[:10])]
+    with pytest.raises(ValueError, match="features") as caught:
+        fit(GaussianNB(), batches, classes=CLASSES, progress=False)
+    assert caught.value.__notes__ == ["raised by GaussianNB.partial_fit on batch 1 in lazyseq.sklearn.fit"]
+
+
 def test_fit_refuses_to_loop_for_ever():
     with pytest.raises(ValueError, match=r"batches is an infinite view \(cycle\).*pass steps=N"):
         fit(Recorder(), lazyseq.cycle(labelled(LABELS).batch(BATCH)))
