@@ -8,6 +8,7 @@ if tqdm is installed. ``True`` always shows one (tqdm is then required);
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from typing import Any
 
@@ -54,7 +55,10 @@ def progress_bar(total: int | None, description: str, progress: bool | None, uni
     if not progress:
         return ProgressBar()
     try:
-        from tqdm.auto import tqdm
+        if "ipykernel" in sys.modules and importlib.util.find_spec("ipywidgets") is not None:
+            from tqdm.notebook import tqdm  # a widget; without ipywidgets, plain text that notebooks show too
+        else:
+            from tqdm import tqdm
     except ImportError:
         raise ImportError(
             "progress=True needs tqdm: pip install tqdm (or pass progress=False to turn the bar off)"
@@ -63,8 +67,6 @@ def progress_bar(total: int | None, description: str, progress: bool | None, uni
 
 
 def _tqdm_installed() -> bool:
-    import importlib.util
-
     return importlib.util.find_spec("tqdm") is not None
 
 
