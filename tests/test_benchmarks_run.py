@@ -37,3 +37,11 @@ def test_sklearn_benchmark_quick_run():
     out = quick_run("bench_sklearn.py")
     assert "| (b) fit(), in-memory batches vs (a)" in out
     assert "| (c) fit(), prefetch 2 processes vs (a)" in out
+
+
+def test_torch_benchmark_quick_run():
+    pytest.importorskip("torch")
+    out = quick_run("bench_torch.py")
+    assert "| a. MLP training step, best lazyseq vs model alone" in out
+    assert "| b. loader-bound, processes vs DataLoader per-sample" in out
+    assert "leftover workers after closing every loader: none" in out

@@ -187,6 +187,8 @@ def test_as_dataset_items_and_lazy_batches(npy_files):
     np.testing.assert_array_equal(value[0], samples[[5, 999, 5]])
     stacked = dataset[np.array([5, 999])]  # a list or array of indices: one stacked batch
     np.testing.assert_array_equal(stacked[1], labels[[5, 999]])
+    np.testing.assert_array_equal(dataset[997:][0], samples[997:])
+    np.testing.assert_array_equal(dataset[torch.tensor(3)][0], samples[3])  # a 0-d index: one item
 
 
 def test_dataloader_over_a_view_gives_the_per_sample_batches(npy_files):

@@ -81,10 +81,10 @@ class ViewDataset(Dataset):
         return self._len
 
     def __getitem__(self, index):
-        """``view[index]`` for an integer; for a list or array of indices, their items as one stacked batch."""
-        if isinstance(index, (int, np.integer)):
-            return self.view[index]
-        return _stacked(self.view, index)
+        """``view[index]`` for an integer; for a list, array or slice of indices, their items as one stacked batch."""
+        if isinstance(index, slice) or np.ndim(index) > 0:
+            return _stacked(self.view, index)
+        return self.view[index]
 
     def __getitems__(self, indices: list[int]) -> LazyBatch:
         """The samples at ``indices``, for ``collate_fn`` (see :class:`LazyBatch`)."""

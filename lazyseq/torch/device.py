@@ -151,7 +151,7 @@ def _flatten(batch: Any, leaves: list) -> tuple:
     Numpy arrays become tensors that share their memory, as with :func:`~lazyseq.torch.to_tensors`.
     """
     kind = type(batch)
-    if kind is np.ndarray or isinstance(batch, np.ndarray):
+    if isinstance(batch, np.ndarray):
         batch = _tensor(batch)
         if type(batch) is not torch.Tensor:
             return ("v", batch)  # an array torch has no tensor for

@@ -58,7 +58,7 @@ def to_tensors(batch: Any) -> Any:
     10.0
     """
     kind = type(batch)
-    if kind is np.ndarray or isinstance(batch, np.ndarray):
+    if isinstance(batch, np.ndarray):
         return _tensor(batch)
     if kind is tuple or kind is list:
         return kind(to_tensors(x) for x in batch)
