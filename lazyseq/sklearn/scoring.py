@@ -1,0 +1,238 @@
+"""``predict`` and ``score``: an estimator over data far larger than memory, one chunk at a time."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..evaluate import evaluate
+from .items import fields
+
+__all__ = ["predict", "score", "score_rule"]
+
+
+def predict(
+    estimator: Any,
+    data: Any,
+    batch_size: int = 1024,
+    method: str = "predict",
+    out: Any = None,
+    *,
+    nworkers: int = 0,
+    progress: bool | None = None,
+) -> np.ndarray:
+    """``estimator.<method>`` over ``data`` in chunks of ``batch_size`` items, as one array.
+
+    ``method`` is any method that returns a row per sample: ``"predict"``,
+    ``"predict_proba"``, ``"decision_function"``, ``"transform"``, ... Items
+    of ``data`` are rows of X, or tuples ``(X, y, ...)`` whose first element
+    is used. ``out`` (an array, a memory map or a ``.npy`` path), ``nworkers``
+    and ``progress`` are those of :func:`lazyseq.evaluate`, which this calls.
+
+    >>> import numpy as np
+    >>> import lazyseq
+    >>> from lazyseq.sklearn import predict
+    >>> from sklearn.naive_bayes import GaussianNB
+    >>> x, y = np.array([[0.0], [0.2], [0.9], [1.1]]), np.array([0, 0, 1, 1])
+    >>> model = GaussianNB().fit(x, y)
+    >>> predict(model, lazyseq.collate([x, y]), batch_size=3, progress=False)
+    array([0, 0, 1, 1])
+    >>> predict(model, x, method="predict_proba", progress=False).shape
+    (4, 2)
+    """
+    compute = _method(estimator, method)
+
+    def on_batch(batch: Any) -> Any:
+        return compute(_features(batch))
+
+    return evaluate(on_batch, data, batch_size, out=out, nworkers=nworkers, progress=progress, description=method)
+
+
+def _method(estimator: Any, name: str) -> Callable:
+    if not isinstance(name, str):
+        raise TypeError(f"predict: method must be the name of a method, such as 'predict', not {name!r}")
+    try:
+        method = getattr(estimator, name)
+    except AttributeError as error:
+        reason = f": {error.__cause__}" if error.__cause__ else ""  # scikit-learn's why, e.g. loss='hinge'
+        raise AttributeError(f"predict: {type(estimator).__name__} has no method {name!r}{reason}") from error
+    if not callable(method):
+        raise TypeError(f"predict: {type(estimator).__name__}.{name} is not a method")
+    return method
+
+
+def _features(batch: Any) -> Any:
+    """X of a batch: the batch itself, or the first field of a tuple."""
+    return batch[0] if isinstance(batch, (tuple, list)) else batch
+
+
+# -- score --------------------------------------------------------------------------------------
+
+
+def score(
+    estimator: Any,
+    data: Any,
+    batch_size: int = 1024,
+    metric: Callable[..., Any] | None = None,
+    *,
+    nworkers: int = 0,
+    progress: bool | None = None,
+) -> float:
+    """The score of ``estimator`` on ``data``, computed in chunks of ``batch_size`` items.
+
+    Items are ``(X, y)``, ``(X, y, sample_weight)`` or X alone. Without
+    ``metric``, the result is what ``estimator.score`` gives on all the data
+    at once: accuracy for classifiers, R² for regressors (from the chunked
+    predictions), and for estimators whose score adds up over samples
+    (``KMeans``, ``MiniBatchKMeans``, ``PCA``, ``FactorAnalysis``,
+    ``GaussianMixture``, ``KernelDensity``), that score, chunk by chunk.
+    Other estimators need ``metric``: ``metric(y_true, y_pred)`` (with
+    ``sample_weight=`` when items carry weights) is applied to the
+    predictions and targets, and what it returns is returned.
+
+    >>> import numpy as np
+    >>> import lazyseq
+    >>> from lazyseq.sklearn import score
+    >>> from sklearn.metrics import f1_score
+    >>> from sklearn.naive_bayes import GaussianNB
+    >>> x, y = np.array([[0.0], [0.2], [0.9], [1.1]]), np.array([0, 0, 1, 1])
+    >>> model = GaussianNB().fit(x, y)
+    >>> test_x, test_y = np.array([[0.1], [0.4], [0.6], [1.0], [0.45]]), np.array([0, 1, 1, 1, 0])
+    >>> test = lazyseq.collate([test_x, test_y])
+    >>> score(model, test, batch_size=2, progress=False), model.score(test_x, test_y)
+    (0.8, 0.8)
+    >>> score(model, test, metric=f1_score, progress=False)
+    0.8
+    """
+    rule = "metric" if metric is not None else score_rule(estimator, "score")
+    collect, finish = _scorer(rule, estimator, metric)
+    results = evaluate(collect, data, batch_size, nworkers=nworkers, progress=progress, description="score")
+    return finish(results)
+
+
+# How ``estimator.score`` is computed, keyed by the function that computes it (found when first needed).
+_RULES: dict[Callable, str] = {}
+
+
+def score_rule(estimator: Any, caller: str) -> str:
+    """How to compute ``estimator.score`` exactly from chunks, or a TypeError saying to pass ``metric``."""
+    from sklearn.base import is_classifier, is_regressor
+
+    scorer = _final_step(estimator)
+    name = type(estimator).__name__
+    function = getattr(type(scorer), "score", None)
+    if function is None:
+        raise TypeError(f"{caller}: {name} has no score method; pass metric=, for instance metric=accuracy_score")
+    rule = _known_rules().get(function)
+    if rule == "accuracy" and not is_classifier(scorer) or rule == "r2" and not is_regressor(scorer):
+        rule = None
+    if rule is None:
+        raise TypeError(
+            f"{caller}: {name}.score cannot be computed in chunks (lazyseq knows how for classifiers, regressors, "
+            "KMeans, PCA, FactorAnalysis, GaussianMixture and KernelDensity); pass metric=, for instance "
+            "metric=sklearn.metrics.accuracy_score, to score its predictions"
+        )
+    return rule
+
+
+def _known_rules() -> dict[Callable, str]:
+    if not _RULES:
+        from sklearn.base import ClassifierMixin, RegressorMixin
+        from sklearn.cluster import KMeans
+        from sklearn.decomposition import PCA, FactorAnalysis
+        from sklearn.mixture import GaussianMixture
+        from sklearn.neighbors import KernelDensity, KNeighborsClassifier, RadiusNeighborsClassifier
+
+        _RULES.update(
+            {
+                ClassifierMixin.score: "accuracy",
+                KNeighborsClassifier.score: "accuracy",  # ClassifierMixin.score, X=None aside
+                RadiusNeighborsClassifier.score: "accuracy",
+                RegressorMixin.score: "r2",
+                KMeans.score: "total",  # shared by MiniBatchKMeans and BisectingKMeans
+                PCA.score: "mean",
+                FactorAnalysis.score: "mean",
+                GaussianMixture.score: "mean",  # shared by BayesianGaussianMixture
+                KernelDensity.score: "sum",
+            }
+        )
+    return _RULES
+
+
+def _final_step(estimator: Any) -> Any:
+    """The estimator whose score a pipeline's score is."""
+    from sklearn.pipeline import Pipeline
+
+    while isinstance(estimator, Pipeline):
+        estimator = estimator.steps[-1][1]
+    return estimator
+
+
+def _scorer(rule: str, estimator: Any, metric: Callable | None) -> tuple[Callable, Callable]:
+    """What to compute for each chunk, and how to turn all of it into the score."""
+    if rule == "metric":
+        return _supervised(estimator, metric)
+    if rule in ("accuracy", "r2"):
+        from sklearn.metrics import accuracy_score, r2_score
+
+        collect, finish = _supervised(estimator, accuracy_score if rule == "accuracy" else r2_score)
+        return collect, lambda results: float(finish(results))
+    if rule == "total":
+        return _chunk_totals(estimator)
+    return _per_sample(estimator, np.mean if rule == "mean" else np.sum)
+
+
+def _supervised(estimator: Any, metric: Callable) -> tuple[Callable, Callable]:
+    """Predictions and targets (and weights) of each chunk; ``metric`` of all of them."""
+    name = type(estimator).__name__
+
+    def collect(batch: Any) -> tuple:
+        X, y, weights = fields(batch, "score: a batch of data")
+        if y is None:
+            raise ValueError(
+                f"score: the items of data are X alone, but {name} is scored against targets: "
+                "items must be (X, y) or (X, y, sample_weight)"
+            )
+        predictions = estimator.predict(X)
+        return (predictions, y) if weights is None else (predictions, y, weights)
+
+    def finish(results: tuple) -> Any:
+        predictions, targets, *weights = results
+        keywords = {"sample_weight": weights[0]} if weights else {}
+        return metric(targets, predictions, **keywords)
+
+    return collect, finish
+
+
+def _per_sample(estimator: Any, reduce: Callable[[np.ndarray], Any]) -> tuple[Callable, Callable]:
+    """Scores that are the mean or the sum of ``score_samples`` (which takes no weights)."""
+
+    def collect(batch: Any) -> np.ndarray:
+        X, _, weights = fields(batch, "score: a batch of data")
+        if weights is not None:
+            raise TypeError(
+                f"score: the items of data carry sample weights, but {type(estimator).__name__}.score takes none"
+            )
+        return estimator.score_samples(X)
+
+    return collect, lambda samples: float(reduce(samples))
+
+
+def _chunk_totals(estimator: Any) -> tuple[Callable, Callable]:
+    """Scores that are a sum over samples (K-means: minus the inertia): ``estimator.score`` of each chunk, added."""
+    totals: list[float] = []
+
+    def collect(batch: Any) -> np.ndarray:
+        X, _, weights = fields(batch, "score: a batch of data")
+        totals.append(estimator.score(X, sample_weight=weights))
+        return np.empty((_count_rows(X), 0))  # evaluate wants a row per item; the totals are kept aside
+
+    return collect, lambda _: math.fsum(totals)
+
+
+def _count_rows(X: Any) -> int:
+    shape = getattr(X, "shape", None)
+    return shape[0] if shape is not None else len(X)
