@@ -194,7 +194,9 @@ def to_device(
     the first rows), then to the GPU on a separate stream, overlapping your
     computation; your stream waits for that copy before you use the batch.
     ``pin_memory=False`` skips the pinned slots. On the CPU the same loop
-    runs without pinning or streams: tensors share the arrays' memory.
+    runs without pinning or streams: tensors share the arrays' memory, and
+    there is no copy to overlap, so ``ahead=0`` costs least there (batches
+    held ahead keep a process loader's shared slots in use).
 
     Use it as a context manager (or call ``close()``) to release the batches
     sent ahead when you stop early; it never closes ``batches`` itself (a
