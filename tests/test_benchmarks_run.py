@@ -42,6 +42,6 @@ def test_sklearn_benchmark_quick_run():
 def test_torch_benchmark_quick_run():
     pytest.importorskip("torch")
     out = quick_run("bench_torch.py")
-    assert "| a. MLP training step, best lazyseq vs model alone" in out
+    assert "| a. MLP training step, best lazyseq loader vs model alone" in out
     assert "| b. loader-bound, processes vs DataLoader per-sample" in out
     assert "leftover workers after closing every loader: none" in out
