@@ -14,7 +14,6 @@ Run it with ``python -m lazyseq.demo`` (needs scikit-learn: ``pip install lazyse
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
 import tempfile
 import time
@@ -59,11 +58,10 @@ def train(minibatches, steps: int) -> tuple[object, float]:
     """A ``GaussianNB`` fitted on ``steps`` minibatches, and the seconds it took."""
     from sklearn.naive_bayes import GaussianNB
 
-    model = GaussianNB()
-    classes = np.arange(N_CLASSES)
+    from lazyseq.sklearn import fit
+
     start = time.perf_counter()
-    for x, y in itertools.islice(minibatches, steps):
-        model.partial_fit(x, y, classes=classes)
+    model = fit(GaussianNB(), minibatches, classes=np.arange(N_CLASSES), steps=steps, progress=False)
     return model, time.perf_counter() - start
 
 
