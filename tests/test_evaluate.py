@@ -1,5 +1,7 @@
 """evaluate: chunked evaluation with exact results, bounded memory, outputs on disk, clear errors."""
 
+import multiprocessing
+import threading
 import tracemalloc
 
 import numpy as np
@@ -148,8 +150,11 @@ def test_an_error_in_fn_stops_the_workers_and_propagates():
             raise RuntimeError("model broke")
         return b[1]
 
-    with pytest.raises(RuntimeError, match="model broke"):
-        lazyseq.evaluate(fail_on_second, labelled(10), batch_size=5, nworkers=2)
+    for method in ("thread", "process"):
+        with pytest.raises(RuntimeError, match="model broke"):
+            lazyseq.evaluate(fail_on_second, labelled(10), batch_size=5, nworkers=2, method=method)
+        assert [t.name for t in threading.enumerate() if t.name.startswith("lazyseq-")] == []
+        assert multiprocessing.active_children() == []
 
 
 def test_progress_bar(capfd):
