@@ -29,20 +29,26 @@ import contextlib
 import dataclasses
 import gc
 import itertools
-import multiprocessing
 import os
-import statistics
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
-from common import Result, Timing, check_same_heads, summary, table
+from common import Result, Timing, check_same_heads, summary
+from loader_timing import (
+    Loader,
+    first_batches,
+    leftovers,
+    load,
+    measure,
+    ms,
+    plain,
+    print_timings,
+)
 from torch.utils.data import DataLoader, Dataset
 
 import lazyseq
@@ -67,65 +73,6 @@ class Settings:
 
 FULL = Settings(repeats=3, train_steps=2_000, loader_batches=20_000)
 QUICK = Settings(repeats=1, train_steps=150, loader_batches=300)
-
-Loader = Callable[[int], ContextManager[Iterable]]  # opens a loader of n batches; closing it stops its workers
-
-
-# -- timing -----------------------------------------------------------------------------------
-
-
-def run_through(open_loader: Loader, units: int, consume: Callable[[Any], object]) -> float:
-    """Seconds from opening the loader to having consumed its ``units`` batches (stopping it is not counted)."""
-    start = time.perf_counter()
-    with open_loader(units) as batches:
-        for batch in batches:
-            consume(batch)
-        del batch
-        elapsed = time.perf_counter() - start
-    del batches
-    gc.collect()  # now: a loader left in a reference cycle would be inherited by the next forked worker
-    return elapsed
-
-
-def measure(
-    loaders: dict[str, Loader], units: int, repeats: int, consume: Callable[[Any], object], warm_units: int = 20
-) -> dict[str, Timing]:
-    """Seconds per batch of each loader, best and median of ``repeats`` runs taken in turns."""
-    for open_loader in loaders.values():
-        run_through(open_loader, min(units, warm_units), consume)  # page the maps in, import what workers need
-    samples: dict[str, list[float]] = {name: [] for name in loaders}
-    for _ in range(repeats):
-        for name, open_loader in loaders.items():
-            samples[name].append(run_through(open_loader, units, consume) / units)
-    return {name: Timing(min(times), statistics.median(times)) for name, times in samples.items()}
-
-
-def first_batches(loaders: dict[str, Loader], count: int = 2) -> dict[str, list]:
-    heads = {}
-    for name, open_loader in loaders.items():
-        with open_loader(count) as batches:
-            heads[name] = [as_numpy(b) for b in itertools.islice(batches, count)]
-        del batches
-        gc.collect()
-    return heads
-
-
-def as_numpy(batch):
-    if isinstance(batch, (tuple, list)):
-        return tuple(as_numpy(b) for b in batch)
-    if isinstance(batch, torch.Tensor):
-        batch = batch.numpy()
-    return np.array(batch)  # a copy: the batch may live in a shared slot that its loader reuses
-
-
-def ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.3f} ms"
-
-
-def print_timings(title: str, timings: dict[str, Timing], unit: str, extra: Callable[[Timing], str]) -> None:
-    print(f"\n{title}")
-    header = ["contender", f"best per {unit}", f"median per {unit}", ""]
-    print(table(header, [[name, ms(t.best), ms(t.median), extra(t)] for name, t in timings.items()]))
 
 
 # -- data and loaders ---------------------------------------------------------------------------
@@ -171,11 +118,6 @@ def epochs_order(n: int, count: int) -> np.ndarray:
     epochs = -(-count // n)
     perms = [lazyseq.arange(n).shuffle(seed=0, epoch=e).batch(n)[0] for e in range(epochs)]
     return np.concatenate(perms)[:count]
-
-
-@contextlib.contextmanager
-def plain(batches: Iterable) -> Iterator[Iterable]:
-    yield batches
 
 
 @contextlib.contextmanager
@@ -376,19 +318,6 @@ def bench_loader_bound(settings: Settings) -> list[Result]:
 
 
 # -- main ----------------------------------------------------------------------------------------
-
-
-def leftovers() -> str:
-    """Worker processes and threads still alive after every loader was closed."""
-    children = multiprocessing.active_children()
-    threads = [t.name for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive()]
-    if not children and not threads:
-        return "none"
-    return f"{len(children)} processes {[c.name for c in children]}, threads {threads}"
-
-
-def load() -> str:
-    return ", ".join(f"{x:.2f}" for x in os.getloadavg()) + " (1, 5, 15 min)"
 
 
 def main() -> None:
