@@ -41,7 +41,18 @@ from importlib.metadata import version
 
 import numpy as np
 import seqtools
-from common import Result, Timing, check_same_heads, numpy_batches, stack, stack_fields, summary
+from common import (
+    N_CLASSES,
+    WIDTH,
+    Result,
+    Timing,
+    check_same_heads,
+    numpy_batches,
+    stack,
+    stack_fields,
+    summary,
+    write_samples,
+)
 from loader_timing import (
     Loader,
     first_batches,
@@ -58,9 +69,6 @@ import lazyseq
 # torch and scikit-learn are imported where they are used: a spawned worker re-imports this module,
 # and should pay only for what a user's script would import.
 
-CHUNK_ROWS = (5000, 5000, 5000, 3000)
-WIDTH = 248
-N_CLASSES = 10
 WORKERS = 2
 IN_FLIGHT = 10  # max_buffered, max_cached, 2 workers x prefetch_factor 5
 LOADER_BATCH = 256
@@ -137,23 +145,6 @@ def seqtools_shm_size(batch_bytes: int) -> int:
 
 
 # -- data -------------------------------------------------------------------------
-
-
-def write_samples(folder: str) -> tuple[list[str], str]:
-    """18,000 x 248 float64 samples in four ``.npy`` files, and their int labels in ``labels.npy``."""
-    rng = np.random.default_rng(0)
-    n_samples = sum(CHUNK_ROWS)
-    labels = rng.integers(N_CLASSES, size=n_samples)
-    means = rng.standard_normal((N_CLASSES, WIDTH)) * 3
-    paths, first = [], 0
-    for k, rows in enumerate(CHUNK_ROWS):
-        samples = means[labels[first : first + rows]] + rng.standard_normal((rows, WIDTH))
-        paths.append(os.path.join(folder, f"data_{k:02d}.npy"))
-        np.save(paths[-1], samples)
-        first += rows
-    labels_path = os.path.join(folder, "labels.npy")
-    np.save(labels_path, labels)
-    return paths, labels_path
 
 
 class MapBatches:

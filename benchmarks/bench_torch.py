@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from common import Result, Timing, check_same_heads, summary
+from common import N_CLASSES, WIDTH, Result, Timing, check_same_heads, summary, write_samples
 from loader_timing import (
     Loader,
     first_batches,
@@ -54,9 +54,6 @@ from torch.utils.data import DataLoader, Dataset
 import lazyseq
 from lazyseq.torch import as_dataset, collate, to_device, to_tensors
 
-CHUNK_ROWS = (5000, 5000, 5000, 3000)
-WIDTH = 248
-N_CLASSES = 10
 HIDDEN = 64
 WORKERS = 2
 IN_FLIGHT = 10  # max_buffered; DataLoader: 2 workers x prefetch_factor 5
@@ -76,22 +73,6 @@ QUICK = Settings(repeats=1, train_steps=150, loader_batches=300)
 
 
 # -- data and loaders ---------------------------------------------------------------------------
-
-
-def write_samples(folder: str, dtype: str) -> tuple[list[str], str]:
-    """18,000 x 248 samples of ``dtype`` in four ``.npy`` files, and their int64 labels."""
-    rng = np.random.default_rng(0)
-    labels = rng.integers(N_CLASSES, size=sum(CHUNK_ROWS))
-    means = rng.standard_normal((N_CLASSES, WIDTH)) * 3
-    paths, first = [], 0
-    for k, rows in enumerate(CHUNK_ROWS):
-        samples = means[labels[first : first + rows]] + rng.standard_normal((rows, WIDTH))
-        paths.append(os.path.join(folder, f"{dtype}_{k:02d}.npy"))
-        np.save(paths[-1], samples.astype(dtype))
-        first += rows
-    labels_path = os.path.join(folder, "labels.npy")
-    np.save(labels_path, labels)
-    return paths, labels_path
 
 
 class Samples(Dataset):
