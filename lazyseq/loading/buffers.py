@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import operator
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -13,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..views.errors import REMOTE_CHAIN, EvaluationError, seterr
+from .item_cost import INLINE_BELOW, ItemCost, TimedJob
 from .jobs import CallFunction
 from .options import blas_threads_for, check_method, resolve_workers
 from .structure import flatten, layout_of, shape_key, signature
@@ -40,6 +42,7 @@ class BufferLoader(Iterator):
         copy: bool,
         start_method: str | None,
         blas_threads: int | None,
+        inline_below: float = INLINE_BELOW,
     ) -> None:
         if not callable(func):
             raise TypeError(f"load_buffers: func must be callable, got {type(func).__name__}")
@@ -50,6 +53,8 @@ class BufferLoader(Iterator):
         count = resolve_workers(nworkers)
         if count < 1:
             raise ValueError("load_buffers: nworkers must be at least 1 (or negative: all cores but -nworkers)")
+        if not inline_below >= 0:
+            raise ValueError(f"load_buffers: inline_below must be a number of seconds >= 0, got {inline_below!r}")
         self._func = func
         self._copy = copy
         self._signature: tuple | None = None
@@ -61,7 +66,11 @@ class BufferLoader(Iterator):
         self._lock = threading.Lock()
         self.closed = False
         job = CallFunction(func)
+        self._cost: ItemCost | None = None  # with threads: whether batches are cheap enough to make here
         if method == "thread":
+            if inline_below and start_hook is None:  # a start_hook may prepare state only workers have
+                self._cost = ItemCost(inline_below)
+                job = TimedJob(job, self._cost)
             self._workers = ThreadWorkers(job, count, start_hook, "load_buffers")
             self._ahead = max(1, self._max_cached - 1)  # the consumer holds the last batch it got
         else:
@@ -83,6 +92,8 @@ class BufferLoader(Iterator):
         self._fill()
 
     def _fill(self) -> None:
+        if self._cost is not None and self._cost.inline:
+            return  # batches this cheap are made by the reader (see lazyseq.loading.item_cost)
         queued = self._in_flight + len(self._waiting)
         if self._in_flight and queued > self._ahead - self._refill:
             return  # refill in bulk: an idle worker is woken once for several batches, not for each
@@ -104,6 +115,9 @@ class BufferLoader(Iterator):
             if self.closed:
                 raise StopIteration
             try:
+                if not self._waiting and not self._in_flight and self._cost is not None and self._cost.inline:
+                    status, value = self._make_here()
+                    self._waiting.append((status, value))
                 while not self._waiting:
                     for _, status, value in self._workers.poll(POLL_SECONDS):
                         self._in_flight -= 1
@@ -126,6 +140,16 @@ class BufferLoader(Iterator):
         if self._copy:
             value = _copied(value)
         return value
+
+    def _make_here(self) -> tuple[str, Any]:
+        """A batch made in the reader's thread, timed: batches this cheap are not worth a worker thread."""
+        start = time.perf_counter()
+        try:
+            batch = self._func()
+        except Exception as error:
+            return "error", error
+        self._cost.add(time.perf_counter() - start)
+        return "ok", batch
 
     def _check_shape(self, batch: Any, number: int) -> None:
         arrays: list = []
@@ -188,6 +212,7 @@ def load_buffers(
     copy: bool = False,
     start_method: str | None = None,
     blas_threads: int | None = None,
+    inline_below: float = INLINE_BELOW,
 ) -> BufferLoader:
     """An endless iterator over batches made by calling ``func()`` again and again in background workers.
 
@@ -212,6 +237,11 @@ def load_buffers(
     returned that batch; the iterator then goes on. ``close()``, a ``with``
     block or garbage collection stop the workers.
 
+    With threads, batches that take less than ``inline_below`` seconds to
+    make (default 0.25 ms) are made by the reader itself, as ``prefetch``
+    does and for the same reasons (see :mod:`lazyseq.loading.item_cost`);
+    ``inline_below=0`` or a ``start_hook`` always use the workers.
+
     >>> import numpy as np
     >>> import lazyseq
     >>> data = np.arange(100.0)
@@ -223,4 +253,4 @@ def load_buffers(
     ...     bool((x == i).all()), x.shape
     (True, (8,))
     """
-    return BufferLoader(func, max_cached, nworkers, method, start_hook, copy, start_method, blas_threads)
+    return BufferLoader(func, max_cached, nworkers, method, start_hook, copy, start_method, blas_threads, inline_below)

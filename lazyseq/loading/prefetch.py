@@ -5,6 +5,7 @@ from __future__ import annotations
 import operator
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 from ..views import errors
 from ..views.base import View
 from ..views.sources import as_view
+from .item_cost import INLINE_BELOW, ItemCost, TimedJob
 from .jobs import ReadItem
 from .options import blas_threads_for, check_method, needs_pickling, resolve_workers, serialize
 from .thread_workers import ThreadWorkers
@@ -42,6 +44,7 @@ class PrefetchView(View):
         shm_size: int,
         start_method: str | None,
         blas_threads: int | None,
+        inline_below: float = INLINE_BELOW,
     ) -> None:
         check_method(method, start_method, "prefetch")
         self._nworkers = resolve_workers(nworkers)
@@ -50,6 +53,9 @@ class PrefetchView(View):
             raise ValueError(f"prefetch: max_buffered must be a positive integer, got {max_buffered}")
         if start_hook is not None and not callable(start_hook):
             raise TypeError(f"prefetch: start_hook must be callable, got {type(start_hook).__name__}")
+        if not inline_below >= 0:
+            raise ValueError(f"prefetch: inline_below must be a number of seconds >= 0, got {inline_below!r}")
+        self._inline_below = float(inline_below)
         self._shm_size = operator.index(shm_size)
         if self._shm_size < 0:
             raise ValueError(f"prefetch: shm_size must be >= 0, got {shm_size}")
@@ -72,7 +78,11 @@ class PrefetchView(View):
 
     def _start(self) -> _Schedule:
         job = ReadItem(self._parent)
+        cost = None
         if self._method == "thread":
+            if self._inline_below and self._start_hook is None:  # a start_hook may prepare state only workers have
+                cost = ItemCost(self._inline_below)
+                job = TimedJob(job, cost)
             workers = ThreadWorkers(job, self._nworkers, self._start_hook, "prefetch")
         else:
             from .process_workers import ProcessWorkers  # here: multiprocessing is not imported with lazyseq
@@ -90,7 +100,7 @@ class PrefetchView(View):
             )
         if self._finalizer is not None:  # workers of the process this view was forked from: not ours to stop
             self._finalizer.detach()
-        self._schedule = _Schedule(workers, self._len, self._max_buffered)
+        self._schedule = _Schedule(workers, self._len, self._max_buffered, cost)
         self._finalizer = weakref.finalize(self, workers.close)
         return self._schedule
 
@@ -123,6 +133,9 @@ class PrefetchView(View):
                 schedule = self._schedule
                 if schedule is None or schedule.pid != os.getpid():  # not started, or inherited by a fork
                     schedule = self._start()
+                cost = schedule.cost
+                if cost is not None and cost.inline and not schedule.holds(i):
+                    return self._compute_here(schedule, cost, i)
                 return schedule.get(i)
         except Exception:
             schedule = self._schedule
@@ -132,6 +145,14 @@ class PrefetchView(View):
         except BaseException:  # KeyboardInterrupt and the like: stop everything now
             self.close()
             raise
+
+    def _compute_here(self, schedule: _Schedule, cost: ItemCost, i: int) -> Any:
+        """Item ``i`` computed in the reader's thread, timed: items this cheap are not worth a worker."""
+        schedule.passed(i)
+        start = time.perf_counter()
+        value = self._parent._get(i)
+        cost.add(time.perf_counter() - start)
+        return value
 
     def __iter__(self) -> PrefetchIterator:
         return PrefetchIterator(self)
@@ -147,7 +168,7 @@ class PrefetchView(View):
 
     def __reduce__(self):
         settings = (self._nworkers, self._method, self._max_buffered, self._start_hook, self._shm_size)
-        return (PrefetchView, (self._parent, *settings, self._start_method, self._blas_threads))
+        return (PrefetchView, (self._parent, *settings, self._start_method, self._blas_threads, self._inline_below))
 
 
 class PrefetchIterator:
@@ -196,8 +217,9 @@ class PrefetchIterator:
 class _Schedule:
     """Which items are being computed or are waiting to be read, for one set of running workers."""
 
-    def __init__(self, workers, length: int | None, max_buffered: int) -> None:
+    def __init__(self, workers, length: int | None, max_buffered: int, cost: ItemCost | None = None) -> None:
         self.workers = workers
+        self.cost = cost  # with thread workers: whether items are cheap enough for the reader to compute
         self.pid = os.getpid()
         self._length = length
         self._capacity = max_buffered
@@ -231,6 +253,14 @@ class _Schedule:
             raise value
         return value
 
+    def holds(self, i: int) -> bool:
+        """Whether item ``i`` is computed or on its way."""
+        return i in self._ready or i in self._pending
+
+    def passed(self, i: int) -> None:
+        """The reader read item ``i`` without the workers: keep track of its pace all the same."""
+        self._step, self._last = i - self._last, i
+
     def _arrived(self, task: int, status: str, value: Any) -> None:
         self._pending.discard(task)
         self._cancelled.discard(task)
@@ -259,7 +289,7 @@ class _Schedule:
     def _extend(self, i: int) -> None:
         """Send the next expected items, up to ``max_buffered`` computed or in progress."""
         frontier = self._frontier
-        if frontier is None:
+        if frontier is None or (self.cost is not None and self.cost.inline):
             return
         step, stop = self._step, self._stop(i)
         if (frontier - (i + step)) * step < 0:  # fell behind the reader
@@ -295,6 +325,7 @@ def prefetch(
     shm_size: int = 0,
     start_method: str | None = None,
     blas_threads: int | None = None,
+    inline_below: float = INLINE_BELOW,
 ) -> PrefetchView:
     """A view of ``sequence`` whose next items are computed ahead by background workers.
 
@@ -321,6 +352,17 @@ def prefetch(
     default); ``blas_threads`` caps BLAS threads in each worker process
     (default: the available cores divided among the workers).
 
+    With threads, items that take less than ``inline_below`` seconds to
+    compute (default 0.25 ms) are computed by the reader when it reads them:
+    handing such an item over from a worker thread costs about as much, and
+    worker threads running Python would take the GIL from a reader running
+    Python too (a ``partial_fit`` loop ran twice as slow). The first items
+    are computed by the reader to time them; once items cost more than twice
+    ``inline_below`` the workers take over, and the reader takes the work
+    back if items get cheap again. ``inline_below=0`` always uses the
+    workers; so does a ``start_hook``, which may prepare state only workers
+    have.
+
     >>> import lazyseq
     >>> squares = lazyseq.smap(lambda x: x * x, range(1000))
     >>> with lazyseq.prefetch(squares, nworkers=2) as ahead:
@@ -330,5 +372,13 @@ def prefetch(
     (332833500, 998001)
     """
     return PrefetchView(
-        as_view(sequence), nworkers, method, max_buffered, start_hook, shm_size, start_method, blas_threads
+        as_view(sequence),
+        nworkers,
+        method,
+        max_buffered,
+        start_hook,
+        shm_size,
+        start_method,
+        blas_threads,
+        inline_below,
     )

@@ -1,0 +1,95 @@
+"""Thread loaders compute cheap items in the reader, and hand expensive ones to their worker threads."""
+
+import pickle
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import lazyseq
+from lazyseq.loading.item_cost import ItemCost
+
+
+def computed_by(x):
+    return threading.current_thread().name
+
+
+def computed_slowly_by(x):
+    time.sleep(0.003)
+    return threading.current_thread().name
+
+
+def test_the_estimate_moves_between_reader_and_workers_with_hysteresis():
+    cost = ItemCost(inline_below=1.0)
+    assert cost.inline and cost.estimate is None
+    cost.add(1.5)  # above the threshold, but not twice it: still in the reader
+    assert cost.inline and cost.estimate == 1.5
+    cost.add(4.0)  # 1.5 + 0.2 * 2.5 = 2.0: not above twice the threshold yet
+    assert cost.inline and cost.estimate == pytest.approx(2.0)
+    cost.add(7.0)
+    assert not cost.inline and cost.estimate == pytest.approx(3.0)
+    for _ in range(4):
+        cost.add(0.0)
+    assert not cost.inline and cost.estimate == pytest.approx(3.0 * 0.8**4)  # 1.23: still above the threshold
+    cost.add(0.0)
+    assert cost.inline and cost.estimate == pytest.approx(3.0 * 0.8**5)  # 0.98: back to the reader
+    assert not ItemCost(inline_below=0.0).inline  # 0: always the workers
+
+
+def test_cheap_items_are_computed_by_the_reader_and_others_by_the_workers():
+    items = lazyseq.smap(computed_by, range(50))
+    with lazyseq.prefetch(items, nworkers=2, inline_below=10.0) as ahead:
+        assert set(ahead) == {threading.current_thread().name}
+    with lazyseq.prefetch(items, nworkers=2, inline_below=0) as ahead:
+        assert all(name.startswith("lazyseq-prefetch-") for name in ahead)
+    with lazyseq.prefetch(items, nworkers=2, inline_below=10.0, start_hook=lambda k: None) as ahead:
+        assert all(name.startswith("lazyseq-prefetch-") for name in ahead)  # the hook may prepare worker state
+
+
+def test_expensive_items_go_to_the_workers_after_the_first_one_is_timed():
+    with lazyseq.prefetch(lazyseq.smap(computed_slowly_by, range(12)), nworkers=2) as ahead:
+        names = list(ahead)
+    assert names[0] == threading.current_thread().name
+    assert all(name.startswith("lazyseq-prefetch-") for name in names[1:])
+
+
+def test_load_buffers_makes_cheap_batches_in_the_reader():
+    def batch():
+        return np.zeros(3), threading.current_thread().name
+
+    with lazyseq.load_buffers(batch, nworkers=2, inline_below=10.0) as batches:
+        assert {next(batches)[1] for _ in range(20)} == {threading.current_thread().name}
+    with lazyseq.load_buffers(batch, nworkers=2, inline_below=0) as batches:
+        assert all(next(batches)[1].startswith("lazyseq-load_buffers-") for _ in range(20))
+
+
+def test_errors_of_items_computed_by_the_reader_read_as_from_a_worker():
+    def fail_on_two(x):
+        if x == 2:
+            raise ValueError("bad item")
+        return x
+
+    with lazyseq.prefetch(lazyseq.smap(fail_on_two, range(5)), nworkers=2, inline_below=10.0) as ahead:
+        assert ahead[0] == 0
+        with pytest.raises(
+            lazyseq.EvaluationError, match=r"failed to compute prefetch\[2\] -> smap\(.*fail_on_two\)\[2\]: ValueError"
+        ):
+            ahead[2]
+        assert list(ahead[3:]) == [3, 4]
+
+    def broken():
+        raise KeyError("no batch")
+
+    with lazyseq.load_buffers(broken, inline_below=10.0) as batches:
+        with pytest.raises(lazyseq.EvaluationError, match="failed to compute load_buffers batch 0: KeyError"):
+            next(batches)
+
+
+def test_bad_thresholds_and_pickling():
+    with pytest.raises(ValueError, match="prefetch: inline_below must be a number of seconds >= 0, got -1"):
+        lazyseq.prefetch(range(3), nworkers=1, inline_below=-1)
+    with pytest.raises(ValueError, match="load_buffers: inline_below must be a number of seconds >= 0, got nan"):
+        lazyseq.load_buffers(lambda: 1, inline_below=float("nan"))
+    ahead = lazyseq.prefetch(range(3), nworkers=1, inline_below=0.5)
+    assert pickle.loads(pickle.dumps(ahead))._inline_below == 0.5
