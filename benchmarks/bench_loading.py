@@ -50,18 +50,17 @@ from common import (
     numpy_batches,
     stack,
     stack_fields,
-    summary,
     write_samples,
 )
 from loader_timing import (
     Loader,
     first_batches,
-    leftovers,
     load,
     measure,
     ms,
     plain,
     print_timings,
+    report,
 )
 
 import lazyseq
@@ -664,10 +663,7 @@ def main() -> None:
             if args.only in (None, number):
                 results += workload()
                 gc.collect()
-    print(f"\nleftover workers after closing every loader: {leftovers()}")
-    print(f"load average after: {load()} (on {os.cpu_count()} cores: above that, other programs competed)")
-    print(f"\nSummary (markdown), {time.perf_counter() - started:.0f} s in all\n")
-    print(summary(results))
+    report(results, started)
 
 
 if __name__ == "__main__":

@@ -38,16 +38,16 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from common import N_CLASSES, WIDTH, Result, Timing, check_same_heads, summary, write_samples
+from common import N_CLASSES, WIDTH, Result, Timing, check_same_heads, write_samples
 from loader_timing import (
     Loader,
     first_batches,
-    leftovers,
     load,
     measure,
     ms,
     plain,
     print_timings,
+    report,
 )
 from torch.utils.data import DataLoader, Dataset
 
@@ -329,10 +329,7 @@ def main() -> None:
         if args.only in (None, name):
             results += workload(settings)
             gc.collect()
-    print(f"\nleftover workers after closing every loader: {leftovers()}")
-    print(f"load average after: {load()} (on {os.cpu_count()} cores: above that, other programs competed)")
-    print(f"\nSummary (markdown), {time.perf_counter() - started:.0f} s in all\n")
-    print(summary(results))
+    report(results, started)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
-from common import Timing, table
+from common import Result, Timing, summary, table
 
 Loader = Callable[[int], ContextManager[Iterable]]  # opens a loader of n batches; closing it stops its workers
 
@@ -118,3 +118,11 @@ def leftovers() -> str:
 
 def load() -> str:
     return ", ".join(f"{x:.2f}" for x in os.getloadavg()) + " (1, 5, 15 min)"
+
+
+def report(results: list[Result], started: float) -> None:
+    """What the end of a loader benchmark prints: leftovers, the machine's load, and the summary table."""
+    print(f"\nleftover workers after closing every loader: {leftovers()}")
+    print(f"load average after: {load()} (on {os.cpu_count()} cores: above that, other programs competed)")
+    print(f"\nSummary (markdown), {time.perf_counter() - started:.0f} s in all\n")
+    print(summary(results))
