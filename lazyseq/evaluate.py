@@ -95,6 +95,7 @@ class _Outputs:
         self.out = out
         self.total = total
         self.skeleton: tuple | None = None
+        self.row_shapes: tuple | None = None  # what every batch's results must match, from the first
         self.arrays: list[np.ndarray] = []
         self.owned: list[bool] = []
 
@@ -102,14 +103,15 @@ class _Outputs:
         leaves: list[np.ndarray] = []
         skeleton = flatten(_to_numpy(result), leaves)
         _check_rows(skeleton, leaves, rows, batch_index)
+        row_shapes = _shape_of(skeleton, leaves)
         if self.skeleton is None:
-            self.skeleton = skeleton
+            self.skeleton, self.row_shapes = skeleton, row_shapes
             targets = _match_out(self.out, skeleton, len(leaves))
             for leaf, target in zip(leaves, targets):
                 array, owned = _destination(target, leaf, self.total)
                 self.arrays.append(array)
                 self.owned.append(owned)
-        elif _shape_of(skeleton, leaves) != _shape_of(self.skeleton, self.arrays):
+        elif row_shapes != self.row_shapes:
             raise ValueError(
                 f"evaluate: fn returned {_describe(skeleton, leaves)} for batch {batch_index}, "
                 f"but {_describe(self.skeleton, self.arrays)} before: the structure and row shapes must not change"
