@@ -1,5 +1,6 @@
 """Functions for loader tests. They live in a module of their own so that spawned workers can import them."""
 
+import functools
 import os
 import signal
 import threading
@@ -7,6 +8,11 @@ import threading
 import numpy as np
 
 import lazyseq
+
+# The loader tests are about the workers themselves: with these, every item goes to them, however cheap
+# (tests/test_item_cost.py covers the items that a loader computes in the reader).
+prefetch = functools.partial(lazyseq.prefetch, inline_below=0)
+load_buffers = functools.partial(lazyseq.load_buffers, inline_below=0)
 
 
 def square(x):

@@ -1,5 +1,7 @@
-"""Thread loaders compute cheap items in the reader, and hand expensive ones to their worker threads."""
+"""Loaders compute cheap items in the reader, and hand expensive ones to their worker threads or processes."""
 
+import multiprocessing
+import os
 import pickle
 import threading
 import time
@@ -23,7 +25,9 @@ def computed_slowly_by(x):
 def test_the_estimate_moves_between_reader_and_workers_with_hysteresis():
     cost = ItemCost(inline_below=1.0)
     assert cost.inline and cost.estimate is None
-    cost.add(1.5)  # above the threshold, but not twice it: still in the reader
+    cost.add(9.0)  # a first item under ten thresholds may just be cold: the reader times another
+    assert cost.inline and cost.estimate == 9.0
+    cost.add(1.5)  # the lesser of the first two; above the threshold, but not twice it: still in the reader
     assert cost.inline and cost.estimate == 1.5
     cost.add(4.0)  # 1.5 + 0.2 * 2.5 = 2.0: not above twice the threshold yet
     assert cost.inline and cost.estimate == pytest.approx(2.0)
@@ -35,6 +39,12 @@ def test_the_estimate_moves_between_reader_and_workers_with_hysteresis():
     cost.add(0.0)
     assert cost.inline and cost.estimate == pytest.approx(3.0 * 0.8**5)  # 0.98: back to the reader
     assert not ItemCost(inline_below=0.0).inline  # 0: always the workers
+
+
+def test_a_first_item_over_ten_thresholds_goes_to_the_workers_at_once():
+    cost = ItemCost(inline_below=1.0)
+    cost.add(10.5)
+    assert not cost.inline
 
 
 def test_cheap_items_are_computed_by_the_reader_and_others_by_the_workers():
@@ -52,6 +62,32 @@ def test_expensive_items_go_to_the_workers_after_the_first_one_is_timed():
         names = list(ahead)
     assert names[0] == threading.current_thread().name
     assert all(name.startswith("lazyseq-prefetch-") for name in names[1:])
+
+
+def pid_of_item(x):
+    if x < 20:
+        time.sleep(0.005)
+    return os.getpid()
+
+
+def test_with_processes_cheap_items_never_start_a_worker():
+    items = lazyseq.smap(computed_by, range(50))
+    with lazyseq.prefetch(items, nworkers=2, method="process") as ahead:
+        assert set(ahead) == {threading.current_thread().name}
+        assert not ahead.workers_running and multiprocessing.active_children() == []
+    with lazyseq.load_buffers(lambda: np.full(3, os.getpid()), nworkers=2, method="process") as batches:
+        assert {int(next(batches)[0]) for _ in range(20)} == {os.getpid()}
+        assert multiprocessing.active_children() == []
+
+
+def test_with_processes_expensive_items_go_to_the_workers_and_come_back_when_cheap():
+    with lazyseq.prefetch(lazyseq.smap(pid_of_item, range(100)), nworkers=2, method="process") as ahead:
+        pids = list(ahead)
+        workers = set(ahead._schedule.workers.pids)
+    assert pids[0] == os.getpid()  # timed in the reader: 5 ms, over ten thresholds
+    assert len(workers) == 2 and set(pids[1:20]) <= workers
+    assert set(pids[-20:]) == {os.getpid()}  # the workers' timings said items got cheap
+    assert multiprocessing.active_children() == []
 
 
 def test_load_buffers_makes_cheap_batches_in_the_reader():

@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 import pytest
+from loader_helpers import load_buffers, prefetch
 
 import lazyseq
 
@@ -30,7 +31,7 @@ def pairs():
 
 @pytest.mark.parametrize("method", METHODS)
 def test_batches_are_what_func_returns(method):
-    with lazyseq.load_buffers(pairs, max_cached=3, nworkers=2, method=method) as batches:
+    with load_buffers(pairs, max_cached=3, nworkers=2, method=method) as batches:
         for batch in itertools.islice(batches, 20):
             assert list(batch) == ["x", "y", "name"]
             np.testing.assert_array_equal(batch["x"], np.ones((4, 2)))
@@ -41,13 +42,13 @@ def test_batches_are_what_func_returns(method):
 def test_every_start_method_works_with_a_lambda(start_method):
     offset = 10
     func = lambda: np.arange(5) + offset  # noqa: E731
-    with lazyseq.load_buffers(func, nworkers=2, method="process", start_method=start_method) as batches:
+    with load_buffers(func, nworkers=2, method="process", start_method=start_method) as batches:
         assert [list(next(batches)) for _ in range(3)] == [[10, 11, 12, 13, 14]] * 3
 
 
 def test_a_batch_is_not_overwritten_while_it_is_held():
     """Keep the last ``max_cached - 1`` batches, or every batch: each keeps its own values."""
-    with lazyseq.load_buffers(Counter(), max_cached=4, nworkers=2, method="process") as batches:
+    with load_buffers(Counter(), max_cached=4, nworkers=2, method="process") as batches:
         recent = []
         for batch in itertools.islice(batches, 60):
             recent = (recent + [batch])[-3:]
@@ -59,11 +60,11 @@ def test_a_batch_is_not_overwritten_while_it_is_held():
 
 
 def test_batches_from_slots_are_views_and_copy_gives_owned_arrays():
-    with lazyseq.load_buffers(Counter(), max_cached=2, method="process") as batches:
+    with load_buffers(Counter(), max_cached=2, method="process") as batches:
         next(batches), next(batches)  # the batches asked for before the first one came back are pickled
         x, _ = next(batches)
         assert not x.flags.owndata
-    with lazyseq.load_buffers(Counter(), max_cached=2, method="process", copy=True) as batches:
+    with load_buffers(Counter(), max_cached=2, method="process", copy=True) as batches:
         x, info = next(batches)
         assert x.flags.owndata and info.flags.owndata
 
@@ -75,7 +76,7 @@ def test_a_batch_of_another_shape_is_a_clear_error(method):
     def func():
         return np.zeros((next(sizes, 4), 2)), np.zeros(2, dtype=np.int64)
 
-    with lazyseq.load_buffers(func, max_cached=2, nworkers=1, method=method, start_method=None) as batches:
+    with load_buffers(func, max_cached=2, nworkers=1, method=method, start_method=None) as batches:
         next(batches), next(batches)
         with pytest.raises(ValueError) as info:
             next(batches)
@@ -95,7 +96,7 @@ def test_an_exception_in_func_is_raised_for_that_batch_and_iteration_goes_on(met
         return np.zeros(3)
 
     start_method = "fork" if method == "process" else None
-    with lazyseq.load_buffers(func, max_cached=2, nworkers=1, method=method, start_method=start_method) as batches:
+    with load_buffers(func, max_cached=2, nworkers=1, method=method, start_method=start_method) as batches:
         outcomes = []
         for _ in range(4):
             try:
@@ -108,7 +109,7 @@ def test_an_exception_in_func_is_raised_for_that_batch_and_iteration_goes_on(met
 
 
 def test_closing_ends_iteration_and_stops_the_workers():
-    batches = lazyseq.load_buffers(Counter(), nworkers=2, method="process")
+    batches = load_buffers(Counter(), nworkers=2, method="process")
     next(batches)
     batches.close()
     batches.close()
@@ -118,18 +119,18 @@ def test_closing_ends_iteration_and_stops_the_workers():
 
 def test_bad_arguments():
     with pytest.raises(TypeError, match="load_buffers: func must be callable, got list"):
-        lazyseq.load_buffers([1])
+        load_buffers([1])
     with pytest.raises(ValueError, match="load_buffers: max_cached must be a positive integer, got 0"):
-        lazyseq.load_buffers(pairs, max_cached=0)
+        load_buffers(pairs, max_cached=0)
     with pytest.raises(ValueError, match="load_buffers: nworkers must be at least 1"):
-        lazyseq.load_buffers(pairs, nworkers=0)
+        load_buffers(pairs, nworkers=0)
 
 
 def test_the_shared_pool_is_checked_against_free_memory(monkeypatch):
     from lazyseq.loading import shared_slots
 
     monkeypatch.setattr(shared_slots, "available_shared_memory", lambda: 10_000)
-    with lazyseq.load_buffers(lambda: np.zeros(100_000), max_cached=3, method="process", start_method="fork") as b:
+    with load_buffers(lambda: np.zeros(100_000), max_cached=3, method="process", start_method="fork") as b:
         with pytest.raises(
             MemoryError,
             match=r"load_buffers: the shared-memory pool needs 2\.6 MiB \(3 slots of 0\.86 MiB\) but only 0\.0 MiB",
@@ -142,15 +143,15 @@ def test_blas_threads_in_worker_processes_are_set_and_overridable():
     pytest.importorskip("threadpoolctl")
     from loader_helpers import blas_threads
 
-    with lazyseq.load_buffers(lambda: blas_threads(0), method="process", blas_threads=1) as batches:
+    with load_buffers(lambda: blas_threads(0), method="process", blas_threads=1) as batches:
         assert next(batches) in ([], [1])
-    with lazyseq.prefetch(lazyseq.smap(blas_threads, range(2)), nworkers=2, method="process", blas_threads=2) as p:
+    with prefetch(lazyseq.smap(blas_threads, range(2)), nworkers=2, method="process", blas_threads=2) as p:
         assert p[0] in ([], [2])
 
 
 def test_a_tensor_made_from_a_batch_keeps_its_slot():
     torch = pytest.importorskip("torch")
-    with lazyseq.load_buffers(Counter(), max_cached=2, nworkers=1, method="process") as batches:
+    with load_buffers(Counter(), max_cached=2, nworkers=1, method="process") as batches:
         next(batches), next(batches)  # past the pickled ones: these come from slots
         x, (_, n) = next(batches)
         assert not x.flags.owndata

@@ -7,7 +7,7 @@ import threading
 
 import numpy as np
 import pytest
-from loader_helpers import square
+from loader_helpers import load_buffers, prefetch, square
 
 import lazyseq
 
@@ -40,34 +40,34 @@ def clean():
 def test_hundreds_of_thread_loaders_leave_nothing(clean):
     source = lazyseq.smap(square, range(50))
     for k in range(300):
-        with lazyseq.prefetch(source, nworkers=2) as ahead:
+        with prefetch(source, nworkers=2) as ahead:
             assert ahead[k % 50] == (k % 50) ** 2
-        with lazyseq.load_buffers(lambda: np.zeros(4), nworkers=2) as batches:
+        with load_buffers(lambda: np.zeros(4), nworkers=2) as batches:
             next(batches)
 
 
 def test_hundreds_of_process_loaders_leave_nothing(clean):
     source = lazyseq.smap(lambda i: np.full(64, i), range(40))
     for k in range(100):
-        with lazyseq.prefetch(source, nworkers=2, method="process", start_method="fork", max_buffered=4) as ahead:
+        with prefetch(source, nworkers=2, method="process", start_method="fork", max_buffered=4) as ahead:
             batch = ahead[k % 40]  # held past close: its memory stays valid
         assert (batch == k % 40).all()
-        with lazyseq.load_buffers(lambda: np.zeros(256), nworkers=2, method="process", start_method="fork") as b:
+        with load_buffers(lambda: np.zeros(256), nworkers=2, method="process", start_method="fork") as b:
             next(b), next(b), next(b)
         del batch
 
 
 def test_garbage_collection_stops_the_workers(clean):
     for method in ("thread", "process"):
-        ahead = lazyseq.prefetch(lazyseq.smap(square, range(100)), nworkers=2, method=method)
+        ahead = prefetch(lazyseq.smap(square, range(100)), nworkers=2, method=method)
         assert ahead[10] == 100
-        batches = lazyseq.load_buffers(lambda: np.ones(3), nworkers=2, method=method)
+        batches = load_buffers(lambda: np.ones(3), nworkers=2, method=method)
         next(batches)
         del ahead, batches
 
 
 def test_an_iteration_abandoned_halfway_leaves_nothing_once_closed(clean):
-    with lazyseq.prefetch(lazyseq.smap(square, range(1000)), nworkers=2, method="process") as ahead:
+    with prefetch(lazyseq.smap(square, range(1000)), nworkers=2, method="process") as ahead:
         for x in ahead:
             if x > 100:
                 break
@@ -78,6 +78,6 @@ def test_an_error_in_a_worker_leaves_nothing(clean):
         raise RuntimeError("broken")
 
     for method in ("thread", "process"):
-        with lazyseq.prefetch(lazyseq.smap(broken, range(10)), nworkers=2, method=method) as ahead:
+        with prefetch(lazyseq.smap(broken, range(10)), nworkers=2, method=method) as ahead:
             with pytest.raises(lazyseq.EvaluationError):
                 list(ahead)

@@ -14,6 +14,7 @@ from loader_helpers import (
     Unpicklable,
     die_on,
     fail_on_seven,
+    prefetch,
     raise_unpicklable,
     return_unpicklable,
 )
@@ -26,7 +27,7 @@ METHODS = ["thread", "process"]
 @pytest.mark.parametrize("method", METHODS)
 def test_an_exception_in_a_worker_names_the_item_and_the_chain(method):
     pipeline = lazyseq.batch(lazyseq.smap(fail_on_seven, range(20)), 4)
-    with lazyseq.prefetch(pipeline, nworkers=2, method=method) as ahead:
+    with prefetch(pipeline, nworkers=2, method=method) as ahead:
         with pytest.raises(lazyseq.EvaluationError) as info:
             ahead[1]
         assert str(info.value) == (
@@ -49,7 +50,7 @@ def test_an_exception_in_a_worker_names_the_item_and_the_chain(method):
 def test_passthrough_raises_the_original_exception_with_the_chain_as_a_note(method):
     previous = lazyseq.seterr("passthrough")
     try:
-        with lazyseq.prefetch(lazyseq.smap(fail_on_seven, range(10)), nworkers=1, method=method) as ahead:
+        with prefetch(lazyseq.smap(fail_on_seven, range(10)), nworkers=1, method=method) as ahead:
             with pytest.raises(ValueError, match="bad value 7") as info:
                 ahead[7]
         assert "while computing prefetch[7] -> smap(fail_on_seven)[7]" in info.value.__notes__
@@ -58,7 +59,7 @@ def test_passthrough_raises_the_original_exception_with_the_chain_as_a_note(meth
 
 
 def test_an_exception_that_cannot_be_pickled_arrives_with_its_name_message_and_traceback():
-    with lazyseq.prefetch(lazyseq.smap(raise_unpicklable, range(3)), nworkers=1, method="process") as ahead:
+    with prefetch(lazyseq.smap(raise_unpicklable, range(3)), nworkers=1, method="process") as ahead:
         with pytest.raises(lazyseq.EvaluationError) as info:
             ahead[2]
     assert str(info.value) == (
@@ -67,7 +68,7 @@ def test_an_exception_that_cannot_be_pickled_arrives_with_its_name_message_and_t
     cause = info.value.__cause__
     assert type(cause) is lazyseq.RemoteError and cause.type_name == "Unpicklable"
     assert 'raise Unpicklable(3, f"item {x}")' in cause.__notes__[0]
-    with lazyseq.prefetch(lazyseq.smap(raise_unpicklable, range(3)), nworkers=1) as ahead:
+    with prefetch(lazyseq.smap(raise_unpicklable, range(3)), nworkers=1) as ahead:
         with pytest.raises(lazyseq.EvaluationError) as info:
             ahead[0]
     assert type(info.value.__cause__) is Unpicklable  # threads hand over the exception itself
@@ -75,7 +76,7 @@ def test_an_exception_that_cannot_be_pickled_arrives_with_its_name_message_and_t
 
 def test_a_result_that_cannot_be_pickled_is_an_error_for_that_item_only():
     source = lazyseq.smap(return_unpicklable, range(3))
-    with lazyseq.prefetch(source, nworkers=1, method="process", start_method="fork") as ahead:
+    with prefetch(source, nworkers=1, method="process", start_method="fork") as ahead:
         with pytest.raises(lazyseq.EvaluationError, match=r"prefetch\[1\]: TypeError: the result cannot be sent"):
             ahead[1]
 
@@ -84,9 +85,9 @@ def test_a_pipeline_that_cannot_be_pickled_is_reported_before_workers_start_nami
     lock = threading.Lock()
     pipeline = lazyseq.smap(lambda x: x if lock else None, range(4)).batch(2)
     with pytest.raises(TypeError, match=r"prefetch: cannot send the smap\(.*<lambda>\) view to worker processes"):
-        lazyseq.prefetch(pipeline, nworkers=2, method="process", start_method="spawn")
+        prefetch(pipeline, nworkers=2, method="process", start_method="spawn")
     assert multiprocessing.active_children() == []
-    with lazyseq.prefetch(pipeline, nworkers=2, method="process", start_method="fork") as ahead:
+    with prefetch(pipeline, nworkers=2, method="process", start_method="fork") as ahead:
         assert list(ahead[1]) == [2, 3]  # forked workers inherit the pipeline: nothing is pickled
 
 
@@ -94,7 +95,7 @@ def test_a_pipeline_that_cannot_be_pickled_is_reported_before_workers_start_nami
     "how, code", [("sigkill", "signal SIGKILL"), ("exit", "exit code 3"), ("segfault", "signal SIGSEGV")]
 )
 def test_a_worker_that_dies_is_reported_with_its_pid_and_exit_code(how, code):
-    ahead = lazyseq.prefetch(lazyseq.smap(die_on(5, how), range(20)), nworkers=2, method="process", start_method="fork")
+    ahead = prefetch(lazyseq.smap(die_on(5, how), range(20)), nworkers=2, method="process", start_method="fork")
     with pytest.raises(lazyseq.WorkerDied) as info:
         list(ahead)
     message = str(info.value)
@@ -109,7 +110,7 @@ def test_a_failing_start_hook_is_a_loader_error():
         raise OSError("no GPU here")
 
     for method in METHODS:
-        ahead = lazyseq.prefetch(range(5), nworkers=2, method=method, start_hook=hook)
+        ahead = prefetch(range(5), nworkers=2, method=method, start_hook=hook)
         with pytest.raises(lazyseq.LoaderError, match="prefetch: start_hook failed in worker") as info:
             ahead[0]
         assert isinstance(info.value.__cause__, OSError)
@@ -126,7 +127,7 @@ def test_keyboard_interrupt_stops_the_loader_at_once(method):
             time.sleep(1)  # the consumer does not wait for this item
         return x
 
-    ahead = lazyseq.prefetch(lazyseq.smap(interrupt, range(6)), nworkers=1, method=method, start_method=None)
+    ahead = prefetch(lazyseq.smap(interrupt, range(6)), nworkers=1, method=method, start_method=None)
     with pytest.raises(KeyboardInterrupt):
         ahead[3]  # the first item asked for: the reader is waiting for it when the interrupt comes
     assert not ahead.workers_running
@@ -144,7 +145,7 @@ ORPHAN_SCRIPT = textwrap.dedent(
 
     if __name__ == "__main__":
         ahead = lazyseq.prefetch(lazyseq.smap(slow, range(10**6)), nworkers=2, method="process",
-                                 start_method=sys.argv[1])
+                                 start_method=sys.argv[1], inline_below=0)
         ahead[0]
         print(*ahead._schedule.workers.pids, flush=True)
         time.sleep(600)

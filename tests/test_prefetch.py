@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from loader_helpers import nested, noisy, remember_worker, square, worker_index
+from loader_helpers import nested, noisy, prefetch, remember_worker, square, worker_index
 from test_properties import check_view
 
 import lazyseq
@@ -31,7 +31,7 @@ def same(a, b):
 @pytest.mark.parametrize("method, start_method", WORKERS)
 def test_items_are_those_of_the_sequence_in_order(method, start_method):
     source = lazyseq.smap(nested, range(25))
-    with lazyseq.prefetch(source, nworkers=2, method=method, start_method=start_method, max_buffered=4) as ahead:
+    with prefetch(source, nworkers=2, method=method, start_method=start_method, max_buffered=4) as ahead:
         items = list(ahead)
         assert all(same(got, nested(i)) for i, got in enumerate(items))
         assert same(ahead[-1], nested(24))
@@ -41,21 +41,21 @@ def test_items_are_those_of_the_sequence_in_order(method, start_method):
 @FEW
 @given(st.data(), st.lists(st.integers(-100, 100), max_size=30), st.sampled_from(["thread", "process"]))
 def test_a_prefetched_view_behaves_like_a_list(data, xs, method):
-    with lazyseq.prefetch(lazyseq.smap(square, xs), nworkers=2, method=method, max_buffered=3) as ahead:
+    with prefetch(lazyseq.smap(square, xs), nworkers=2, method=method, max_buffered=3) as ahead:
         check_view(data, ahead, [x * x for x in xs], depth=1)
 
 
 @pytest.mark.parametrize("method", ["thread", "process"])
 def test_random_access_gets_the_right_items(method):
     order = np.random.default_rng(0).integers(-300, 300, size=400)
-    with lazyseq.prefetch(lazyseq.smap(square, range(300)), nworkers=2, method=method) as ahead:
+    with prefetch(lazyseq.smap(square, range(300)), nworkers=2, method=method) as ahead:
         assert [ahead[int(i)] for i in order] == [(i % 300) ** 2 for i in order.tolist()]
         assert list(reversed(ahead))[:3] == [299**2, 298**2, 297**2]
 
 
 def test_an_empty_sequence_iterates_to_nothing():
     for method in ("thread", "process"):
-        with lazyseq.prefetch([], nworkers=2, method=method) as ahead:
+        with prefetch([], nworkers=2, method=method) as ahead:
             assert list(ahead) == []
             assert not ahead.workers_running
             with pytest.raises(IndexError, match="prefetch index 0 out of range for length 0"):
@@ -63,29 +63,29 @@ def test_an_empty_sequence_iterates_to_nothing():
 
 
 def test_zero_workers_compute_in_the_reader_and_negative_means_all_cores_but_n():
-    ahead = lazyseq.prefetch(lazyseq.smap(square, range(5)), nworkers=0)
+    ahead = prefetch(lazyseq.smap(square, range(5)), nworkers=0)
     assert list(ahead) == [0, 1, 4, 9, 16] and not ahead.workers_running
     assert repr(ahead).startswith("prefetch(synchronous)  [len 5]")
     cores = lazyseq.loading.options.available_cores()
-    assert lazyseq.prefetch(range(3), nworkers=-1)._nworkers == max(1, cores - 1)
-    assert lazyseq.prefetch(range(3), nworkers=-1000)._nworkers == 1
+    assert prefetch(range(3), nworkers=-1)._nworkers == max(1, cores - 1)
+    assert prefetch(range(3), nworkers=-1000)._nworkers == 1
 
 
 def test_bad_options_are_reported_when_the_view_is_made():
     with pytest.raises(ValueError, match="prefetch: method must be 'thread' or 'process', got 'fiber'"):
-        lazyseq.prefetch([1], nworkers=1, method="fiber")
+        prefetch([1], nworkers=1, method="fiber")
     with pytest.raises(ValueError, match="prefetch: max_buffered must be a positive integer, got 0"):
-        lazyseq.prefetch([1], nworkers=1, max_buffered=0)
+        prefetch([1], nworkers=1, max_buffered=0)
     with pytest.raises(ValueError, match="prefetch: start_method only applies to method='process'"):
-        lazyseq.prefetch([1], nworkers=1, start_method="spawn")
+        prefetch([1], nworkers=1, start_method="spawn")
     with pytest.raises(ValueError, match="prefetch: start_method must be one of"):
-        lazyseq.prefetch([1], nworkers=1, method="process", start_method="teleport")
+        prefetch([1], nworkers=1, method="process", start_method="teleport")
     with pytest.raises(TypeError, match="prefetch: start_hook must be callable, got int"):
-        lazyseq.prefetch([1], nworkers=1, start_hook=3)
+        prefetch([1], nworkers=1, start_hook=3)
 
 
 def test_repr_shows_the_workers_and_the_pipeline():
-    ahead = lazyseq.prefetch(lazyseq.smap(square, range(4)), nworkers=2, method="process")
+    ahead = prefetch(lazyseq.smap(square, range(4)), nworkers=2, method="process")
     assert (
         repr(ahead)
         == "prefetch(2 processes, max_buffered=10)  [len 4]\n└─ smap(square)  [len 4]\n   └─ arange(0, 4, 1)  [len 4]"
@@ -95,16 +95,14 @@ def test_repr_shows_the_workers_and_the_pipeline():
 @pytest.mark.parametrize("method, start_method", WORKERS)
 def test_start_hook_runs_in_each_worker_with_its_index(method, start_method):
     source = lazyseq.smap(worker_index, range(40))
-    with lazyseq.prefetch(
-        source, nworkers=2, method=method, start_method=start_method, start_hook=remember_worker
-    ) as ahead:
+    with prefetch(source, nworkers=2, method=method, start_method=start_method, start_hook=remember_worker) as ahead:
         seen = set(ahead)
     assert seen <= {0, 1} and seen
 
 
 def test_start_hook_runs_once_per_thread():
     calls = []
-    with lazyseq.prefetch(range(50), nworkers=3, start_hook=calls.append) as ahead:
+    with prefetch(range(50), nworkers=3, start_hook=calls.append) as ahead:
         assert list(ahead) == list(range(50))
     assert sorted(calls) == [0, 1, 2]
 
@@ -113,28 +111,28 @@ def test_start_hook_runs_once_per_thread():
 def test_shuffled_random_transforms_give_the_same_items_whatever_the_workers(nworkers, method):
     pipeline = lazyseq.smap(noisy, lazyseq.shuffle(range(200), seed=3))
     expected = [noisy(i) for i in lazyseq.shuffle(range(200), seed=3)]
-    with lazyseq.prefetch(pipeline, nworkers=nworkers, method=method) as ahead:
+    with prefetch(pipeline, nworkers=nworkers, method=method) as ahead:
         assert list(ahead) == expected
 
 
 @pytest.mark.parametrize("method", ["thread", "process"])
 def test_iteration_resumes_from_a_saved_state(method):
     pipeline = lazyseq.smap(noisy, lazyseq.shuffle(range(50), seed=1, epoch=2))
-    with lazyseq.prefetch(pipeline, nworkers=2, method=method) as ahead:
+    with prefetch(pipeline, nworkers=2, method=method) as ahead:
         first = iter(ahead)
         before = [next(first) for _ in range(17)]
         state = first.state_dict()
     assert state == {"position": 17, "length": 50}
-    with lazyseq.prefetch(pipeline, nworkers=2, method=method) as ahead:
+    with prefetch(pipeline, nworkers=2, method=method) as ahead:
         resumed = iter(ahead)
         resumed.load_state_dict(pickle.loads(pickle.dumps(state)))
         assert before + list(resumed) == list(pipeline)
         with pytest.raises(ValueError, match="saved state is for a view of length 50, this one has length 3"):
-            iter(lazyseq.prefetch(range(3), nworkers=1)).load_state_dict(state)
+            iter(prefetch(range(3), nworkers=1)).load_state_dict(state)
 
 
 def test_slices_and_batches_of_a_prefetched_view_read_through_its_workers():
-    with lazyseq.prefetch(lazyseq.smap(square, range(100)), nworkers=2) as ahead:
+    with prefetch(lazyseq.smap(square, range(100)), nworkers=2) as ahead:
         assert list(ahead[90:95]) == [x * x for x in range(90, 95)]
         assert list(ahead[::-30]) == [99**2, 69**2, 39**2, 9**2]
         np.testing.assert_array_equal(ahead.batch(8)[-1], [x * x for x in range(96, 100)])
@@ -142,7 +140,7 @@ def test_slices_and_batches_of_a_prefetched_view_read_through_its_workers():
 
 
 def test_closing_stops_the_workers_and_reading_again_restarts_them():
-    ahead = lazyseq.prefetch(lazyseq.smap(square, range(10)), nworkers=2, method="process")
+    ahead = prefetch(lazyseq.smap(square, range(10)), nworkers=2, method="process")
     assert ahead[3] == 9 and ahead.workers_running
     ahead.close()
     ahead.close()  # idempotent
@@ -154,7 +152,7 @@ def test_closing_stops_the_workers_and_reading_again_restarts_them():
 def test_process_results_over_the_slot_size_are_pickled():
     sizes = [10, 10, 10_000, 10]  # the slots are sized from the first result
     source = lazyseq.smap(lambda n: np.ones(n), sizes)
-    with lazyseq.prefetch(source, nworkers=1, method="process", start_method="fork") as ahead:
+    with prefetch(source, nworkers=1, method="process", start_method="fork") as ahead:
         assert [len(x) for x in ahead] == sizes
         assert ahead._schedule.workers._slots.slot_bytes < 10_000 * 8
 
@@ -162,7 +160,7 @@ def test_process_results_over_the_slot_size_are_pickled():
 def test_items_from_shared_slots_stay_valid_while_referenced():
     """A slot is reused only when nothing refers to its item: keeping every item gives correct items."""
     source = lazyseq.smap(lambda i: np.full(1000, i), range(60))
-    with lazyseq.prefetch(source, nworkers=2, method="process", start_method="fork", max_buffered=3) as ahead:
+    with prefetch(source, nworkers=2, method="process", start_method="fork", max_buffered=3) as ahead:
         kept = list(ahead)
         kept += [ahead[i] for i in range(60)]
     assert [int(x[0]) for x in kept] == list(range(60)) * 2
@@ -175,7 +173,7 @@ def test_memory_maps_travel_to_workers_as_file_locations(tmp_path):
     data = lazyseq.open_npy([tmp_path / "a.npy", tmp_path / "b.npy"])
     pipeline = data[100:][::-7].batch(16)
     assert len(pickle.dumps(pipeline)) < 4096  # 35 MB of rows, a few hundred bytes of pickle
-    with lazyseq.prefetch(pipeline, nworkers=2, method="process", start_method="spawn") as ahead:
+    with prefetch(pipeline, nworkers=2, method="process", start_method="spawn") as ahead:
         for got, expected in zip(ahead, pipeline):
             np.testing.assert_array_equal(got, expected)
 
@@ -205,16 +203,16 @@ def structures():
 @given(st.lists(structures(), min_size=1, max_size=6), st.sampled_from(WORKERS[:2]))
 def test_random_nested_results_arrive_intact(items, workers):
     method, start_method = workers
-    with lazyseq.prefetch(items, nworkers=2, method=method, start_method=start_method, max_buffered=2) as ahead:
+    with prefetch(items, nworkers=2, method=method, start_method=start_method, max_buffered=2) as ahead:
         assert all(same(got, expected) for got, expected in zip(ahead, items))
         assert same(ahead[0], items[0])
 
 
 def test_a_prefetched_view_inside_a_forked_worker_starts_workers_of_its_own():
-    inner = lazyseq.prefetch(lazyseq.smap(square, range(20)), nworkers=1)
+    inner = prefetch(lazyseq.smap(square, range(20)), nworkers=1)
     assert inner[0] == 0  # its thread runs in this process
     outer = lazyseq.smap(lambda i: inner[i] + 1, range(20))
-    with lazyseq.prefetch(outer, nworkers=2, method="process", start_method="fork") as ahead:
+    with prefetch(outer, nworkers=2, method="process", start_method="fork") as ahead:
         assert list(ahead) == [i * i + 1 for i in range(20)]
     assert inner[5] == 25 and inner.workers_running
     inner.close()
@@ -223,7 +221,7 @@ def test_a_prefetched_view_inside_a_forked_worker_starts_workers_of_its_own():
 @pytest.mark.parametrize("method", ["thread", "process"])
 def test_iteration_stops_where_data_of_unknown_length_ends(method):
     source = lazyseq.smap(square, lazyseq.uniter(ReiterableRange(7)))
-    with lazyseq.prefetch(source, nworkers=2, method=method, start_method="fork" if method == "process" else None) as p:
+    with prefetch(source, nworkers=2, method=method, start_method="fork" if method == "process" else None) as p:
         assert list(p) == [x * x for x in range(7)]
 
 
@@ -242,4 +240,4 @@ def test_processes_need_a_posix_system(monkeypatch):
 
     monkeypatch.delattr(select, "poll")
     with pytest.raises(NotImplementedError, match="method='process' needs a POSIX system"):
-        lazyseq.prefetch(range(3), nworkers=1, method="process")
+        prefetch(range(3), nworkers=1, method="process")

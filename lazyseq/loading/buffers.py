@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 import threading
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..views.errors import REMOTE_CHAIN, EvaluationError, seterr
+from .deferred_workers import DeferredWorkers
 from .item_cost import INLINE_BELOW, ItemCost, TimedJob
 from .jobs import CallFunction
 from .options import blas_threads_for, check_method, resolve_workers
@@ -65,28 +67,23 @@ class BufferLoader(Iterator):
         self._tasks = itertools.count()
         self._lock = threading.Lock()
         self.closed = False
-        job = CallFunction(func)
-        self._cost: ItemCost | None = None  # with threads: whether batches are cheap enough to make here
-        if method == "thread":
-            if inline_below and start_hook is None:  # a start_hook may prepare state only workers have
-                self._cost = ItemCost(inline_below)
-                job = TimedJob(job, self._cost)
-            self._workers = ThreadWorkers(job, count, start_hook, "load_buffers")
-            self._ahead = max(1, self._max_cached - 1)  # the consumer holds the last batch it got
-        else:
-            from .process_workers import ProcessWorkers  # here: multiprocessing is not imported with lazyseq
-
-            self._workers = ProcessWorkers(
-                job,
-                count,
-                start_hook,
-                "load_buffers",
-                start_method,
-                blas_threads_for(blas_threads, count),
-                slot_count=self._max_cached,
-                task_name="batch",
-            )
-            self._ahead = self._max_cached
+        self._cost: ItemCost | None = None  # whether batches are cheap enough to make here (None: never)
+        if inline_below and start_hook is None:  # a start_hook may prepare state only workers have
+            self._cost = ItemCost(inline_below)
+        # With threads the consumer holds the last batch it got; with processes its slot counts among max_cached.
+        self._ahead = max(1, self._max_cached - 1) if method == "thread" else self._max_cached
+        make = functools.partial(
+            _new_workers,
+            func,
+            method,
+            count,
+            start_hook,
+            start_method,
+            blas_threads_for(blas_threads, count),
+            self._max_cached,
+            self._cost,
+        )
+        self._workers = make() if self._cost is None else DeferredWorkers(make)  # started for the first batch sent
         self._refill = max(1, self._ahead // 2)
         self._finalizer = weakref.finalize(self, self._workers.close)
         self._fill()
@@ -97,7 +94,7 @@ class BufferLoader(Iterator):
         queued = self._in_flight + len(self._waiting)
         if self._in_flight and queued > self._ahead - self._refill:
             return  # refill in bulk: an idle worker is woken once for several batches, not for each
-        free_slots = getattr(self._workers, "free_slots", None)
+        free_slots = getattr(self._workers, "free_slots", None)  # processes, or workers not started yet
         batch = []
         while queued < self._ahead:
             # With processes a batch is sent only into a free slot, unless nothing at all is on its way:
@@ -182,6 +179,34 @@ class BufferLoader(Iterator):
         return f"load_buffers({name}, max_cached={self._max_cached})  [{state}]"
 
 
+def _new_workers(
+    func: Callable[[], Any],
+    method: str,
+    count: int,
+    start_hook: Callable[[int], Any] | None,
+    start_method: str | None,
+    blas_threads: int,
+    slot_count: int,
+    cost: ItemCost | None,
+):
+    job = CallFunction(func)
+    if method == "thread":
+        return ThreadWorkers(job if cost is None else TimedJob(job, cost), count, start_hook, "load_buffers")
+    from .process_workers import ProcessWorkers  # here: multiprocessing is not imported with lazyseq
+
+    return ProcessWorkers(
+        job,
+        count,
+        start_hook,
+        "load_buffers",
+        start_method,
+        blas_threads,
+        slot_count=slot_count,
+        task_name="batch",
+        cost=cost,
+    )
+
+
 def _raise_failure(error: BaseException, number: int):
     chain = getattr(error, REMOTE_CHAIN, "")
     where = f"load_buffers batch {number}" + (f" -> {chain}" if chain else "")
@@ -237,10 +262,13 @@ def load_buffers(
     returned that batch; the iterator then goes on. ``close()``, a ``with``
     block or garbage collection stop the workers.
 
-    With threads, batches that take less than ``inline_below`` seconds to
-    make (default 0.25 ms) are made by the reader itself, as ``prefetch``
-    does and for the same reasons (see :mod:`lazyseq.loading.item_cost`);
-    ``inline_below=0`` or a ``start_hook`` always use the workers.
+    Batches that take less than ``inline_below`` seconds to make (default
+    0.25 ms) are made by the reader itself (then they are ``func()``'s own
+    arrays, not slot contents), with threads and processes alike, as
+    ``prefetch`` does and for the same reasons (see
+    :mod:`lazyseq.loading.item_cost`); the workers start with the first batch
+    worth handing over. ``inline_below=0`` or a ``start_hook`` always use the
+    workers.
 
     >>> import numpy as np
     >>> import lazyseq

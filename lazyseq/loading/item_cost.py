@@ -1,13 +1,18 @@
-"""Whether items are cheap enough that the reader should compute them itself rather than wait on worker threads.
+"""Whether items are cheap enough that the reader should compute them itself rather than wait on its workers.
 
-Handing an item over from a worker thread costs tens of microseconds (a
-wake-up, the GIL changing hands several times), and worker threads running
-Python take the GIL from a reader that runs Python too: with items that cost
-less than that to compute, threads make a pipeline slower, not faster. So a
-thread ``prefetch`` computes its first items in the reader to time them
-undisturbed, keeps doing so while an item costs less than ``inline_below``
-seconds, and hands the work to its threads as soon as items cost more than
-twice that (then timed in the workers, so that it notices if they get cheap).
+Handing an item over from a worker costs tens of microseconds on each side (a
+wake-up; with threads the GIL changing hands several times, and worker threads
+running Python take the GIL from a reader that runs Python too; with processes
+a message each way and the item's pages in shared memory): with items that
+cost about that much to compute, a loader makes a pipeline slower, not faster.
+So a loader computes its first items in the reader to time them, keeps doing so
+while an item costs less than ``inline_below`` seconds, and hands the work to
+its workers as soon as items cost more than twice that (then timed in the
+workers, so that it notices if they get cheap). A first item is often slow
+for reasons of its own (cold caches, page faults, the copy-on-write that
+follows starting worker processes with fork): it alone sends the work to the
+workers only if it took ten times the threshold, and otherwise the lesser of
+the first two timings counts.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ __all__ = ["INLINE_BELOW", "ItemCost", "TimedJob"]
 
 INLINE_BELOW = 250e-6  # seconds: about what handing an item over from a worker thread costs on a small VM
 SMOOTHING = 0.2  # weight of the newest timing in the running estimate
+FIRST_ONLY_ABOVE = 10  # the first timing alone sends items to the workers only above this many thresholds
 
 
 class ItemCost:
@@ -27,10 +33,13 @@ class ItemCost:
     >>> cost = ItemCost(inline_below=1e-3)
     >>> cost.inline  # the first items are computed by the reader, to time them
     True
-    >>> for seconds in (1e-4, 2e-4, 1e-4):
-    ...     cost.add(seconds)
+    >>> cost.add(5e-3)  # a slow first item may just be a cold one: the reader times a second
     >>> cost.inline
     True
+    >>> for seconds in (1e-4, 2e-4, 1e-4):
+    ...     cost.add(seconds)
+    >>> cost.inline, round(cost.estimate * 1e6)  # microseconds
+    (True, 116)
     >>> cost.add(0.05)  # one slow item: the workers take over
     >>> cost.inline
     False
@@ -39,14 +48,21 @@ class ItemCost:
     def __init__(self, inline_below: float) -> None:
         self.inline_below = inline_below
         self.estimate: float | None = None
+        self.count = 0
         self.inline = inline_below > 0
 
     def add(self, seconds: float) -> None:
         estimate = self.estimate
-        estimate = seconds if estimate is None else estimate + SMOOTHING * (seconds - estimate)
+        self.count += 1
+        if estimate is None:
+            estimate = seconds
+        elif self.count == 2:  # the first item also paid for cold caches and page faults: trust the lesser
+            estimate = min(estimate, seconds)
+        else:
+            estimate += SMOOTHING * (seconds - estimate)
         self.estimate = estimate
         if self.inline:
-            if estimate > 2 * self.inline_below:
+            if estimate > (FIRST_ONLY_ABOVE if self.count == 1 else 2) * self.inline_below:
                 self.inline = False
         elif estimate < self.inline_below:
             self.inline = True

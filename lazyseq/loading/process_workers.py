@@ -19,6 +19,7 @@ from multiprocessing.reduction import send_handle
 import numpy as np
 
 from .failures import LoaderError, WorkerDied, exit_description, restore
+from .item_cost import ItemCost
 from .options import serialize
 from .shared_slots import SharedSlots, slot_bytes_for
 from .structure import rebuild
@@ -39,6 +40,7 @@ class ProcessWorkers:
     """``count`` worker processes computing ``job(arg)``, with ``slot_count`` shared slots for results.
 
     ``slot_bytes=0`` sizes the slots from the first result that holds arrays.
+    The seconds each result took in its worker go to ``cost``, where given.
     """
 
     def __init__(
@@ -52,8 +54,10 @@ class ProcessWorkers:
         slot_count: int,
         slot_bytes: int = 0,
         task_name: str = "task",
+        cost: ItemCost | None = None,
     ) -> None:
         self._owner = owner
+        self._cost = cost
         self._task_name = task_name
         self._slot_count = slot_count
         self._slot_bytes = slot_bytes
@@ -172,6 +176,8 @@ class ProcessWorkers:
             raise LoaderError(f"{self._owner}: start_hook failed in worker process {k}") from error
         task, slot = message[1], message[2]
         self._busy[k].discard(task)
+        if self._cost is not None and tag != "failed":
+            self._cost.add(message[5])
         if tag == "shared":
             holder = self._slots.lease(slot)
             arrays = [np.ndarray(shape, dtype, buffer=holder, offset=offset) for dtype, shape, offset in message[4]]

@@ -2,7 +2,8 @@
 
 A worker receives tasks over its own connection, computes each one and sends
 back either the skeleton of the result (its arrays written into the shared
-slot the task came with) or the pickled result. It ignores SIGINT (the
+slot the task came with) or the pickled result, with the seconds the task took
+(the consumer decides from them where cheap items are best computed). It ignores SIGINT (the
 consumer decides what an interrupt means), limits its BLAS threads, and exits
 on its own when the consumer's process goes away.
 """
@@ -15,6 +16,7 @@ import signal
 import threading
 import time
 from multiprocessing.reduction import recv_handle
+from time import perf_counter
 
 from ..views.chunks import writing_into
 from .failures import capture
@@ -67,6 +69,7 @@ def run_worker(index: int, conn, job, start_hook, blas_threads: int) -> None:
         tag = message[0]
         if tag == "run":
             for task, arg, slot in message[1]:
+                start = perf_counter()
                 try:
                     if slot >= 0 and slots is not None and in_place:
                         with writing_into(slots.slot(slot)):
@@ -76,7 +79,7 @@ def run_worker(index: int, conn, job, start_hook, blas_threads: int) -> None:
                 except Exception as error:
                     conn.send_bytes(dumps(("failed", task, slot, capture(error))))
                     continue
-                _send_result(conn, task, slot, result, slots)
+                _send_result(conn, task, slot, result, slots, perf_counter() - start)
                 del result
         elif tag == "slots":
             slots = WorkerSlots(recv_handle(conn), message[1], message[2])
@@ -84,17 +87,17 @@ def run_worker(index: int, conn, job, start_hook, blas_threads: int) -> None:
             return
 
 
-def _send_result(conn, task, slot: int, result, slots: WorkerSlots | None) -> None:
+def _send_result(conn, task, slot: int, result, slots: WorkerSlots | None, seconds: float) -> None:
     arrays: list = []
     skeleton = flatten(result, arrays)
     if arrays and slot >= 0 and slots is not None:
         layout = place_in_slot(slots.slot(slot), arrays)
         if layout is not None:
-            conn.send_bytes(dumps(("shared", task, slot, skeleton, layout)))
+            conn.send_bytes(dumps(("shared", task, slot, skeleton, layout, seconds)))
             return
     needed = layout_of(arrays)[1]
     try:
-        conn.send_bytes(dumps(("pickled", task, slot, result, needed)))
+        conn.send_bytes(dumps(("pickled", task, slot, result, needed, seconds)))
     except Exception as error:  # pickling failed before anything was written: the stream is intact
         message = f"the result cannot be sent from the worker process: {type(error).__name__}: {error}"
         try:
