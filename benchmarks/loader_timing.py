@@ -21,21 +21,21 @@ Loader = Callable[[int], ContextManager[Iterable]]  # opens a loader of n batche
 
 
 def run_through(
-    open_loader: Loader, units: int, consume: Callable[[Any], object] | None = None, steady: bool = False
+    open_loader: Loader, units: int, consume: Callable[[Any], object] | None = None, skip: int = 0
 ) -> float:
     """Seconds from opening the loader to having consumed its ``units`` batches (stopping it is not counted).
 
-    ``steady`` starts the clock at the first batch instead (for ``units - 1`` batches), leaving the start-up
-    of workers out.
+    ``skip > 0`` starts the clock once that many batches have been consumed instead (timing the other
+    ``units - skip``), leaving the start-up of workers out.
     """
     start = time.perf_counter()
     with open_loader(units) as batches:
-        first = True
-        for batch in batches:
+        batch = None
+        for count, batch in enumerate(batches, start=1):
             if consume is not None:
                 consume(batch)
-            if first and steady:
-                start, first = time.perf_counter(), False
+            if count == skip:
+                start = time.perf_counter()
         del batch
         elapsed = time.perf_counter() - start
     del batches
@@ -49,7 +49,7 @@ def measure(
     repeats: int,
     consume: Callable[[Any], object] | None = None,
     warm_units: int = 20,
-    steady: bool = False,
+    skip: int = 0,
 ) -> dict[str, Timing]:
     """Time each loader reading ``units`` batches, ``repeats`` times; seconds per unit.
 
@@ -63,7 +63,7 @@ def measure(
     samples: dict[str, list[float]] = {name: [] for name in loaders}
     for _ in range(repeats):
         for name, open_loader in loaders.items():
-            samples[name].append(run_through(open_loader, units, consume, steady) / (units - steady))
+            samples[name].append(run_through(open_loader, units, consume, skip) / (units - skip))
     return {name: Timing(min(times), statistics.median(times)) for name, times in samples.items()}
 
 

@@ -4,6 +4,7 @@ import functools
 import os
 import signal
 import threading
+import time
 
 import numpy as np
 
@@ -66,6 +67,12 @@ def remember_worker(index):
 
 def worker_index(_):
     return WORKER_STATE.get("index")
+
+
+def slow_in_worker_zero(_):
+    """The index of the worker computing this item; worker 0 takes 50 times longer than the others."""
+    time.sleep(0.05 if WORKER_STATE["index"] == 0 else 0.001)
+    return WORKER_STATE["index"]
 
 
 def nested(i):

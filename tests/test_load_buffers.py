@@ -1,12 +1,13 @@
 """load_buffers: fixed-shape batches from repeated calls, through reused slots, never overwritten while held."""
 
+import functools
 import itertools
 import multiprocessing
 import os
 
 import numpy as np
 import pytest
-from loader_helpers import load_buffers, prefetch
+from loader_helpers import load_buffers, prefetch, remember_worker, slow_in_worker_zero
 
 import lazyseq
 
@@ -160,3 +161,12 @@ def test_a_tensor_made_from_a_batch_keeps_its_slot():
         for _ in range(20):
             next(batches)
         assert bool((tensor == n).all())
+
+
+def test_a_slow_worker_process_makes_fewer_batches():
+    make = functools.partial(slow_in_worker_zero, None)
+    with load_buffers(make, max_cached=4, nworkers=2, method="process", start_hook=remember_worker) as batches:
+        workers = [int(next(batches)) for _ in range(60)]
+    # Batches come in the order they complete, and the next task goes to whichever worker answers first:
+    # worker 0 (50 ms a batch) makes a few while worker 1 (1 ms) makes the rest.
+    assert workers.count(0) <= 6 and workers.count(1) >= 54

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from loader_helpers import nested, noisy, prefetch, remember_worker, square, worker_index
+from loader_helpers import nested, noisy, prefetch, remember_worker, slow_in_worker_zero, square, worker_index
 from test_properties import check_view
 
 import lazyseq
@@ -147,6 +147,16 @@ def test_closing_stops_the_workers_and_reading_again_restarts_them():
     assert not ahead.workers_running and multiprocessing.active_children() == []
     assert ahead[4] == 16 and ahead.workers_running
     ahead.close()
+
+
+def test_a_slow_worker_process_gets_fewer_items():
+    items = lazyseq.smap(slow_in_worker_zero, range(60))
+    with prefetch(items, nworkers=2, method="process", start_method="fork", start_hook=remember_worker) as ahead:
+        workers = list(ahead)
+    # Each worker holds at most two items at a time, and the next goes to whichever answers first. In order,
+    # worker 1 can run ahead of a slow item only by max_buffered (10) items: worker 0 computes about one item in
+    # ten rather than one in two (13 here; 25 when each worker was sent its share up front).
+    assert workers.count(0) <= 15 and workers.count(1) >= 45
 
 
 def test_process_results_over_the_slot_size_are_pickled():

@@ -112,14 +112,19 @@ class BufferLoader(Iterator):
             if self.closed:
                 raise StopIteration
             try:
-                if not self._waiting and not self._in_flight and self._cost is not None and self._cost.inline:
-                    status, value = self._make_here()
-                    self._waiting.append((status, value))
-                while not self._waiting:
-                    for _, status, value in self._workers.poll(POLL_SECONDS):
+                if not self._waiting and not self._in_flight:
+                    if self._cost is not None and self._cost.inline:
+                        self._waiting.append(self._make_here())
+                    else:
+                        self._fill()
+                timeout = 0.0 if self._waiting else POLL_SECONDS  # collect what arrived: workers get more work
+                while self._in_flight:
+                    for _, status, value in self._workers.poll(timeout):
                         self._in_flight -= 1
                         self._waiting.append((status, value))
                     self._fill()
+                    if self._waiting:
+                        break
                 status, value = self._waiting.popleft()
                 self._fill()
             except Exception:

@@ -264,6 +264,9 @@ class _Schedule:
         steady = step == self._step
         self._step, self._last = step, i
         ready, pending = self._ready, self._pending
+        if pending:  # collect what has arrived: process workers get their next tasks as they answer
+            for task, status, value in self.workers.poll(0):
+                self._arrived(task, status, value)
         if not steady or self._frontier is None:
             self._replan(i, steady)
         if i not in ready and i not in pending:

@@ -1,10 +1,12 @@
 """Worker processes, as seen from the consumer: tasks out over pipes, results back through shared slots.
 
 The consumer's thread does all the bookkeeping itself (no helper thread): it
-sends each task to the least busy worker, with a free shared-memory slot when
-there is one, and reads whatever results have arrived when it needs one. Every
-wait also watches the workers' process sentinels, so a worker that dies is
-noticed at once.
+keeps the tasks it was given in a backlog, sends each worker at most
+``DEPTH`` at a time (with a free shared-memory slot when there is one), and
+sends the next ones whenever it collects results, so that whichever worker is
+free first takes the next task: a worker that runs slower (on a busier core,
+or given costlier items) gets fewer. Every wait also watches the workers'
+process sentinels, so a worker that dies is noticed at once.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import multiprocessing
 import os
 import pickle
 import select
+from collections import deque
 from multiprocessing.connection import wait
 from multiprocessing.reduction import send_handle
 
@@ -28,6 +31,7 @@ from .worker_process import run_worker
 __all__ = ["ProcessWorkers"]
 
 STOP_SECONDS = 0.5  # grace for workers to finish their task after "stop", before SIGTERM
+DEPTH = 2  # tasks a worker holds at once: the one it computes and the next, so that it never waits for a message
 READ_BYTES = 1 << 16  # below malloc's mmap threshold: a larger read buffer costs more than it saves
 loads = pickle.loads
 
@@ -69,7 +73,11 @@ class ProcessWorkers:
             if start_hook is not None:
                 start_hook = serialize(start_hook, "start_hook", owner)
         self._conns, self._processes = [], []
-        self._busy: list[set] = []
+        self._busy: list[set] = []  # tasks sent to each worker, not answered yet
+        self._backlog: deque = deque()  # (task, arg) not sent yet, in order
+        self._queued: set = set()  # the tasks in the backlog
+        self._dropped: set = set()  # tasks in the backlog no longer wanted
+        self._skipped: list = []  # dropped tasks, reported as such by the next poll
         try:
             for k in range(count):
                 mine, theirs = context.Pipe(duplex=True)
@@ -107,11 +115,25 @@ class ProcessWorkers:
         self.submit_many([(task, arg)])
 
     def submit_many(self, tasks: list) -> None:
-        """Send ``(task, arg)`` pairs to the least busy workers, one message per worker."""
-        busy = self._busy
+        """Queue ``(task, arg)`` pairs, and send what the workers have room for."""
+        self._backlog.extend(tasks)
+        self._queued.update(task for task, _ in tasks)
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Send queued tasks to the workers holding fewer than ``DEPTH``, least busy first; one message each."""
+        backlog, busy = self._backlog, self._busy
         batches: dict[int, list] = {}
-        for task, arg in tasks:
+        while backlog:
             k = min(range(len(busy)), key=lambda w: len(busy[w]))
+            if len(busy[k]) >= DEPTH:
+                break
+            task, arg = backlog.popleft()
+            self._queued.discard(task)
+            if task in self._dropped:
+                self._dropped.discard(task)
+                self._skipped.append((task, "skipped", None))
+                continue
             slot = self._slots.take() if self._slots is not None else -1
             busy[k].add(task)
             batches.setdefault(k, []).append((task, arg, slot))
@@ -119,18 +141,22 @@ class ProcessWorkers:
             self._conns[k].send_bytes(dumps(("run", batch)))
 
     def free_slots(self, count: int = 1) -> bool:
-        """Whether ``count`` tasks sent now would each get a shared slot (or the slots do not exist yet)."""
-        return self._slots is None or self._slots.free_count() >= count
+        """Whether ``count`` more tasks would each get a shared slot (or the slots do not exist yet)."""
+        return self._slots is None or self._slots.free_count() - len(self._backlog) >= count
 
     def cancel(self, task) -> None:
-        """Tasks sent to a process run to the end; their results are dropped by the caller."""
+        """Drop ``task`` if it is still queued here (a "skipped" result says so); one sent runs to the end."""
+        if task in self._queued:
+            self._dropped.add(task)
 
     def resume(self, task) -> None:
-        """Nothing to undo: see ``cancel``."""
+        """Undo ``cancel``, unless the task was already skipped."""
+        self._dropped.discard(task)
 
     def poll(self, timeout: float) -> list:
-        events = self._poller.poll(timeout * 1000)
-        found = []
+        """The results that have arrived, waiting up to ``timeout`` seconds for one; then the next tasks go out."""
+        found, self._skipped = self._skipped, []
+        events = self._poller.poll(0 if found else timeout * 1000)
         dead = []
         for fd, _ in events:
             k = self._conn_fds.get(fd)
@@ -140,6 +166,7 @@ class ProcessWorkers:
                 dead.append(self._sentinels[fd])
         for k in dead:
             self._died(k)
+        self._dispatch()
         return found
 
     def _drain(self, k: int, found: list) -> None:
