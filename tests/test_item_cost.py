@@ -1,5 +1,6 @@
 """Loaders compute cheap items in the reader, and hand expensive ones to their worker threads or processes."""
 
+import functools
 import multiprocessing
 import os
 import pickle
@@ -62,6 +63,28 @@ def test_expensive_items_go_to_the_workers_after_the_first_one_is_timed():
         names = list(ahead)
     assert names[0] == threading.current_thread().name
     assert all(name.startswith("lazyseq-prefetch-") for name in names[1:])
+
+
+def timed_item(x):
+    start = time.perf_counter()
+    time.sleep(0.05)
+    return threading.current_thread().name, start, time.perf_counter()
+
+
+def test_worker_threads_start_on_the_next_items_while_a_slow_first_item_is_computed():
+    with lazyseq.prefetch(lazyseq.smap(timed_item, range(6)), nworkers=2) as ahead:
+        items = list(ahead)
+    (first, _, first_end), (second, second_start, _) = items[:2]
+    assert first == threading.current_thread().name and second.startswith("lazyseq-prefetch-")
+    assert second_start < first_end  # sent once the first item had taken ten thresholds (2.5 ms), not after it
+
+
+def test_load_buffers_threads_start_while_a_slow_first_batch_is_made():
+    with lazyseq.load_buffers(functools.partial(timed_item, None), max_cached=3, nworkers=2) as batches:
+        (first, _, first_end), *others = [next(batches) for _ in range(3)]
+    assert first == threading.current_thread().name
+    assert all(name.startswith("lazyseq-load_buffers-") for name, _, _ in others)
+    assert min(start for _, start, _ in others) < first_end
 
 
 def pid_of_item(x):

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..views.errors import REMOTE_CHAIN, EvaluationError, seterr
 from .deferred_workers import DeferredWorkers
-from .item_cost import INLINE_BELOW, ItemCost, TimedJob
+from .item_cost import FIRST_ONLY_ABOVE, INLINE_BELOW, ItemCost, TimedJob, start_if_slow
 from .jobs import CallFunction
 from .options import blas_threads_for, check_method, resolve_workers
 from .structure import flatten, layout_of, shape_key, signature
@@ -71,7 +71,9 @@ class BufferLoader(Iterator):
         if inline_below and start_hook is None:  # a start_hook may prepare state only workers have
             self._cost = ItemCost(inline_below)
         # With threads the consumer holds the last batch it got; with processes its slot counts among max_cached.
-        self._ahead = max(1, self._max_cached - 1) if method == "thread" else self._max_cached
+        self._threads = method == "thread"
+        self._ahead = max(1, self._max_cached - 1) if self._threads else self._max_cached
+        self._sent = 0  # batches that _send_ahead gave the workers
         make = functools.partial(
             _new_workers,
             func,
@@ -145,6 +147,15 @@ class BufferLoader(Iterator):
 
     def _make_here(self) -> tuple[str, Any]:
         """A batch made in the reader's thread, timed: batches this cheap are not worth a worker thread."""
+        cost = self._cost
+        if cost.count == 0 and self._threads:  # the first batch: threads start on the next if it is slow
+            with start_if_slow(FIRST_ONLY_ABOVE * cost.inline_below, self._send_ahead):
+                made = self._timed_call()
+            self._in_flight, self._sent = self._in_flight + self._sent, 0
+            return made
+        return self._timed_call()
+
+    def _timed_call(self) -> tuple[str, Any]:
         start = time.perf_counter()
         try:
             batch = self._func()
@@ -152,6 +163,11 @@ class BufferLoader(Iterator):
             return "error", error
         self._cost.add(time.perf_counter() - start)
         return "ok", batch
+
+    def _send_ahead(self) -> None:
+        """From another thread, while the reader makes the first batch: give the workers the next ones."""
+        self._workers.submit_many([(next(self._tasks), None) for _ in range(self._ahead)])
+        self._sent = self._ahead  # counted as in flight by the reader, once the batch is made
 
     def _check_shape(self, batch: Any, number: int) -> None:
         arrays: list = []

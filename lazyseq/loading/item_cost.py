@@ -12,15 +12,20 @@ workers, so that it notices if they get cheap). A first item is often slow
 for reasons of its own (cold caches, page faults, the copy-on-write that
 follows starting worker processes with fork): it alone sends the work to the
 workers only if it took ten times the threshold, and otherwise the lesser of
-the first two timings counts.
+the first two timings counts. Worker threads need not wait for the first item
+to end: :func:`start_if_slow` starts them on the next items as soon as it has
+run that long.
 """
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["INLINE_BELOW", "ItemCost", "TimedJob"]
+__all__ = ["FIRST_ONLY_ABOVE", "INLINE_BELOW", "ItemCost", "TimedJob", "start_if_slow"]
 
 INLINE_BELOW = 250e-6  # seconds: about what handing an item over from a worker thread costs on a small VM
 SMOOTHING = 0.2  # weight of the newest timing in the running estimate
@@ -80,3 +85,42 @@ class TimedJob:
         result = self.job(arg)
         self.cost.add(time.perf_counter() - start)
         return result
+
+
+@contextmanager
+def start_if_slow(seconds: float, start: Callable[[], None]) -> Iterator[None]:
+    """Call ``start()`` from another thread if the block is still running after ``seconds``.
+
+    The block is done, and ``start()`` too if it was called, when the ``with``
+    statement ends; an exception from ``start()`` is raised there.
+
+    >>> import time
+    >>> started = []
+    >>> with start_if_slow(0.001, lambda: started.append("workers")):
+    ...     time.sleep(0.05)
+    >>> started
+    ['workers']
+    >>> with start_if_slow(10.0, lambda: started.append("again")):
+    ...     pass
+    >>> started
+    ['workers']
+    """
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            start()
+        except BaseException as error:  # raised in the reader's thread, below
+            failures.append(error)
+
+    timer = threading.Timer(seconds, run)
+    timer.daemon = True
+    timer.name = "lazyseq-start-if-slow"
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        timer.join()
+    if failures:
+        raise failures[0]

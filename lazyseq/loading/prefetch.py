@@ -15,7 +15,7 @@ from ..views import errors
 from ..views.base import View
 from ..views.sources import as_view
 from .deferred_workers import DeferredWorkers
-from .item_cost import INLINE_BELOW, ItemCost, TimedJob
+from .item_cost import FIRST_ONLY_ABOVE, INLINE_BELOW, ItemCost, TimedJob, start_if_slow
 from .jobs import ReadItem
 from .options import blas_threads_for, check_method, needs_pickling, resolve_workers, serialize
 from .thread_workers import ThreadWorkers
@@ -147,6 +147,15 @@ class PrefetchView(View):
     def _compute_here(self, schedule: _Schedule, cost: ItemCost, i: int) -> Any:
         """Item ``i`` computed in the reader's thread, timed: items this cheap are not worth a worker."""
         schedule.passed(i)
+        if cost.count == 0 and self._method == "thread":  # the first item: threads start on the next if it is slow
+            with start_if_slow(FIRST_ONLY_ABOVE * cost.inline_below, functools.partial(schedule.send_ahead, i)):
+                start = time.perf_counter()
+                try:
+                    value = self._parent._get(i)
+                finally:
+                    cost.add(time.perf_counter() - start)
+            schedule.adopt_sent()
+            return value
         start = time.perf_counter()
         value = self._parent._get(i)
         cost.add(time.perf_counter() - start)
@@ -258,6 +267,7 @@ class _Schedule:
         self._last = -1  # reads start out assumed to be ascending
         self._step = 1
         self._frontier: int | None = None  # the next item to send when reads go on at this step
+        self._sent: list = []  # items that send_ahead sent, not recorded as pending yet
 
     def get(self, i: int) -> Any:
         step = i - self._last
@@ -291,6 +301,22 @@ class _Schedule:
     def passed(self, i: int) -> None:
         """The reader read item ``i`` without the workers: keep track of its pace all the same."""
         self._step, self._last = i - self._last, i
+
+    def send_ahead(self, i: int) -> None:
+        """From another thread, while the reader computes item ``i``: send the items after it to the workers.
+
+        Only the workers are touched here; :meth:`adopt_sent` records what was sent, in the reader's thread.
+        """
+        stop = self._stop(i) if self._step == 1 else i + 1
+        self._sent = [(j, j) for j in range(i + 1, stop)]
+        self.workers.submit_many(self._sent)
+
+    def adopt_sent(self) -> None:
+        """Count the items that :meth:`send_ahead` sent, if it ran, as on their way."""
+        sent, self._sent = self._sent, []
+        if sent:
+            self._pending.update(j for j, _ in sent)
+            self._frontier = sent[-1][0] + 1
 
     def _arrived(self, task: int, status: str, value: Any) -> None:
         self._pending.discard(task)
