@@ -1,11 +1,12 @@
 """Worker processes, as seen from the consumer: tasks out over pipes, results back through shared slots.
 
 The consumer's thread does all the bookkeeping itself (no helper thread): it
-keeps the tasks it was given in a backlog, sends each worker at most
-``DEPTH`` at a time (with a free shared-memory slot when there is one), and
-sends the next ones whenever it collects results, so that whichever worker is
-free first takes the next task: a worker that runs slower (on a busier core,
-or given costlier items) gets fewer. Every wait also watches the workers'
+keeps the tasks it was given in a backlog, sends each worker about
+``QUEUED_SECONDS`` of work at a time (at least two tasks: the one it computes
+and the next; with a free shared-memory slot when there is one), and sends
+more whenever it collects results, so that whichever worker is free first
+takes the next task: a worker that runs slower (on a busier core, or given
+costlier items) gets fewer. Cheap tasks thus go out several to a message. Every wait also watches the workers'
 process sentinels, so a worker that dies is noticed at once.
 """
 
@@ -31,7 +32,9 @@ from .worker_process import run_worker
 __all__ = ["ProcessWorkers"]
 
 STOP_SECONDS = 0.5  # grace for workers to finish their task after "stop", before SIGTERM
-DEPTH = 2  # tasks a worker holds at once: the one it computes and the next, so that it never waits for a message
+QUEUED_SECONDS = 0.002  # work each worker holds: the granularity with which the workers share the tasks
+MIN_DEPTH = 2  # tasks a worker holds at least: the one it computes and the next, so that it never waits for one
+SMOOTHING = 0.2  # weight of the newest timing in the running estimate of a task's cost
 READ_BYTES = 1 << 16  # below malloc's mmap threshold: a larger read buffer costs more than it saves
 loads = pickle.loads
 
@@ -78,6 +81,7 @@ class ProcessWorkers:
         self._queued: set = set()  # the tasks in the backlog
         self._dropped: set = set()  # tasks in the backlog no longer wanted
         self._skipped: list = []  # dropped tasks, reported as such by the next poll
+        self._task_seconds: float | None = None  # what a task takes in a worker, a running estimate
         try:
             for k in range(count):
                 mine, theirs = context.Pipe(duplex=True)
@@ -121,12 +125,15 @@ class ProcessWorkers:
         self._dispatch()
 
     def _dispatch(self) -> None:
-        """Send queued tasks to the workers holding fewer than ``DEPTH``, least busy first; one message each."""
+        """Send queued tasks to the least busy workers, topping up those down to half their share; one message each."""
         backlog, busy = self._backlog, self._busy
+        if not backlog:
+            return
+        depth = self._depth()
         batches: dict[int, list] = {}
         while backlog:
             k = min(range(len(busy)), key=lambda w: len(busy[w]))
-            if len(busy[k]) >= DEPTH:
+            if len(busy[k]) >= depth or (k not in batches and len(busy[k]) > depth // 2):
                 break
             task, arg = backlog.popleft()
             self._queued.discard(task)
@@ -139,6 +146,13 @@ class ProcessWorkers:
             batches.setdefault(k, []).append((task, arg, slot))
         for k, batch in batches.items():
             self._conns[k].send_bytes(dumps(("run", batch)))
+
+    def _depth(self) -> int:
+        """How many tasks a worker should hold: about ``QUEUED_SECONDS`` of work, at least ``MIN_DEPTH``."""
+        seconds = self._task_seconds
+        if seconds is None:  # nothing timed yet: as few as keep a worker busy
+            return MIN_DEPTH
+        return max(MIN_DEPTH, int(QUEUED_SECONDS / max(seconds, 1e-6)))
 
     def free_slots(self, count: int = 1) -> bool:
         """Whether ``count`` more tasks would each get a shared slot (or the slots do not exist yet)."""
@@ -203,8 +217,11 @@ class ProcessWorkers:
             raise LoaderError(f"{self._owner}: start_hook failed in worker process {k}") from error
         task, slot = message[1], message[2]
         self._busy[k].discard(task)
-        if self._cost is not None and tag != "failed":
-            self._cost.add(message[5])
+        if tag != "failed":
+            seconds, estimate = message[5], self._task_seconds
+            self._task_seconds = seconds if estimate is None else estimate + SMOOTHING * (seconds - estimate)
+            if self._cost is not None:
+                self._cost.add(seconds)
         if tag == "shared":
             holder = self._slots.lease(slot)
             arrays = [np.ndarray(shape, dtype, buffer=holder, offset=offset) for dtype, shape, offset in message[4]]
