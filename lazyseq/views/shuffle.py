@@ -14,6 +14,8 @@ from .sources import as_view
 
 __all__ = ["ShuffleView", "shuffle"]
 
+COMPACT_ABOVE = 1 << 24  # items: longer permutations are stored as int32, half the size of intp
+
 
 class ShuffleView(View):
     """Item ``i`` is ``parent[permutation[i]]``, the permutation drawn from ``(seed, epoch)``.
@@ -55,8 +57,9 @@ class ShuffleView(View):
         """The positions in the parent, in the order this view reads them."""
         order = self._order
         if order is None:
-            dtype = np.int32 if self._len < 2**31 else np.int64
-            order = np.random.default_rng([self.seed, self._epoch]).permutation(self._len).astype(dtype)
+            # intp (what numpy indexes with, no conversion per batch) up to 16M items; then half the memory
+            dtype = np.intp if self._len <= COMPACT_ABOVE else np.int32 if self._len < 2**31 else np.int64
+            order = np.random.default_rng([self.seed, self._epoch]).permutation(self._len).astype(dtype, copy=False)
             order.flags.writeable = False
             self._order = order
         return order
@@ -65,8 +68,8 @@ class ShuffleView(View):
         return self._parent._get(self.permutation.item(i))
 
     def _get_many(self, idx: Positions):
-        positions = compose(self.permutation, idx)  # int32 for compactness; intp for fast numpy indexing
-        return self._parent._get_many(positions.astype(np.intp))
+        positions = compose(self.permutation, idx)
+        return self._parent._get_many(positions.astype(np.intp, copy=False))  # intp: fast numpy indexing
 
     def _set(self, i: int, value: Any) -> None:
         self._parent._set(self.permutation.item(i), value)
