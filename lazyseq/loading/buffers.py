@@ -15,12 +15,11 @@ from typing import Any
 import numpy as np
 
 from ..views.errors import REMOTE_CHAIN, EvaluationError, seterr
-from .deferred_workers import DeferredWorkers
-from .item_cost import FIRST_ONLY_ABOVE, INLINE_BELOW, ItemCost, TimedJob, start_if_slow
+from .deferred_workers import DeferredWorkers, make_workers
+from .item_cost import FIRST_ONLY_ABOVE, INLINE_BELOW, ItemCost, start_if_slow
 from .jobs import CallFunction
 from .options import blas_threads_for, check_method, resolve_workers
 from .structure import flatten, layout_of, shape_key, signature
-from .thread_workers import ThreadWorkers
 
 __all__ = ["BufferLoader", "load_buffers"]
 
@@ -75,14 +74,17 @@ class BufferLoader(Iterator):
         self._ahead = max(1, self._max_cached - 1) if self._threads else self._max_cached
         self._sent = 0  # batches that _send_ahead gave the workers
         make = functools.partial(
-            _new_workers,
-            func,
+            make_workers,
+            CallFunction(func),
             method,
             count,
             start_hook,
+            "load_buffers",
             start_method,
             blas_threads_for(blas_threads, count),
             self._max_cached,
+            0,  # slots sized from the first batch
+            "batch",
             self._cost,
         )
         self._workers = make() if self._cost is None else DeferredWorkers(make)  # started for the first batch sent
@@ -198,34 +200,6 @@ class BufferLoader(Iterator):
         state = "closed" if self.closed else f"{self._delivered} batches delivered"
         name = getattr(self._func, "__qualname__", type(self._func).__name__)
         return f"load_buffers({name}, max_cached={self._max_cached})  [{state}]"
-
-
-def _new_workers(
-    func: Callable[[], Any],
-    method: str,
-    count: int,
-    start_hook: Callable[[int], Any] | None,
-    start_method: str | None,
-    blas_threads: int,
-    slot_count: int,
-    cost: ItemCost | None,
-):
-    job = CallFunction(func)
-    if method == "thread":
-        return ThreadWorkers(job if cost is None else TimedJob(job, cost), count, start_hook, "load_buffers")
-    from .process_workers import ProcessWorkers  # here: multiprocessing is not imported with lazyseq
-
-    return ProcessWorkers(
-        job,
-        count,
-        start_hook,
-        "load_buffers",
-        start_method,
-        blas_threads,
-        slot_count=slot_count,
-        task_name="batch",
-        cost=cost,
-    )
 
 
 def _raise_failure(error: BaseException, number: int):

@@ -1,4 +1,4 @@
-"""Workers started only when they are first given a task.
+"""How a loader gets its workers: :func:`make_workers` now, or :class:`DeferredWorkers` at the first task.
 
 A loader that may compute cheap items in the reader (see
 :mod:`lazyseq.loading.item_cost`) starts its threads or processes only once
@@ -13,7 +13,42 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["DeferredWorkers"]
+from .item_cost import ItemCost, TimedJob
+from .thread_workers import ThreadWorkers
+
+__all__ = ["DeferredWorkers", "make_workers"]
+
+
+def make_workers(
+    job: Callable[[Any], Any],
+    method: str,
+    count: int,
+    start_hook: Callable[[int], Any] | None,
+    owner: str,
+    start_method: str | None,
+    blas_threads: int,
+    slot_count: int,
+    slot_bytes: int,
+    task_name: str,
+    cost: ItemCost | None,
+):
+    """``count`` worker threads or processes (``method``) computing ``job(arg)``; with ``cost``, timed into it."""
+    if method == "thread":
+        return ThreadWorkers(job if cost is None else TimedJob(job, cost), count, start_hook, owner)
+    from .process_workers import ProcessWorkers  # here: multiprocessing is not imported with lazyseq
+
+    return ProcessWorkers(
+        job,
+        count,
+        start_hook,
+        owner,
+        start_method,
+        blas_threads,
+        slot_count=slot_count,
+        slot_bytes=slot_bytes,
+        task_name=task_name,
+        cost=cost,
+    )
 
 
 class DeferredWorkers:

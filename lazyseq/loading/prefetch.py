@@ -14,11 +14,10 @@ from typing import Any
 from ..views import errors
 from ..views.base import View
 from ..views.sources import as_view
-from .deferred_workers import DeferredWorkers
-from .item_cost import FIRST_ONLY_ABOVE, INLINE_BELOW, ItemCost, TimedJob, start_if_slow
+from .deferred_workers import DeferredWorkers, make_workers
+from .item_cost import FIRST_ONLY_ABOVE, INLINE_BELOW, ItemCost, start_if_slow
 from .jobs import ReadItem
 from .options import blas_threads_for, check_method, needs_pickling, resolve_workers, serialize
-from .thread_workers import ThreadWorkers
 
 __all__ = ["PrefetchIterator", "PrefetchView", "prefetch"]
 
@@ -83,15 +82,17 @@ class PrefetchView(View):
         if self._inline_below and self._start_hook is None:  # a start_hook may prepare state only workers have
             cost = ItemCost(self._inline_below)
         make = functools.partial(
-            _new_workers,
-            self._parent,
+            make_workers,
+            ReadItem(self._parent),
             self._method,
             self._nworkers,
             self._start_hook,
+            "prefetch",
             self._start_method,
             self._blas_threads,
             self._max_buffered + 2,  # slots: the items being read hold one or two
             self._shm_size,
+            "item",
             cost,
         )
         workers = make() if cost is None else DeferredWorkers(make)  # not a method of self: no cycle
@@ -176,36 +177,6 @@ class PrefetchView(View):
     def __reduce__(self):
         settings = (self._nworkers, self._method, self._max_buffered, self._start_hook, self._shm_size)
         return (PrefetchView, (self._parent, *settings, self._start_method, self._blas_threads, self._inline_below))
-
-
-def _new_workers(
-    parent: View,
-    method: str,
-    nworkers: int,
-    start_hook: Callable[[int], Any] | None,
-    start_method: str | None,
-    blas_threads: int,
-    slot_count: int,
-    slot_bytes: int,
-    cost: ItemCost | None,
-):
-    job = ReadItem(parent)
-    if method == "thread":
-        return ThreadWorkers(job if cost is None else TimedJob(job, cost), nworkers, start_hook, "prefetch")
-    from .process_workers import ProcessWorkers  # here: multiprocessing is not imported with lazyseq
-
-    return ProcessWorkers(
-        job,
-        nworkers,
-        start_hook,
-        "prefetch",
-        start_method,
-        blas_threads,
-        slot_count=slot_count,
-        slot_bytes=slot_bytes,
-        task_name="item",
-        cost=cost,
-    )
 
 
 class PrefetchIterator:
