@@ -152,3 +152,18 @@ def test_bad_thresholds_and_pickling():
         lazyseq.load_buffers(lambda: 1, inline_below=float("nan"))
     ahead = lazyseq.prefetch(range(3), nworkers=1, inline_below=0.5)
     assert pickle.loads(pickle.dumps(ahead))._inline_below == 0.5
+
+
+def fail_slowly_on_zero(x):
+    time.sleep(0.02)
+    if x == 0:
+        raise ValueError("bad first item")
+    return threading.current_thread().name
+
+
+def test_a_slow_first_item_that_fails_still_leaves_the_next_items_with_the_workers():
+    with lazyseq.prefetch(lazyseq.smap(fail_slowly_on_zero, range(6)), nworkers=2) as ahead:
+        with pytest.raises(lazyseq.EvaluationError, match="bad first item"):
+            ahead[0]
+        names = list(ahead[1:])
+    assert len(names) == 5 and all(name.startswith("lazyseq-prefetch-") for name in names)

@@ -148,7 +148,7 @@ class BufferLoader(Iterator):
         return value
 
     def _make_here(self) -> tuple[str, Any]:
-        """A batch made in the reader's thread, timed: batches this cheap are not worth a worker thread."""
+        """A batch made in the reader's thread, timed: batches this cheap are not worth a worker."""
         cost = self._cost
         if cost.count == 0 and self._threads:  # the first batch: threads start on the next if it is slow
             with start_if_slow(FIRST_ONLY_ABOVE * cost.inline_below, self._send_ahead):

@@ -149,13 +149,13 @@ class PrefetchView(View):
         """Item ``i`` computed in the reader's thread, timed: items this cheap are not worth a worker."""
         schedule.passed(i)
         if cost.count == 0 and self._method == "thread":  # the first item: threads start on the next if it is slow
-            with start_if_slow(FIRST_ONLY_ABOVE * cost.inline_below, functools.partial(schedule.send_ahead, i)):
-                start = time.perf_counter()
-                try:
+            try:
+                with start_if_slow(FIRST_ONLY_ABOVE * cost.inline_below, functools.partial(schedule.send_ahead, i)):
+                    start = time.perf_counter()
                     value = self._parent._get(i)
-                finally:
                     cost.add(time.perf_counter() - start)
-            schedule.adopt_sent()
+            finally:
+                schedule.adopt_sent()  # whatever item i gave: the items sent are on their way
             return value
         start = time.perf_counter()
         value = self._parent._get(i)
