@@ -121,8 +121,9 @@ class BufferLoader(Iterator):
                         self._waiting.append(self._make_here())
                     else:
                         self._fill()
-                timeout = 0.0 if self._waiting else POLL_SECONDS  # collect what arrived: workers get more work
-                while self._in_flight:
+                # Process workers get their next tasks as results are collected; threads take theirs themselves.
+                timeout = 0.0 if self._waiting else POLL_SECONDS
+                while self._in_flight and (timeout or not self._threads):
                     for _, status, value in self._workers.poll(timeout):
                         self._in_flight -= 1
                         self._waiting.append((status, value))

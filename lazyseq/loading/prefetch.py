@@ -98,7 +98,8 @@ class PrefetchView(View):
         workers = make() if cost is None else DeferredWorkers(make)  # not a method of self: no cycle
         if self._finalizer is not None:  # workers of the process this view was forked from: not ours to stop
             self._finalizer.detach()
-        self._schedule = _Schedule(workers, self._len, self._max_buffered, cost)
+        collect_early = self._method == "process"  # threads take their next tasks from a queue themselves
+        self._schedule = _Schedule(workers, self._len, self._max_buffered, cost, collect_early)
         self._finalizer = weakref.finalize(self, workers.close)
         return self._schedule
 
@@ -225,8 +226,11 @@ class PrefetchIterator:
 class _Schedule:
     """Which items are being computed or are waiting to be read, for one set of running workers."""
 
-    def __init__(self, workers, length: int | None, max_buffered: int, cost: ItemCost | None = None) -> None:
+    def __init__(
+        self, workers, length: int | None, max_buffered: int, cost: ItemCost | None, collect_early: bool
+    ) -> None:
         self.workers = workers
+        self._collect_early = collect_early  # collect results at every read, not only when waiting
         self.cost = cost  # whether items are cheap enough for the reader to compute (None: never)
         self.pid = os.getpid()
         self._length = length
@@ -245,7 +249,7 @@ class _Schedule:
         steady = step == self._step
         self._step, self._last = step, i
         ready, pending = self._ready, self._pending
-        if pending:  # collect what has arrived: process workers get their next tasks as they answer
+        if pending and self._collect_early:  # process workers get their next tasks as results are collected
             for task, status, value in self.workers.poll(0):
                 self._arrived(task, status, value)
         if not steady or self._frontier is None:

@@ -6,8 +6,9 @@ keeps the tasks it was given in a backlog, sends each worker about
 and the next; with a free shared-memory slot when there is one), and sends
 more whenever it collects results, so that whichever worker is free first
 takes the next task: a worker that runs slower (on a busier core, or given
-costlier items) gets fewer. Cheap tasks thus go out several to a message. Every wait also watches the workers'
-process sentinels, so a worker that dies is noticed at once.
+costlier items) gets fewer. Cheap tasks thus go out several to a message.
+Every wait also watches the workers' process sentinels, so a worker that dies
+is noticed at once.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ __all__ = ["ProcessWorkers"]
 STOP_SECONDS = 0.5  # grace for workers to finish their task after "stop", before SIGTERM
 QUEUED_SECONDS = 0.002  # work each worker holds: the granularity with which the workers share the tasks
 MIN_DEPTH = 2  # tasks a worker holds at least: the one it computes and the next, so that it never waits for one
-SMOOTHING = 0.2  # weight of the newest timing in the running estimate of a task's cost
 READ_BYTES = 1 << 16  # below malloc's mmap threshold: a larger read buffer costs more than it saves
 loads = pickle.loads
 
@@ -47,7 +47,7 @@ class ProcessWorkers:
     """``count`` worker processes computing ``job(arg)``, with ``slot_count`` shared slots for results.
 
     ``slot_bytes=0`` sizes the slots from the first result that holds arrays.
-    The seconds each result took in its worker go to ``cost``, where given.
+    The seconds each result took in its worker go to ``cost``, where given (they also size the workers' share).
     """
 
     def __init__(
@@ -64,7 +64,7 @@ class ProcessWorkers:
         cost: ItemCost | None = None,
     ) -> None:
         self._owner = owner
-        self._cost = cost
+        self._cost = cost if cost is not None else ItemCost(0.0)  # 0: timings only, never "compute it here"
         self._task_name = task_name
         self._slot_count = slot_count
         self._slot_bytes = slot_bytes
@@ -81,7 +81,6 @@ class ProcessWorkers:
         self._queued: set = set()  # the tasks in the backlog
         self._dropped: set = set()  # tasks in the backlog no longer wanted
         self._skipped: list = []  # dropped tasks, reported as such by the next poll
-        self._task_seconds: float | None = None  # what a task takes in a worker, a running estimate
         try:
             for k in range(count):
                 mine, theirs = context.Pipe(duplex=True)
@@ -149,7 +148,7 @@ class ProcessWorkers:
 
     def _depth(self) -> int:
         """How many tasks a worker should hold: about ``QUEUED_SECONDS`` of work, at least ``MIN_DEPTH``."""
-        seconds = self._task_seconds
+        seconds = self._cost.estimate
         if seconds is None:  # nothing timed yet: as few as keep a worker busy
             return MIN_DEPTH
         return max(MIN_DEPTH, int(QUEUED_SECONDS / max(seconds, 1e-6)))
@@ -218,10 +217,7 @@ class ProcessWorkers:
         task, slot = message[1], message[2]
         self._busy[k].discard(task)
         if tag != "failed":
-            seconds, estimate = message[5], self._task_seconds
-            self._task_seconds = seconds if estimate is None else estimate + SMOOTHING * (seconds - estimate)
-            if self._cost is not None:
-                self._cost.add(seconds)
+            self._cost.add(message[5])
         if tag == "shared":
             holder = self._slots.lease(slot)
             arrays = [np.ndarray(shape, dtype, buffer=holder, offset=offset) for dtype, shape, offset in message[4]]
