@@ -41,7 +41,7 @@ def _batches_of_rows(view) -> bool:
 
 
 def _rows(view) -> bool:
-    """Whether reading many items of ``view`` gives arrays built by ``new_rows``, that nothing else keeps."""
+    """Whether reading many items of ``view`` gives new arrays that nothing else keeps (built by ``new_rows`` where it can)."""
     from ..views.collate import CollateView
     from ..views.concatenate import ConcatenateView
     from ..views.gather import GatherView, StridedView

@@ -11,6 +11,7 @@ import numpy as np
 from .base import View
 from .chunks import new_rows, scatter
 from .keys import Positions, compose, positions_array
+from .row_window import RowWindow
 from .sources import as_view
 
 __all__ = ["ConcatenateView", "concatenate"]
@@ -45,7 +46,7 @@ class ConcatenateView(View):
         last = flat[-1]._len if flat else 0
         self._len = None if last is None else starts[-1] + last
         self._arrays = _same_kind_arrays(flat)
-        self._rows = _as_rows(self._arrays)
+        self._window = None if self._arrays is None else RowWindow.over(self._arrays)
 
     def _locate(self, i: int) -> tuple[int, int]:
         p = bisect_right(self._bounds, i)
@@ -63,21 +64,15 @@ class ConcatenateView(View):
                 offset = self._starts[first[0]]
                 return parts[first[0]]._get_many(range(idx.start - offset, idx.stop - offset, idx.step))
         idx = positions_array(idx)
+        if self._window is not None:  # rows of arrays alike (open_npy): one call, one copy
+            return self._window.rows(idx)
         which = self._bounds_array.searchsorted(idx, side="right")
         local = idx - self._starts_array[which]
         # With many parts, visit only those that hold requested items.
         present = range(len(parts)) if len(parts) <= 8 else np.unique(which).tolist()
         arrays = self._arrays
-        if arrays is not None:  # rows of arrays alike (open_npy): fill one output, no intermediate chunks
+        if arrays is not None:  # arrays alike but not contiguous: fill one output, no intermediate chunks
             out = new_rows((len(idx),) + arrays[0].shape[1:], arrays[0].dtype)
-            rows = self._rows
-            if rows is not None:  # whole rows as single items: numpy scatters them faster
-                target = out.reshape(len(idx), rows[0].dtype.itemsize // out.itemsize).view(rows[0].dtype)[:, 0]
-                for p in present:
-                    where = (which == p).nonzero()[0]
-                    if len(where):
-                        target[where] = rows[p].take(local[where])
-                return out
             for p in present:
                 where = (which == p).nonzero()[0]
                 if len(where):
@@ -119,17 +114,6 @@ def _same_kind_arrays(parts: list[View]) -> list[np.ndarray] | None:
     if any(a.dtype != first.dtype or a.shape[1:] != first.shape[1:] for a in arrays):
         return None
     return arrays
-
-
-def _as_rows(arrays: list[np.ndarray] | None) -> list[np.ndarray] | None:
-    """The arrays as 1-d arrays of opaque rows (one item per row), where their layout allows it, else None."""
-    if arrays is None or arrays[0].ndim < 2 or arrays[0].dtype.hasobject:
-        return None
-    row_bytes = arrays[0].itemsize * int(np.prod(arrays[0].shape[1:]))
-    if row_bytes == 0 or not all(a.flags.c_contiguous for a in arrays):
-        return None
-    row = np.dtype((np.void, row_bytes))
-    return [a.reshape(len(a), row_bytes // a.itemsize).view(row)[:, 0] for a in arrays]
 
 
 def concatenate(sequences: Sequence[Sequence]) -> View:
