@@ -30,16 +30,35 @@ def test_the_estimate_moves_between_reader_and_workers_with_hysteresis():
     assert cost.inline and cost.estimate == 9.0
     cost.add(1.5)  # the lesser of the first two; above the threshold, but not twice it: still in the reader
     assert cost.inline and cost.estimate == 1.5
-    cost.add(4.0)  # 1.5 + 0.2 * 2.5 = 2.0: not above twice the threshold yet
+    cost.add(4.0)  # median of 9, 1.5, 4 is 4: 1.5 + 0.2 * (4 - 1.5) = 2.0, not above twice the threshold yet
     assert cost.inline and cost.estimate == pytest.approx(2.0)
-    cost.add(7.0)
-    assert not cost.inline and cost.estimate == pytest.approx(3.0)
+    cost.add(7.0)  # median 4: 2.4
+    assert not cost.inline and cost.estimate == pytest.approx(2.4)
+    cost.add(0.0)  # median of 4, 7, 0 is 4: one fast item is not a trend
+    assert not cost.inline and cost.estimate == pytest.approx(2.72)
     for _ in range(4):
-        cost.add(0.0)
-    assert not cost.inline and cost.estimate == pytest.approx(3.0 * 0.8**4)  # 1.23: still above the threshold
+        cost.add(0.0)  # medians 0 from now on
+    assert not cost.inline and cost.estimate == pytest.approx(2.72 * 0.8**4)  # 1.11: still above the threshold
     cost.add(0.0)
-    assert cost.inline and cost.estimate == pytest.approx(3.0 * 0.8**5)  # 0.98: back to the reader
+    assert cost.inline and cost.estimate == pytest.approx(2.72 * 0.8**5)  # 0.89: back to the reader
     assert not ItemCost(inline_below=0.0).inline  # 0: always the workers
+
+
+def test_one_slow_item_among_cheap_ones_is_a_hiccup_two_in_a_row_a_change():
+    cost = ItemCost(inline_below=1.0)
+    for seconds in (0.1, 0.1, 0.1, 100.0, 0.1, 0.1, 100.0, 0.1):
+        cost.add(seconds)
+    assert cost.inline and cost.estimate == pytest.approx(0.1)
+    cost.add(100.0)
+    cost.add(100.0)
+    assert not cost.inline
+
+
+def test_items_alternating_between_cheap_and_slow_go_to_the_workers():
+    cost = ItemCost(inline_below=1.0)
+    for seconds in (0.1, 10.0) * 10:
+        cost.add(seconds)
+    assert not cost.inline
 
 
 def test_a_first_item_over_ten_thresholds_goes_to_the_workers_at_once():

@@ -35,17 +35,21 @@ FIRST_ONLY_ABOVE = 10  # the first timing alone sends items to the workers only 
 class ItemCost:
     """A running estimate of the seconds one item takes, and where items are computed now.
 
+    From the third item on, the estimate follows the median of the last three
+    timings: one item slowed by something else (the machine busy for a moment,
+    a page fault, a collection) moves nothing, two slow items in a row do.
+
     >>> cost = ItemCost(inline_below=1e-3)
     >>> cost.inline  # the first items are computed by the reader, to time them
     True
     >>> cost.add(5e-3)  # a slow first item may just be a cold one: the reader times a second
     >>> cost.inline
     True
-    >>> for seconds in (1e-4, 2e-4, 1e-4):
+    >>> for seconds in (1e-4, 2e-4, 1e-4, 0.05):  # the last one slow: a hiccup, or a change?
     ...     cost.add(seconds)
     >>> cost.inline, round(cost.estimate * 1e6)  # microseconds
-    (True, 116)
-    >>> cost.add(0.05)  # one slow item: the workers take over
+    (True, 133)
+    >>> cost.add(0.05)  # slow again: the workers take over
     >>> cost.inline
     False
     """
@@ -55,16 +59,19 @@ class ItemCost:
         self.estimate: float | None = None
         self.count = 0
         self.inline = inline_below > 0
+        self._last = self._before_last = 0.0
 
     def add(self, seconds: float) -> None:
-        estimate = self.estimate
+        estimate, last, before = self.estimate, self._last, self._before_last
+        self._before_last, self._last = last, seconds
         self.count += 1
         if estimate is None:
             estimate = seconds
         elif self.count == 2:  # the first item also paid for cold caches and page faults: trust the lesser
             estimate = min(estimate, seconds)
         else:
-            estimate += SMOOTHING * (seconds - estimate)
+            median = max(min(last, before), min(max(last, before), seconds))
+            estimate += SMOOTHING * (median - estimate)
         self.estimate = estimate
         if self.inline:
             if estimate > (FIRST_ONLY_ABOVE if self.count == 1 else 2) * self.inline_below:
