@@ -5,6 +5,8 @@ import pickle
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import lazyseq
 from lazyseq.views.concatenate import ConcatenateView
@@ -101,3 +103,38 @@ def test_memory_maps_read_through_the_window_and_pickle_small(tmp_path):
     copy = pickle.loads(pickle.dumps(view))
     assert len(pickle.dumps(view)) < 2000  # file locations, not the data
     assert np.array_equal(lazyseq.gather(copy, positions).batch(500)[0], whole[positions])
+
+
+@st.composite
+def array_parts(draw):
+    """Arrays of one dtype and row shape, some of them empty or strided; and their positions to read."""
+    dtype = draw(st.sampled_from([np.uint8, np.float64, np.dtype(">i2"), np.dtype([("x", "<i4"), ("y", "u1")])]))
+    row_shape = draw(st.sampled_from([(), (1,), (3,), (2, 3)]))
+    arrays = []
+    for k, n in enumerate(draw(st.lists(st.integers(0, 6), min_size=1, max_size=5), label="lengths")):
+        raw = np.arange((2 * n + k) * int(np.prod(row_shape)) * np.dtype(dtype).itemsize, dtype=np.uint8) + 10 * k
+        array = raw.view(dtype).reshape((2 * n + k, *row_shape))
+        arrays.append(array[:: 2 if draw(st.booleans(), label="strided") else 1][:n])
+    total = sum(len(a) for a in arrays)
+    positions = draw(st.lists(st.integers(0, max(total - 1, 0)), max_size=20 if total else 0), label="positions")
+    return arrays, positions
+
+
+@settings(max_examples=200, deadline=None)
+@given(array_parts())
+def test_gathered_batches_equal_numpy_whatever_the_layout(case):
+    arrays, positions = case
+    want = np.concatenate(arrays).astype(arrays[0].dtype)[positions]
+    view = lazyseq.concatenate(arrays)
+    got = view.gather(positions).batch(max(len(positions), 1))
+    if positions:
+        assert got[0].dtype == want.dtype and got[0].tobytes() == want.tobytes()
+    else:
+        assert len(got) == 0
+
+
+def test_a_part_of_one_row_with_any_stride():
+    single = np.arange(8.0).reshape(4, 2)[::3][:1]  # one row, stride of 3 rows: contiguous all the same
+    view = lazyseq.concatenate([single, np.array([[9.0, 9.5]])])
+    assert view._window is not None
+    assert view.gather([1, 0, 1]).batch(3)[0].tolist() == [[9.0, 9.5], [0.0, 1.0], [9.0, 9.5]]

@@ -55,7 +55,8 @@ class RowWindow:
         first = arrays[0]
         if first.dtype.hasobject or not all(a.flags.c_contiguous and a.size for a in arrays):
             return None  # object arrays hold references: numpy must copy them item by item
-        row_bytes = first.strides[0] if first.ndim else 0
+        # Not strides[0]: a contiguous array of one row may have any stride.
+        row_bytes = first.itemsize * int(np.prod(first.shape[1:]))
         if row_bytes <= 0:
             return None
         addresses = [a.__array_interface__["data"][0] for a in arrays]
