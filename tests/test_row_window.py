@@ -44,7 +44,7 @@ def test_rows_from_every_part_in_request_order(dtype, row_shape):
 def test_a_batch_is_a_new_writable_array():
     arrays = parts(np.float64, (3,))
     batch = lazyseq.concatenate(arrays).gather([0, 6, 12]).batch(3)[0]
-    assert batch.flags.writeable and batch.flags.c_contiguous
+    assert batch.flags.writeable and batch.flags.c_contiguous and batch.flags.aligned
     assert not any(np.shares_memory(batch, a) for a in arrays)
     batch[:] = -1
     assert (np.concatenate(arrays) >= 0).all()
