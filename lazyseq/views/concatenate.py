@@ -119,9 +119,18 @@ def _same_kind_arrays(parts: list[View]) -> list[np.ndarray] | None:
 def concatenate(sequences: Sequence[Sequence]) -> View:
     """A view of the sequences one after the other.
 
+    Over C-contiguous arrays (memory maps included) of one dtype and row
+    shape, as :func:`open_npy` gives, a batch or gather of rows from any of
+    them is read with one numpy call, copying each row once.
+
+    >>> import numpy as np
     >>> import lazyseq
     >>> v = lazyseq.concatenate([[1, 2], [], [3]])
     >>> list(v), v[-1]
     ([1, 2, 3], 3)
+    >>> rows = lazyseq.concatenate([np.zeros((2, 3)), np.ones((1, 3))])
+    >>> rows.gather([2, 0]).batch(2)[0]
+    array([[1., 1., 1.],
+           [0., 0., 0.]])
     """
     return ConcatenateView([as_view(s) for s in sequences])
