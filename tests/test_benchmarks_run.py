@@ -45,3 +45,8 @@ def test_torch_benchmark_quick_run():
     assert "| a. MLP training step, best lazyseq loader vs model alone" in out
     assert "| b. loader-bound, processes vs DataLoader per-sample" in out
     assert "leftover workers after closing every loader: none" in out
+
+
+def test_machine_benchmark_quick_run():
+    out = quick_run("bench_machine.py")
+    assert "two processes did" in out
