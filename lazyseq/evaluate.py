@@ -7,12 +7,12 @@ straight to a ``.npy`` file on disk), however large the view is.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from .loading.structure import flatten, rebuild
+from .nested import describe, flatten, rebuild, skeleton_key
 from .progress import progress_bar
 from .views.sources import as_view
 
@@ -35,10 +35,12 @@ def evaluate(
 
     ``fn`` gets each batch as :func:`~lazyseq.batch` builds it (for items
     ``(x, y)``, a tuple of two stacked arrays) and returns an array with one
-    row per item, or a tuple, list or dict of such arrays (torch tensors are
-    converted to numpy). The result has the same structure, each array with
-    ``len(data)`` rows. Only one batch of inputs is in memory at a time
-    (``nworkers`` batches more with background workers, see
+    row per item, or a tuple, list, namedtuple or dict of such arrays (torch
+    tensors and other array-likes are converted to numpy). The result has the
+    same structure, each array with ``len(data)`` rows; its containers are
+    rebuilt by the rule of :mod:`lazyseq.nested` (an ``OrderedDict`` stays
+    one, another mapping becomes a dict). Only one batch of inputs is in
+    memory at a time (``nworkers`` batches more with background workers, see
     :func:`~lazyseq.prefetch`), so ``data`` can be far larger than memory.
 
     ``out`` receives the rows instead of new arrays: an array (or memory map)
@@ -100,10 +102,10 @@ class _Outputs:
         self.owned: list[bool] = []
 
     def write(self, result: Any, start: int, rows: int, batch_index: int) -> None:
-        leaves: list[np.ndarray] = []
-        skeleton = flatten(_to_numpy(result), leaves)
-        _check_rows(skeleton, leaves, rows, batch_index)
-        row_shapes = _shape_of(skeleton, leaves)
+        leaves: list = []
+        skeleton = flatten(result, leaves, is_leaf=_anything)
+        leaves = [_rows_of(leaf, rows, batch_index) for leaf in leaves]
+        row_shapes = skeleton_key(skeleton, [leaf.shape[1:] for leaf in leaves])
         if self.skeleton is None:
             self.skeleton, self.row_shapes = skeleton, row_shapes
             targets = _match_out(self.out, skeleton, len(leaves))
@@ -135,84 +137,51 @@ class _Outputs:
         return rebuild(self.skeleton, self.arrays)
 
 
-def _to_numpy(result: Any) -> Any:
-    """``result`` with tensors (anything with ``detach``) and array-likes turned into numpy arrays."""
-    kind = type(result)
-    if kind is np.ndarray:
-        return result
-    if kind in (tuple, list):
-        return kind(_to_numpy(x) for x in result)
-    if kind is dict:
-        return {key: _to_numpy(x) for key, x in result.items()}
-    if isinstance(result, tuple) and hasattr(result, "_fields"):
-        return kind(*(_to_numpy(x) for x in result))
-    if hasattr(result, "detach") and hasattr(result, "cpu"):  # torch tensors, without importing torch
-        return result.detach().cpu().numpy()
-    if isinstance(result, np.ndarray) or hasattr(result, "__array__"):
-        return np.asarray(result)
-    return result
+def _anything(value: Any) -> bool:
+    """Every part of fn's results that is not a container is a leaf: :func:`_rows_of` says if it may be."""
+    return True
 
 
-def _check_rows(skeleton: tuple, leaves: list[np.ndarray], rows: int, batch_index: int) -> None:
-    tag = skeleton[0]
-    if tag == "v":
+def _rows_of(value: Any, rows: int, batch_index: int) -> np.ndarray:
+    """``value`` as a numpy array of ``rows`` rows: tensors (anything with ``detach``) and array-likes are converted."""
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch tensors, without importing torch
+        value = value.detach().cpu().numpy()
+    elif isinstance(value, np.ndarray) or hasattr(value, "__array__"):
+        value = np.asarray(value)
+    else:
         raise TypeError(
-            f"evaluate: fn returned a {type(skeleton[1]).__name__} for batch {batch_index}: "
+            f"evaluate: fn returned a {type(value).__name__} for batch {batch_index}: "
             "it must return arrays (or tuples, lists, dicts of arrays) with one row per item"
         )
-    if tag == "a":
-        leaf = leaves[skeleton[1]]
-        if leaf.ndim == 0 or len(leaf) != rows:
-            raise ValueError(
-                f"evaluate: fn returned an array of shape {leaf.shape} for batch {batch_index} of {rows} items: "
-                "it must have one row per item"
-            )
-        return
-    for child in skeleton[2] if tag in ("d", "n") else skeleton[1]:
-        _check_rows(child, leaves, rows, batch_index)
-
-
-def _shape_of(skeleton: tuple, arrays: list[np.ndarray]) -> tuple:
-    """The structure with each array's row shape: what must be the same for every batch."""
-    tag = skeleton[0]
-    if tag == "a":
-        return arrays[skeleton[1]].shape[1:]
-    if tag == "d":
-        return ("d", tuple(skeleton[1]), *(_shape_of(n, arrays) for n in skeleton[2]))
-    if tag == "n":
-        return ("n", skeleton[1], *(_shape_of(n, arrays) for n in skeleton[2]))
-    return (tag, *(_shape_of(n, arrays) for n in skeleton[1]))
+    if value.ndim == 0 or len(value) != rows:
+        raise ValueError(
+            f"evaluate: fn returned an array of shape {value.shape} for batch {batch_index} of {rows} items: "
+            "it must have one row per item"
+        )
+    return value
 
 
 def _describe(skeleton: tuple, arrays: list[np.ndarray]) -> str:
-    tag = skeleton[0]
-    if tag == "a":
-        return f"rows of shape {arrays[skeleton[1]].shape[1:]}"
-    if tag == "d":
-        return "{" + ", ".join(f"{k!r}: {_describe(n, arrays)}" for k, n in zip(skeleton[1], skeleton[2])) + "}"
-    children = skeleton[2] if tag == "n" else skeleton[1]
-    return "(" + ", ".join(_describe(n, arrays) for n in children) + ")"
+    return describe(skeleton, [f"rows of shape {a.shape[1:]}" for a in arrays])
 
 
 def _match_out(out: Any, skeleton: tuple, count: int) -> list:
     """One ``out`` entry per array of the result, in the order of :func:`flatten`."""
     if out is None:
         return [None] * count
-    if skeleton[0] == "a":
-        return [out]
     targets: list = []
 
     def walk(node: tuple, spec: Any) -> None:
         tag = node[0]
         if tag == "a":
             targets.append(spec)
-        elif tag == "d":
-            if not isinstance(spec, dict) or set(spec) != set(node[1]):
+        elif tag in ("d", "o"):
+            if not isinstance(spec, Mapping) or set(spec) != set(node[1]):
                 raise ValueError(f"evaluate: out must be a dict with keys {list(node[1])}, like fn's results")
             for key, child in zip(node[1], node[2]):
                 walk(child, spec[key])
         else:
-            children = node[2] if tag == "n" else node[1]
+            children = node[-1]
             if not isinstance(spec, (tuple, list)) or len(spec) != len(children):
                 raise ValueError(f"evaluate: out must be a tuple of {len(children)} entries, like fn's results")
             for child, part in zip(children, spec):

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import operator
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-import numpy as np
 import torch
 
-from ..loading.structure import rebuild
-from .tensors import _tensor
+from ..nested import flatten, rebuild
+from .tensors import _becomes_tensor, _tensor
 from .transfer import Slot, Transfer, transfer_for
 
 __all__ = ["DeviceFeeder", "to_device"]
@@ -100,7 +99,9 @@ class DeviceFeeder(Iterator):
         slot = self._slots[self._pulled % len(self._slots)]
         self._pulled += 1
         leaves: list = []
-        skeleton = _flatten(batch, leaves)
+        skeleton = flatten(batch, leaves, is_leaf=_becomes_tensor)
+        # numpy arrays become tensors that share their memory, as with to_tensors
+        leaves = [x if isinstance(x, torch.Tensor) else _tensor(x) for x in leaves]
         del batch  # a batch in a loader's shared slot: only the tensors made from it keep the slot now
         transfer = self._transfer
         slot.event.synchronize()  # the last copy out of this slot is complete: its buffers can be reused
@@ -145,32 +146,6 @@ class DeviceFeeder(Iterator):
         return f"to_device({self.device}, ahead={self.ahead})  [{state}]"
 
 
-def _flatten(batch: Any, leaves: list) -> tuple:
-    """The skeleton of ``batch`` (the format of :mod:`lazyseq.loading.structure`); its tensors go to ``leaves``.
-
-    Numpy arrays become tensors that share their memory, as with :func:`~lazyseq.torch.to_tensors`.
-    """
-    kind = type(batch)
-    if isinstance(batch, np.ndarray):
-        batch = _tensor(batch)
-        if type(batch) is not torch.Tensor:
-            return ("v", batch)  # an array torch has no tensor for
-        leaves.append(batch)
-        return ("a", len(leaves) - 1)
-    if isinstance(batch, torch.Tensor):
-        leaves.append(batch)
-        return ("a", len(leaves) - 1)
-    if kind is tuple:
-        return ("t", [_flatten(x, leaves) for x in batch])
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
-        return ("n", kind, [_flatten(x, leaves) for x in batch])
-    if isinstance(batch, list):
-        return ("l", [_flatten(x, leaves) for x in batch])
-    if isinstance(batch, Mapping):
-        return ("d", list(batch), [_flatten(x, leaves) for x in batch.values()])
-    return ("v", batch)
-
-
 def to_device(
     batches: Iterable,
     device: str | torch.device,
@@ -181,12 +156,14 @@ def to_device(
 ) -> DeviceFeeder:
     """An iterator over ``batches`` as tensors on ``device``, each one sent there ``ahead`` batches in advance.
 
-    A batch is an array or tensor, or tuples, lists, namedtuples and dicts
-    of them; numpy arrays become tensors first (sharing memory, see
-    :func:`~lazyseq.torch.to_tensors`), tensors already on ``device`` are
-    not copied, other values pass through. When you hold batch ``k``,
-    batches up to ``k + ahead`` have been taken from ``batches``. An
-    exception from ``batches`` is raised, unchanged, in its turn.
+    A batch is an array or tensor, or tuples, lists, namedtuples and
+    mappings of them (rebuilt by the rule of :mod:`lazyseq.nested`, as
+    :func:`~lazyseq.torch.to_tensors` does); numpy arrays become tensors
+    first (sharing memory), tensors already on ``device`` are not copied,
+    other values (and arrays torch has no tensor for) pass through. When
+    you hold batch ``k``, batches up to ``k + ahead`` have been taken from
+    ``batches``. An exception from ``batches`` is raised, unchanged, in its
+    turn.
 
     On CUDA each batch is copied into one of ``ahead + 1`` pinned host slots
     (allocated at the first batch, reused in turn; a batch of another shape

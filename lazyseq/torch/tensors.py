@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import torch
+
+from ..nested import map_leaves
 
 __all__ = ["to_tensors"]
 
@@ -35,8 +36,10 @@ _TORCH_DTYPES = frozenset(
 def to_tensors(batch: Any) -> Any:
     """``batch`` with every numpy array replaced by a tensor that shares its memory (``torch.from_numpy``).
 
-    Arrays may be nested in tuples, lists, namedtuples and dicts; the
-    structure is kept (a dict subclass comes back as a plain dict). The
+    Arrays may be nested in tuples, lists, namedtuples and mappings; the
+    structure is kept, by the rule of :mod:`lazyseq.nested` (a namedtuple or
+    an ``OrderedDict`` keeps its type, another mapping comes back as a plain
+    dict, another tuple or list subclass as a plain tuple or list). The
     tensor keeps its array alive, so a batch that a process loader delivered
     in a shared-memory slot keeps that slot until the tensor is gone.
 
@@ -57,27 +60,24 @@ def to_tensors(batch: Any) -> Any:
     >>> batch["x"][0, 0].item()
     10.0
     """
-    kind = type(batch)
-    if isinstance(batch, np.ndarray):
-        return _tensor(batch)
-    if kind is tuple or kind is list:
-        return kind(to_tensors(x) for x in batch)
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
-        return kind(*(to_tensors(x) for x in batch))
-    if isinstance(batch, Mapping):
-        return {key: to_tensors(value) for key, value in batch.items()}
-    if isinstance(batch, list):
-        return [to_tensors(x) for x in batch]
-    return batch
+    return map_leaves(_tensor, batch)
+
+
+def _becomes_tensor(x: Any) -> bool:
+    """Whether ``x`` is a tensor, or an array that :func:`_tensor` makes one."""
+    return isinstance(x, torch.Tensor) or (isinstance(x, np.ndarray) and _has_tensor_type(x.dtype))
+
+
+def _has_tensor_type(dtype: np.dtype) -> bool:
+    return dtype in _TORCH_DTYPES or dtype.newbyteorder("=") in _TORCH_DTYPES
 
 
 def _tensor(array: np.ndarray) -> Any:
     dtype = array.dtype
     if dtype not in _TORCH_DTYPES:
-        native = dtype.newbyteorder("=")
-        if native not in _TORCH_DTYPES:
+        if not _has_tensor_type(dtype):
             return array  # no tensor type for it: strings, objects, dates, structured
-        return torch.from_numpy(array.astype(native))
+        return torch.from_numpy(array.astype(dtype.newbyteorder("=")))
     if not array.flags.writeable or any(stride < 0 for stride in array.strides):
         return torch.from_numpy(np.array(array))  # a writable, positively strided copy
     return torch.from_numpy(array)
