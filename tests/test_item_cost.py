@@ -73,8 +73,20 @@ def test_cheap_items_are_computed_by_the_reader_and_others_by_the_workers():
         assert set(ahead) == {threading.current_thread().name}
     with lazyseq.prefetch(items, nworkers=2, inline_below=0) as ahead:
         assert all(name.startswith("lazyseq-prefetch-") for name in ahead)
-    with lazyseq.prefetch(items, nworkers=2, inline_below=10.0, start_hook=lambda k: None) as ahead:
+    with lazyseq.prefetch(items, nworkers=2, start_hook=lambda k: None) as ahead:
         assert all(name.startswith("lazyseq-prefetch-") for name in ahead)  # the hook may prepare worker state
+
+
+def test_a_start_hook_and_an_explicit_inline_below_cannot_go_together():
+    message = (
+        "prefetch: inline_below=10.0 would compute items in the reader, where start_hook never ran; "
+        "leave inline_below unset (or 0) with a start_hook"
+    )
+    with pytest.raises(ValueError) as raised:
+        lazyseq.prefetch(range(3), nworkers=2, inline_below=10.0, start_hook=print)
+    assert str(raised.value) == message
+    with lazyseq.prefetch(range(3), nworkers=2, inline_below=0, start_hook=print) as ahead:
+        assert ahead._options.inline_below == 0.0
 
 
 def test_expensive_items_go_to_the_workers_after_the_first_one_is_timed():
@@ -112,20 +124,35 @@ def pid_of_item(x):
     return os.getpid()
 
 
-def test_with_processes_cheap_items_never_start_a_worker():
+def pid_of(_):
+    return os.getpid()
+
+
+def test_by_default_processes_compute_every_item_in_a_worker_however_cheap():
+    with lazyseq.prefetch(lazyseq.smap(pid_of, range(50)), nworkers=2, method="process") as ahead:
+        pids = set(ahead)
+        workers = set(ahead._engine.workers.workers.pids)
+    assert os.getpid() not in pids and pids <= workers
+    with lazyseq.load_buffers(lambda: np.full(3, os.getpid()), nworkers=2, method="process") as batches:
+        assert os.getpid() not in {int(next(batches)[0]) for _ in range(20)}
+
+
+def test_with_processes_and_inline_below_cheap_items_never_start_a_worker():
     items = lazyseq.smap(computed_by, range(50))
-    with lazyseq.prefetch(items, nworkers=2, method="process") as ahead:
+    with lazyseq.prefetch(items, nworkers=2, method="process", inline_below=250e-6) as ahead:
         assert set(ahead) == {threading.current_thread().name}
         assert not ahead.workers_running and multiprocessing.active_children() == []
-    with lazyseq.load_buffers(lambda: np.full(3, os.getpid()), nworkers=2, method="process") as batches:
+    cheap = lambda: np.full(3, os.getpid())  # noqa: E731
+    with lazyseq.load_buffers(cheap, nworkers=2, method="process", inline_below=250e-6) as batches:
         assert {int(next(batches)[0]) for _ in range(20)} == {os.getpid()}
         assert multiprocessing.active_children() == []
 
 
-def test_with_processes_expensive_items_go_to_the_workers_and_come_back_when_cheap():
-    with lazyseq.prefetch(lazyseq.smap(pid_of_item, range(100)), nworkers=2, method="process") as ahead:
+def test_with_processes_and_inline_below_expensive_items_go_to_the_workers_and_come_back_when_cheap():
+    items = lazyseq.smap(pid_of_item, range(100))
+    with lazyseq.prefetch(items, nworkers=2, method="process", inline_below=250e-6) as ahead:
         pids = list(ahead)
-        workers = set(ahead._schedule.workers.pids)
+        workers = set(ahead._engine.workers.workers.pids)
     assert pids[0] == os.getpid()  # timed in the reader: 5 ms, over ten thresholds
     assert len(workers) == 2 and set(pids[1:20]) <= workers
     assert set(pids[-20:]) == {os.getpid()}  # the workers' timings said items got cheap
@@ -165,12 +192,12 @@ def test_errors_of_items_computed_by_the_reader_read_as_from_a_worker():
 
 
 def test_bad_thresholds_and_pickling():
-    with pytest.raises(ValueError, match="prefetch: inline_below must be a number of seconds >= 0, got -1"):
+    with pytest.raises(ValueError, match="prefetch: inline_below must be a number of seconds >= 0 or None, got -1"):
         lazyseq.prefetch(range(3), nworkers=1, inline_below=-1)
-    with pytest.raises(ValueError, match="load_buffers: inline_below must be a number of seconds >= 0, got nan"):
+    with pytest.raises(ValueError, match="load_buffers: inline_below must be a number of seconds >= 0 or None, got nan"):
         lazyseq.load_buffers(lambda: 1, inline_below=float("nan"))
     ahead = lazyseq.prefetch(range(3), nworkers=1, inline_below=0.5)
-    assert pickle.loads(pickle.dumps(ahead))._inline_below == 0.5
+    assert pickle.loads(pickle.dumps(ahead))._options.inline_below == 0.5
 
 
 def fail_slowly_on_zero(x):

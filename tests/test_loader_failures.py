@@ -147,7 +147,7 @@ ORPHAN_SCRIPT = textwrap.dedent(
         ahead = lazyseq.prefetch(lazyseq.smap(slow, range(10**6)), nworkers=2, method="process",
                                  start_method=sys.argv[1], inline_below=0)
         ahead[0]
-        print(*ahead._schedule.workers.pids, flush=True)
+        print(*ahead._engine.workers.workers.pids, flush=True)
         time.sleep(600)
     """
 )

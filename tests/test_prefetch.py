@@ -67,8 +67,8 @@ def test_zero_workers_compute_in_the_reader_and_negative_means_all_cores_but_n()
     assert list(ahead) == [0, 1, 4, 9, 16] and not ahead.workers_running
     assert repr(ahead).startswith("prefetch(synchronous)  [len 5]")
     cores = lazyseq.loading.options.available_cores()
-    assert prefetch(range(3), nworkers=-1)._nworkers == max(1, cores - 1)
-    assert prefetch(range(3), nworkers=-1000)._nworkers == 1
+    assert prefetch(range(3), nworkers=-1)._options.nworkers == max(1, cores - 1)
+    assert prefetch(range(3), nworkers=-1000)._options.nworkers == 1
 
 
 def test_bad_options_are_reported_when_the_view_is_made():
@@ -164,7 +164,7 @@ def test_process_results_over_the_slot_size_are_pickled():
     source = lazyseq.smap(lambda n: np.ones(n), sizes)
     with prefetch(source, nworkers=1, method="process", start_method="fork") as ahead:
         assert [len(x) for x in ahead] == sizes
-        assert ahead._schedule.workers._slots.slot_bytes < 10_000 * 8
+        assert ahead._engine.workers.workers._slots.slot_bytes < 10_000 * 8
 
 
 def test_items_from_shared_slots_stay_valid_while_referenced():

@@ -16,6 +16,7 @@ import traceback
 
 from ..views import errors
 from ..views.errors import REMOTE_CHAIN, describe_chain
+from .messages import CapturedError
 
 __all__ = ["LoaderError", "RemoteError", "WorkerDied", "capture", "exit_description", "restore"]
 
@@ -63,7 +64,7 @@ class RemoteError(Exception):
 RemoteError.__module__ = LoaderError.__module__ = WorkerDied.__module__ = "lazyseq"
 
 
-def capture(error: BaseException, dumps=pickle.dumps) -> tuple:
+def capture(error: BaseException, dumps=pickle.dumps) -> CapturedError:
     """What a process worker sends for ``error``: picklable whatever ``error`` is."""
     text = "".join(traceback.format_exception(error))
     chain = describe_chain(error.__traceback__)
@@ -72,22 +73,21 @@ def capture(error: BaseException, dumps=pickle.dumps) -> tuple:
         pickle.loads(payload)  # an exception that pickles may still fail to unpickle
     except Exception:
         payload = None
-    return (type(error).__qualname__, str(error), text, chain, payload)
+    return CapturedError(type(error).__qualname__, str(error), text, chain, payload)
 
 
-def restore(captured: tuple, where: str) -> BaseException:
+def restore(captured: CapturedError, where: str) -> BaseException:
     """The exception that ``capture`` described, ready to be raised in the consumer."""
-    type_name, message, text, chain, payload = captured
     error = None
-    if payload is not None:
+    if captured.pickled is not None:
         try:
-            error = pickle.loads(payload)
+            error = pickle.loads(captured.pickled)
         except Exception:
             error = None
     if error is None:
-        error = RemoteError(type_name, message)
-    error.add_note(f"raised in {where}; its traceback there:\n{text.rstrip()}")
-    setattr(error, REMOTE_CHAIN, chain)
+        error = RemoteError(captured.type_name, captured.message)
+    error.add_note(f"raised in {where}; its traceback there:\n{captured.traceback.rstrip()}")
+    setattr(error, REMOTE_CHAIN, captured.chain)
     return error
 
 

@@ -25,9 +25,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["FIRST_ONLY_ABOVE", "INLINE_BELOW", "ItemCost", "TimedJob", "start_if_slow"]
+__all__ = ["FIRST_ONLY_ABOVE", "ItemCost", "TimedJob", "start_if_slow"]
 
-INLINE_BELOW = 250e-6  # seconds: about what handing an item over from a worker thread costs on a small VM
 SMOOTHING = 0.2  # weight of the newest timing in the running estimate
 FIRST_ONLY_ABOVE = 10  # the first timing alone sends items to the workers only above this many thresholds
 

@@ -1,27 +1,46 @@
-"""What a worker computes for one task: an item of a view, or one call of a function."""
+"""What a worker computes for one task: an item of a view, or one call of a function.
+
+A job is called as ``job(arg)``. A worker process that has a shared-memory
+slot for the result calls ``job.write_into(arg, slot)`` instead, which may
+build the result's arrays directly in ``slot`` (bytes) and saves copying them
+there afterwards.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ["CallFunction", "ReadItem"]
+import numpy as np
+
+__all__ = ["CallFunction", "Job", "ReadItem"]
+
+
+class Job(Protocol):
+    def __call__(self, arg: Any) -> Any: ...
+
+    def write_into(self, arg: Any, slot: np.ndarray) -> Any: ...
 
 
 class ReadItem:
     """``job(i)`` is item ``i`` of ``view`` (the ``prefetch`` job).
 
-    ``writes_in_place`` says whether each item is made of nothing but arrays
-    that the view's vectorized reads create (batches of rows of arrays), so
-    that a worker may let those reads write straight into its output slot.
+    >>> import numpy as np, lazyseq
+    >>> job = ReadItem(lazyseq.view(np.arange(12.0).reshape(6, 2)).batch(2))
+    >>> slot = np.zeros(1024, np.uint8)
+    >>> batch = job.write_into(1, slot)
+    >>> batch.tolist(), np.shares_memory(batch, slot)
+    ([[4.0, 5.0], [6.0, 7.0]], True)
     """
 
     def __init__(self, view) -> None:
         self.view = view
-        self.writes_in_place = _batches_of_rows(view)
 
     def __call__(self, i: int) -> Any:
         return self.view._get(i)
+
+    def write_into(self, i: int, slot: np.ndarray) -> Any:
+        return self.view._get_into(i, slot)
 
 
 class CallFunction:
@@ -33,28 +52,5 @@ class CallFunction:
     def __call__(self, _: Any) -> Any:
         return self.func()
 
-
-def _batches_of_rows(view) -> bool:
-    from ..views.batching import BatchView
-
-    return type(view) is BatchView and view._collate_fn is None and view._pad is None and _rows(view._parent)
-
-
-def _rows(view) -> bool:
-    """Whether reading many items of ``view`` gives new arrays that nothing else keeps (built by ``new_rows`` where it can)."""
-    from ..views.collate import CollateView
-    from ..views.concatenate import ConcatenateView
-    from ..views.gather import GatherView, StridedView
-    from ..views.shuffle import ShuffleView
-    from ..views.sources import ArraySource
-
-    kind = type(view)
-    if kind is ArraySource:
-        return True
-    if kind is ConcatenateView:
-        return view._arrays is not None
-    if kind in (GatherView, StridedView, ShuffleView):
-        return _rows(view._parent)
-    if kind is CollateView:
-        return all(_rows(parent) for parent in view._parents)
-    return False
+    def write_into(self, _: Any, slot: np.ndarray) -> Any:
+        return self.func()  # its arrays are the function's own: copied into the slot when sent

@@ -1,26 +1,43 @@
-"""The options that every loader shares, checked once: worker count, method, start method, BLAS threads."""
+"""The options every loader shares, checked once, in one place: :class:`LoaderOptions`.
+
+Where an item is computed is decided here too, and nowhere else: an explicit
+``method="process"`` runs the user's code in worker processes only, unless the
+user opts into computing cheap items in the reader by giving ``inline_below``.
+Thread loaders compute cheap items in the reader by default (same process,
+same semantics), except with a ``start_hook``, whose state only the worker
+threads have.
+"""
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import operator
 import os
 import pickle
 import select
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from ..views.errors import LoaderFailure
 
 __all__ = [
+    "INLINE_BELOW",
+    "LoaderOptions",
+    "Method",
+    "StartMethod",
     "UnpicklablePipeline",
     "available_cores",
-    "blas_threads_for",
-    "check_method",
-    "needs_pickling",
-    "resolve_workers",
+    "positive",
     "serialize",
 ]
 
+Method = Literal["thread", "process"]
+StartMethod = Literal["fork", "forkserver", "spawn"]
+
 METHODS = ("thread", "process")
+INLINE_BELOW = 250e-6  # seconds: about what handing an item over from a worker thread costs on a small VM
 
 
 def available_cores() -> int:
@@ -32,44 +49,103 @@ def available_cores() -> int:
     return os.cpu_count() or 1
 
 
-def resolve_workers(nworkers: int) -> int:
-    """``nworkers`` as a count: negative means all available cores but ``-nworkers`` (at least one)."""
-    n = operator.index(nworkers)
-    if n < 0:
-        return max(1, available_cores() + n)
-    return n
-
-
-def check_method(method: str, start_method: str | None, owner: str) -> None:
-    if method not in METHODS:
-        raise ValueError(f"{owner}: method must be 'thread' or 'process', got {method!r}")
-    if method == "process" and not hasattr(select, "poll"):  # Windows: no poll(), no descriptor passing
-        raise NotImplementedError(f"{owner}: method='process' needs a POSIX system (Linux, macOS); use 'thread'")
-    if start_method is not None:
-        available = multiprocessing.get_all_start_methods()
-        if start_method not in available:
-            raise ValueError(f"{owner}: start_method must be one of {available} or None, got {start_method!r}")
-        if method != "process":
-            raise ValueError(f"{owner}: start_method only applies to method='process'")
-
-
-def blas_threads_for(blas_threads: int | None, nworkers: int) -> int:
-    """BLAS threads per worker process: by default the cores shared out between the workers."""
-    if blas_threads is None:
-        return max(1, available_cores() // max(1, nworkers))
-    n = operator.index(blas_threads)
+def positive(value: Any, name: str, owner: str) -> int:
+    """``value`` as an int >= 1, or a ``ValueError`` naming the option."""
+    n = operator.index(value)
     if n < 1:
-        raise ValueError(f"blas_threads must be a positive integer, got {blas_threads}")
+        raise ValueError(f"{owner}: {name} must be a positive integer, got {value}")
     return n
+
+
+@dataclass(frozen=True)
+class LoaderOptions:
+    """How a loader's workers run, checked when the loader is made.
+
+    ``inline_below`` is resolved here: seconds under which an item is computed
+    by the reader itself (0: never).
+
+    >>> options = LoaderOptions.check("prefetch", nworkers=2, method="process")
+    >>> options.nworkers, options.method, options.inline_below
+    (2, 'process', 0.0)
+    >>> LoaderOptions.check("prefetch", nworkers=2).inline_below  # threads: cheap items stay in the reader
+    0.00025
+    >>> LoaderOptions.check("prefetch", nworkers=2, method="processes")
+    Traceback (most recent call last):
+    ...
+    ValueError: prefetch: method must be 'thread' or 'process', got 'processes'
+    """
+
+    owner: str
+    nworkers: int
+    method: Method
+    start_hook: Callable[[int], Any] | None
+    start_method: StartMethod | None
+    blas_threads: int
+    inline_below: float
+    seed: int | None
+
+    @classmethod
+    def check(
+        cls,
+        owner: str,
+        nworkers: int,
+        method: Method = "thread",
+        start_hook: Callable[[int], Any] | None = None,
+        start_method: StartMethod | None = None,
+        blas_threads: int | None = None,
+        inline_below: float | None = None,
+        seed: int | None = None,
+    ) -> LoaderOptions:
+        count = operator.index(nworkers)
+        if count < 0:  # all available cores but -nworkers
+            count = max(1, available_cores() + count)
+        if method not in METHODS:
+            raise ValueError(f"{owner}: method must be 'thread' or 'process', got {method!r}")
+        if method == "process" and not hasattr(select, "poll"):  # Windows: no poll(), no descriptor passing
+            raise NotImplementedError(f"{owner}: method='process' needs a POSIX system (Linux, macOS); use 'thread'")
+        if start_method is not None:
+            available = multiprocessing.get_all_start_methods()
+            if start_method not in available:
+                raise ValueError(f"{owner}: start_method must be one of {available} or None, got {start_method!r}")
+            if method != "process":
+                raise ValueError(f"{owner}: start_method only applies to method='process'")
+        if start_hook is not None and not callable(start_hook):
+            raise TypeError(f"{owner}: start_hook must be callable, got {type(start_hook).__name__}")
+        if blas_threads is None:  # the cores shared out between the workers
+            blas = max(1, available_cores() // max(1, count))
+        else:
+            blas = positive(blas_threads, "blas_threads", owner)
+        if seed is not None:
+            seed = operator.index(seed)
+            if seed < 0:
+                raise ValueError(f"{owner}: seed must be a non-negative integer or None, got {seed}")
+        return cls(owner, count, method, start_hook, start_method, blas, _where(owner, method, start_hook, inline_below), seed)
+
+    @property
+    def pickles_pipeline(self) -> bool:
+        """Whether workers get the pipeline pickled (not threads, nor forked processes, which inherit it)."""
+        return (
+            self.method == "process"
+            and multiprocessing.get_context(self.start_method).get_start_method() != "fork"
+        )
+
+
+def _where(owner: str, method: str, start_hook, inline_below: float | None) -> float:
+    """The ``inline_below`` in force: the user's, or the default for ``method``."""
+    if inline_below is None:
+        return INLINE_BELOW if method == "thread" and start_hook is None else 0.0
+    if not (isinstance(inline_below, (int, float)) and not math.isnan(inline_below) and inline_below >= 0):
+        raise ValueError(f"{owner}: inline_below must be a number of seconds >= 0 or None, got {inline_below!r}")
+    if inline_below and start_hook is not None:
+        raise ValueError(
+            f"{owner}: inline_below={inline_below!r} would compute items in the reader, where start_hook "
+            "never ran; leave inline_below unset (or 0) with a start_hook"
+        )
+    return float(inline_below)
 
 
 class UnpicklablePipeline(LoaderFailure, TypeError):
     """What a loader cannot send to its worker processes (raised as it is, not as an item's failure)."""
-
-
-def needs_pickling(method: str, start_method: str | None) -> bool:
-    """Whether workers get the pipeline pickled (not for threads, nor for forked processes)."""
-    return method == "process" and multiprocessing.get_context(start_method).get_start_method() != "fork"
 
 
 def serialize(obj, what: str, owner: str) -> bytes:

@@ -6,22 +6,20 @@ import functools
 import operator
 import os
 import threading
-import time
-import weakref
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from ..views import errors
 from ..views.base import View
 from ..views.sources import as_view
-from .deferred_workers import DeferredWorkers, make_workers
-from .item_cost import FIRST_ONLY_ABOVE, INLINE_BELOW, ItemCost, start_if_slow
+from .backends import Done
+from .engine import Engine
 from .jobs import ReadItem
-from .options import blas_threads_for, check_method, needs_pickling, resolve_workers, serialize
+from .options import LoaderOptions, Method, StartMethod, positive, serialize
 
-__all__ = ["PrefetchIterator", "PrefetchView", "prefetch"]
+__all__ = ["PrefetchIterator", "PrefetchView", "ReadOrder", "prefetch"]
 
-POLL_SECONDS = 0.5  # how often a wait checks that the workers are alive
+T = TypeVar("T")
 
 
 class PrefetchView(View):
@@ -35,81 +33,46 @@ class PrefetchView(View):
     kind = "prefetch"
     _items_like_parents = True
 
-    def __init__(
-        self,
-        parent: View,
-        nworkers: int,
-        method: str,
-        max_buffered: int,
-        start_hook: Callable[[int], Any] | None,
-        shm_size: int,
-        start_method: str | None,
-        blas_threads: int | None,
-        inline_below: float = INLINE_BELOW,
-    ) -> None:
-        check_method(method, start_method, "prefetch")
-        self._nworkers = resolve_workers(nworkers)
-        self._max_buffered = operator.index(max_buffered)
-        if self._max_buffered < 1:
-            raise ValueError(f"prefetch: max_buffered must be a positive integer, got {max_buffered}")
-        if start_hook is not None and not callable(start_hook):
-            raise TypeError(f"prefetch: start_hook must be callable, got {type(start_hook).__name__}")
-        if not inline_below >= 0:
-            raise ValueError(f"prefetch: inline_below must be a number of seconds >= 0, got {inline_below!r}")
-        self._inline_below = float(inline_below)
+    def __init__(self, parent: View, options: LoaderOptions, max_buffered: int, shm_size: int) -> None:
+        self._max_buffered = positive(max_buffered, "max_buffered", "prefetch")
         self._shm_size = operator.index(shm_size)
         if self._shm_size < 0:
             raise ValueError(f"prefetch: shm_size must be >= 0, got {shm_size}")
         self._parent = parent
         self._parents = (parent,)
         self._len = parent._len
-        self._method = method
-        self._start_hook = start_hook
-        self._start_method = start_method
-        self._blas_threads = blas_threads_for(blas_threads, self._nworkers)
-        if self._nworkers and needs_pickling(method, start_method):  # fail now, not when reading starts
+        self._options = options
+        if options.nworkers and options.pickles_pipeline:  # fail now, not when reading starts
             serialize(ReadItem(parent), "the pipeline", "prefetch")
-            if start_hook is not None:
-                serialize(start_hook, "start_hook", "prefetch")
+            if options.start_hook is not None:
+                serialize(options.start_hook, "start_hook", "prefetch")
         self._lock = threading.RLock()
-        self._schedule: _Schedule | None = None
-        self._finalizer: weakref.finalize | None = None
+        self._engine: Engine | None = None
+        self._order: ReadOrder | None = None
+        self._starts = 0  # how many times workers were started: each start gets new random seeds
 
     # -- lifetime ---------------------------------------------------------------
 
-    def _start(self) -> _Schedule:
-        cost = None
-        if self._inline_below and self._start_hook is None:  # a start_hook may prepare state only workers have
-            cost = ItemCost(self._inline_below)
-        make = functools.partial(
-            make_workers,
+    def _start(self) -> Engine:
+        engine = Engine(
             ReadItem(self._parent),
-            self._method,
-            self._nworkers,
-            self._start_hook,
-            "prefetch",
-            self._start_method,
-            self._blas_threads,
-            self._max_buffered + 2,  # slots: the items being read hold one or two
-            self._shm_size,
-            "item",
-            cost,
+            self._options,
+            self._max_buffered,
+            start=self._starts,
+            slot_count=self._max_buffered + 2,  # the items being read hold one or two
+            slot_bytes=self._shm_size,
+            task_name="item",
         )
-        workers = make() if cost is None else DeferredWorkers(make)  # not a method of self: no cycle
-        if self._finalizer is not None:  # workers of the process this view was forked from: not ours to stop
-            self._finalizer.detach()
-        collect_early = self._method == "process"  # threads take their next tasks from a queue themselves
-        self._schedule = _Schedule(workers, self._len, self._max_buffered, cost, collect_early)
-        self._finalizer = weakref.finalize(self, workers.close)
-        return self._schedule
+        self._starts += 1
+        self._engine, self._order = engine, ReadOrder(self._len, self._max_buffered)
+        return engine
 
     def close(self) -> None:
         """Stop the workers and drop the items computed ahead; reading again starts them anew."""
         with self._lock:
-            self._schedule = None
-            if self._finalizer is not None:
-                self._finalizer()
-                self._finalizer = None
+            engine, self._engine = self._engine, None
+            if engine is not None:
+                engine.close()
 
     def __enter__(self) -> PrefetchView:
         return self
@@ -119,49 +82,53 @@ class PrefetchView(View):
 
     @property
     def workers_running(self) -> bool:
-        """Whether background workers are up: from the first read, or from the first item worth handing over."""
-        schedule = self._schedule
-        return schedule is not None and getattr(schedule.workers, "started", True)
+        """Whether background workers are up: from the first item handed to them until ``close()``."""
+        engine = self._engine
+        return engine is not None and engine.pid == os.getpid() and engine.started
 
     # -- reading ----------------------------------------------------------------
 
     def _get(self, i: int) -> Any:
-        if not self._nworkers:
+        if not self._options.nworkers:
             return self._parent._get(i)
-        try:
-            with self._lock:
-                schedule = self._schedule
-                if schedule is None or schedule.pid != os.getpid():  # not started, or inherited by a fork
-                    schedule = self._start()
-                cost = schedule.cost
-                if cost is not None and cost.inline and not schedule.holds(i):
-                    return self._compute_here(schedule, cost, i)
-                return schedule.get(i)
-        except Exception:
-            schedule = self._schedule
-            if schedule is not None and schedule.workers.closed:  # a worker died: start afresh at the next read
-                self.close()
-            raise
-        except BaseException:  # KeyboardInterrupt and the like: stop everything now
-            self.close()
-            raise
+        with self._lock:
+            engine = self._engine
+            if engine is None or engine.closed or engine.pid != os.getpid():  # not started, failed, or forked
+                engine = self._start()
+            done = self._read(engine, self._order, i)
+        if done.status == "error":
+            raise done.value
+        return done.value
 
-    def _compute_here(self, schedule: _Schedule, cost: ItemCost, i: int) -> Any:
-        """Item ``i`` computed in the reader's thread, timed: items this cheap are not worth a worker."""
-        schedule.passed(i)
-        if cost.count == 0 and self._method == "thread":  # the first item: threads start on the next if it is slow
-            try:
-                with start_if_slow(FIRST_ONLY_ABOVE * cost.inline_below, functools.partial(schedule.send_ahead, i)):
-                    start = time.perf_counter()
-                    value = self._parent._get(i)
-                    cost.add(time.perf_counter() - start)
-            finally:
-                schedule.adopt_sent()  # whatever item i gave: the items sent are on their way
-            return value
-        start = time.perf_counter()
-        value = self._parent._get(i)
-        cost.add(time.perf_counter() - start)
-        return value
+    def _read(self, engine: Engine, order: ReadOrder, i: int) -> Done:
+        steady = order.read(i)
+        if engine.inline and not engine.holds(i):
+            first = engine.cost.count == 0
+            done = engine.compute_here(i, i, functools.partial(order.upcoming, i) if first else None)
+            if first and engine.pending:  # the first item ran long: the workers took the next ones
+                order.frontier = max(engine.pending) + 1
+            return done
+        engine.collect_early()
+        if not steady or order.frontier is None:
+            ahead = order.expected(i) if steady else range(0)
+            engine.keep_only(ahead, i)
+            order.frontier = i + order.step if len(ahead) else None
+        if not engine.holds(i):
+            engine.submit([(i, i)])  # before the items expected next, so that it is computed first
+        refill = functools.partial(self._refill, engine, order, i)
+        refill()
+        done = engine.wait_for(i, i, refill)
+        refill()
+        return done
+
+    @staticmethod
+    def _refill(engine: Engine, order: ReadOrder, i: int) -> None:
+        """Send the next expected items, up to ``max_buffered`` computed or in progress."""
+        if order.frontier is None or engine.inline:
+            return
+        room = engine.room()
+        if room:
+            engine.submit(order.advance(i, room, engine.holds))
 
     def __iter__(self) -> PrefetchIterator:
         return PrefetchIterator(self)
@@ -170,14 +137,14 @@ class PrefetchView(View):
         return PrefetchIterator(self)
 
     def _describe(self) -> str:
-        if not self._nworkers:
+        options = self._options
+        if not options.nworkers:
             return "prefetch(synchronous)"
-        kind = {"thread": "threads", "process": "processes"}[self._method]
-        return f"prefetch({self._nworkers} {kind}, max_buffered={self._max_buffered})"
+        kind = {"thread": "threads", "process": "processes"}[options.method]
+        return f"prefetch({options.nworkers} {kind}, max_buffered={self._max_buffered})"
 
     def __reduce__(self):
-        settings = (self._nworkers, self._method, self._max_buffered, self._start_hook, self._shm_size)
-        return (PrefetchView, (self._parent, *settings, self._start_method, self._blas_threads, self._inline_below))
+        return (PrefetchView, (self._parent, self._options, self._max_buffered, self._shm_size))
 
 
 class PrefetchIterator:
@@ -223,141 +190,71 @@ class PrefetchIterator:
         self._position = operator.index(state["position"])
 
 
-class _Schedule:
-    """Which items are being computed or are waiting to be read, for one set of running workers."""
+class ReadOrder:
+    """Which items the reader will want next, guessed from the last two reads.
 
-    def __init__(
-        self, workers, length: int | None, max_buffered: int, cost: ItemCost | None, collect_early: bool
-    ) -> None:
-        self.workers = workers
-        self._collect_early = collect_early  # collect results at every read, not only when waiting
-        self.cost = cost  # whether items are cheap enough for the reader to compute (None: never)
-        self.pid = os.getpid()
+    >>> order = ReadOrder(length=100, capacity=3)
+    >>> [order.read(i) for i in (0, 2, 4)]  # ascending by default; a step of 2 is steady from the third read
+    [True, False, True]
+    >>> list(order.expected(4))
+    [6, 8, 10]
+    """
+
+    def __init__(self, length: int | None, capacity: int) -> None:
         self._length = length
-        self._capacity = max_buffered
-        self._refill = max(1, max_buffered // 2)
-        self._ready: dict[int, tuple[str, Any]] = {}  # item -> (status, value)
-        self._pending: set[int] = set()  # items sent to a worker
-        self._cancelled: set[int] = set()  # pending items no longer wanted
-        self._last = -1  # reads start out assumed to be ascending
-        self._step = 1
-        self._frontier: int | None = None  # the next item to send when reads go on at this step
-        self._sent: list = []  # items that send_ahead sent, not recorded as pending yet
+        self._capacity = capacity
+        self.last = -1  # reads start out assumed to be ascending
+        self.step = 1
+        self.frontier: int | None = None  # the next item to send while reads go on at this step
 
-    def get(self, i: int) -> Any:
-        step = i - self._last
-        steady = step == self._step
-        self._step, self._last = step, i
-        ready, pending = self._ready, self._pending
-        if pending and self._collect_early:  # process workers get their next tasks as results are collected
-            for task, status, value in self.workers.poll(0):
-                self._arrived(task, status, value)
-        if not steady or self._frontier is None:
-            self._replan(i, steady)
-        if i not in ready and i not in pending:
-            self._submit(i)  # before the items expected next, so that it is computed first
-        self._extend(i)
-        while i not in ready:
-            if i not in pending:  # skipped after a cancel that came too late
-                self._submit(i)
-            for task, status, value in self.workers.poll(POLL_SECONDS):
-                self._arrived(task, status, value)
-            self._extend(i)
-        status, value = ready.pop(i)
-        self._extend(i)
-        if status == "error":
-            raise value
-        return value
+    def read(self, i: int) -> bool:
+        """Note a read of item ``i``; whether it kept the step of the one before."""
+        step = i - self.last
+        steady = step == self.step
+        self.step, self.last = step, i
+        return steady
 
-    def holds(self, i: int) -> bool:
-        """Whether item ``i`` is computed or on its way."""
-        return i in self._ready or i in self._pending
+    def expected(self, i: int) -> range:
+        """The items expected after item ``i``, within the view."""
+        return range(i + self.step, self._stop(i), self.step) if self.step else range(0)
 
-    def passed(self, i: int) -> None:
-        """The reader read item ``i`` without the workers: keep track of its pace all the same."""
-        self._step, self._last = i - self._last, i
+    def upcoming(self, i: int) -> list[tuple[int, int]]:
+        """Tasks for the items after ``i``: all expected ones at step 1, else the next one only."""
+        stop = self._stop(i) if self.step == 1 else i + 1
+        return [(j, j) for j in range(i + 1, stop)]
 
-    def send_ahead(self, i: int) -> None:
-        """From another thread, while the reader computes item ``i``: send the items after it to the workers.
-
-        Only the workers are touched here; :meth:`adopt_sent` records what was sent, in the reader's thread.
-        """
-        stop = self._stop(i) if self._step == 1 else i + 1
-        self._sent = [(j, j) for j in range(i + 1, stop)]
-        self.workers.submit_many(self._sent)
-
-    def adopt_sent(self) -> None:
-        """Count the items that :meth:`send_ahead` sent, if it ran, as on their way."""
-        sent, self._sent = self._sent, []
-        if sent:
-            self._pending.update(j for j, _ in sent)
-            self._frontier = sent[-1][0] + 1
-
-    def _arrived(self, task: int, status: str, value: Any) -> None:
-        self._pending.discard(task)
-        self._cancelled.discard(task)
-        if status != "skipped":
-            self._ready[task] = (status, value)
-
-    def _submit(self, j: int) -> None:
-        self.workers.submit(j, j)
-        self._pending.add(j)
-
-    def _replan(self, i: int, steady: bool) -> None:
-        """After a change of pace: drop or cancel what is no longer expected, keep what still is."""
-        ahead = range(i + self._step, self._stop(i), self._step) if steady and self._step else range(0)
-        ready, pending, cancelled = self._ready, self._pending, self._cancelled
-        for j in [j for j in ready if j != i and j not in ahead]:
-            del ready[j]
-        for j in pending:
-            if j != i and j not in ahead and j not in cancelled:
-                self.workers.cancel(j)
-                cancelled.add(j)
-        for j in [j for j in cancelled if j in ahead]:  # wanted again before a worker skipped it
-            self.workers.resume(j)
-            cancelled.discard(j)
-        self._frontier = i + self._step if len(ahead) else None
-
-    def _extend(self, i: int) -> None:
-        """Send the next expected items, up to ``max_buffered`` computed or in progress."""
-        frontier = self._frontier
-        if frontier is None or (self.cost is not None and self.cost.inline):
-            return
-        step, stop = self._step, self._stop(i)
+    def advance(self, i: int, room: int, holds: Callable[[int], bool]) -> list[tuple[int, int]]:
+        """Up to ``room`` tasks for the expected items not held yet, moving the frontier past them."""
+        step, stop, frontier = self.step, self._stop(i), self.frontier
         if (frontier - (i + step)) * step < 0:  # fell behind the reader
             frontier = i + step
-        ready, pending = self._ready, self._pending
-        room = self._capacity - len(ready) - len(pending) + len(self._cancelled)
-        if room < self._refill and pending:
-            return  # send in bulk: one message wakes a worker for several items
-        batch = []
+        tasks = []
         while room > 0 and (frontier - stop) * step < 0:
-            if frontier not in ready and frontier not in pending:
-                batch.append((frontier, frontier))
-                pending.add(frontier)
+            if not holds(frontier):
+                tasks.append((frontier, frontier))
                 room -= 1
             frontier += step
-        if batch:
-            self.workers.submit_many(batch)
-        self._frontier = frontier
+        self.frontier = frontier
+        return tasks
 
     def _stop(self, i: int) -> int:
         """Where the items expected after ``i`` end (exclusive), within the view."""
-        stop = i + self._step * (self._capacity + 1)
+        stop = i + self.step * (self._capacity + 1)
         n = self._length
         return stop if n is None else max(-1, min(n, stop))
 
 
 def prefetch(
-    sequence: Sequence,
+    sequence: Sequence[T],
     nworkers: int = 0,
-    method: str = "thread",
+    method: Method = "thread",
     max_buffered: int = 10,
     start_hook: Callable[[int], Any] | None = None,
     shm_size: int = 0,
-    start_method: str | None = None,
+    start_method: StartMethod | None = None,
     blas_threads: int | None = None,
-    inline_below: float = INLINE_BELOW,
+    inline_below: float | None = None,
+    seed: int | None = None,
 ) -> PrefetchView:
     """A view of ``sequence`` whose next items are computed ahead by background workers.
 
@@ -369,9 +266,10 @@ def prefetch(
     computes each item when it is read, in the reader's thread; a negative
     ``nworkers`` means all available cores but ``-nworkers``.
 
-    Workers start at the first read and stop with ``close()`` (or ``with``,
-    or when the view is garbage collected); reading again starts them again.
-    ``start_hook(worker_index)`` runs once in each worker when it starts.
+    Workers start at the first item handed to them and stop with ``close()``
+    (or ``with``, or when the view is garbage collected); reading again
+    starts them again. ``start_hook(worker_index)`` runs once in each worker
+    when it starts.
 
     With processes, the pipeline is sent to each worker once (with
     cloudpickle where installed; memory-mapped arrays travel as their file
@@ -382,21 +280,27 @@ def prefetch(
     do not fit, or are not arrays, are pickled. ``start_method`` picks
     ``"fork"``, ``"forkserver"`` or ``"spawn"`` (``None``: the platform's
     default); ``blas_threads`` caps BLAS threads in each worker process
-    (default: the available cores divided among the workers).
+    (default: the available cores divided among the workers). Each worker
+    process seeds Python's ``random``, numpy's global generator and torch's
+    (if imported) from ``seed`` and its index (``seed=None``: fresh entropy),
+    so no two workers draw the same numbers; :func:`lazyseq.rng` gives
+    results that do not depend on the workers at all.
 
-    Items that take less than ``inline_below`` seconds to compute (default
-    0.25 ms) are computed by the reader when it reads them, with threads and
-    processes alike: handing such an item over from a worker costs about as
-    much (with processes, a batch of 256 rows gathered from memory maps was
-    read 0.75 times as fast as without a loader), and worker threads running
-    Python would take the GIL from a reader running Python too (a
-    ``partial_fit`` loop ran twice as slow). The first items are computed by
-    the reader to time them, and the workers start only once items cost more
-    than twice ``inline_below`` (a first item alone counts only above ten
-    times: it is often slow for reasons of its own); the reader takes the
-    work back if items get cheap again. ``inline_below=0`` always uses the
-    workers, as code that may crash its process should; so does a
-    ``start_hook``, which may prepare state only workers have.
+    Where items are computed: with ``method="process"``, always in the
+    worker processes (isolation is why one asks for processes: a crash
+    there raises :class:`~lazyseq.WorkerDied`, and never takes the reader
+    down). With threads, items that take less than ``inline_below`` seconds
+    (default 0.25 ms) are computed by the reader itself, since handing them
+    over costs about as much and worker threads running Python take the GIL
+    from a reader running Python too; the first items are timed in the
+    reader, the workers start once items cost more than twice the threshold
+    (a first item alone counts only above ten times), and the reader takes
+    the work back if items get cheap again (see
+    :mod:`lazyseq.loading.item_cost`). A ``start_hook`` keeps every item in
+    the workers, where it ran. Giving ``inline_below`` explicitly sets that
+    threshold for either method: ``0`` sends every item to the workers,
+    ``inline_below=0.00025`` with processes opts into computing cheap items
+    in the reader.
 
     >>> import lazyseq
     >>> squares = lazyseq.smap(lambda x: x * x, range(1000))
@@ -406,14 +310,7 @@ def prefetch(
     >>> total, last
     (332833500, 998001)
     """
-    return PrefetchView(
-        as_view(sequence),
-        nworkers,
-        method,
-        max_buffered,
-        start_hook,
-        shm_size,
-        start_method,
-        blas_threads,
-        inline_below,
+    options = LoaderOptions.check(
+        "prefetch", nworkers, method, start_hook, start_method, blas_threads, inline_below, seed
     )
+    return PrefetchView(as_view(sequence), options, max_buffered, shm_size)

@@ -17,15 +17,28 @@ import multiprocessing
 import os
 import pickle
 import select
+import sys
 from collections import deque
 from multiprocessing.connection import wait
 from multiprocessing.reduction import send_handle
 
 import numpy as np
 
+from .backends import Done
 from .failures import LoaderError, WorkerDied, exit_description, restore
 from .item_cost import ItemCost
-from .options import serialize
+from .messages import (
+    HookFailed,
+    PickledResult,
+    Ready,
+    RunTasks,
+    SharedResult,
+    Stop,
+    Task,
+    UseSlots,
+    WorkerStart,
+)
+from .options import LoaderOptions, serialize
 from .shared_slots import SharedSlots, slot_bytes_for
 from .structure import rebuild
 from .worker_process import run_worker
@@ -43,35 +56,63 @@ def dumps(message) -> bytes:  # plain pickle: multiprocessing's ForkingPickler c
     return pickle.dumps(message, protocol=5)
 
 
-class ProcessWorkers:
-    """``count`` worker processes computing ``job(arg)``, with ``slot_count`` shared slots for results.
+def check_main_module(start_method: str, owner: str) -> None:
+    """Refuse to start workers that would die at once: spawned ones re-run a main script they cannot read.
 
-    ``slot_bytes=0`` sizes the slots from the first result that holds arrays.
-    The seconds each result took in its worker go to ``cost``, where given (they also size the workers' share).
+    Python's ``spawn`` and ``forkserver`` start each worker by running the main
+    module again from its file; a script fed on standard input (``python - <
+    script.py``) has none, and every worker would exit with code 1 before
+    running anything.
     """
+    main = sys.modules.get("__main__")
+    if main is None or getattr(main, "__spec__", None) is not None:  # run with -m: imported by name
+        return
+    path = getattr(main, "__file__", None)
+    if path is None:  # interactive or -c: nothing to re-run
+        return
+    if not os.path.isabs(path) and multiprocessing.process.ORIGINAL_DIR is not None:
+        path = os.path.join(multiprocessing.process.ORIGINAL_DIR, path)
+    if not os.path.isfile(path):
+        raise LoaderError(
+            f"{owner}: worker processes started with {start_method!r} run the main module again from its file, "
+            f"but it came from {main.__file__!r}, which is not a file they can read; save the script "
+            "to a file, or use start_method='fork' or method='thread'"
+        )
+
+
+class ProcessWorkers:
+    """``options.nworkers`` worker processes computing ``job(arg)``, with ``slot_count`` shared slots for results.
+
+    A :class:`~lazyseq.loading.backends.WorkerBackend`. ``slot_bytes=0`` sizes
+    the slots from the first result that holds arrays. Worker ``k`` seeds its
+    global random generators from ``seed`` and ``k`` (see :mod:`.seeding`). The
+    seconds each result took in its worker go to ``cost``, where given (they
+    also size the workers' share).
+    """
+
+    feeds_on_poll = True  # queued tasks go out as results are collected
 
     def __init__(
         self,
         job,
-        count: int,
-        start_hook,
-        owner: str,
-        start_method: str | None,
-        blas_threads: int,
+        options: LoaderOptions,
+        seed: int,
         slot_count: int,
         slot_bytes: int = 0,
         task_name: str = "task",
         cost: ItemCost | None = None,
     ) -> None:
-        self._owner = owner
+        owner = self._owner = options.owner
         self._cost = cost if cost is not None else ItemCost(0.0)  # 0: timings only, never "compute it here"
         self._task_name = task_name
         self._slot_count = slot_count
         self._slot_bytes = slot_bytes
         self._slots: SharedSlots | None = None
         self.closed = False
-        context = multiprocessing.get_context(start_method)
+        context = multiprocessing.get_context(options.start_method)
+        start_hook = options.start_hook
         if context.get_start_method() != "fork":  # a forked worker inherits the objects themselves
+            check_main_module(context.get_start_method(), owner)
             job = serialize(job, "the pipeline", owner)
             if start_hook is not None:
                 start_hook = serialize(start_hook, "start_hook", owner)
@@ -80,13 +121,14 @@ class ProcessWorkers:
         self._backlog: deque = deque()  # (task, arg) not sent yet, in order
         self._queued: set = set()  # the tasks in the backlog
         self._dropped: set = set()  # tasks in the backlog no longer wanted
-        self._skipped: list = []  # dropped tasks, reported as such by the next poll
+        self._skipped: list[Done] = []  # dropped tasks, reported as such by the next poll
+        self._started: set[int] = set()  # workers that said they are ready
         try:
-            for k in range(count):
+            for k in range(options.nworkers):
                 mine, theirs = context.Pipe(duplex=True)
                 process = context.Process(
                     target=run_worker,
-                    args=(k, theirs, job, start_hook, blas_threads),
+                    args=(theirs, WorkerStart(k, job, start_hook, options.blas_threads, seed)),
                     name=f"lazyseq-{owner}-{k}",
                     daemon=True,
                 )
@@ -114,9 +156,6 @@ class ProcessWorkers:
     def pids(self) -> list[int]:
         return [p.pid for p in self._processes]
 
-    def submit(self, task, arg) -> None:
-        self.submit_many([(task, arg)])
-
     def submit_many(self, tasks: list) -> None:
         """Queue ``(task, arg)`` pairs, and send what the workers have room for."""
         self._backlog.extend(tasks)
@@ -138,13 +177,13 @@ class ProcessWorkers:
             self._queued.discard(task)
             if task in self._dropped:
                 self._dropped.discard(task)
-                self._skipped.append((task, "skipped", None))
+                self._skipped.append(Done(task, "skipped", None))
                 continue
             slot = self._slots.take() if self._slots is not None else -1
             busy[k].add(task)
-            batches.setdefault(k, []).append((task, arg, slot))
+            batches.setdefault(k, []).append(Task(task, arg, slot))
         for k, batch in batches.items():
-            self._conns[k].send_bytes(dumps(("run", batch)))
+            self._conns[k].send_bytes(dumps(RunTasks(batch)))
 
     def _depth(self) -> int:
         """How many tasks a worker should hold: about ``QUEUED_SECONDS`` of work, at least ``MIN_DEPTH``."""
@@ -153,7 +192,7 @@ class ProcessWorkers:
             return MIN_DEPTH
         return max(MIN_DEPTH, int(QUEUED_SECONDS / max(seconds, 1e-6)))
 
-    def free_slots(self, count: int = 1) -> bool:
+    def has_room(self, count: int) -> bool:
         """Whether ``count`` more tasks would each get a shared slot (or the slots do not exist yet)."""
         return self._slots is None or self._slots.free_count() - len(self._backlog) >= count
 
@@ -166,7 +205,7 @@ class ProcessWorkers:
         """Undo ``cancel``, unless the task was already skipped."""
         self._dropped.discard(task)
 
-    def poll(self, timeout: float) -> list:
+    def poll(self, timeout: float) -> list[Done]:
         """The results that have arrived, waiting up to ``timeout`` seconds for one; then the next tasks go out."""
         found, self._skipped = self._skipped, []
         events = self._poller.poll(0 if found else timeout * 1000)
@@ -206,37 +245,38 @@ class ProcessWorkers:
             self._receive(k, message, found)
         del pending[:start]
 
-    def _receive(self, k: int, message: tuple, found: list) -> None:
-        tag = message[0]
-        if tag == "ready":
+    def _receive(self, k: int, message, found: list[Done]) -> None:
+        kind = type(message)
+        if kind is Ready:
+            self._started.add(k)
             return
-        if tag == "hook_failed":
-            error = restore(message[2], f"worker process {k}")
+        if kind is HookFailed:
+            error = restore(message.error, f"worker process {k}")
             self.close()
             raise LoaderError(f"{self._owner}: start_hook failed in worker process {k}") from error
-        task, slot = message[1], message[2]
+        task, slot = message.task, message.slot
         self._busy[k].discard(task)
-        if tag != "failed":
-            self._cost.add(message[5])
-        if tag == "shared":
+        if kind is SharedResult:
+            self._cost.add(message.seconds)
             holder = self._slots.lease(slot)
-            arrays = [np.ndarray(shape, dtype, buffer=holder, offset=offset) for dtype, shape, offset in message[4]]
-            found.append((task, "ok", rebuild(message[3], arrays)))
+            arrays = [np.ndarray(shape, dtype, buffer=holder, offset=offset) for dtype, shape, offset in message.layout]
+            found.append(Done(task, "ok", rebuild(message.skeleton, arrays)))
             return
         if slot >= 0:
             self._slots.give_back(slot)
-        if tag == "pickled":
-            needed = message[4]
-            if self._slots is None and needed and self._slot_count:
-                self._make_slots(slot_bytes_for(needed))
-            found.append((task, "ok", message[3]))
-        else:  # "failed"
-            found.append((task, "error", restore(message[3], f"worker process {k} (pid {self._processes[k].pid})")))
+        if kind is PickledResult:
+            self._cost.add(message.seconds)
+            if self._slots is None and message.array_bytes and self._slot_count:
+                self._make_slots(slot_bytes_for(message.array_bytes))
+            found.append(Done(task, "ok", message.result))
+        else:  # TaskFailed
+            where = f"worker process {k} (pid {self._processes[k].pid})"
+            found.append(Done(task, "error", restore(message.error, where)))
 
     def _make_slots(self, slot_bytes: int) -> None:
         self._slots = SharedSlots(self._slot_count, slot_bytes, self._owner)
         for conn, process in zip(self._conns, self._processes):
-            conn.send_bytes(dumps(("slots", self._slot_count, slot_bytes)))
+            conn.send_bytes(dumps(UseSlots(self._slot_count, slot_bytes)))
             send_handle(conn, self._slots.fd, process.pid)
 
     def _died(self, k: int) -> None:
@@ -244,6 +284,11 @@ class ProcessWorkers:
         process.join(STOP_SECONDS)  # the sentinel fires as it exits, a moment before its exit code is known
         busy = sorted(self._busy[k])
         doing = f" while computing {self._task_name} {', '.join(map(str, busy))}" if busy else ""
+        if k not in self._started:  # before our code ran, or while unpickling the pipeline or running start_hook
+            doing = (
+                " while starting, before it could compute anything; what it printed (the cause, usually a "
+                "traceback) went to the standard error of this process"
+            )
         message = (
             f"{self._owner}: worker process {k} (pid {process.pid}) died with "
             f"{exit_description(process.exitcode)}{doing}"
@@ -258,7 +303,7 @@ class ProcessWorkers:
         self.closed = True
         for conn in self._conns:
             try:
-                conn.send_bytes(dumps(("stop",)))
+                conn.send_bytes(dumps(Stop()))
             except (OSError, ValueError):
                 pass
         alive = [p for p in self._processes if p.is_alive()]

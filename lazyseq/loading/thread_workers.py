@@ -1,8 +1,6 @@
 """Worker threads: tasks in, results out, objects handed over without a copy.
 
-Every loader talks to its workers through the same small interface:
-``submit(task, arg)``, ``poll(timeout)`` (the results that arrived, as
-``(task, status, value)``), ``cancel(task)`` and ``close()``.
+A :class:`~lazyseq.loading.backends.WorkerBackend` (see that module for the protocol).
 """
 
 from __future__ import annotations
@@ -10,7 +8,9 @@ from __future__ import annotations
 import queue
 import threading
 
+from .backends import Done
 from .failures import LoaderError
+from .options import LoaderOptions
 
 __all__ = ["ThreadWorkers"]
 
@@ -18,38 +18,40 @@ JOIN_SECONDS = 10.0  # a thread cannot be stopped: one busy in a user function f
 
 
 class ThreadWorkers:
-    """``count`` threads that take tasks from one queue, so the least busy thread takes the next.
+    """``options.nworkers`` threads that take tasks from one queue, so the least busy thread takes the next.
 
     A task still in the queue can be cancelled. (Letting a waiting reader compute queued
     tasks itself was measured: the extra thread contending for the GIL made it slower.)
     """
 
-    def __init__(self, job, count: int, start_hook, owner: str) -> None:
-        self._owner = owner
+    feeds_on_poll = False  # idle threads take the next task from the queue themselves
+
+    def __init__(self, job, options: LoaderOptions) -> None:
+        owner = self._owner = options.owner
         self._tasks: queue.SimpleQueue = queue.SimpleQueue()
         self._results: queue.SimpleQueue = queue.SimpleQueue()
         self._tickets: dict = {}  # task -> its latest _Ticket
         self._threads = [
             threading.Thread(
                 target=_serve,
-                args=(k, job, start_hook, self._tasks, self._results),
+                args=(k, job, options.start_hook, self._tasks, self._results),
                 name=f"lazyseq-{owner}-{k}",
                 daemon=True,
             )
-            for k in range(count)
+            for k in range(options.nworkers)
         ]
         for thread in self._threads:
             thread.start()
         self.closed = False
 
-    def submit(self, task, arg) -> None:
-        ticket = _Ticket(task, arg)
-        self._tickets[task] = ticket
-        self._tasks.put(ticket)
-
     def submit_many(self, tasks: list) -> None:
+        tickets, queued = self._tickets, self._tasks
         for task, arg in tasks:
-            self.submit(task, arg)
+            ticket = tickets[task] = _Ticket(task, arg)
+            queued.put(ticket)
+
+    def has_room(self, count: int) -> bool:
+        return True  # results are handed over as they are: no slots to run out of
 
     def cancel(self, task) -> None:
         """Skip ``task`` if no thread has started it yet (a "skipped" result says so)."""
@@ -63,7 +65,7 @@ class ThreadWorkers:
         if ticket is not None:
             ticket.move("cancelled", "queued")
 
-    def poll(self, timeout: float) -> list:
+    def poll(self, timeout: float) -> list[Done]:
         results = self._results
         try:
             found = [results.get(timeout=timeout)]
@@ -84,7 +86,7 @@ class ThreadWorkers:
                 raise LoaderError(f"{self._owner}: start_hook failed in worker thread {ticket.task}") from value
             if tickets.get(ticket.task) is ticket:
                 del tickets[ticket.task]
-            delivered.append((ticket.task, status, value))
+            delivered.append(Done(ticket.task, status, value))
         return delivered
 
     def close(self) -> None:

@@ -1,11 +1,12 @@
 """The main loop of a worker process.
 
-A worker receives tasks over its own connection, computes each one and sends
+A worker seeds its random generators (see :mod:`.seeding`), receives tasks
+over its own connection (see :mod:`.messages`), computes each one and sends
 back either the skeleton of the result (its arrays written into the shared
 slot the task came with) or the pickled result, with the seconds the task took
-(the consumer decides from them where cheap items are best computed). It ignores SIGINT (the
-consumer decides what an interrupt means), limits its BLAS threads, and exits
-on its own when the consumer's process goes away.
+(they size each worker's share of the tasks). It ignores SIGINT (the consumer
+decides what an interrupt means), limits its BLAS threads, and exits on its
+own when the consumer's process goes away.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ import time
 from multiprocessing.reduction import recv_handle
 from time import perf_counter
 
-from ..views.chunks import writing_into
 from .failures import capture
+from .messages import HookFailed, PickledResult, Ready, RunTasks, SharedResult, Stop, TaskFailed, UseSlots, WorkerStart
+from .seeding import seed_this_worker
 from .shared_slots import WorkerSlots
 from .structure import flatten, layout_of, place_in_slot
 
@@ -42,48 +44,48 @@ def dumps(message) -> bytes:
     return pickle.dumps(message, protocol=5)
 
 
-def run_worker(index: int, conn, job, start_hook, blas_threads: int) -> None:
+def run_worker(conn, start: WorkerStart) -> None:
     """Serve tasks until told to stop, until the connection closes, or until the parent dies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _lower_priority()
     _exit_with_parent()
-    _limit_blas_threads(blas_threads)
+    _limit_blas_threads(start.blas_threads)
+    seed_this_worker(start.seed, start.index)
+    job, start_hook = start.job, start.start_hook
     try:
         if isinstance(job, bytes):
             job = pickle.loads(job)
         if isinstance(start_hook, bytes):
             start_hook = pickle.loads(start_hook)
         if start_hook is not None:
-            start_hook(index)
+            start_hook(start.index)
     except BaseException as error:
-        conn.send_bytes(dumps(("hook_failed", index, capture(error))))
+        conn.send_bytes(dumps(HookFailed(start.index, capture(error))))
         return
-    conn.send_bytes(dumps(("ready", index, os.getpid())))
-    in_place = getattr(job, "writes_in_place", False)
+    conn.send_bytes(dumps(Ready(start.index, os.getpid())))
     slots = None
     while True:
         try:
             message = loads(conn.recv_bytes())
         except (EOFError, OSError):
             return
-        tag = message[0]
-        if tag == "run":
-            for task, arg, slot in message[1]:
-                start = perf_counter()
+        kind = type(message)
+        if kind is RunTasks:
+            for task, arg, slot in message.tasks:
+                began = perf_counter()
                 try:
-                    if slot >= 0 and slots is not None and in_place:
-                        with writing_into(slots.slot(slot)):
-                            result = job(arg)
+                    if slot >= 0 and slots is not None:
+                        result = job.write_into(arg, slots.slot(slot))
                     else:
                         result = job(arg)
                 except Exception as error:
-                    conn.send_bytes(dumps(("failed", task, slot, capture(error))))
+                    conn.send_bytes(dumps(TaskFailed(task, slot, capture(error))))
                     continue
-                _send_result(conn, task, slot, result, slots, perf_counter() - start)
+                _send_result(conn, task, slot, result, slots, perf_counter() - began)
                 del result
-        elif tag == "slots":
-            slots = WorkerSlots(recv_handle(conn), message[1], message[2])
-        elif tag == "stop":
+        elif kind is UseSlots:
+            slots = WorkerSlots(recv_handle(conn), message.count, message.slot_bytes)
+        elif kind is Stop:
             return
 
 
@@ -93,17 +95,17 @@ def _send_result(conn, task, slot: int, result, slots: WorkerSlots | None, secon
     if arrays and slot >= 0 and slots is not None:
         layout = place_in_slot(slots.slot(slot), arrays)
         if layout is not None:
-            conn.send_bytes(dumps(("shared", task, slot, skeleton, layout, seconds)))
+            conn.send_bytes(dumps(SharedResult(task, slot, skeleton, layout, seconds)))
             return
     needed = layout_of(arrays)[1]
     try:
-        conn.send_bytes(dumps(("pickled", task, slot, result, needed, seconds)))
+        conn.send_bytes(dumps(PickledResult(task, slot, result, needed, seconds)))
     except Exception as error:  # pickling failed before anything was written: the stream is intact
         message = f"the result cannot be sent from the worker process: {type(error).__name__}: {error}"
         try:
             raise TypeError(message) from error
         except TypeError as wrapped:
-            conn.send_bytes(dumps(("failed", task, slot, capture(wrapped))))
+            conn.send_bytes(dumps(TaskFailed(task, slot, capture(wrapped))))
 
 
 def _lower_priority() -> None:

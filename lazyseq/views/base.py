@@ -2,7 +2,10 @@
 
 A combinator only says how to read item ``i`` (``_get``), optionally how to
 read many items at once (``_get_many``, vectorized where it can be), how to
-write one (``_set``) and where item ``i`` comes from (``_sources``). Keys,
+write one (``_set``) and where item ``i`` comes from (``_sources``). A view
+whose items are batches it builds itself may also say how to build one in
+memory it is given (``_get_into``; a loader's worker process passes the
+shared-memory slot the item goes to, which saves a copy of every batch). Keys,
 bounds, negative indices, slices, index arrays, errors and ``repr`` are handled
 here, once, for every view.
 """
@@ -51,6 +54,17 @@ class View(Fluent, Sequence):
 
     def _set(self, i: int, value: Any) -> None:
         raise TypeError(f"{self.kind} views are read-only: they cannot be assigned to")
+
+    # Whether _get_many returns arrays made for that read (see chunks.new_rows) that nothing else refers to.
+    _reads_new_rows = False
+
+    def _get_into(self, i: int, buffer: np.ndarray) -> Any:
+        """Item ``i``, with the arrays this view builds for it placed in ``buffer`` (bytes) where they fit.
+
+        The default builds nothing there: it is ``_get(i)``. Whoever calls it
+        keeps ``buffer`` for the item, and copies whatever arrays are elsewhere.
+        """
+        return self._get(i)
 
     def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         """The (parent, index) pairs that item ``i`` is read from."""

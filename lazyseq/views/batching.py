@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .base import View
-from .chunks import chunk_rows, chunk_to_batch, pad_chunk
+from .chunks import chunk_rows, chunk_to_batch, pad_chunk, writing_into
 from .errors import EndOfData
 from .keys import Positions
 from .sources import as_view
@@ -58,6 +58,12 @@ class BatchView(View):
         if self._collate_fn is not None:
             return self._collate_fn(chunk_rows(chunk))
         return chunk_to_batch(chunk)
+
+    def _get_into(self, i: int, buffer) -> Any:
+        if self._collate_fn is None and self._pad is None and self._parent._reads_new_rows:
+            with writing_into(buffer):  # the batch is the chunk the parent builds: build it in the buffer
+                return self._get(i)
+        return self._get(i)
 
     def _read_until_end(self, i: int, span: range) -> list:
         """The items of ``span`` up to the end of the data: the last batch may be short, or dropped."""

@@ -41,9 +41,8 @@ _output = threading.local()  # the buffer that new_rows() fills, while writing_i
 def new_rows(shape: tuple, dtype) -> np.ndarray:
     """An uninitialized array for a vectorized read: ``np.empty``, or room in the active output buffer.
 
-    A worker process that knows its result is exactly the arrays these reads
-    produce (see :mod:`lazyseq.loading.jobs`) lets them write straight into
-    shared memory, saving one copy of every batch.
+    A view that builds a batch in memory it is given (``View._get_into``)
+    lets these reads write straight into that memory, saving one copy.
     """
     buffer = getattr(_output, "buffer", None)
     if buffer is not None:

@@ -18,6 +18,10 @@ class CollateView(View):
 
     kind = "collate"
 
+    @property
+    def _reads_new_rows(self) -> bool:
+        return all(parent._reads_new_rows for parent in self._parents)
+
     def __init__(self, parents: tuple[View, ...]) -> None:
         if not parents:
             raise ValueError("collate needs at least one sequence")

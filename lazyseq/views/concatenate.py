@@ -27,6 +27,10 @@ class ConcatenateView(View):
     kind = "concatenate"
     _items_like_parents = True
 
+    @property
+    def _reads_new_rows(self) -> bool:
+        return self._arrays is not None  # rows of same-kind arrays are gathered into new_rows
+
     def __init__(self, parts: Sequence[View]) -> None:
         flat: list[View] = []
         for part in parts:

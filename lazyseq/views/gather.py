@@ -24,6 +24,10 @@ class GatherView(View):
     kind = "gather"
     _items_like_parents = True
 
+    @property
+    def _reads_new_rows(self) -> bool:
+        return self._parent._reads_new_rows
+
     def __init__(self, parent: View, positions: Positions) -> None:
         if type(positions) is range:
             positions = tidy(positions)
@@ -63,6 +67,10 @@ class StridedView(View):
 
     kind = "slice"
     _items_like_parents = True
+
+    @property
+    def _reads_new_rows(self) -> bool:
+        return self._parent._reads_new_rows
 
     def __init__(self, parent: View, start: int, step: int) -> None:
         if type(parent) is StridedView:

@@ -27,6 +27,10 @@ class ShuffleView(View):
     kind = "shuffle"
     _items_like_parents = True
 
+    @property
+    def _reads_new_rows(self) -> bool:
+        return self._parent._reads_new_rows
+
     def __init__(self, parent: View, seed: int | None, epoch: int) -> None:
         self._len = parent._need_length("shuffle")
         self._parent = parent

@@ -24,6 +24,7 @@ class ArraySource(View):
     """
 
     kind = "array"
+    _reads_new_rows = True
 
     def __init__(self, array: np.ndarray) -> None:
         if array.ndim == 0:

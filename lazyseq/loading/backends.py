@@ -1,0 +1,145 @@
+"""The protocol between the loader engine and its workers, and the backends that implement it.
+
+A *backend* runs ``job(arg)`` for tasks somewhere else than the reader's
+thread: worker threads (:mod:`.thread_workers`), worker processes
+(:mod:`.process_workers`), or anything that can take a task and give back its
+result. The engine (:mod:`.engine`) talks to it only through
+:class:`WorkerBackend`:
+
+- ``submit_many([(task, arg), ...])`` hands tasks over, in the order they are
+  wanted. ``task`` is any hashable name the engine chooses; the backend gives
+  it back with the result.
+- ``poll(timeout)`` returns the results that have arrived, as :class:`Done`,
+  waiting up to ``timeout`` seconds for the first. It also checks that the
+  workers are alive: a backend that cannot go on raises a
+  :class:`~lazyseq.LoaderError` (``WorkerDied`` for a process that ended) and
+  is closed. ``status`` is ``"ok"`` (``value`` is the result), ``"error"``
+  (``value`` is the exception, raised where the result is read) or
+  ``"skipped"`` (a cancelled task that never ran).
+- ``cancel(task)`` asks to skip a task that has not started; ``resume(task)``
+  takes that back. A backend may ignore both: the task then runs.
+- ``has_room(count)`` says whether ``count`` more tasks would each get a
+  shared-memory slot for their result (always true without slots).
+- ``feeds_on_poll`` is true for a backend that sends queued tasks to its
+  workers only from ``poll``: the engine then polls at every read.
+- ``close()`` stops every worker and releases what they hold; ``closed`` says
+  whether that happened (by ``close()`` or because a worker died).
+
+:func:`start_workers` makes the backend a loader's ``method`` names;
+:class:`DeferredWorkers` is a backend that starts the real one at its first task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, Literal, NamedTuple, Protocol
+
+from .item_cost import ItemCost, TimedJob
+from .options import LoaderOptions
+
+__all__ = ["DeferredWorkers", "Done", "WorkerBackend", "start_workers"]
+
+
+class Done(NamedTuple):
+    """The outcome of one task."""
+
+    task: Hashable
+    status: Literal["ok", "error", "skipped"]
+    value: Any
+
+
+class WorkerBackend(Protocol):
+    """What the engine needs of the workers that compute its tasks (see the module's description)."""
+
+    closed: bool
+    feeds_on_poll: bool
+
+    def submit_many(self, tasks: Sequence[tuple[Hashable, Any]]) -> None: ...
+
+    def poll(self, timeout: float) -> list[Done]: ...
+
+    def cancel(self, task: Hashable) -> None: ...
+
+    def resume(self, task: Hashable) -> None: ...
+
+    def has_room(self, count: int) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+def start_workers(
+    job: Callable[[Any], Any],
+    options: LoaderOptions,
+    seed: int,
+    slot_count: int,
+    slot_bytes: int,
+    task_name: str,
+    cost: ItemCost | None,
+) -> WorkerBackend:
+    """The workers that ``options.method`` names, computing ``job(arg)``; their timings go to ``cost``."""
+    if options.method == "thread":
+        from .thread_workers import ThreadWorkers
+
+        return ThreadWorkers(job if cost is None else TimedJob(job, cost), options)
+    from .process_workers import ProcessWorkers  # here: multiprocessing is not imported with lazyseq
+
+    return ProcessWorkers(job, options, seed, slot_count, slot_bytes, task_name, cost)
+
+
+class DeferredWorkers:
+    """A :class:`WorkerBackend` that starts the real one when it is given its first task.
+
+    A loader that may compute cheap items in the reader uses it, so that a
+    pipeline of cheap items never pays for starting threads or processes.
+
+    >>> from lazyseq.loading.options import LoaderOptions
+    >>> from lazyseq.loading.thread_workers import ThreadWorkers
+    >>> workers = DeferredWorkers(lambda: ThreadWorkers(abs, LoaderOptions.check("example", 1)))
+    >>> workers.poll(0.01), workers.started  # nothing to wait for, nothing started
+    ([], False)
+    >>> workers.submit_many([("task 0", -3)])
+    >>> workers.started, workers.poll(5.0)
+    (True, [Done(task='task 0', status='ok', value=3)])
+    >>> workers.close()
+    """
+
+    def __init__(self, start: Callable[[], WorkerBackend]) -> None:
+        self._start = start
+        self.workers: WorkerBackend | None = None
+        self._closed = False
+
+    @property
+    def started(self) -> bool:
+        return self.workers is not None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed or (self.workers is not None and self.workers.closed)
+
+    @property
+    def feeds_on_poll(self) -> bool:
+        return self.workers is not None and self.workers.feeds_on_poll
+
+    def submit_many(self, tasks: Sequence[tuple[Hashable, Any]]) -> None:
+        if self.workers is None:
+            self.workers = self._start()
+        self.workers.submit_many(tasks)
+
+    def poll(self, timeout: float) -> list[Done]:
+        return [] if self.workers is None else self.workers.poll(timeout)
+
+    def cancel(self, task: Hashable) -> None:
+        if self.workers is not None:
+            self.workers.cancel(task)
+
+    def resume(self, task: Hashable) -> None:
+        if self.workers is not None:
+            self.workers.resume(task)
+
+    def has_room(self, count: int) -> bool:
+        return self.workers is None or self.workers.has_room(count)
+
+    def close(self) -> None:
+        self._closed = True
+        if self.workers is not None:
+            self.workers.close()

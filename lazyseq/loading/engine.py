@@ -1,0 +1,248 @@
+"""The loader engine: tasks handed to background workers, and their results on the way back.
+
+Both loaders are thin layers over one :class:`Engine`: ``prefetch`` asks for
+items by index and reads them in order, ``load_buffers`` numbers endless tasks
+and reads whichever is done first. The engine owns everything else:
+
+- where an item is computed: by the workers, or by the reader when items are
+  cheap and the options allow it (:attr:`inline`, :meth:`compute_here`; the
+  policy is :class:`~lazyseq.loading.item_cost.ItemCost`, the options
+  :class:`~lazyseq.loading.options.LoaderOptions`);
+- the tasks in flight and the results not read yet, and how many more may be
+  sent (:meth:`room`: refills go out in bulk, one message waking a worker for
+  several tasks);
+- waiting, with a check that the workers are alive at least every
+  ``POLL_SECONDS`` (:meth:`wait_for` in order, :meth:`next_done` in order of
+  completion);
+- closing: on ``close()``, on garbage collection, when a worker dies, and on
+  KeyboardInterrupt; never in a process forked from the one that started the
+  workers (it inherited a copy of the engine, not the workers).
+
+The workers are a :class:`~lazyseq.loading.backends.WorkerBackend`, started
+at the first task that goes to them.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+import weakref
+from collections.abc import Callable, Hashable, Iterable
+from contextlib import contextmanager
+from typing import Any
+
+from .backends import DeferredWorkers, Done, start_workers
+from .item_cost import FIRST_ONLY_ABOVE, ItemCost, start_if_slow
+from .options import LoaderOptions
+from .seeding import base_seed
+
+__all__ = ["Engine"]
+
+POLL_SECONDS = 0.5  # how often a wait checks that the workers are alive
+
+Refill = Callable[[], None]
+
+
+class Engine:
+    """Runs ``job(arg)`` for a loader's tasks, with at most ``capacity`` computed or in progress.
+
+    ``start`` counts how many times this loader started workers before (it
+    picks their random seeds). ``slot_count`` and ``slot_bytes`` size the
+    shared-memory pool of process workers (``slot_bytes=0``: from the first
+    result); ``task_name`` names a task in messages ("item", "batch").
+
+    >>> from lazyseq.loading.options import LoaderOptions
+    >>> engine = Engine(abs, LoaderOptions.check("example", 2, inline_below=0), capacity=4)
+    >>> engine.submit([(k, -k) for k in range(4)])
+    >>> [engine.wait_for(k, -k).value for k in (2, 0)], engine.room()
+    ([2, 0], 2)
+    >>> engine.close()
+    """
+
+    def __init__(
+        self,
+        job: Callable[[Any], Any],
+        options: LoaderOptions,
+        capacity: int,
+        *,
+        start: int = 0,
+        slot_count: int = 0,
+        slot_bytes: int = 0,
+        task_name: str = "task",
+    ) -> None:
+        self.options = options
+        self.pid = os.getpid()
+        self.cost = ItemCost(options.inline_below) if options.inline_below else None
+        launch = functools.partial(
+            start_workers,
+            job,
+            options,
+            base_seed(options.seed, start),
+            slot_count,
+            slot_bytes,
+            task_name,
+            self.cost,
+        )
+        self.workers = DeferredWorkers(launch)
+        self._job = job
+        self.capacity = capacity
+        self._refill = max(1, capacity // 2)
+        self.ready: dict[Hashable, Done] = {}  # in order of arrival
+        self.pending: set[Hashable] = set()  # sent to the workers
+        self.cancelled: set[Hashable] = set()  # pending, no longer wanted
+        self._sent: list = []  # tasks sent from the timer thread of compute_here, not recorded yet
+        self._finalizer = weakref.finalize(self, _close_in, self.pid, self.workers.close)
+
+    # -- state -------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self.workers.closed
+
+    @property
+    def started(self) -> bool:
+        """Whether workers are running (they start with the first task sent to them)."""
+        return self.workers.started and not self.workers.closed
+
+    @property
+    def inline(self) -> bool:
+        """Whether the reader computes items now: they cost less than handing them over."""
+        return self.cost is not None and self.cost.inline
+
+    def holds(self, task: Hashable) -> bool:
+        """Whether ``task`` is done or on its way."""
+        return task in self.ready or task in self.pending
+
+    def room(self) -> int:
+        """How many more tasks to send now: 0 until a refill is worth a message."""
+        room = self.capacity - len(self.ready) - len(self.pending) + len(self.cancelled)
+        if room < self._refill and self.pending:
+            return 0
+        return max(room, 0)
+
+    # -- sending -----------------------------------------------------------------
+
+    def submit(self, tasks: list[tuple[Hashable, Any]]) -> None:
+        """Send ``(task, arg)`` pairs to the workers, in the order they are wanted."""
+        if tasks:
+            with self._closing_on_failure():
+                self.workers.submit_many(tasks)
+            self.pending.update(task for task, _ in tasks)
+
+    def keep_only(self, wanted: Iterable[Hashable], current: Hashable) -> None:
+        """Forget results and cancel tasks that are neither ``current`` nor ``wanted``; resume wanted ones."""
+        wanted = set(wanted)
+        wanted.add(current)
+        ready, cancelled = self.ready, self.cancelled
+        for task in [task for task in ready if task not in wanted]:
+            del ready[task]
+        for task in self.pending:
+            if task not in wanted and task not in cancelled:
+                self.workers.cancel(task)
+                cancelled.add(task)
+        for task in [task for task in cancelled if task in wanted]:  # wanted again before it was skipped
+            self.workers.resume(task)
+            cancelled.discard(task)
+
+    # -- computing in the reader ---------------------------------------------------
+
+    def compute_here(self, task: Hashable, arg: Any, ahead: Callable[[], list] | None = None) -> Done:
+        """``job(arg)`` computed in the reader's thread and timed: items this cheap are not worth a worker.
+
+        For the first item with worker threads, ``ahead()`` (called from a timer
+        thread, if the item runs long) names the tasks to start them on.
+        """
+        with self._closing_on_failure():
+            cost = self.cost
+            if cost.count == 0 and ahead is not None and self.options.method == "thread":
+                try:
+                    with start_if_slow(FIRST_ONLY_ABOVE * cost.inline_below, functools.partial(self._send, ahead)):
+                        return self._timed(task, arg)
+                finally:  # whatever the item gave: the tasks sent are on their way
+                    sent, self._sent = self._sent, []
+                    self.pending.update(t for t, _ in sent)
+            return self._timed(task, arg)
+
+    def _timed(self, task: Hashable, arg: Any) -> Done:
+        began = time.perf_counter()
+        try:
+            value = self._job(arg)
+        except Exception as error:
+            return Done(task, "error", error)
+        self.cost.add(time.perf_counter() - began)
+        return Done(task, "ok", value)
+
+    def _send(self, ahead: Callable[[], list]) -> None:
+        """From the timer thread: only the workers are touched here, the reader records what was sent."""
+        tasks = ahead()
+        self.workers.submit_many(tasks)
+        self._sent = tasks
+
+    # -- receiving -----------------------------------------------------------------
+
+    def collect(self, timeout: float) -> None:
+        """Move the results that have arrived into :attr:`ready`, waiting up to ``timeout`` for one."""
+        with self._closing_on_failure():
+            found = self.workers.poll(timeout)
+        pending, cancelled, ready = self.pending, self.cancelled, self.ready
+        for done in found:
+            pending.discard(done.task)
+            cancelled.discard(done.task)
+            if done.status != "skipped":
+                ready[done.task] = done
+
+    def collect_early(self) -> None:
+        """At each read: collect what arrived, for workers that get their next tasks only then."""
+        if self.pending and self.workers.feeds_on_poll:
+            self.collect(0.0)
+
+    def wait_for(self, task: Hashable, arg: Any, refill: Refill | None = None) -> Done:
+        """The outcome of ``task`` (sent again if the workers skipped it); ``refill()`` runs after each wait."""
+        ready = self.ready
+        while task not in ready:
+            if task not in self.pending:  # skipped after a cancel that came too late
+                self.submit([(task, arg)])
+            self.collect(POLL_SECONDS)
+            if refill is not None:
+                refill()
+        return ready.pop(task)
+
+    def next_done(self, refill: Refill) -> Done:
+        """The outcome that arrived first among those not read yet; ``refill()`` runs after each wait."""
+        ready = self.ready
+        if ready:
+            self.collect_early()
+        while not ready:
+            if not self.pending:
+                raise RuntimeError(f"{self.options.owner}: waiting for a result while no task is on its way")
+            self.collect(POLL_SECONDS)
+            refill()
+        return ready.pop(next(iter(ready)))
+
+    # -- closing -------------------------------------------------------------------
+
+    @contextmanager
+    def _closing_on_failure(self):
+        try:
+            yield
+        except Exception:
+            if self.workers.closed:  # a worker died, or a start hook failed: nothing more will come
+                self.close()
+            raise
+        except BaseException:  # KeyboardInterrupt and the like: stop everything now
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Stop the workers and forget every result; idempotent."""
+        self.ready.clear()
+        self.pending.clear()
+        self.cancelled.clear()
+        self._finalizer()
+
+
+def _close_in(pid: int, close: Callable[[], None]) -> None:
+    """Close the workers, but only in the process that started them (a forked child inherits the finalizer)."""
+    if os.getpid() == pid:
+        close()

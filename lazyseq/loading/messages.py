@@ -1,0 +1,107 @@
+"""The messages between a loader and its worker processes, each a named tuple.
+
+Consumer to worker: :class:`RunTasks` (tasks to compute, in order),
+:class:`UseSlots` (the shared-memory pool; its file descriptor follows on the
+connection), :class:`Stop`. Worker to consumer: :class:`Ready` once started,
+:class:`HookFailed` if starting failed, then one of :class:`SharedResult`,
+:class:`PickledResult` or :class:`TaskFailed` per task. All travel pickled
+(plain pickle, protocol 5) over the worker's own pipe.
+
+>>> import pickle
+>>> message = RunTasks([Task(task=3, arg=3, slot=-1)])
+>>> pickle.loads(pickle.dumps(message)).tasks[0].arg
+3
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+__all__ = [
+    "CapturedError",
+    "HookFailed",
+    "PickledResult",
+    "Ready",
+    "RunTasks",
+    "SharedResult",
+    "Stop",
+    "Task",
+    "TaskFailed",
+    "UseSlots",
+    "WorkerStart",
+]
+
+
+class WorkerStart(NamedTuple):
+    """What a worker process is started with (pipeline and hook pickled unless the worker was forked)."""
+
+    index: int
+    job: Any
+    start_hook: Any
+    blas_threads: int
+    seed: int
+
+
+class CapturedError(NamedTuple):
+    """An exception raised in a worker, described so that it always pickles (see :mod:`.failures`)."""
+
+    type_name: str
+    message: str
+    traceback: str
+    chain: str
+    pickled: bytes | None
+
+
+class Task(NamedTuple):
+    task: Any
+    arg: Any
+    slot: int  # the shared slot to write the result into, or -1
+
+
+class RunTasks(NamedTuple):
+    tasks: list[Task]
+
+
+class UseSlots(NamedTuple):
+    count: int
+    slot_bytes: int
+
+
+class Stop(NamedTuple):
+    pass
+
+
+class Ready(NamedTuple):
+    worker: int
+    pid: int
+
+
+class HookFailed(NamedTuple):
+    worker: int
+    error: CapturedError
+
+
+class SharedResult(NamedTuple):
+    """A result whose arrays are in the task's slot: ``layout`` says where, ``skeleton`` how they nest."""
+
+    task: Any
+    slot: int
+    skeleton: tuple
+    layout: list
+    seconds: float
+
+
+class PickledResult(NamedTuple):
+    """A result sent whole; ``array_bytes`` is what its arrays would need in a slot."""
+
+    task: Any
+    slot: int
+    result: Any
+    array_bytes: int
+    seconds: float
+
+
+class TaskFailed(NamedTuple):
+    task: Any
+    slot: int
+    error: CapturedError

@@ -1,0 +1,58 @@
+"""Distinct random states for worker processes: one base seed, one stream per worker.
+
+A forked worker is a copy of the consumer, random generators included: without
+reseeding, two workers calling ``np.random.randint`` draw the same numbers and a
+loader delivers the same minibatch twice. So every worker process starts by
+seeding Python's :mod:`random`, numpy's global generator and, if it is
+imported, torch's, from ``SeedSequence(base_seed, spawn_key=(worker,))``:
+distinct for each worker, and the same for the same base seed. The base seed
+is the loader's ``seed`` argument, or fresh entropy when it is ``None``; each
+time a loader starts its workers again, they get the next seeds, so an epoch
+that restarts the workers does not replay the last one.
+
+Worker threads share their process's global generators (one state, drawn from
+in turn, so they never repeat each other); nothing is reseeded for them.
+
+Results that must not depend on how many workers ran, or which computed what,
+come from :func:`lazyseq.rng` instead: a generator made from the item itself.
+
+>>> states = [worker_states(1234, worker) for worker in (0, 1)]
+>>> states[0] == worker_states(1234, 0), states[0] == states[1]
+(True, False)
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+import sys
+
+import numpy as np
+
+__all__ = ["base_seed", "seed_this_worker", "worker_states"]
+
+
+def base_seed(seed: int | None, start: int) -> int:
+    """The base seed of the ``start``-th start of a loader's workers (fresh entropy for ``seed=None``)."""
+    if seed is None:
+        return secrets.randbits(128)
+    return int(np.random.SeedSequence(seed, spawn_key=(start,)).generate_state(4, np.uint32).view(np.uint64)[0])
+
+
+def worker_states(base: int, worker: int) -> tuple[int, tuple[int, ...], int]:
+    """Seeds for worker ``worker``: Python's ``random``, numpy's global generator, torch."""
+    sequence = np.random.SeedSequence(base, spawn_key=(worker,))
+    words = sequence.generate_state(8, np.uint32)
+    python = int(words[0]) << 96 | int(words[1]) << 64 | int(words[2]) << 32 | int(words[3])
+    torch_seed = int(words[6]) << 32 | int(words[7])
+    return python, tuple(int(w) for w in words[4:8]), torch_seed & ((1 << 63) - 1)
+
+
+def seed_this_worker(base: int, worker: int) -> None:
+    """Seed the global generators of this process for worker ``worker`` (called first thing in a worker)."""
+    python, numpy_words, torch_seed = worker_states(base, worker)
+    random.seed(python)
+    np.random.seed(numpy_words)
+    torch = sys.modules.get("torch")  # only if the pipeline already uses it: never imported here
+    if torch is not None and hasattr(torch, "manual_seed"):
+        torch.manual_seed(torch_seed)

@@ -1,0 +1,223 @@
+"""What a user asking for worker processes gets: distinct random states, isolation, clean forks, clear deaths."""
+
+import functools
+import gc
+import multiprocessing
+import os
+import random
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from loader_helpers import die_on
+
+import lazyseq
+from lazyseq.loading.seeding import worker_states
+
+START_METHODS = multiprocessing.get_all_start_methods()
+
+SAMPLES = np.arange(18_000 * 8, dtype=np.float64).reshape(18_000, 8)
+TRAIN = lazyseq.collate([lazyseq.view(SAMPLES), lazyseq.view(np.arange(18_000) % 10)])
+
+
+def readme_sample():
+    """The README's load_buffers sampler: a random minibatch drawn with numpy's global generator."""
+    picks = np.random.randint(len(TRAIN), size=64)
+    return TRAIN.gather(picks).batch(64)[0]
+
+
+def python_random_draw():
+    return np.array([random.random()])
+
+
+@pytest.mark.parametrize("start_method", START_METHODS)
+def test_process_workers_never_deliver_the_same_random_minibatch_twice(start_method):
+    seen = set()
+    with lazyseq.load_buffers(readme_sample, max_cached=10, nworkers=2, method="process",
+                              start_method=start_method) as minibatches:
+        for _ in range(1000):
+            x, y = next(minibatches)
+            seen.add(x.tobytes())
+    assert len(seen) == 1000
+
+
+def test_python_random_is_reseeded_in_each_worker_process_too():
+    with lazyseq.load_buffers(python_random_draw, max_cached=4, nworkers=2, method="process") as draws:
+        values = [float(next(draws)[0]) for _ in range(200)]
+    assert len(set(values)) == 200
+
+
+def test_a_seed_gives_each_worker_its_own_reproducible_state():
+    first_worker = lazyseq.smap(lambda _: int(np.random.randint(2**31)), range(4))
+    runs = []
+    for _ in range(2):
+        with lazyseq.prefetch(first_worker, nworkers=1, method="process", seed=5) as ahead:
+            runs.append(list(ahead))
+    assert runs[0] == runs[1] and len(set(runs[0])) == 4
+    assert worker_states(11, 0) != worker_states(11, 1)
+
+
+def test_restarting_the_workers_gives_them_new_states():
+    draws = lazyseq.smap(lambda _: int(np.random.randint(2**31)), range(3))
+    ahead = lazyseq.prefetch(draws, nworkers=1, method="process", seed=5)
+    first = list(ahead)
+    ahead.close()
+    second = list(ahead)
+    ahead.close()
+    assert first != second
+
+
+def test_seed_is_checked():
+    with pytest.raises(ValueError, match="^prefetch: seed must be a non-negative integer or None, got -1$"):
+        lazyseq.prefetch(range(3), nworkers=1, seed=-1)
+    with pytest.raises(TypeError):
+        lazyseq.load_buffers(lambda: 1, seed=1.5)
+
+
+@pytest.mark.parametrize("loader", ["prefetch", "load_buffers"])
+def test_method_process_runs_the_users_code_in_worker_processes_only(loader):
+    """A cheap item that kills its process kills a worker, never the reader, with the default settings."""
+    if loader == "prefetch":
+        with lazyseq.prefetch(lazyseq.smap(die_on(3, "exit"), range(10)), nworkers=2, method="process") as ahead:
+            with pytest.raises(lazyseq.WorkerDied, match=r"died with exit code 3 while computing item .*3"):
+                list(ahead)
+    else:
+        with lazyseq.load_buffers(functools.partial(die_on(None, "exit"), None), nworkers=2, method="process") as batches:
+            with pytest.raises(lazyseq.WorkerDied, match="died with exit code 3 while computing batch"):
+                next(batches)
+    assert multiprocessing.active_children() == []
+
+
+def collect_garbage(x):
+    gc.collect()  # a forked worker collects garbage that the parent had not collected yet
+    return x
+
+
+def test_a_loader_inherited_by_a_forked_worker_is_not_closed_there():
+    gc.collect()
+    gc.disable()
+    try:
+        items = lazyseq.smap(abs, range(20))
+        ahead = lazyseq.prefetch(items, nworkers=2, method="process", start_method="fork", inline_below=0)
+        assert ahead[0] == 0
+        pids = ahead._engine.workers.workers.pids
+        assert len(pids) == 2
+        cycle = [ahead]
+        cycle.append(cycle)  # garbage that only a collection frees
+        del ahead, cycle
+        items = lazyseq.smap(collect_garbage, range(4))
+        with lazyseq.prefetch(items, nworkers=2, method="process", start_method="fork", inline_below=0) as other:
+            assert list(other) == [0, 1, 2, 3]
+        # the first loader's workers were not stopped by the children (they held copies of its pipes)
+        assert all(_running(pid) for pid in pids)
+    finally:
+        gc.enable()
+    gc.collect()
+    assert multiprocessing.active_children() == []
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+STRAY_SCRIPT = textwrap.dedent(
+    """
+    import gc
+    import lazyseq
+
+    def collect_garbage(x):
+        gc.collect()
+        return x
+
+    def broken(x):
+        if x == 3:
+            raise ValueError("bad item")
+        return x
+
+    def run():
+        ahead = lazyseq.prefetch(lazyseq.smap(broken, range(20)), nworkers=2, method="process", inline_below=0)
+        cycle = [ahead]
+        cycle.append(cycle)  # left for the garbage collector, which has not run when the next workers fork
+        return list(ahead)
+
+    gc.disable()
+    try:
+        run()
+    except lazyseq.EvaluationError:
+        print("failed as expected")
+    with lazyseq.prefetch(lazyseq.smap(collect_garbage, range(20)), nworkers=2, method="process",
+                          inline_below=0) as ahead:
+        print(sum(ahead))
+    gc.enable()
+    """
+)
+
+
+def test_no_stray_traceback_from_a_loader_left_unclosed_after_an_error(tmp_path):
+    script = tmp_path / "stray.py"
+    script.write_text(STRAY_SCRIPT)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["failed", "as", "expected", "190"]
+    assert done.stderr == ""
+
+
+STDIN_SCRIPT = textwrap.dedent(
+    """
+    import lazyseq
+
+    def double(x):
+        return 2 * x
+
+    try:
+        with lazyseq.prefetch(lazyseq.smap(double, range(10)), nworkers=2, method="process",
+                              start_method=START_METHOD) as ahead:
+            print(list(ahead))
+    except lazyseq.LoaderError as error:
+        print(type(error).__name__, error)
+    """
+)
+
+
+@pytest.mark.parametrize("start_method", [m for m in START_METHODS if m != "fork"])
+def test_spawned_workers_of_a_script_fed_on_stdin_say_why_they_cannot_start(start_method):
+    source = STDIN_SCRIPT.replace("START_METHOD", repr(start_method))
+    done = subprocess.run([sys.executable, "-"], input=source, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
+        f"LoaderError prefetch: worker processes started with {start_method!r} run the main module again from its "
+        "file, but it came from '<stdin>', which is not a file they can read; save the script to a file, or use "
+        "start_method='fork' or method='thread'"
+    )
+    fork = subprocess.run([sys.executable, "-"], input=STDIN_SCRIPT.replace("START_METHOD", "'fork'"),
+                          capture_output=True, text=True, timeout=120)
+    assert fork.stdout.strip() == "[0, 2, 4, 6, 8, 10, 12, 14, 16, 18]"
+
+
+def fail_to_unpickle():
+    raise SystemExit(1)
+
+
+class DiesWhenUnpickled:
+    """A job part that ends the worker process while it is being unpickled, before the worker is ready."""
+
+    def __reduce__(self):
+        return (fail_to_unpickle, ())
+
+
+def test_a_worker_that_dies_while_starting_says_so_and_where_its_output_went():
+    broken = lazyseq.smap(lambda x, part=DiesWhenUnpickled(): x, range(4))
+    with lazyseq.prefetch(broken, nworkers=1, method="process", start_method="spawn") as ahead:
+        with pytest.raises(lazyseq.LoaderError) as raised:
+            ahead[0]
+    message = str(raised.value)
+    assert "start_hook failed" in message or (
+        "while starting, before it could compute anything; what it printed (the cause, usually a traceback) "
+        "went to the standard error of this process" in message
+    )
