@@ -1,6 +1,5 @@
 """Functions for loader tests. They live in a module of their own so that spawned workers can import them."""
 
-import functools
 import os
 import signal
 import threading
@@ -10,10 +9,11 @@ import numpy as np
 
 import lazyseq
 
-# The loader tests are about the workers themselves: with these, every item goes to them, however cheap
-# (tests/test_item_cost.py covers the items that a loader computes in the reader).
-prefetch = functools.partial(lazyseq.prefetch, inline_below=0)
-load_buffers = functools.partial(lazyseq.load_buffers, inline_below=0)
+# The loader suites run with the default settings (processes compute every item in their workers; threads
+# compute cheap items in the reader, see tests/test_item_cost.py); a test about worker threads themselves says
+# inline_below=0.
+prefetch = lazyseq.prefetch
+load_buffers = lazyseq.load_buffers
 
 
 def square(x):

@@ -132,7 +132,7 @@ def test_iteration_resumes_from_a_saved_state(method):
 
 
 def test_slices_and_batches_of_a_prefetched_view_read_through_its_workers():
-    with prefetch(lazyseq.smap(square, range(100)), nworkers=2) as ahead:
+    with prefetch(lazyseq.smap(square, range(100)), nworkers=2, inline_below=0) as ahead:  # cheap: force workers
         assert list(ahead[90:95]) == [x * x for x in range(90, 95)]
         assert list(ahead[::-30]) == [99**2, 69**2, 39**2, 9**2]
         np.testing.assert_array_equal(ahead.batch(8)[-1], [x * x for x in range(96, 100)])
@@ -219,7 +219,7 @@ def test_random_nested_results_arrive_intact(items, workers):
 
 
 def test_a_prefetched_view_inside_a_forked_worker_starts_workers_of_its_own():
-    inner = prefetch(lazyseq.smap(square, range(20)), nworkers=1)
+    inner = prefetch(lazyseq.smap(square, range(20)), nworkers=1, inline_below=0)
     assert inner[0] == 0  # its thread runs in this process
     outer = lazyseq.smap(lambda i: inner[i] + 1, range(20))
     with prefetch(outer, nworkers=2, method="process", start_method="fork") as ahead:

@@ -200,24 +200,37 @@ def test_spawned_workers_of_a_script_fed_on_stdin_say_why_they_cannot_start(star
     assert fork.stdout.strip() == "[0, 2, 4, 6, 8, 10, 12, 14, 16, 18]"
 
 
-def fail_to_unpickle():
-    raise SystemExit(1)
-
-
-class DiesWhenUnpickled:
-    """A job part that ends the worker process while it is being unpickled, before the worker is ready."""
+class FailsWhenUnpickled:
+    """A part of a pipeline that raises as a spawned worker unpickles it."""
 
     def __reduce__(self):
-        return (fail_to_unpickle, ())
+        return (int, ("not a number",))
 
 
-def test_a_worker_that_dies_while_starting_says_so_and_where_its_output_went():
-    broken = lazyseq.smap(lambda x, part=DiesWhenUnpickled(): x, range(4))
+class ExitsWhenUnpickled:
+    """A part of a pipeline that ends the worker process as it is unpickled, before the worker is ready."""
+
+    def __reduce__(self):
+        return (os._exit, (1,))
+
+
+def test_a_worker_that_fails_to_start_says_what_failed():
+    part = FailsWhenUnpickled()
+    broken = lazyseq.smap(lambda x: (part, x)[1], range(4))
     with lazyseq.prefetch(broken, nworkers=1, method="process", start_method="spawn") as ahead:
         with pytest.raises(lazyseq.LoaderError) as raised:
             ahead[0]
-    message = str(raised.value)
-    assert "start_hook failed" in message or (
-        "while starting, before it could compute anything; what it printed (the cause, usually a traceback) "
-        "went to the standard error of this process" in message
+    assert str(raised.value) == "prefetch: worker process 0 could not start: unpickling the pipeline failed"
+    assert type(raised.value.__cause__) is ValueError
+
+
+def test_a_worker_that_dies_while_starting_says_so_and_where_its_output_went():
+    part = ExitsWhenUnpickled()
+    broken = lazyseq.smap(lambda x: (part, x)[1], range(4))
+    with lazyseq.prefetch(broken, nworkers=1, method="process", start_method="spawn") as ahead:
+        with pytest.raises(lazyseq.WorkerDied) as raised:
+            ahead[0]
+    assert str(raised.value).endswith(
+        "died with exit code 1 while starting, before it could compute anything; what it printed (the cause, "
+        "usually a traceback) went to the standard error of this process"
     )

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from ..nested import map_leaves
 from ..views.errors import REMOTE_CHAIN, EvaluationError, seterr
 from .engine import Engine
 from .jobs import CallFunction
@@ -91,7 +92,7 @@ class BufferLoader(Iterator):
         value = done.value
         self._check_shape(value, number)
         if self._copy:
-            value = _copied(value)
+            value = map_leaves(np.copy, value)
         return value
 
     def _check_shape(self, batch: Any, number: int) -> None:
@@ -131,18 +132,6 @@ def _raise_failure(error: BaseException, number: int):
         error.add_note(f"while computing {where}")
         raise error
     raise EvaluationError(f"failed to compute {where}: {type(error).__name__}: {error}") from error
-
-
-def _copied(batch: Any) -> Any:
-    if type(batch) is np.ndarray:
-        return batch.copy()
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
-        return type(batch)(*(_copied(x) for x in batch))
-    if isinstance(batch, (tuple, list)):
-        return type(batch)(_copied(x) for x in batch)
-    if isinstance(batch, dict):
-        return {k: _copied(v) for k, v in batch.items()}
-    return batch
 
 
 def load_buffers(

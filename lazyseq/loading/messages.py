@@ -3,7 +3,7 @@
 Consumer to worker: :class:`RunTasks` (tasks to compute, in order),
 :class:`UseSlots` (the shared-memory pool; its file descriptor follows on the
 connection), :class:`Stop`. Worker to consumer: :class:`Ready` once started,
-:class:`HookFailed` if starting failed, then one of :class:`SharedResult`,
+:class:`StartFailed` if starting failed, then one of :class:`SharedResult`,
 :class:`PickledResult` or :class:`TaskFailed` per task. All travel pickled
 (plain pickle, protocol 5) over the worker's own pipe.
 
@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 __all__ = [
     "CapturedError",
-    "HookFailed",
+    "StartFailed",
     "PickledResult",
     "Ready",
     "RunTasks",
@@ -76,8 +76,9 @@ class Ready(NamedTuple):
     pid: int
 
 
-class HookFailed(NamedTuple):
+class StartFailed(NamedTuple):
     worker: int
+    stage: str  # what failed: "unpickling the pipeline", "start_hook"
     error: CapturedError
 
 

@@ -28,11 +28,11 @@ from .backends import Done
 from .failures import LoaderError, WorkerDied, exit_description, restore
 from .item_cost import ItemCost
 from .messages import (
-    HookFailed,
     PickledResult,
     Ready,
     RunTasks,
     SharedResult,
+    StartFailed,
     Stop,
     Task,
     UseSlots,
@@ -250,10 +250,12 @@ class ProcessWorkers:
         if kind is Ready:
             self._started.add(k)
             return
-        if kind is HookFailed:
+        if kind is StartFailed:
             error = restore(message.error, f"worker process {k}")
             self.close()
-            raise LoaderError(f"{self._owner}: start_hook failed in worker process {k}") from error
+            if message.stage == "start_hook":
+                raise LoaderError(f"{self._owner}: start_hook failed in worker process {k}") from error
+            raise LoaderError(f"{self._owner}: worker process {k} could not start: {message.stage} failed") from error
         task, slot = message.task, message.slot
         self._busy[k].discard(task)
         if kind is SharedResult:

@@ -20,7 +20,7 @@ from multiprocessing.reduction import recv_handle
 from time import perf_counter
 
 from .failures import capture
-from .messages import HookFailed, PickledResult, Ready, RunTasks, SharedResult, Stop, TaskFailed, UseSlots, WorkerStart
+from .messages import PickledResult, Ready, RunTasks, SharedResult, StartFailed, Stop, TaskFailed, UseSlots, WorkerStart
 from .seeding import seed_this_worker
 from .shared_slots import WorkerSlots
 from .structure import flatten, layout_of, place_in_slot
@@ -52,15 +52,17 @@ def run_worker(conn, start: WorkerStart) -> None:
     _limit_blas_threads(start.blas_threads)
     seed_this_worker(start.seed, start.index)
     job, start_hook = start.job, start.start_hook
+    stage = "unpickling the pipeline"
     try:
         if isinstance(job, bytes):
             job = pickle.loads(job)
         if isinstance(start_hook, bytes):
             start_hook = pickle.loads(start_hook)
+        stage = "start_hook"
         if start_hook is not None:
             start_hook(start.index)
     except BaseException as error:
-        conn.send_bytes(dumps(HookFailed(start.index, capture(error))))
+        conn.send_bytes(dumps(StartFailed(start.index, stage, capture(error))))
         return
     conn.send_bytes(dumps(Ready(start.index, os.getpid())))
     slots = None
