@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from .loading.options import Method
 from .nested import describe, flatten, rebuild, skeleton_key
 from .progress import progress_bar
 from .views.sources import as_view
@@ -26,7 +27,7 @@ def evaluate(
     *,
     out: Any = None,
     nworkers: int = 0,
-    method: str = "thread",
+    method: Method = "thread",
     max_buffered: int = 4,
     progress: bool | None = None,
     description: str = "evaluate",

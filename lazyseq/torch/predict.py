@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from ..evaluate import evaluate
+from ..loading.options import Method
 from .device import to_device
 
 __all__ = ["predict"]
@@ -36,7 +37,7 @@ def predict(
     *,
     device: str | torch.device = "cpu",
     nworkers: int = 0,
-    method: str = "thread",
+    method: Method = "thread",
     out: Any = None,
     progress: bool | None = None,
 ) -> Any:
