@@ -94,3 +94,12 @@ def blas_threads(_):
     from threadpoolctl import threadpool_info
 
     return sorted({pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"})
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, ended but not reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -12,6 +12,7 @@ import time
 import pytest
 from loader_helpers import (
     Unpicklable,
+    alive,
     die_on,
     fail_on_seven,
     prefetch,
@@ -165,14 +166,7 @@ def test_workers_exit_when_the_parent_is_killed(start_method, tmp_path):
         parent.kill()
         parent.wait()
     deadline = time.monotonic() + 10
-    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)  # polling an outside condition, with a deadline
-    assert not any(_alive(pid) for pid in pids)
+    assert not any(alive(pid) for pid in pids)
 
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(") ")[1][0] != "Z"
-    except FileNotFoundError:
-        return False

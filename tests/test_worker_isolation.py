@@ -11,7 +11,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from loader_helpers import die_on
+from loader_helpers import alive, die_on
 
 import lazyseq
 from lazyseq.loading.seeding import worker_states
@@ -111,19 +111,11 @@ def test_a_loader_inherited_by_a_forked_worker_is_not_closed_there():
         with lazyseq.prefetch(items, nworkers=2, method="process", start_method="fork", inline_below=0) as other:
             assert list(other) == [0, 1, 2, 3]
         # the first loader's workers were not stopped by the children (they held copies of its pipes)
-        assert all(_running(pid) for pid in pids)
+        assert all(alive(pid) for pid in pids)
     finally:
         gc.enable()
     gc.collect()
     assert multiprocessing.active_children() == []
-
-
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(") ")[1][0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 STRAY_SCRIPT = textwrap.dedent(
