@@ -1,23 +1,32 @@
 """How fast lazyseq's background loaders are, next to seqtools 1.4.1, torch's DataLoader and plain loops.
 
     python benchmarks/bench_loading.py            # a few minutes
-    python benchmarks/bench_loading.py --quick    # under a minute: a smoke test, numbers too rough to quote
+    python benchmarks/bench_loading.py --quick    # about a minute: a smoke test, numbers too rough to quote
     python benchmarks/bench_loading.py --only 3   # one workload
 
-Every tool gets 2 workers and 10 items in flight. As in ``bench_views.py``,
-every comparison is a ratio of timings taken in the same run, the contenders
-taking turns (see :func:`measure`); a loader is started, read and stopped in
-each timed run, but the time to stop it is not counted. Five workloads:
+Every tool gets 2 workers and 10 items in flight, and lazyseq's loaders their
+default settings unless a row says otherwise. As in ``bench_views.py``, every
+comparison is a ratio of timings taken in the same run, the contenders taking
+turns (see :func:`loader_timing.measure`). Every timing is of whole runs as a
+user waits for them: from creating the loader to consuming its last batch, the
+start-up of its workers included; the time to stop the loader afterwards is
+not counted. Each contender first runs once untimed, so that files are paged in
+and modules imported, which a program pays for once, not per loader. Five
+workloads:
 
 1. loader-bound: random batches of 256 rows from 18,000 x 248 float64 samples
    in four memory-mapped ``.npy`` files, read by a consumer that does nothing;
 2. a training loop: ``GaussianNB.partial_fit`` on random batches of 64, where
    a good loader costs the consumer (almost) nothing;
 3. a costly per-sample transform, pure Python (holds the GIL: processes) or
-   numpy (releases it: threads): speedup over reading synchronously;
-4. overlap: producer and consumer each take 5 ms a batch, so a loader that
-   overlaps them perfectly takes as long as the consumer alone;
-5. time from creating a loader to holding its first batch.
+   numpy (releases it: threads): speedup over reading synchronously, next to
+   two workers that split the batches with no loader at all;
+4. overlap: producer and consumer each take 5 ms a batch (both sleep), 300
+   batches. The ideal is one producer step plus 300 consumer steps: the first
+   batch cannot be consumed before it is made, and from then on two workers,
+   each making a batch in 5 ms, keep ahead of a consumer taking 5 ms a batch,
+   so it never waits;
+5. time from creating a loader to holding its first batch: the start-up itself.
 """
 
 from __future__ import annotations
@@ -54,6 +63,7 @@ from common import (
     write_samples,
 )
 from loader_timing import (
+    WHOLE_RUNS,
     Loader,
     first_batches,
     load,
@@ -76,7 +86,7 @@ FIT_BATCH = 64
 TRANSFORM_BATCH = 32
 SAMPLE_SECONDS = 1e-3  # cost of the per-sample transform in workload 3
 STEP_SECONDS = 5e-3  # producer and consumer cost per batch in workload 4
-SKIP_BATCHES = 3  # workload 4 is timed after these
+OPT_IN_INLINE = 0.00025  # inline_below that opts processes into computing cheap items in the reader
 
 
 @dataclass(frozen=True)
@@ -90,10 +100,11 @@ class Settings:
 
 
 FULL = Settings(
-    repeats=5, loader_batches=5_000, fit_steps=4_000, transform_batches=40, overlap_batches=100, first_batch_repeats=7
+    repeats=5, loader_batches=5_000, fit_steps=4_000, transform_batches=40, overlap_batches=300, first_batch_repeats=7
 )
+# Workload 4 keeps its 300 batches (about 1.5 s a run): with fewer, its ratio to the ideal would weigh start-up more.
 QUICK = Settings(
-    repeats=1, loader_batches=300, fit_steps=300, transform_batches=8, overlap_batches=40, first_batch_repeats=2
+    repeats=1, loader_batches=300, fit_steps=300, transform_batches=8, overlap_batches=300, first_batch_repeats=2
 )
 
 
@@ -169,6 +180,8 @@ class MapBatches:
 
 # -- 1. loader-bound: random batches from memory maps --------------------------------------
 
+OPT_IN = f"lazyseq prefetch processes, inline_below={OPT_IN_INLINE}"
+
 
 def bench_loader_bound(paths: list[str], settings: Settings) -> list[Result]:
     n = settings.loader_batches
@@ -192,6 +205,7 @@ def bench_loader_bound(paths: list[str], settings: Settings) -> list[Result]:
         "lazyseq synchronous": lambda k: plain(view(k)),
         "lazyseq prefetch threads": lambda k: lazyseq_prefetch(view(k), "thread"),
         "lazyseq prefetch processes": lambda k: lazyseq_prefetch(view(k), "process"),
+        OPT_IN: lambda k: lazyseq_prefetch(view(k), "process", inline_below=OPT_IN_INLINE),
         "seqtools prefetch threads": lambda k: seqtools_prefetch(seqtools_view(k), "thread"),
         "seqtools prefetch processes": lambda k: seqtools_prefetch(
             seqtools_view(k), "process", seqtools_shm_size(batch_bytes)
@@ -210,7 +224,9 @@ def bench_loader_bound(paths: list[str], settings: Settings) -> list[Result]:
     spec = "" if n >= 20_000 else f" ({n:,} rather than 20,000 per run, to keep the whole run short)"
     print_timings(
         f"1. Loader-bound{spec}: {n:,} random batches of {LOADER_BATCH} x {WIDTH} float64 from memory maps, "
-        "consumer does nothing",
+        "consumer does nothing; whole runs, start-up included. lazyseq with its defaults: processes compute "
+        f"every batch in a worker, threads compute batches under 0.25 ms in the reader; '{OPT_IN}' opts "
+        "processes into that too",
         timings,
         "batch",
         speed,
@@ -248,8 +264,8 @@ def bench_loader_bound(paths: list[str], settings: Settings) -> list[Result]:
             ),
         ]
     torch_best = min(timings["torch DataLoader"].best, timings["torch DataLoader, tensors"].best)
-    lazy = timings["lazyseq prefetch processes"]
-    results.append(
+    lazy, opted = timings["lazyseq prefetch processes"], timings[OPT_IN]
+    results += [
         Result(
             "1. loader-bound, processes vs torch DataLoader",
             f"{batch_bytes / lazy.best / 1e9:.2f} GB/s",
@@ -257,8 +273,16 @@ def bench_loader_bound(paths: list[str], settings: Settings) -> list[Result]:
             f"{torch_best / lazy.best:.2f}",
             "-",
             None,
-        )
-    )
+        ),
+        Result(
+            f"1. loader-bound, processes with inline_below={OPT_IN_INLINE} vs synchronous",
+            f"{batch_bytes / opted.best / 1e9:.2f} GB/s",
+            f"sync {batch_bytes / sync.best / 1e9:.2f} GB/s",
+            f"{sync.best / opted.best:.2f}",
+            "-",
+            None,
+        ),
+    ]
     return results
 
 
@@ -266,7 +290,10 @@ def bench_loader_bound(paths: list[str], settings: Settings) -> list[Result]:
 
 
 class RandomBatches:
-    """``func`` for load_buffers: a batch of ``size`` samples drawn at random with ``np.random``."""
+    """``func`` for load_buffers: a batch of ``size`` samples drawn at random with ``np.random``.
+
+    Worker processes reseed ``np.random`` from the loader's ``seed``, so no two of them draw the same batches.
+    """
 
     def __init__(self, samples, size: int) -> None:
         self.samples, self.size = samples, size
@@ -276,15 +303,9 @@ class RandomBatches:
         return self.samples.gather(picks).batch(self.size)[0]
 
 
-def seed_worker(index: int) -> None:
-    np.random.seed(1000 + index)  # forked workers would otherwise draw the same batches
-
-
 @contextlib.contextmanager
 def lazyseq_buffers(func, method: str, steps: int) -> Iterator[Iterable]:
-    with lazyseq.load_buffers(
-        func, max_cached=IN_FLIGHT, nworkers=WORKERS, method=method, start_hook=seed_worker
-    ) as batches:
+    with lazyseq.load_buffers(func, max_cached=IN_FLIGHT, nworkers=WORKERS, method=method, seed=0) as batches:
         yield itertools.islice(batches, steps)
 
 
@@ -559,15 +580,16 @@ def bench_overlap(settings: Settings) -> list[Result]:
         ),
         "torch DataLoader": lambda k: consumed(torch_loader(SlowBatches(k), batch_size=None)),
     }
-    # Timed from the third batch on: a loader may start its workers only once it has timed its first item
-    # (lazyseq's do), so start-up (workload 5) can reach past the first batch.
-    timings = measure(loaders, n, settings.repeats, warm_units=3, skip=SKIP_BATCHES)
-    # The ideal, max(producer, consumer) x batches, from the costs as measured: time.sleep overshoots a little.
-    ideal = max(timings["producer alone"].best, timings["consumer alone"].best)
+    timings = measure(loaders, n, settings.repeats, warm_units=3)
+    # The ideal whole run: the first batch cannot be consumed before one producer step has made it; from then
+    # on the consumer never waits, as 2 workers make a batch every 2.5 ms. From the costs as measured, since
+    # time.sleep overshoots a little.
+    producer, consumer = timings["producer alone"].best, timings["consumer alone"].best
+    ideal = producer / n + consumer
     print_timings(
         f"4. Overlap: producer {STEP_SECONDS * 1e3:.0f} ms a batch, consumer {STEP_SECONDS * 1e3:.0f} ms "
-        f"(both sleep), {n - SKIP_BATCHES} batches timed after the first {SKIP_BATCHES} (start-up is workload 5); "
-        f"ideal max(producer, consumer) = {ms(ideal)} a batch",
+        f"(both sleep), whole runs of {n} batches, start-up included; ideal = one producer step + {n} consumer "
+        f"steps = {ms(ideal * n)} a run, {ms(ideal)} a batch",
         timings,
         "batch",
         lambda t: f"{t.best / ideal:.3f} x ideal",
@@ -577,7 +599,7 @@ def bench_overlap(settings: Settings) -> list[Result]:
         lazy, other = timings[f"lazyseq prefetch {method}"], timings[reference]
         results.append(
             Result(
-                f"4. overlap 5 ms + 5 ms, {method}",
+                f"4. overlap 5 ms + 5 ms, {n} batches, {method}",
                 f"{lazy.best / ideal:.3f} x ideal",
                 f"{reference.split()[0]} {other.best / ideal:.3f} x ideal",
                 f"{lazy.best / ideal:.3f}",
@@ -612,13 +634,11 @@ def bench_first_batch(paths: list[str], settings: Settings) -> list[Result]:
     seqtools_view = seqtools.batch(seqtools.gather(seqtools.concatenate(maps), order), LOADER_BATCH, collate_fn=stack)
     batch_bytes = LOADER_BATCH * WIDTH * 8
     loaders: dict[str, Loader] = {
-        # inline_below=0: the first batch comes from a worker (by default a batch this cheap is read by the
-        # reader itself, and no worker starts at all)
-        "lazyseq prefetch threads": lambda k: lazyseq_prefetch(view, "thread", inline_below=0),
-        "lazyseq prefetch processes": lambda k: lazyseq_prefetch(view, "process", inline_below=0),
-        "lazyseq prefetch processes, spawn": lambda k: lazyseq_prefetch(
-            view, "process", start_method="spawn", inline_below=0
-        ),
+        # Threads need inline_below=0 for the first batch to come from a worker: by default a batch this cheap
+        # is read by the reader itself, and no worker starts at all. Processes compute every batch in a worker.
+        "lazyseq prefetch threads, inline_below=0": lambda k: lazyseq_prefetch(view, "thread", inline_below=0),
+        "lazyseq prefetch processes": lambda k: lazyseq_prefetch(view, "process"),
+        "lazyseq prefetch processes, spawn": lambda k: lazyseq_prefetch(view, "process", start_method="spawn"),
         "seqtools prefetch threads": lambda k: seqtools_prefetch(seqtools_view, "thread"),
         "seqtools prefetch processes": lambda k: seqtools_prefetch(
             seqtools_view, "process", seqtools_shm_size(batch_bytes)
@@ -640,7 +660,7 @@ def bench_first_batch(paths: list[str], settings: Settings) -> list[Result]:
         timings,
         "start",
     )
-    threads, processes = timings["lazyseq prefetch threads"], timings["lazyseq prefetch processes"]
+    threads, processes = timings["lazyseq prefetch threads, inline_below=0"], timings["lazyseq prefetch processes"]
     spawned = timings["lazyseq prefetch processes, spawn"]
     return [
         Result(
@@ -693,6 +713,7 @@ def main() -> None:
         f"{WORKERS} workers and {IN_FLIGHT} batches in flight for every loader; {settings.repeats} repeats per "
         "timing, contenders taking turns; ratios use the best repeat"
     )
+    print(f"In workloads 1 to 4, {WHOLE_RUNS}; workload 5 times the start-up alone")
     print(f"load average before: {load()}")
     started = time.perf_counter()
     results: list[Result] = []

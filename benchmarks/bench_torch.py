@@ -4,8 +4,10 @@
     python benchmarks/bench_torch.py --quick    # under a minute: a smoke test, numbers too rough to quote
 
 As in ``bench_loading.py``, every comparison is a ratio of timings taken in the
-same run, the contenders taking turns repeat after repeat; a loader is
-started, read and stopped in each timed run (stopping is not counted). Both
+same run, the contenders taking turns repeat after repeat, and each timing is
+of whole runs: from creating the loader to consuming its last batch, the
+start-up of its workers included, stopping it not counted (each contender
+first runs once untimed, so that files are paged in and modules imported). Both
 workloads read samples from four memory-mapped ``.npy`` files (18,000 x 248),
 in an order fixed in advance, so that every contender gets the same batches
 (checked before timing):
@@ -40,6 +42,7 @@ import numpy as np
 import torch
 from common import N_CLASSES, WIDTH, Result, Timing, check_same_heads, write_samples
 from loader_timing import (
+    WHOLE_RUNS,
     Loader,
     first_batches,
     load,
@@ -321,6 +324,7 @@ def main() -> None:
         f"numpy {np.__version__}, {os.cpu_count()} cores"
     )
     print(f"{settings.repeats} repeats per timing, contenders taking turns; ratios use the best repeat")
+    print(f"In both workloads, {WHOLE_RUNS}")
     print(f"load average before: {load()}")
     started = time.perf_counter()
     results: list[Result] = []

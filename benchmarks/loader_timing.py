@@ -20,24 +20,28 @@ from common import Result, Timing, summary, table
 Loader = Callable[[int], ContextManager[Iterable]]  # opens a loader of n batches; closing it stops its workers
 
 
-def run_through(
-    open_loader: Loader, units: int, consume: Callable[[Any], object] | None = None, skip: int = 0
-) -> float:
-    """Seconds from opening the loader to having consumed its ``units`` batches (stopping it is not counted).
+WHOLE_RUNS = (
+    "every timed run is a whole run, from creating the loader to consuming its last batch (stopping it is not "
+    "counted), after one untimed run per contender (files paged in, modules imported: once per program)"
+)
 
-    ``skip > 0`` starts the clock once that many batches have been consumed instead (timing the other
-    ``units - skip``), leaving the start-up of workers out.
+
+def run_through(open_loader: Loader, units: int, consume: Callable[[Any], object] | None = None) -> float:
+    """Seconds from creating the loader to having consumed its ``units``-th batch: the run a user waits for.
+
+    Starting the workers is counted; stopping them is not. The clock stops at the last batch rather than when
+    the loader runs out, since some loaders (torch's) stop their workers on being read past the end.
     """
+    batch = None
     start = time.perf_counter()
     with open_loader(units) as batches:
-        batch = None
         for count, batch in enumerate(batches, start=1):
             if consume is not None:
                 consume(batch)
-            if count == skip:
-                start = time.perf_counter()
-        del batch
+            if count == units:
+                break
         elapsed = time.perf_counter() - start
+        del batch
     del batches
     gc.collect()  # now: a loader left in a reference cycle would be inherited by the next forked worker
     return elapsed
@@ -49,9 +53,12 @@ def measure(
     repeats: int,
     consume: Callable[[Any], object] | None = None,
     warm_units: int = 20,
-    skip: int = 0,
 ) -> dict[str, Timing]:
-    """Time each loader reading ``units`` batches, ``repeats`` times; seconds per unit.
+    """Time each loader's whole run of ``units`` batches (see :func:`run_through`), ``repeats`` times; seconds per unit.
+
+    Before the timed runs, each contender runs once untimed over ``warm_units`` batches: the files are paged in
+    and this process imports what its workers need, costs a program pays once rather than per loader. Every
+    timed run then starts its loader afresh, so the start-up of workers is in every timing.
 
     The contenders take turns, repeat after repeat, so that a slow spell of a
     shared machine slows them all rather than whichever ran during it. Garbage
@@ -59,11 +66,11 @@ def measure(
     collection follows every timed run.
     """
     for open_loader in loaders.values():
-        run_through(open_loader, min(units, warm_units), consume)  # page the maps in, import what workers need
+        run_through(open_loader, min(units, warm_units), consume)
     samples: dict[str, list[float]] = {name: [] for name in loaders}
     for _ in range(repeats):
         for name, open_loader in loaders.items():
-            samples[name].append(run_through(open_loader, units, consume, skip) / (units - skip))
+            samples[name].append(run_through(open_loader, units, consume) / units)
     return {name: Timing(min(times), statistics.median(times)) for name, times in samples.items()}
 
 
