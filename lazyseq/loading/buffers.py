@@ -11,6 +11,7 @@ import numpy as np
 
 from ..nested import map_leaves
 from ..views.errors import REMOTE_CHAIN, EvaluationError, seterr
+from .backends import Done
 from .engine import Engine
 from .jobs import CallFunction
 from .options import LoaderOptions, Method, StartMethod, positive
@@ -71,8 +72,11 @@ class BufferLoader(Iterator):
             engine = self._engine
             try:
                 if engine.inline and not engine.ready and not engine.pending:
-                    first = engine.cost.count == 0
-                    done = engine.compute_here(next(self._tasks), None, self._upcoming if first else None)
+                    task = next(self._tasks)
+                    try:
+                        done = Done(task, "ok", engine.compute_here(None, None if engine.cost.count else self._upcoming))
+                    except Exception as error:
+                        done = Done(task, "error", error)
                 else:
                     if not engine.ready and not engine.pending:
                         self._refill()

@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import functools
 import os
-import time
 import weakref
 from collections.abc import Callable, Hashable, Iterable
 from contextlib import contextmanager
+from time import perf_counter
 from typing import Any
 
 from .backends import DeferredWorkers, Done, start_workers
@@ -40,6 +40,15 @@ from .seeding import base_seed
 __all__ = ["Engine"]
 
 POLL_SECONDS = 0.5  # how often a wait checks that the workers are alive
+
+_forks = [0]  # how many forks led to this process: an engine made before a fork belongs to the parent
+
+
+def _forked() -> None:
+    _forks[0] += 1
+
+
+os.register_at_fork(after_in_child=_forked)
 
 Refill = Callable[[], None]
 
@@ -73,6 +82,8 @@ class Engine:
     ) -> None:
         self.options = options
         self.pid = os.getpid()
+        self._generation = _forks[0]
+        self.closed = False
         self.cost = ItemCost(options.inline_below) if options.inline_below else None
         launch = functools.partial(
             start_workers,
@@ -97,8 +108,9 @@ class Engine:
     # -- state -------------------------------------------------------------------
 
     @property
-    def closed(self) -> bool:
-        return self.workers.closed
+    def inherited(self) -> bool:
+        """Whether this process is a fork of the one that made the engine (whose workers are not ours)."""
+        return self._generation != _forks[0]
 
     @property
     def started(self) -> bool:
@@ -147,31 +159,35 @@ class Engine:
 
     # -- computing in the reader ---------------------------------------------------
 
-    def compute_here(self, task: Hashable, arg: Any, ahead: Callable[[], list] | None = None) -> Done:
+    def compute_here(self, arg: Any, ahead: Callable[[], list] | None = None) -> Any:
         """``job(arg)`` computed in the reader's thread and timed: items this cheap are not worth a worker.
 
-        For the first item with worker threads, ``ahead()`` (called from a timer
-        thread, if the item runs long) names the tasks to start them on.
+        An exception from ``job`` propagates. For the first item with worker
+        threads, ``ahead()`` (called from a timer thread, if the item runs long)
+        names the tasks to start them on.
         """
-        with self._closing_on_failure():
-            cost = self.cost
-            if cost.count == 0 and ahead is not None and self.options.method == "thread":
+        cost = self.cost
+        if cost.count == 0 and ahead is not None and self.options.method == "thread":
+            with self._closing_on_failure():
                 try:
                     with start_if_slow(FIRST_ONLY_ABOVE * cost.inline_below, functools.partial(self._send, ahead)):
-                        return self._timed(task, arg)
+                        return self._timed(arg)
                 finally:  # whatever the item gave: the tasks sent are on their way
                     sent, self._sent = self._sent, []
                     self.pending.update(t for t, _ in sent)
-            return self._timed(task, arg)
+        return self._timed(arg)
 
-    def _timed(self, task: Hashable, arg: Any) -> Done:
-        began = time.perf_counter()
+    def _timed(self, arg: Any) -> Any:
+        began = perf_counter()
         try:
             value = self._job(arg)
-        except Exception as error:
-            return Done(task, "error", error)
-        self.cost.add(time.perf_counter() - began)
-        return Done(task, "ok", value)
+        except Exception:
+            raise
+        except BaseException:  # KeyboardInterrupt and the like: stop everything now
+            self.close()
+            raise
+        self.cost.add(perf_counter() - began)
+        return value
 
     def _send(self, ahead: Callable[[], list]) -> None:
         """From the timer thread: only the workers are touched here, the reader records what was sent."""
@@ -236,6 +252,7 @@ class Engine:
 
     def close(self) -> None:
         """Stop the workers and forget every result; idempotent."""
+        self.closed = True
         self.ready.clear()
         self.pending.clear()
         self.cancelled.clear()

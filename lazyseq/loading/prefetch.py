@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import operator
-import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -84,7 +83,7 @@ class PrefetchView(View):
     def workers_running(self) -> bool:
         """Whether background workers are up: from the first item handed to them until ``close()``."""
         engine = self._engine
-        return engine is not None and engine.pid == os.getpid() and engine.started
+        return engine is not None and not engine.inherited and engine.started
 
     # -- reading ----------------------------------------------------------------
 
@@ -93,21 +92,29 @@ class PrefetchView(View):
             return self._parent._get(i)
         with self._lock:
             engine = self._engine
-            if engine is None or engine.closed or engine.pid != os.getpid():  # not started, failed, or forked
+            if engine is None or engine.closed or engine.inherited:  # not started, failed, or forked
                 engine = self._start()
-            done = self._read(engine, self._order, i)
+            order = self._order
+            if engine.inline and i not in engine.pending and i not in engine.ready:
+                order.read(i)
+                if engine.cost.count:
+                    return engine.compute_here(i)
+                return self._compute_first(engine, order, i)
+            done = self._read(engine, order, i)
         if done.status == "error":
             raise done.value
         return done.value
 
+    @staticmethod
+    def _compute_first(engine: Engine, order: ReadOrder, i: int) -> Any:
+        try:
+            return engine.compute_here(i, functools.partial(order.upcoming, i))
+        finally:
+            if engine.pending:  # the first item ran long: the workers took the next ones
+                order.frontier = max(engine.pending) + 1
+
     def _read(self, engine: Engine, order: ReadOrder, i: int) -> Done:
         steady = order.read(i)
-        if engine.inline and not engine.holds(i):
-            first = engine.cost.count == 0
-            done = engine.compute_here(i, i, functools.partial(order.upcoming, i) if first else None)
-            if first and engine.pending:  # the first item ran long: the workers took the next ones
-                order.frontier = max(engine.pending) + 1
-            return done
         engine.collect_early()
         if not steady or order.frontier is None:
             ahead = order.expected(i) if steady else range(0)
