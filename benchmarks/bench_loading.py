@@ -216,6 +216,8 @@ def bench_loader_bound(paths: list[str], settings: Settings) -> list[Result]:
         ),
     }
     same_batches(loaders)
+    for method, plural in (("thread", "threads"), ("process", "processes")):  # what two cores give, no hand-over
+        loaders[f"two independent {plural}, no loader"] = lambda k, method=method: independent_workers(view(k), method)
     timings = measure(loaders, n, settings.repeats, warm_units=50)
 
     def speed(t: Timing) -> str:
@@ -265,6 +267,18 @@ def bench_loader_bound(paths: list[str], settings: Settings) -> list[Result]:
         ]
     torch_best = min(timings["torch DataLoader"].best, timings["torch DataLoader, tensors"].best)
     lazy, opted = timings["lazyseq prefetch processes"], timings[OPT_IN]
+    for method in ("threads", "processes"):
+        limit = timings[f"two independent {method}, no loader"]
+        results.append(
+            Result(
+                f"1. loader-bound, two independent {method} (no loader) vs synchronous",
+                f"{batch_bytes / limit.best / 1e9:.2f} GB/s",
+                f"sync {batch_bytes / sync.best / 1e9:.2f} GB/s",
+                f"{sync.best / limit.best:.2f}",
+                "-",
+                None,
+            )
+        )
     results += [
         Result(
             "1. loader-bound, processes vs torch DataLoader",

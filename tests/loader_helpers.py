@@ -103,3 +103,10 @@ def alive(pid: int) -> bool:
             return stat.read().split(") ")[1][0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def torch_draw():
+    """A value from torch's global generator, as a training loop's augmentation would draw it."""
+    import torch
+
+    return np.array([torch.rand(1).item()])

@@ -11,7 +11,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from loader_helpers import alive, die_on
+from loader_helpers import alive, die_on, torch_draw
 
 import lazyseq
 from lazyseq.loading.seeding import worker_states
@@ -47,6 +47,15 @@ def test_python_random_is_reseeded_in_each_worker_process_too():
     with lazyseq.load_buffers(python_random_draw, max_cached=4, nworkers=2, method="process") as draws:
         values = [float(next(draws)[0]) for _ in range(200)]
     assert len(set(values)) == 200
+
+
+@pytest.mark.parametrize("start_method", START_METHODS)
+def test_torch_is_reseeded_in_each_worker_process_when_imported(start_method):
+    pytest.importorskip("torch")
+    with lazyseq.load_buffers(torch_draw, max_cached=4, nworkers=2, method="process",
+                              start_method=start_method) as draws:
+        values = [float(next(draws)[0]) for _ in range(100)]
+    assert len(set(values)) == 100
 
 
 def test_a_seed_gives_each_worker_its_own_reproducible_state():

@@ -82,12 +82,10 @@ class BufferLoader(Iterator):
                         self._refill()
                     done = engine.next_done(self._refill)
                 self._refill()
-            except Exception:
+            except BaseException as error:
+                engine.failed(error)
                 if engine.closed:
                     self.close()
-                raise
-            except BaseException:
-                self.close()
                 raise
             number = self._delivered
             self._delivered += 1

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from time import perf_counter
 from typing import Any
 
-from .backends import DeferredWorkers, Done, start_workers
+from .backends import DeferredWorkers, Done, WorkerBackend, start_workers
 from .item_cost import FIRST_ONLY_ABOVE, ItemCost, start_if_slow
 from .options import LoaderOptions
 from .seeding import base_seed
@@ -60,6 +60,8 @@ class Engine:
     picks their random seeds). ``slot_count`` and ``slot_bytes`` size the
     shared-memory pool of process workers (``slot_bytes=0``: from the first
     result); ``task_name`` names a task in messages ("item", "batch").
+    ``launch()`` makes the workers, at the first task sent to them (default:
+    the backend that ``options.method`` names, see :func:`.backends.start_workers`).
 
     >>> from lazyseq.loading.options import LoaderOptions
     >>> engine = Engine(abs, LoaderOptions.check("example", 2, inline_below=0), capacity=4)
@@ -79,13 +81,14 @@ class Engine:
         slot_count: int = 0,
         slot_bytes: int = 0,
         task_name: str = "task",
+        launch: Callable[[], WorkerBackend] | None = None,
     ) -> None:
         self.options = options
         self.pid = os.getpid()
         self._generation = _forks[0]
         self.closed = False
         self.cost = ItemCost(options.inline_below) if options.inline_below else None
-        launch = functools.partial(
+        launch = launch or functools.partial(
             start_workers,
             job,
             options,
@@ -181,10 +184,8 @@ class Engine:
         began = perf_counter()
         try:
             value = self._job(arg)
-        except Exception:
-            raise
-        except BaseException:  # KeyboardInterrupt and the like: stop everything now
-            self.close()
+        except BaseException as error:
+            self.failed(error)
             raise
         self.cost.add(perf_counter() - began)
         return value
@@ -238,16 +239,22 @@ class Engine:
 
     # -- closing -------------------------------------------------------------------
 
+    def failed(self, error: BaseException) -> None:
+        """Close if ``error``, raised while reading, means the loader cannot go on.
+
+        That is a worker that died or a start hook that failed (the workers
+        closed themselves), or KeyboardInterrupt and the like: stop everything
+        now. Loaders call it for any error raised while they read.
+        """
+        if not isinstance(error, Exception) or self.workers.closed:
+            self.close()
+
     @contextmanager
     def _closing_on_failure(self):
         try:
             yield
-        except Exception:
-            if self.workers.closed:  # a worker died, or a start hook failed: nothing more will come
-                self.close()
-            raise
-        except BaseException:  # KeyboardInterrupt and the like: stop everything now
-            self.close()
+        except BaseException as error:
+            self.failed(error)
             raise
 
     def close(self) -> None:

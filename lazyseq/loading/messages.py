@@ -39,6 +39,7 @@ class WorkerStart(NamedTuple):
     job: Any
     start_hook: Any
     blas_threads: int
+    blas_inherited: bool  # whether the consumer set the BLAS limit before starting the worker (see blas_limits)
     seed: int
 
 

@@ -100,7 +100,11 @@ class PrefetchView(View):
                 if engine.cost.count:
                     return engine.compute_here(i)
                 return self._compute_first(engine, order, i)
-            done = self._read(engine, order, i)
+            try:
+                done = self._read(engine, order, i)
+            except BaseException as error:  # an interrupt between two steps of the engine stops it too
+                engine.failed(error)
+                raise
         if done.status == "error":
             raise done.value
         return done.value

@@ -25,6 +25,7 @@ from multiprocessing.reduction import send_handle
 import numpy as np
 
 from .backends import Done
+from .blas_limits import limits_for_workers
 from .failures import LoaderError, WorkerDied, exit_description, restore
 from .item_cost import ItemCost
 from .messages import (
@@ -124,19 +125,20 @@ class ProcessWorkers:
         self._skipped: list[Done] = []  # dropped tasks, reported as such by the next poll
         self._started: set[int] = set()  # workers that said they are ready
         try:
-            for k in range(options.nworkers):
-                mine, theirs = context.Pipe(duplex=True)
-                process = context.Process(
-                    target=run_worker,
-                    args=(theirs, WorkerStart(k, job, start_hook, options.blas_threads, seed)),
-                    name=f"lazyseq-{owner}-{k}",
-                    daemon=True,
-                )
-                process.start()
-                theirs.close()
-                self._conns.append(mine)
-                self._processes.append(process)
-                self._busy.append(set())
+            with limits_for_workers(context.get_start_method(), options.blas_threads) as inherited:
+                for k in range(options.nworkers):
+                    mine, theirs = context.Pipe(duplex=True)
+                    process = context.Process(
+                        target=run_worker,
+                        args=(theirs, WorkerStart(k, job, start_hook, options.blas_threads, inherited, seed)),
+                        name=f"lazyseq-{owner}-{k}",
+                        daemon=True,
+                    )
+                    process.start()
+                    theirs.close()
+                    self._conns.append(mine)
+                    self._processes.append(process)
+                    self._busy.append(set())
         except BaseException:
             self.close()
             raise

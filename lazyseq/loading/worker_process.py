@@ -19,6 +19,7 @@ import time
 from multiprocessing.reduction import recv_handle
 from time import perf_counter
 
+from .blas_limits import limit_in_worker
 from .failures import capture
 from .messages import PickledResult, Ready, RunTasks, SharedResult, StartFailed, Stop, TaskFailed, UseSlots, WorkerStart
 from .seeding import seed_this_worker
@@ -27,14 +28,6 @@ from .structure import flatten, layout_of, place_in_slot
 
 __all__ = ["run_worker"]
 
-BLAS_VARIABLES = (
-    "OMP_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "BLIS_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS",
-    "NUMEXPR_NUM_THREADS",
-)
 PARENT_CHECK_SECONDS = 0.25
 NICENESS = 10
 loads = pickle.loads
@@ -49,15 +42,16 @@ def run_worker(conn, start: WorkerStart) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _lower_priority()
     _exit_with_parent()
-    _limit_blas_threads(start.blas_threads)
-    seed_this_worker(start.seed, start.index)
     job, start_hook = start.job, start.start_hook
-    stage = "unpickling the pipeline"
+    stage = "limiting BLAS threads"
     try:
+        limit_in_worker(start.blas_threads, start.blas_inherited)
+        stage = "unpickling the pipeline"
         if isinstance(job, bytes):
             job = pickle.loads(job)
         if isinstance(start_hook, bytes):
             start_hook = pickle.loads(start_hook)
+        seed_this_worker(start.seed, start.index)  # after unpickling, which may import torch; before the hook
         stage = "start_hook"
         if start_hook is not None:
             start_hook(start.index)
@@ -128,13 +122,3 @@ def _exit_with_parent() -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="lazyseq-parent-watch", daemon=True).start()
-
-
-def _limit_blas_threads(count: int) -> None:
-    for name in BLAS_VARIABLES:  # read by BLAS libraries that are loaded from now on
-        os.environ[name] = str(count)
-    try:  # and for those already loaded (always the case after fork)
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        return
-    threadpool_limits(limits=count)

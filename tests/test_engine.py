@@ -1,0 +1,114 @@
+"""The loader engine, driven through the worker protocol by a backend written here: any backend that keeps the
+protocol of lazyseq.loading.backends works, without a change to the engine."""
+
+import pytest
+
+from lazyseq.loading.backends import Done
+from lazyseq.loading.engine import Engine
+from lazyseq.loading.options import LoaderOptions
+
+
+class ManualBackend:
+    """Computes a task only when the test says so, in any order: results arrive as a remote service's would."""
+
+    feeds_on_poll = False
+
+    def __init__(self, job):
+        self.job = job
+        self.closed = False
+        self.queued = {}  # task -> arg
+        self.finished = []
+        self.cancelled = set()
+        self.log = []
+
+    def submit_many(self, tasks):
+        self.log.append(("submit", [task for task, _ in tasks]))
+        self.queued.update(tasks)
+
+    def finish(self, task):
+        arg = self.queued.pop(task)
+        try:
+            self.finished.append(Done(task, "ok", self.job(arg)))
+        except Exception as error:
+            self.finished.append(Done(task, "error", error))
+
+    def poll(self, timeout):
+        if not self.finished and not self.queued:
+            return []
+        if not self.finished:  # nothing done yet: this backend finishes the oldest task it holds
+            self.finish(next(iter(self.queued)))
+        found, self.finished = self.finished, []
+        return found
+
+    def cancel(self, task):
+        if task in self.queued:
+            del self.queued[task]
+            self.cancelled.add(task)
+            self.finished.append(Done(task, "skipped", None))
+
+    def resume(self, task):
+        self.log.append(("resume", task))
+
+    def has_room(self, count):
+        return True
+
+    def close(self):
+        self.closed = True
+
+
+def engine_over(backend_holder, capacity=4):
+    def launch():
+        backend_holder.append(ManualBackend(lambda x: 10 * x))
+        return backend_holder[0]
+
+    return Engine(abs, LoaderOptions.check("test", 2, inline_below=0), capacity, launch=launch)
+
+
+def test_results_in_order_and_in_order_of_completion_from_any_backend():
+    backends = []
+    engine = engine_over(backends)
+    assert not engine.started and backends == []  # started with the first task only
+    engine.submit([(k, k) for k in range(4)])
+    backend = backends[0]
+    assert engine.started and backend.log == [("submit", [0, 1, 2, 3])]
+    assert engine.room() == 0
+    backend.finish(2)
+    backend.finish(3)
+    assert engine.wait_for(2, 2) == Done(2, "ok", 20)  # waited for out of order
+    assert engine.next_done(lambda: None) == Done(3, "ok", 30)  # then whatever came first
+    assert engine.wait_for(0, 0) == Done(0, "ok", 0)
+    assert engine.room() == 3  # 1 pending of 4: room for 3 (a refill waits until half the room is free)
+    assert engine.wait_for(1, 1) == Done(1, "ok", 10)
+    assert engine.room() == 4
+    engine.close()
+    assert backend.closed and engine.closed
+
+
+def test_tasks_no_longer_wanted_are_cancelled_and_resubmitted_if_wanted_again():
+    backends = []
+    engine = engine_over(backends)
+    engine.submit([(k, k) for k in range(4)])
+    backend = backends[0]
+    engine.wait_for(0, 0)
+    assert engine.room() == 0  # 3 of 4 on their way: not worth a message yet (capacity 4, refill 2)
+    engine.submit([(4, 4)])
+    engine.keep_only(wanted=[3], current=0)
+    assert backend.cancelled == {1, 2, 4}
+    engine.collect(0.0)
+    assert engine.pending == {3} and engine.cancelled == set()
+    assert engine.wait_for(1, 1) == Done(1, "ok", 10)  # skipped, then asked for: sent again
+    assert backend.log[-1] == ("submit", [1])
+    engine.close()
+
+
+def test_a_backend_failure_closes_the_engine():
+    class Dying(ManualBackend):
+        def poll(self, timeout):
+            self.closed = True
+            raise RuntimeError("the service went away")
+
+    engine = Engine(abs, LoaderOptions.check("test", 1, inline_below=0), 2, launch=lambda: Dying(abs))
+    engine.submit([(0, 0)])
+    with pytest.raises(RuntimeError, match="the service went away"):
+        engine.wait_for(0, 0)
+    assert engine.closed and engine.pending == set()
