@@ -362,6 +362,7 @@ def bench_training_loop(paths: list[str], labels_path: str, settings: Settings) 
         "lazyseq synchronous": fresh(lambda k: plain(view(k))),
         "lazyseq load_buffers processes": fresh(lambda k: lazyseq_buffers(func, "process", k)),
         "lazyseq load_buffers threads": fresh(lambda k: lazyseq_buffers(func, "thread", k)),
+        "lazyseq prefetch threads": fresh(lambda k: lazyseq_prefetch(view(k), "thread")),
         "lazyseq prefetch processes": fresh(lambda k: lazyseq_prefetch(view(k), "process")),
         "seqtools prefetch processes": fresh(
             lambda k: seqtools_prefetch(seqtools_view(k), "process", seqtools_shm_size(batch_bytes))
