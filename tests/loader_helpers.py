@@ -91,9 +91,17 @@ def noisy(i):
 
 
 def blas_threads(_):
+    """The BLAS thread counts in this process, after a product large enough for BLAS to use its threads."""
     from threadpoolctl import threadpool_info
 
+    matrix = np.ones((400, 400))
+    matrix @ matrix
     return sorted({pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"})
+
+
+def thread_count(_):
+    """Threads of this process, native ones included."""
+    return len(os.listdir("/proc/self/task"))
 
 
 def alive(pid: int) -> bool:

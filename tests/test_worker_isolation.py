@@ -215,23 +215,25 @@ class ExitsWhenUnpickled:
         return (os._exit, (1,))
 
 
-def test_a_worker_that_fails_to_start_says_what_failed():
-    part = FailsWhenUnpickled()
+def error_of_first_read(part) -> lazyseq.LoaderError:
+    """What reading a pipeline holding ``part`` raises, with one spawned worker."""
     broken = lazyseq.smap(lambda x: (part, x)[1], range(4))
     with lazyseq.prefetch(broken, nworkers=1, method="process", start_method="spawn") as ahead:
         with pytest.raises(lazyseq.LoaderError) as raised:
             ahead[0]
-    assert str(raised.value) == "prefetch: worker process 0 could not start: unpickling the pipeline failed"
-    assert type(raised.value.__cause__) is ValueError
+    return raised.value
+
+
+def test_a_worker_that_fails_to_start_says_what_failed():
+    error = error_of_first_read(FailsWhenUnpickled())
+    assert str(error) == "prefetch: worker process 0 could not start: unpickling the pipeline failed"
+    assert type(error.__cause__) is ValueError
 
 
 def test_a_worker_that_dies_while_starting_says_so_and_where_its_output_went():
-    part = ExitsWhenUnpickled()
-    broken = lazyseq.smap(lambda x: (part, x)[1], range(4))
-    with lazyseq.prefetch(broken, nworkers=1, method="process", start_method="spawn") as ahead:
-        with pytest.raises(lazyseq.WorkerDied) as raised:
-            ahead[0]
-    assert str(raised.value).endswith(
+    error = error_of_first_read(ExitsWhenUnpickled())
+    assert type(error) is lazyseq.WorkerDied
+    assert str(error).endswith(
         "died with exit code 1 while starting, before it could compute anything; what it printed (the cause, "
         "usually a traceback) went to the standard error of this process"
     )

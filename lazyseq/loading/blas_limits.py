@@ -5,13 +5,12 @@ the cores, so every worker process is limited to ``blas_threads`` BLAS
 threads. A BLAS reads its thread count once, when it loads: a spawned worker
 loads its BLAS after it starts, so the environment variables set for it while
 it is started are enough (:func:`limits_for_workers`). A forked worker
-inherits a BLAS that is already loaded, whose thread count is then set with
-threadpoolctl where it is installed (:func:`limit_in_worker`). With OpenBLAS
-that starts its thread pool, whose threads busy-wait for a while (measured:
-about 0.12 s of CPU per worker, once, at start); without the limit the same
-happens after every burst of BLAS calls in a worker. Setting the limit in the
-consumer around the fork instead only moves that cost to the consumer
-(restoring its own limit starts its pool), at every start.
+inherits a BLAS that is already loaded, whose thread count must be set with
+threadpoolctl (:class:`WorkerLimit`). With OpenBLAS, setting it starts the
+library's thread pool, whose threads busy-wait for a while (measured: 0.12 s
+of CPU per worker, taken from the other workers), so a forked worker sets it
+only once its BLAS has started threads, that is after the first task that
+used it: a pipeline that does no linear algebra never pays for it.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["limit_in_worker", "limits_for_workers"]
+__all__ = ["WorkerLimit", "limits_for_workers"]
 
 VARIABLES = (
     "OMP_NUM_THREADS",
@@ -50,15 +49,36 @@ def limits_for_workers(start_method: str, blas_threads: int) -> Iterator[bool]:
                 os.environ[name] = value
 
 
-def limit_in_worker(blas_threads: int, inherited: bool) -> None:
-    """In a worker: the limit for BLAS libraries loaded from now on and, unless already set, for loaded ones."""
-    for name in VARIABLES:
-        os.environ[name] = str(blas_threads)
-    if inherited:
-        return
-    libraries = _libraries_over(blas_threads)
-    if libraries is not None:
-        libraries.limit(limits=blas_threads)
+class WorkerLimit:
+    """In a worker process: the BLAS limit, set at once for libraries loaded later, and for loaded ones when
+    they first start threads (call :meth:`after_task` after each task), unless ``inherited`` already."""
+
+    def __init__(self, blas_threads: int, inherited: bool) -> None:
+        for name in VARIABLES:
+            os.environ[name] = str(blas_threads)
+        self._blas_threads = blas_threads
+        self._threads = _thread_count()
+        self.pending = not inherited
+        if self.pending and self._threads is None:  # no way to see threads start here: set it now
+            self._set()
+
+    def after_task(self) -> None:
+        if self.pending and _thread_count() > self._threads:
+            self._set()
+
+    def _set(self) -> None:
+        self.pending = False
+        libraries = _libraries_over(self._blas_threads)
+        if libraries is not None:
+            libraries.limit(limits=self._blas_threads)
+
+
+def _thread_count() -> int | None:
+    """Threads of this process, native ones included (None where the system does not say)."""
+    try:
+        return os.stat("/proc/self/task").st_nlink - 2
+    except OSError:
+        return None
 
 
 def _libraries_over(blas_threads: int):

@@ -19,7 +19,7 @@ import time
 from multiprocessing.reduction import recv_handle
 from time import perf_counter
 
-from .blas_limits import limit_in_worker
+from .blas_limits import WorkerLimit
 from .failures import capture
 from .messages import PickledResult, Ready, RunTasks, SharedResult, StartFailed, Stop, TaskFailed, UseSlots, WorkerStart
 from .seeding import seed_this_worker
@@ -43,10 +43,8 @@ def run_worker(conn, start: WorkerStart) -> None:
     _lower_priority()
     _exit_with_parent()
     job, start_hook = start.job, start.start_hook
-    stage = "limiting BLAS threads"
+    stage = "unpickling the pipeline"
     try:
-        limit_in_worker(start.blas_threads, start.blas_inherited)
-        stage = "unpickling the pipeline"
         if isinstance(job, bytes):
             job = pickle.loads(job)
         if isinstance(start_hook, bytes):
@@ -55,6 +53,8 @@ def run_worker(conn, start: WorkerStart) -> None:
         stage = "start_hook"
         if start_hook is not None:
             start_hook(start.index)
+        stage = "limiting BLAS threads"
+        blas = WorkerLimit(start.blas_threads, start.blas_inherited)  # after the hook: its threads are not BLAS
     except BaseException as error:
         conn.send_bytes(dumps(StartFailed(start.index, stage, capture(error))))
         return
@@ -76,9 +76,11 @@ def run_worker(conn, start: WorkerStart) -> None:
                         result = job(arg)
                 except Exception as error:
                     conn.send_bytes(dumps(TaskFailed(task, slot, capture(error))))
-                    continue
-                _send_result(conn, task, slot, result, slots, perf_counter() - began)
-                del result
+                else:
+                    _send_result(conn, task, slot, result, slots, perf_counter() - began)
+                    del result
+                if blas.pending:
+                    blas.after_task()
         elif kind is UseSlots:
             slots = WorkerSlots(recv_handle(conn), message.count, message.slot_bytes)
         elif kind is Stop:
