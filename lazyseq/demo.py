@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 
 import lazyseq
+from lazyseq.loading.options import Method
 
 N_CLASSES = 10
 SAMPLE_SHAPE = (248,)
@@ -65,7 +66,9 @@ def train(minibatches, steps: int) -> tuple[object, float]:
     return model, time.perf_counter() - start
 
 
-def run(folder: str, n_test: int, steps: int, batch_size: int = 64, nworkers: int = 2, method: str = "process"):
+def run(
+    folder: str, n_test: int, steps: int, batch_size: int = 64, nworkers: int = 2, method: Method = "process"
+) -> dict:
     """Train and evaluate on the dataset in ``folder``; return accuracy and timings."""
     data = lazyseq.open_npy(os.path.join(folder, "data_*.npy"))
     labels = lazyseq.open_npy(os.path.join(folder, "labels.npy"))

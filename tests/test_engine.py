@@ -112,3 +112,38 @@ def test_a_backend_failure_closes_the_engine():
     with pytest.raises(RuntimeError, match="the service went away"):
         engine.wait_for(0, 0)
     assert engine.closed and engine.pending == set()
+
+
+class Stubborn(ManualBackend):
+    """Cannot cancel: every task it was given runs, as with a task a worker has already started."""
+
+    def cancel(self, task):
+        pass
+
+
+def test_results_of_tasks_no_longer_wanted_are_dropped_and_a_wanted_one_is_resumed():
+    backends = []
+    options = LoaderOptions.check("test", 2, inline_below=0)
+    engine = Engine(abs, options, 4, launch=lambda: backends.append(Stubborn(abs)) or backends[0])
+    engine.submit([(k, -k) for k in range(4)])
+    engine.keep_only(wanted=[], current=0)
+    assert engine.cancelled == {1, 2, 3}
+    assert engine.wait_for(2, -2) == Done(2, "ok", 2)  # wanted again: resumed, and waited for
+    assert backends[0].log[-1] == ("resume", 2)
+    assert list(backends[0].queued) == [3]  # waiting for 2, the backend finished 0 and 1 first
+    backends[0].finish(3)
+    engine.collect(0.0)
+    assert list(engine.ready) == [0]  # 1 and 3 ran all the same, and were dropped
+    assert engine.pending == set() and engine.cancelled == set() and engine.room() == 3
+
+
+def test_deferred_workers_start_only_for_a_task():
+    from lazyseq.loading.backends import DeferredWorkers
+
+    started = []
+    workers = DeferredWorkers(lambda: started.append(1) or ManualBackend(abs))
+    workers.submit_many([])
+    assert started == [] and not workers.started
+    workers.close()
+    workers.submit_many([(0, 0)])  # closed: nothing starts any more
+    assert started == [] and workers.closed

@@ -178,3 +178,21 @@ def test_a_slow_worker_process_makes_fewer_batches():
     # Batches come in the order they complete, and the next task goes to whichever worker answers first:
     # worker 0 (50 ms a batch) makes a few while worker 1 (1 ms) makes the rest.
     assert workers.count(0) <= 6 and workers.count(1) >= 54
+
+
+def first_batch_in_a_fork(batches, results):
+    results.put(int(next(batches)[0]))
+    batches.close()
+
+
+def test_a_load_buffers_iterator_used_in_a_forked_child_starts_workers_there():
+    ctx = multiprocessing.get_context("fork")
+    with load_buffers(lambda: np.full(2, os.getpid()), nworkers=1, method="process") as batches:
+        parent_worker = int(next(batches)[0])
+        results = ctx.SimpleQueue()
+        child = ctx.Process(target=first_batch_in_a_fork, args=(batches, results))
+        child.start()
+        child_worker = results.get()
+        child.join()
+        assert child.exitcode == 0 and child_worker not in (parent_worker, os.getpid(), child.pid)
+        assert int(next(batches)[0]) == parent_worker  # the parent's workers were left alone

@@ -121,6 +121,8 @@ class DeferredWorkers:
         return self.workers is not None and self.workers.feeds_on_poll
 
     def submit_many(self, tasks: Sequence[tuple[Hashable, Any]]) -> None:
+        if not tasks or self._closed:
+            return
         if self.workers is None:
             self.workers = self._start()
         self.workers.submit_many(tasks)

@@ -16,6 +16,7 @@ used it: a pipeline that does no linear algebra never pays for it.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -34,7 +35,7 @@ VARIABLES = (
 @contextmanager
 def limits_for_workers(start_method: str, blas_threads: int) -> Iterator[bool]:
     """While worker processes are started: yields whether they start with the limit already set."""
-    if start_method != "spawn":  # forked, directly or from a server: the worker limits what it inherited
+    if start_method != "spawn":  # forked, directly or from a server: the worker limits what it has loaded
         yield False
         return
     saved = {name: os.environ.get(name) for name in VARIABLES}
@@ -57,13 +58,12 @@ class WorkerLimit:
         for name in VARIABLES:
             os.environ[name] = str(blas_threads)
         self._blas_threads = blas_threads
-        self._threads = _thread_count()
         self.pending = not inherited
-        if self.pending and self._threads is None:  # no way to see threads start here: set it now
+        if self.pending and _native_threads_started():  # loaded here already (forkserver, or the hook did)
             self._set()
 
     def after_task(self) -> None:
-        if self.pending and _thread_count() > self._threads:
+        if self.pending and _native_threads_started():
             self._set()
 
     def _set(self) -> None:
@@ -73,12 +73,16 @@ class WorkerLimit:
             libraries.limit(limits=self._blas_threads)
 
 
-def _thread_count() -> int | None:
-    """Threads of this process, native ones included (None where the system does not say)."""
+def _native_threads_started() -> bool:
+    """Whether this process runs threads that Python did not start (a BLAS thread pool, say).
+
+    Where the system does not say, assume so.
+    """
     try:
-        return os.stat("/proc/self/task").st_nlink - 2
+        threads = os.stat("/proc/self/task").st_nlink - 2
     except OSError:
-        return None
+        return True
+    return threads > threading.active_count()
 
 
 def _libraries_over(blas_threads: int):

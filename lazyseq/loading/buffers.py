@@ -45,21 +45,33 @@ class BufferLoader(Iterator):
         self.closed = False
         # With threads the consumer holds the last batch it got; with processes its slot counts among max_cached.
         self._ahead = max(1, self._max_cached - 1) if options.method == "thread" else self._max_cached
-        self._engine = Engine(
-            CallFunction(func), options, self._ahead, slot_count=self._max_cached, task_name="batch"
+        self._options = options
+        self._starts = 0  # each start of the workers gets new random seeds
+        self._engine = self._start()
+
+    def _start(self) -> Engine:
+        engine = self._engine = Engine(
+            CallFunction(self._func),
+            self._options,
+            self._ahead,
+            start=self._starts,
+            slot_count=self._max_cached,
+            task_name="batch",
         )
+        self._starts += 1
         self._refill()
+        return engine
 
     def _refill(self) -> None:
-        """Send the workers more batches to make, each into a free slot of its own where slots exist."""
-        engine = self._engine
-        if engine.inline:
-            return  # batches this cheap are made by the reader
-        room, count = engine.room(), 0
+        self._engine.refill(self._next_batches)
+
+    def _next_batches(self, room: int) -> list[tuple[int, None]]:
+        """Up to ``room`` more batches to make, each into a free slot of its own where slots exist."""
+        engine, count = self._engine, 0
         # A consumer that keeps every slot alive still gets batches (pickled) while nothing else is on its way.
         while count < room and (not (engine.pending or count) or engine.workers.has_room(count + 1)):
             count += 1
-        engine.submit([(next(self._tasks), None) for _ in range(count)])
+        return [(next(self._tasks), None) for _ in range(count)]
 
     def _upcoming(self) -> list[tuple[int, None]]:
         """The batches for the workers to start on while the reader makes a slow first one."""
@@ -70,6 +82,8 @@ class BufferLoader(Iterator):
             if self.closed:
                 raise StopIteration
             engine = self._engine
+            if engine.inherited:  # in a process forked from the one that started the workers: start our own
+                engine = self._start()
             try:
                 if engine.inline and not engine.ready and not engine.pending:
                     task = next(self._tasks)
@@ -171,8 +185,11 @@ def load_buffers(
     so ``func()`` drawing ``np.random.randint`` gives different batches in
     every worker. An exception in ``func`` is raised, as ``EvaluationError``
     naming the batch, by the ``next()`` that would have returned that batch;
-    the iterator then goes on. ``close()``, a ``with`` block or garbage
-    collection stop the workers.
+    the iterator then goes on. A worker process that dies, or an interrupt,
+    closes the iterator (``WorkerDied`` or ``KeyboardInterrupt`` is raised
+    once, then iteration ends): make a new one to go on. ``close()``, a
+    ``with`` block or garbage collection stop the workers; in a process
+    forked from yours, the iterator starts workers of its own.
 
     Where batches are made follows the same rule as for
     :func:`~lazyseq.prefetch`: with processes, always in the worker

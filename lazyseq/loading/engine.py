@@ -84,7 +84,6 @@ class Engine:
         launch: Callable[[], WorkerBackend] | None = None,
     ) -> None:
         self.options = options
-        self.pid = os.getpid()
         self._generation = _forks[0]
         self.closed = False
         self.cost = ItemCost(options.inline_below) if options.inline_below else None
@@ -106,7 +105,7 @@ class Engine:
         self.pending: set[Hashable] = set()  # sent to the workers
         self.cancelled: set[Hashable] = set()  # pending, no longer wanted
         self._sent: list = []  # tasks sent from the timer thread of compute_here, not recorded yet
-        self._finalizer = weakref.finalize(self, _close_in, self.pid, self.workers.close)
+        self._finalizer = weakref.finalize(self, _close_in, self._generation, self.workers.close)
 
     # -- state -------------------------------------------------------------------
 
@@ -145,6 +144,14 @@ class Engine:
                 self.workers.submit_many(tasks)
             self.pending.update(task for task, _ in tasks)
 
+    def refill(self, next_tasks: Callable[[int], list[tuple[Hashable, Any]]]) -> None:
+        """Send the tasks that ``next_tasks(room)`` names, at most ``room``; nothing while the reader computes."""
+        if self.inline:
+            return
+        room = self.room()
+        if room:
+            self.submit(next_tasks(room))
+
     def keep_only(self, wanted: Iterable[Hashable], current: Hashable) -> None:
         """Forget results and cancel tasks that are neither ``current`` nor ``wanted``; resume wanted ones."""
         wanted = set(wanted)
@@ -171,22 +178,25 @@ class Engine:
         """
         cost = self.cost
         if cost.count == 0 and ahead is not None and self.options.method == "thread":
-            with self._closing_on_failure():
+            try:
                 try:
                     with start_if_slow(FIRST_ONLY_ABOVE * cost.inline_below, functools.partial(self._send, ahead)):
                         return self._timed(arg)
                 finally:  # whatever the item gave: the tasks sent are on their way
                     sent, self._sent = self._sent, []
                     self.pending.update(t for t, _ in sent)
-        return self._timed(arg)
-
-    def _timed(self, arg: Any) -> Any:
-        began = perf_counter()
+            except BaseException as error:  # only now: the timer thread has finished starting the workers
+                self.failed(error)
+                raise
         try:
-            value = self._job(arg)
+            return self._timed(arg)
         except BaseException as error:
             self.failed(error)
             raise
+
+    def _timed(self, arg: Any) -> Any:
+        began = perf_counter()
+        value = self._job(arg)
         self.cost.add(perf_counter() - began)
         return value
 
@@ -205,8 +215,9 @@ class Engine:
         pending, cancelled, ready = self.pending, self.cancelled, self.ready
         for done in found:
             pending.discard(done.task)
-            cancelled.discard(done.task)
-            if done.status != "skipped":
+            if done.task in cancelled:  # no longer wanted: skipped, or done all the same
+                cancelled.discard(done.task)
+            elif done.status != "skipped":
                 ready[done.task] = done
 
     def collect_early(self) -> None:
@@ -217,6 +228,9 @@ class Engine:
     def wait_for(self, task: Hashable, arg: Any, refill: Refill | None = None) -> Done:
         """The outcome of ``task`` (sent again if the workers skipped it); ``refill()`` runs after each wait."""
         ready = self.ready
+        if task in self.cancelled:  # wanted after all
+            self.workers.resume(task)
+            self.cancelled.discard(task)
         while task not in ready:
             if task not in self.pending:  # skipped after a cancel that came too late
                 self.submit([(task, arg)])
@@ -266,7 +280,7 @@ class Engine:
         self._finalizer()
 
 
-def _close_in(pid: int, close: Callable[[], None]) -> None:
+def _close_in(generation: int, close: Callable[[], None]) -> None:
     """Close the workers, but only in the process that started them (a forked child inherits the finalizer)."""
-    if os.getpid() == pid:
+    if _forks[0] == generation:
         close()

@@ -135,11 +135,8 @@ class PrefetchView(View):
     @staticmethod
     def _refill(engine: Engine, order: ReadOrder, i: int) -> None:
         """Send the next expected items, up to ``max_buffered`` computed or in progress."""
-        if order.frontier is None or engine.inline:
-            return
-        room = engine.room()
-        if room:
-            engine.submit(order.advance(i, room, engine.holds))
+        if order.frontier is not None:
+            engine.refill(functools.partial(order.advance, i, holds=engine.holds))
 
     def __iter__(self) -> PrefetchIterator:
         return PrefetchIterator(self)
@@ -230,11 +227,11 @@ class ReadOrder:
         return range(i + self.step, self._stop(i), self.step) if self.step else range(0)
 
     def upcoming(self, i: int) -> list[tuple[int, int]]:
-        """Tasks for the items after ``i``: all expected ones at step 1, else the next one only."""
+        """Tasks for the items after ``i`` when reads go in order (step 1): all those expected; else none."""
         stop = self._stop(i) if self.step == 1 else i + 1
         return [(j, j) for j in range(i + 1, stop)]
 
-    def advance(self, i: int, room: int, holds: Callable[[int], bool]) -> list[tuple[int, int]]:
+    def advance(self, i: int, room: int, *, holds: Callable[[int], bool]) -> list[tuple[int, int]]:
         """Up to ``room`` tasks for the expected items not held yet, moving the frontier past them."""
         step, stop, frontier = self.step, self._stop(i), self.frontier
         if (frontier - (i + step)) * step < 0:  # fell behind the reader

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import pickle
 import select
 import sys
 from collections import deque
@@ -38,6 +37,8 @@ from .messages import (
     Task,
     UseSlots,
     WorkerStart,
+    decode,
+    encode,
 )
 from .options import LoaderOptions, serialize
 from .shared_slots import SharedSlots, slot_bytes_for
@@ -50,11 +51,6 @@ STOP_SECONDS = 0.5  # grace for workers to finish their task after "stop", befor
 QUEUED_SECONDS = 0.002  # work each worker holds: the granularity with which the workers share the tasks
 MIN_DEPTH = 2  # tasks a worker holds at least: the one it computes and the next, so that it never waits for one
 READ_BYTES = 1 << 16  # below malloc's mmap threshold: a larger read buffer costs more than it saves
-loads = pickle.loads
-
-
-def dumps(message) -> bytes:  # plain pickle: multiprocessing's ForkingPickler costs microseconds per message
-    return pickle.dumps(message, protocol=5)
 
 
 def check_main_module(start_method: str, owner: str) -> None:
@@ -152,7 +148,11 @@ class ProcessWorkers:
         for fd in [*self._conn_fds, *self._sentinels]:
             self._poller.register(fd, select.POLLIN)
         if slot_bytes:
-            self._make_slots(slot_bytes)
+            try:
+                self._make_slots(slot_bytes)
+            except BaseException:  # no memory for them: no worker is left running
+                self.close()
+                raise
 
     @property
     def pids(self) -> list[int]:
@@ -185,7 +185,10 @@ class ProcessWorkers:
             busy[k].add(task)
             batches.setdefault(k, []).append(Task(task, arg, slot))
         for k, batch in batches.items():
-            self._conns[k].send_bytes(dumps(RunTasks(batch)))
+            try:
+                self._conns[k].send_bytes(encode(RunTasks(batch)))
+            except OSError:  # the worker is gone: say so, not "broken pipe"
+                self._died(k)
 
     def _depth(self) -> int:
         """How many tasks a worker should hold: about ``QUEUED_SECONDS`` of work, at least ``MIN_DEPTH``."""
@@ -232,7 +235,7 @@ class ProcessWorkers:
         pending = self._unread[k]
         pending += chunk
         # multiprocessing's framing: a 4-byte big-endian length, or -1 then an 8-byte length
-        start, end = 0, len(pending)
+        start, end, messages = 0, len(pending), []
         while end - start >= 4:
             size = int.from_bytes(pending[start : start + 4], "big", signed=True)
             header = 4
@@ -242,10 +245,16 @@ class ProcessWorkers:
                 size, header = int.from_bytes(pending[start + 4 : start + 12], "big"), 12
             if end - start < header + size:
                 break
-            message = loads(pending[start + header : start + header + size])
+            messages.append(pending[start + header : start + header + size])
             start += header + size
+        del pending[:start]  # before anything can fail: a message is never read twice
+        for raw in messages:
+            try:
+                message = decode(raw)
+            except Exception as error:
+                self.close()
+                raise LoaderError(f"{self._owner}: a message from worker process {k} could not be read") from error
             self._receive(k, message, found)
-        del pending[:start]
 
     def _receive(self, k: int, message, found: list[Done]) -> None:
         kind = type(message)
@@ -280,7 +289,7 @@ class ProcessWorkers:
     def _make_slots(self, slot_bytes: int) -> None:
         self._slots = SharedSlots(self._slot_count, slot_bytes, self._owner)
         for conn, process in zip(self._conns, self._processes):
-            conn.send_bytes(dumps(UseSlots(self._slot_count, slot_bytes)))
+            conn.send_bytes(encode(UseSlots(self._slot_count, slot_bytes)))
             send_handle(conn, self._slots.fd, process.pid)
 
     def _died(self, k: int) -> None:
@@ -307,7 +316,7 @@ class ProcessWorkers:
         self.closed = True
         for conn in self._conns:
             try:
-                conn.send_bytes(dumps(Stop()))
+                conn.send_bytes(encode(Stop()))
             except (OSError, ValueError):
                 pass
         alive = [p for p in self._processes if p.is_alive()]

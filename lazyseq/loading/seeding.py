@@ -42,10 +42,10 @@ def base_seed(seed: int | None, start: int) -> int:
 def worker_states(base: int, worker: int) -> tuple[int, tuple[int, ...], int]:
     """Seeds for worker ``worker``: Python's ``random``, numpy's global generator, torch."""
     sequence = np.random.SeedSequence(base, spawn_key=(worker,))
-    words = sequence.generate_state(8, np.uint32)
-    python = int(words[0]) << 96 | int(words[1]) << 64 | int(words[2]) << 32 | int(words[3])
-    torch_seed = int(words[6]) << 32 | int(words[7])
-    return python, tuple(int(w) for w in words[4:8]), torch_seed & ((1 << 63) - 1)
+    words = [int(word) for word in sequence.generate_state(10, np.uint32)]
+    python = words[0] << 96 | words[1] << 64 | words[2] << 32 | words[3]
+    torch_seed = words[8] << 32 | words[9]
+    return python, tuple(words[4:8]), torch_seed & ((1 << 63) - 1)
 
 
 def seed_this_worker(base: int, worker: int) -> None:

@@ -21,7 +21,19 @@ from time import perf_counter
 
 from .blas_limits import WorkerLimit
 from .failures import capture
-from .messages import PickledResult, Ready, RunTasks, SharedResult, StartFailed, Stop, TaskFailed, UseSlots, WorkerStart
+from .messages import (
+    PickledResult,
+    Ready,
+    RunTasks,
+    SharedResult,
+    StartFailed,
+    Stop,
+    TaskFailed,
+    UseSlots,
+    WorkerStart,
+    decode,
+    encode,
+)
 from .seeding import seed_this_worker
 from .shared_slots import WorkerSlots
 from .structure import flatten, layout_of, place_in_slot
@@ -30,11 +42,6 @@ __all__ = ["run_worker"]
 
 PARENT_CHECK_SECONDS = 0.25
 NICENESS = 10
-loads = pickle.loads
-
-
-def dumps(message) -> bytes:
-    return pickle.dumps(message, protocol=5)
 
 
 def run_worker(conn, start: WorkerStart) -> None:
@@ -56,13 +63,13 @@ def run_worker(conn, start: WorkerStart) -> None:
         stage = "limiting BLAS threads"
         blas = WorkerLimit(start.blas_threads, start.blas_inherited)  # after the hook: its threads are not BLAS
     except BaseException as error:
-        conn.send_bytes(dumps(StartFailed(start.index, stage, capture(error))))
+        conn.send_bytes(encode(StartFailed(start.index, stage, capture(error))))
         return
-    conn.send_bytes(dumps(Ready(start.index, os.getpid())))
+    conn.send_bytes(encode(Ready(start.index, os.getpid())))
     slots = None
     while True:
         try:
-            message = loads(conn.recv_bytes())
+            message = decode(conn.recv_bytes())
         except (EOFError, OSError):
             return
         kind = type(message)
@@ -75,7 +82,7 @@ def run_worker(conn, start: WorkerStart) -> None:
                     else:
                         result = job(arg)
                 except Exception as error:
-                    conn.send_bytes(dumps(TaskFailed(task, slot, capture(error))))
+                    conn.send_bytes(encode(TaskFailed(task, slot, capture(error))))
                 else:
                     _send_result(conn, task, slot, result, slots, perf_counter() - began)
                     del result
@@ -93,17 +100,17 @@ def _send_result(conn, task, slot: int, result, slots: WorkerSlots | None, secon
     if arrays and slot >= 0 and slots is not None:
         layout = place_in_slot(slots.slot(slot), arrays)
         if layout is not None:
-            conn.send_bytes(dumps(SharedResult(task, slot, skeleton, layout, seconds)))
+            conn.send_bytes(encode(SharedResult(task, slot, skeleton, layout, seconds)))
             return
     needed = layout_of(arrays)[1]
     try:
-        conn.send_bytes(dumps(PickledResult(task, slot, result, needed, seconds)))
+        conn.send_bytes(encode(PickledResult(task, slot, result, needed, seconds)))
     except Exception as error:  # pickling failed before anything was written: the stream is intact
         message = f"the result cannot be sent from the worker process: {type(error).__name__}: {error}"
         try:
             raise TypeError(message) from error
         except TypeError as wrapped:
-            conn.send_bytes(dumps(TaskFailed(task, slot, capture(wrapped))))
+            conn.send_bytes(encode(TaskFailed(task, slot, capture(wrapped))))
 
 
 def _lower_priority() -> None:
