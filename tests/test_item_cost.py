@@ -213,3 +213,26 @@ def test_a_slow_first_item_that_fails_still_leaves_the_next_items_with_the_worke
             ahead[0]
         names = list(ahead[1:])
     assert len(names) == 5 and all(name.startswith("lazyseq-prefetch-") for name in names)
+
+
+def test_items_far_below_the_threshold_are_timed_one_in_four():
+    cost = ItemCost(inline_below=1e-3)
+    for seconds in (1e-4, 1e-4, 1e-4):
+        cost.add(seconds)
+    assert cost.inline and cost.untimed == 3
+    near = ItemCost(inline_below=1e-3)
+    for seconds in (6e-4, 6e-4, 6e-4):  # over half the threshold: every item is timed
+        near.add(seconds)
+    assert near.inline and near.untimed == 0
+
+
+def test_untimed_items_still_go_to_the_workers_when_they_get_slow():
+    def slow_after_40(x):
+        if x >= 40:
+            time.sleep(0.003)
+        return threading.current_thread().name
+
+    with lazyseq.prefetch(lazyseq.smap(slow_after_40, range(80)), nworkers=2) as ahead:
+        names = list(ahead)
+    assert set(names[:40]) == {threading.current_thread().name}
+    assert all(name.startswith("lazyseq-prefetch-") for name in names[60:])

@@ -189,6 +189,9 @@ class Engine:
                 self.failed(error)
                 raise
         try:
+            if cost.untimed:
+                cost.untimed -= 1
+                return self._job(arg)
             return self._timed(arg)
         except BaseException as error:
             self.failed(error)
