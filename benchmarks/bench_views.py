@@ -140,8 +140,6 @@ def bench_creation(settings: Settings) -> list[Result]:
             us(lazy.best),
             f"seqtools {us(other.best)}",
             f"{other.best / lazy.best:.0f}x faster",
-            "lazyseq < 5 µs",
-            lazy.best < 5e-6,
         )
     ]
 
@@ -190,8 +188,6 @@ def bench_item_overhead(settings: Settings) -> list[Result]:
             us(lazy_over),
             f"seqtools {us(other_over)}",
             f"{other_over / lazy_over:.1f}x faster",
-            "lazyseq < 3 µs",
-            lazy_over < 3e-6,
         )
     ]
 
@@ -287,16 +283,12 @@ def report_minibatches(name: str, timings: dict[str, Timing]) -> list[Result]:
             speed,
             f"seqtools {1 / other.best:,.0f}/s",
             f"{other.best / lazy.best:.1f}x",
-            ">= 10x",
-            other.best / lazy.best >= 10,
         ),
         Result(
             f"{name}, vs numpy",
             speed,
             f"numpy {1 / hand.best:,.0f}/s",
             f"{hand.best / lazy.best:.2f}",
-            ">= 0.80",
-            hand.best / lazy.best >= 0.80,
         ),
     ]
 

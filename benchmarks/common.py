@@ -19,14 +19,12 @@ class Timing:
 
 @dataclass(frozen=True)
 class Result:
-    """One line of the summary: how lazyseq compares with a reference, and whether the target is met."""
+    """One line of the summary: how lazyseq compares with a reference measured in the same run."""
 
     measure: str
     lazyseq: str
     reference: str
     ratio: str
-    target: str
-    met: bool | None  # None: for information, no target
 
 
 def table(header: list[str], rows: list[list[str]], markdown: bool = False) -> str:
@@ -41,9 +39,8 @@ def table(header: list[str], rows: list[list[str]], markdown: bool = False) -> s
 
 def summary(results: list[Result]) -> str:
     """The markdown table the README shows."""
-    header = ["measure", "lazyseq", "reference", "ratio", "target", "met"]
-    met = {True: "yes", False: "**no**", None: "n/a"}
-    return table(header, [[r.measure, r.lazyseq, r.reference, r.ratio, r.target, met[r.met]] for r in results], True)
+    header = ["measure", "lazyseq", "reference", "ratio"]
+    return table(header, [[r.measure, r.lazyseq, r.reference, r.ratio] for r in results], True)
 
 
 def stack(samples: list) -> np.ndarray:

@@ -108,7 +108,7 @@ class ProcessWorkers:
         self.closed = False
         context = multiprocessing.get_context(options.start_method)
         start_hook = options.start_hook
-        if context.get_start_method() != "fork":  # a forked worker inherits the objects themselves
+        if options.pickles_pipeline:  # a forked worker inherits the objects themselves
             check_main_module(context.get_start_method(), owner)
             job = serialize(job, "the pipeline", owner)
             if start_hook is not None:

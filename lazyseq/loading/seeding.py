@@ -23,8 +23,8 @@ come from :func:`lazyseq.rng` instead: a generator made from the item itself.
 
 from __future__ import annotations
 
+import os
 import random
-import secrets
 import sys
 
 import numpy as np
@@ -35,7 +35,7 @@ __all__ = ["base_seed", "seed_this_worker", "worker_states"]
 def base_seed(seed: int | None, start: int) -> int:
     """The base seed of the ``start``-th start of a loader's workers (fresh entropy for ``seed=None``)."""
     if seed is None:
-        return secrets.randbits(128)
+        return int.from_bytes(os.urandom(16), "big")
     return int(np.random.SeedSequence(seed, spawn_key=(start,)).generate_state(4, np.uint32).view(np.uint64)[0])
 
 
