@@ -14,6 +14,9 @@ from .loading.buffers import load_buffers
 from .loading.failures import LoaderError, RemoteError, WorkerDied
 from .loading.prefetch import prefetch
 from .rng import rng
+from .serving.client import connect
+from .serving.failures import ServerLost
+from .serving.server import serve
 from .views.arange import arange
 from .views.base import View
 from .views.batching import batch, unbatch
@@ -39,6 +42,7 @@ __all__ = [
     "EvaluationError",
     "LoaderError",
     "RemoteError",
+    "ServerLost",
     "View",
     "WorkerDied",
     "add_cache",
@@ -47,6 +51,7 @@ __all__ = [
     "case",
     "collate",
     "concatenate",
+    "connect",
     "cycle",
     "default_collate",
     "evaluate",
@@ -57,6 +62,7 @@ __all__ = [
     "prefetch",
     "repeat",
     "rng",
+    "serve",
     "seterr",
     "shard",
     "shuffle",

@@ -1,9 +1,11 @@
 """The loader engine, driven through the worker protocol by a backend written here: any backend that keeps the
 protocol of lazyseq.loading.backends works, without a change to the engine."""
 
+import threading
+
 import pytest
 
-from lazyseq.loading.backends import Done
+from lazyseq.loading.backends import Done, start_workers
 from lazyseq.loading.engine import Engine
 from lazyseq.loading.options import LoaderOptions
 
@@ -51,6 +53,9 @@ class ManualBackend:
 
     def has_room(self, count):
         return True
+
+    def wake(self):
+        self.log.append(("wake",))
 
     def close(self):
         self.closed = True
@@ -147,3 +152,24 @@ def test_deferred_workers_start_only_for_a_task():
     workers.close()
     workers.submit_many([(0, 0)])  # closed: nothing starts any more
     assert started == [] and workers.closed
+
+
+@pytest.mark.parametrize("method", ["thread", "process"])
+def test_wake_ends_a_poll_waiting_in_another_thread(method):
+    options = LoaderOptions.check(
+        "wake", 1, method, inline_below=0, start_method="fork" if method == "process" else None
+    )
+    release = threading.Event()  # a worker thread waits for it; a forked process waits until stopped
+    workers = start_workers(release.wait, options, 0, 0, 0, "task", None)
+    try:
+        workers.submit_many([("long", 30.0)])
+        waker = threading.Thread(target=workers.wake)
+        waker.start()
+        assert workers.poll(60.0) == []  # returned at the wake, long before the task or the timeout
+        waker.join()
+        workers.wake()
+        workers.wake()
+        assert workers.poll(60.0) == []
+    finally:
+        release.set()
+        workers.close()

@@ -119,15 +119,14 @@ class LoaderOptions:
             seed = operator.index(seed)
             if seed < 0:
                 raise ValueError(f"{owner}: seed must be a non-negative integer or None, got {seed}")
-        return cls(owner, count, method, start_hook, start_method, blas, _where(owner, method, start_hook, inline_below), seed)
+        return cls(
+            owner, count, method, start_hook, start_method, blas, _where(owner, method, start_hook, inline_below), seed
+        )
 
     @property
     def pickles_pipeline(self) -> bool:
         """Whether workers get the pipeline pickled (not threads, nor forked processes, which inherit it)."""
-        return (
-            self.method == "process"
-            and multiprocessing.get_context(self.start_method).get_start_method() != "fork"
-        )
+        return self.method == "process" and multiprocessing.get_context(self.start_method).get_start_method() != "fork"
 
 
 def _where(owner: str, method: str, start_hook, inline_below: float | None) -> float:

@@ -65,6 +65,9 @@ class ThreadWorkers:
         if ticket is not None:
             ticket.move("cancelled", "queued")
 
+    def wake(self) -> None:
+        self._results.put(None)  # a poll takes it for a result, and returns without it
+
     def poll(self, timeout: float) -> list[Done]:
         results = self._results
         try:
@@ -80,7 +83,10 @@ class ThreadWorkers:
                 break
         delivered = []
         tickets = self._tickets
-        for ticket, status, value in found:
+        for entry in found:
+            if entry is None:  # from wake()
+                continue
+            ticket, status, value = entry
             if status == "hook_failed":
                 self.close()
                 raise LoaderError(f"{self._owner}: start_hook failed in worker thread {ticket.task}") from value

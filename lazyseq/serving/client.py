@@ -1,0 +1,249 @@
+"""What ``connect`` gives: a view read from a server by index, or an iterator over a served stream."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+from ..loading.failures import LoaderError
+from ..views import errors
+from ..views.base import View
+from . import wire
+from .connection import Connection
+from .failures import restore_failure
+
+__all__ = ["RemoteStream", "RemoteView", "connect"]
+
+
+class RemoteView(View):
+    """The items of a view served by :func:`~lazyseq.serve`, read by index over a socket.
+
+    While it is read in order, the next ``ahead`` items are asked for before
+    they are needed; any other order still gets the right items, one round
+    trip each. A server that restarts at the same address within ``timeout``
+    is asked again for what was lost; one that stays away raises
+    :class:`~lazyseq.ServerLost`.
+    """
+
+    kind = "served"
+
+    def __init__(self, connection: Connection, info: dict, ahead: int, settings: dict) -> None:
+        length = info.get("length")
+        if length is not None and (type(length) is not int or length < 0):
+            raise wire.ProtocolError(f"the server sent an invalid length {length!r}")
+        self._len = length
+        self._connection = connection
+        self._ahead = ahead
+        self._settings = settings  # what connect() was given: a copy of this view in a worker reconnects
+        self._remote_label = str(info.get("label", "a view"))
+        self._lock = threading.Lock()
+        self._next_req = 0
+        self._asked: dict[int, int] = {}  # request number -> index, for requests not answered yet
+        self._asking: dict[int, int] = {}  # index -> its request number
+        self._arrived: dict[int, tuple[str, Any]] = {}  # index -> ("ok", value) or ("error", exception)
+        self._last = -1
+
+    @property
+    def address(self) -> str:
+        return self._connection.address
+
+    def _get(self, i: int) -> Any:
+        with self._lock:
+            n = self._len
+            stop = i + 1 if i != self._last + 1 else i + 1 + self._ahead
+            wanted = range(i, stop if n is None else min(n, stop))
+            self._last = i
+            for j in [j for j in self._arrived if j not in wanted]:  # a jump: the items read ahead are not needed
+                del self._arrived[j]
+            for j in [j for j in self._asking if j not in wanted]:
+                del self._asked[self._asking.pop(j)]
+            for j in wanted:
+                if j not in self._arrived and j not in self._asking:
+                    self._ask(j)
+            while i not in self._arrived:
+                self._receive_one(i)
+            status, value = self._arrived.pop(i)
+        if status == "error":
+            raise value
+        return value
+
+    def _ask(self, i: int) -> None:
+        req = self._next_req
+        self._next_req += 1
+        self._asked[req], self._asking[i] = i, req
+        self._connection.send(b"get", {"req": req, "index": i})
+
+    def _receive_one(self, i: int) -> None:
+        kind, header, buffers = self._connection.receive(waiting_for=f"item {i}")
+        if kind == b"restarted":  # what the old server had been asked is lost: ask again
+            for req, j in list(self._asked.items()):
+                self._connection.send(b"get", {"req": req, "index": j})
+            return
+        if kind not in (b"item", b"error", b"failed") or not isinstance(header, dict):
+            return
+        j = self._asked.pop(header.get("req"), None)
+        if j is None:  # an answer to a request dropped after a jump, or answered already
+            return
+        del self._asking[j]
+        where = f"the server at {self.address}"
+        if kind == b"item":
+            self._arrived[j] = ("ok", wire.decode(header.get("tree"), buffers))
+        elif kind == b"error":
+            self._arrived[j] = ("error", restore_failure(header, where))
+        else:
+            self._arrived[j] = ("error", LoaderError(f"{where} could not compute item {j}: {header.get('message')}"))
+
+    def _describe(self) -> str:
+        return f"served({self.address}) {self._remote_label}"
+
+    def close(self) -> None:
+        """Disconnect (the server frees what it held for this consumer); idempotent."""
+        self._connection.close()
+
+    def __enter__(self) -> RemoteView:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __reduce__(self):
+        return (_reconnect, (self._settings,))
+
+
+class RemoteStream(Iterator):
+    """The items of a stream served by :func:`~lazyseq.serve`; each one goes to exactly one consumer.
+
+    ``ahead`` items are asked for ahead of use. An item counts as delivered
+    once this consumer has handed it to its caller and told the server
+    (:meth:`sync` waits until the server knows); items received but not
+    handed out when the consumer dies go to another consumer.
+    """
+
+    def __init__(self, connection: Connection, ahead: int) -> None:
+        self._connection = connection
+        self._ahead = ahead
+        self._received: deque[tuple[int, str, Any]] = deque()
+        self._asked = 0  # items asked for and not received
+        self._ended = False
+        self._lock = threading.Lock()
+
+    @property
+    def address(self) -> str:
+        return self._connection.address
+
+    def __iter__(self) -> RemoteStream:
+        return self
+
+    def __next__(self) -> Any:
+        with self._lock:
+            if self._ended:
+                raise StopIteration
+            if not self._received and not self._asked:
+                self._ask(self._ahead, [])
+            while not self._received:
+                if self._ended:
+                    raise StopIteration
+                self._receive_one()
+            seq, status, value = self._received.popleft()
+            self._ask(1, [seq])  # delivered: acknowledged, and one more asked for
+        if status == "error":
+            try:
+                raise value
+            except Exception as error:
+                errors.reraise(error)
+        return value
+
+    def _ask(self, more: int, acks: list[int]) -> None:
+        self._asked += more
+        self._connection.send(b"next", {"more": more, "ack": acks})
+
+    def _receive_one(self, waiting_for: str = "the next item of the stream") -> bytes:
+        """Take in one message from the server; its kind."""
+        kind, header, buffers = self._connection.receive(waiting_for=waiting_for)
+        if kind == b"restarted":  # a new server: it knows nothing of what was asked
+            self._connection.send(b"next", {"more": self._asked, "ack": []})
+        elif kind == b"end":
+            self._ended = True
+            self._asked = 0
+        elif kind in (b"item", b"error") and isinstance(header, dict) and type(header.get("seq")) is int:
+            seq = header["seq"]
+            self._asked = max(0, self._asked - 1)
+            if kind == b"item":
+                self._received.append((seq, "ok", wire.decode(header.get("tree"), buffers)))
+            else:
+                error = restore_failure(header, f"the server at {self.address}")
+                chain = getattr(error, errors.REMOTE_CHAIN)
+                setattr(error, errors.REMOTE_CHAIN, f"stream[{seq}]" + (f" -> {chain}" if chain else ""))
+                self._received.append((seq, "error", error))
+        return kind
+
+    def sync(self) -> None:
+        """Wait until the server has recorded every item handed out so far: none of them goes to anyone again."""
+        with self._lock:
+            self._connection.send(b"sync", {})
+            while self._receive_one("the server to confirm") != b"synced":
+                pass
+
+    def close(self) -> None:
+        """Disconnect: items received and not handed out go back to the server for other consumers."""
+        self._connection.close()
+
+    def __enter__(self) -> RemoteStream:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<lazyseq.RemoteStream from {self.address}>"
+
+
+def connect(
+    address: str,
+    *,
+    timeout: float = 10.0,
+    server_key: Any = None,
+    curve_keypair: tuple[Any, Any] | None = None,
+    ahead: int = 4,
+) -> RemoteView | RemoteStream:
+    """Connect to a :func:`~lazyseq.serve` server: a view of what it serves, or an iterator over its stream.
+
+    A served view comes back as a :class:`RemoteView`: ``len``, indexing,
+    slices and every combinator work on it, reads in order keep ``ahead``
+    requests in flight, and ``shard(remote, rank, world_size)`` splits it
+    between trainers. A served stream comes back as a :class:`RemoteStream`,
+    whose items no other consumer gets. A server that does not answer for
+    ``timeout`` seconds raises :class:`~lazyseq.ServerLost` naming the
+    address; one that comes back within ``timeout`` is reconnected to.
+
+    With CURVE: ``server_key`` is the server's public key, ``curve_keypair``
+    this client's ``(public, secret)`` pair (one is made when not given; the
+    server must allow its public key if it lists ``allowed_clients``).
+
+    >>> import lazyseq
+    >>> with lazyseq.serve(iter(["a", "b", "c"]), "tcp://127.0.0.1:0") as server:
+    ...     with lazyseq.connect(server.address) as stream:
+    ...         print(list(stream))
+    ['a', 'b', 'c']
+    """
+    from ..loading.options import positive
+
+    ahead = positive(ahead, "ahead", "connect")
+    settings = {"address": address, "timeout": timeout, "server_key": server_key, "curve_keypair": curve_keypair}
+    connection = Connection(address, timeout, server_key, curve_keypair)
+    try:
+        info = connection.hello()
+        if not isinstance(info, dict) or info.get("kind") not in ("view", "stream"):
+            raise wire.ProtocolError(f"{address} did not answer as a lazyseq server")
+        if info["kind"] == "stream":
+            return RemoteStream(connection, ahead)
+        return RemoteView(connection, info, ahead, {**settings, "ahead": ahead})
+    except BaseException:
+        connection.close()
+        raise
+
+
+def _reconnect(settings: dict) -> RemoteView:
+    return connect(**settings)

@@ -1,0 +1,219 @@
+"""A consumer's side of a data server: one socket for data, a heartbeat thread, ``ServerLost`` instead of a hang.
+
+The data socket (a ZeroMQ DEALER named after the consumer, so that the server
+knows it again after a reconnection) is used only by the thread that reads.
+A second socket, owned by a small heartbeat thread, pings the server every
+quarter of ``timeout``: the server's answers say it is alive (and which
+instance it is: a server that restarted gets the requests it lost sent again),
+and the pings tell the server this consumer is alive while it trains.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import weakref
+from typing import Any
+
+from . import wire
+from .failures import ServerLost
+from .security import key_bytes
+
+__all__ = ["Connection"]
+
+BYE_LINGER_MS = 200
+_SERVER_KINDS = {b"welcome", b"item", b"error", b"failed", b"end", b"synced"}
+
+
+class Connection:
+    """Talks to the server at ``address``: ``send`` requests, ``receive`` answers, within ``timeout``."""
+
+    def __init__(
+        self,
+        address: str,
+        timeout: float,
+        server_key: Any = None,
+        curve_keypair: tuple[Any, Any] | None = None,
+    ) -> None:
+        import zmq  # here: lazyseq imports zmq only when a server or a consumer is made
+
+        if not (isinstance(timeout, (int, float)) and 0 < timeout <= 86400):
+            raise ValueError(f"connect: timeout must be a number of seconds > 0, got {timeout!r}")
+        if curve_keypair is not None and server_key is None:
+            raise ValueError("connect: curve_keypair needs server_key (the server's public key) too")
+        self.address = address
+        self.timeout = float(timeout)
+        self.name = os.urandom(12)
+        self._zmq = zmq
+        context = self._context = zmq.Context()
+        curve = None
+        if server_key is not None:
+            public, secret = curve_keypair if curve_keypair is not None else zmq.curve_keypair()
+            curve = (
+                key_bytes(server_key, "connect: server_key"),
+                key_bytes(public, "connect: curve_keypair[0] (the public key)"),
+                key_bytes(secret, "connect: curve_keypair[1] (the secret key)"),
+            )
+        self._curve = curve
+        socket = self._socket = self._open(zmq.DEALER, self.name)
+        self._poller = zmq.Poller()
+        self._poller.register(socket, zmq.POLLIN)
+        self.heartbeat = _Heartbeat(self, self.interval)
+        self.closed = False
+        self._finalizer = weakref.finalize(self, _close, socket, self.heartbeat, context)
+        self.server: str | None = None  # the server instance answering, from its welcome
+        self.heartbeat.start()
+
+    @property
+    def interval(self) -> float:
+        return min(self.timeout / 4, 1.0)
+
+    def _open(self, kind: int, name: bytes):
+        zmq = self._zmq
+        socket = self._context.socket(kind)
+        socket.setsockopt(zmq.LINGER, 0)
+        socket.setsockopt(zmq.ROUTING_ID, name)
+        socket.setsockopt(zmq.RECONNECT_IVL, 50)
+        socket.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+        if self._curve is not None:
+            socket.curve_serverkey, socket.curve_publickey, socket.curve_secretkey = self._curve
+        try:
+            socket.connect(self.address)
+        except zmq.ZMQError as error:
+            socket.close(linger=0)
+            raise ValueError(f"connect: cannot connect to {self.address!r}: {error}") from None
+        return socket
+
+    def send(self, kind: bytes, header: Any) -> None:
+        self._socket.send_multipart([wire.TAG, kind, wire.dumps(header)])
+
+    def hello(self) -> dict:
+        """Ask what the server serves; ``ServerLost`` if no server answers within ``timeout``."""
+        self.send(b"hello", {"timeout": self.timeout})
+        while True:
+            kind, header, _ = self.receive(waiting_for="an answer to hello")
+            if kind == b"welcome":
+                self.server = header.get("server") if isinstance(header, dict) else None
+                return header
+
+    def receive(self, waiting_for: str) -> tuple[bytes, Any, list]:
+        """The next message from the server: ``(kind, header, buffers)``.
+
+        ``ServerLost`` once the server has not answered (heartbeats included)
+        for ``timeout``; ``kind`` is ``b"restarted"`` when a new server
+        instance answers at the address (what was asked of the old one is lost).
+        """
+        poller, beat = self._poller, self.heartbeat
+        while True:
+            if poller.poll(self.interval * 1000):
+                frames = self._socket.recv_multipart(copy=False)
+                try:
+                    return self._parse(frames)
+                except wire.ProtocolError:
+                    continue  # not from a lazyseq server: ignored
+            if beat.server is not None and self.server is not None and beat.server != self.server:
+                self.server = beat.server
+                return b"restarted", {}, []
+            silent = time.monotonic() - beat.last_answer
+            if silent > self.timeout:
+                hint = (
+                    " (with CURVE: check server_key, and that the server allows this client's public key)"
+                    if self._curve is not None and beat.answers == 0
+                    else ""
+                )
+                raise ServerLost(
+                    f"lost the server at {self.address}: no answer for {silent:.1f} s (timeout={self.timeout:g}) "
+                    f"while waiting for {waiting_for}{hint}"
+                )
+
+    @staticmethod
+    def _parse(frames: list) -> tuple[bytes, Any, list]:
+        if len(frames) < 3 or frames[0].bytes != wire.TAG:
+            raise wire.ProtocolError("not a lazyseq message")
+        kind = frames[1].bytes
+        if kind not in _SERVER_KINDS:
+            raise wire.ProtocolError(f"unknown message {kind[:20]!r}")
+        return kind, wire.loads(frames[2].buffer), [f.buffer for f in frames[3:]]
+
+    def close(self) -> None:
+        """Say goodbye (the server frees what it held for this consumer) and release the sockets and thread."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.send(b"bye", {})
+        except Exception:
+            pass
+        self._finalizer()
+
+
+class _Heartbeat(threading.Thread):
+    """Pings the server every ``interval``; records when it last answered and which instance it is."""
+
+    def __init__(self, connection: Connection, interval: float) -> None:
+        super().__init__(name="lazyseq-connect-heartbeat", daemon=True)
+        zmq = connection._zmq
+        self._socket = connection._open(zmq.DEALER, connection.name + b"/heartbeat")
+        self._ping = wire.dumps({"client": connection.name.hex(), "timeout": connection.timeout})
+        self._interval = interval
+        self._wake_fd, self._waker_fd = os.pipe()
+        self.last_answer = time.monotonic()
+        self.answers = 0
+        self.server: str | None = None
+
+    def run(self) -> None:
+        import zmq
+
+        socket = self._socket
+        poller = zmq.Poller()
+        poller.register(socket, zmq.POLLIN)
+        poller.register(self._wake_fd, zmq.POLLIN)
+        next_ping = 0.0
+        try:
+            while True:
+                now = time.monotonic()
+                if now >= next_ping:
+                    socket.send_multipart([wire.TAG, b"ping", self._ping])
+                    next_ping = now + self._interval
+                ready = dict(poller.poll(max(0.0, next_ping - now) * 1000))
+                if self._wake_fd in ready:
+                    return
+                if socket in ready:
+                    while True:
+                        try:
+                            frames = socket.recv_multipart(zmq.NOBLOCK)
+                        except zmq.Again:
+                            break
+                        if len(frames) == 3 and frames[0] == wire.TAG and frames[1] == b"pong":
+                            try:
+                                header = wire.loads(frames[2])
+                            except wire.ProtocolError:
+                                continue
+                            self.last_answer = time.monotonic()
+                            self.answers += 1
+                            if isinstance(header, dict) and isinstance(header.get("server"), str):
+                                self.server = header["server"]
+        finally:
+            socket.close(linger=0)
+            os.close(self._wake_fd)
+
+    def stop(self) -> None:
+        """End the thread (or, if it never started, release its socket)."""
+        if self.ident is None:
+            self._socket.close(linger=0)
+            os.close(self._wake_fd)
+        else:
+            try:
+                os.write(self._waker_fd, b"s")
+            except OSError:  # the thread already ended
+                pass
+            if self is not threading.current_thread():
+                self.join()
+        os.close(self._waker_fd)
+
+
+def _close(socket, heartbeat: _Heartbeat, context) -> None:
+    socket.close(linger=BYE_LINGER_MS)  # a moment for "bye" to leave; the server times out the consumer anyway
+    heartbeat.stop()
+    context.term()

@@ -1,0 +1,47 @@
+"""Errors of a data server and its consumers, and how an item's failure travels as text."""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+from ..loading.failures import LoaderError, RemoteError
+from ..views.errors import REMOTE_CHAIN, describe_chain
+
+__all__ = ["ServerLost", "failure_header", "restore_failure"]
+
+
+class ServerLost(LoaderError):
+    """A data server stopped answering for longer than the consumer's ``timeout``.
+
+    >>> import lazyseq
+    >>> issubclass(lazyseq.ServerLost, lazyseq.LoaderError)
+    True
+    """
+
+
+ServerLost.__module__ = "lazyseq"
+
+
+def failure_header(error: BaseException) -> dict[str, Any]:
+    """What a consumer needs to know of ``error``, raised while computing an item: text only."""
+    chain = " -> ".join(
+        part for part in (describe_chain(error.__traceback__), getattr(error, REMOTE_CHAIN, "")) if part
+    )
+    text = "".join(traceback.format_exception(error))
+    for note in getattr(error, "__notes__", ()):
+        if note not in text:
+            text += note + "\n"
+    return {"type": type(error).__qualname__, "message": str(error), "chain": chain, "traceback": text}
+
+
+def restore_failure(header: dict, where: str) -> RemoteError:
+    """The exception a consumer raises for an item that failed on the server (``where`` names it)."""
+    error = RemoteError(_text(header.get("type"), "Exception"), _text(header.get("message"), ""))
+    error.add_note(f"raised on {where}; its traceback there:\n{_text(header.get('traceback'), '').rstrip()}")
+    setattr(error, REMOTE_CHAIN, _text(header.get("chain"), ""))
+    return error
+
+
+def _text(value: Any, default: str) -> str:
+    return value if isinstance(value, str) else default

@@ -1,0 +1,92 @@
+"""Who may talk to a data server: loopback by default, CURVE encryption and a list of allowed clients otherwise.
+
+ZeroMQ's CURVE mechanism encrypts every frame and authenticates the server to
+its clients (they must know its public key). Which clients may connect is
+decided by a ZAP handler (:class:`ClientCheck`), which the server's I/O thread
+answers: a client whose public key is not allowed is refused during the
+handshake, before the server reads anything it sent.
+
+Keys are made with ``zmq.curve_keypair()``: a ``(public, secret)`` pair of
+40-character Z85 strings. Keep the secret one in a file only its owner can
+read (``zmq.auth.create_certificates`` writes both halves, the secret one with
+mode 0600), and give the public one to the other side.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = ["ClientCheck", "check_address", "is_loopback", "key_bytes"]
+
+ZAP_ENDPOINT = "inproc://zeromq.zap.01"
+
+
+def is_loopback(address: str) -> bool:
+    """Whether ``address`` (a ZeroMQ endpoint) can only be reached from this machine.
+
+    >>> is_loopback("tcp://127.0.0.1:5557"), is_loopback("tcp://localhost:0"), is_loopback("ipc:///tmp/s")
+    (True, True, True)
+    >>> is_loopback("tcp://0.0.0.0:5557"), is_loopback("tcp://*:5557"), is_loopback("tcp://10.0.0.2:5557")
+    (False, False, False)
+    """
+    transport, _, rest = address.partition("://")
+    if transport in ("ipc", "inproc"):
+        return True
+    if transport != "tcp":
+        return False
+    host = rest.rpartition(":")[0].strip("[]")
+    if ";" in host:  # "source;destination": what is bound is the destination
+        host = host.rpartition(";")[2]
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # "*", an interface name, a host name
+        return False
+
+
+def check_address(address: str, curve_keypair: Any, insecure: bool) -> None:
+    """``ValueError`` for a server bound where others can reach it, with nothing to keep them out."""
+    if not isinstance(address, str) or "://" not in address:
+        raise ValueError(f"serve: address must look like 'tcp://127.0.0.1:5557', got {address!r}")
+    if curve_keypair is None and not insecure and not is_loopback(address):
+        raise ValueError(
+            f"serve: {address} can be reached from other machines, and anyone who reaches it could read the data; "
+            "give curve_keypair=zmq.curve_keypair() (clients then need its public key) and allowed_clients=[their "
+            "public keys], bind to 127.0.0.1, or pass insecure=True on a network you trust"
+        )
+
+
+def key_bytes(key: Any, what: str) -> bytes:
+    """A CURVE key as the 40 bytes of its Z85 text; ``ValueError`` naming ``what`` otherwise."""
+    if isinstance(key, str):
+        key = key.encode("ascii", "replace")
+    if not isinstance(key, bytes) or len(key) != 40:
+        raise ValueError(f"{what} must be a 40-character Z85 key as made by zmq.curve_keypair(), got {key!r:.60}")
+    return key
+
+
+class ClientCheck:
+    """Answers ZeroMQ's authentication requests (ZAP) for a CURVE server: allowed public keys, or any."""
+
+    def __init__(self, allowed_clients: Iterable[Any] | None) -> None:
+        import zmq
+
+        self._z85_decode = zmq.utils.z85.decode
+        self.allowed: set[bytes] | None = None
+        if allowed_clients is not None:
+            if isinstance(allowed_clients, (str, bytes)):
+                raise ValueError("serve: allowed_clients must be a list of public keys, not one key")
+            self.allowed = {self._z85_decode(key_bytes(k, "each key of allowed_clients")) for k in allowed_clients}
+
+    def answer(self, request: list[bytes]) -> list[bytes]:
+        """The reply to one ZAP request: ``200`` for a client let in, ``400`` otherwise."""
+        version, request_id = (request + [b"", b""])[:2]
+        mechanism = request[5] if len(request) > 5 else b""
+        ok = mechanism == b"CURVE" and len(request) > 6
+        if ok and self.allowed is not None:
+            ok = request[6] in self.allowed  # the client's public key, 32 raw bytes
+        status = (b"200", b"OK") if ok else (b"400", b"client key not allowed")
+        return [version, request_id, *status, b"", b""]

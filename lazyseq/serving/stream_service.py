@@ -1,0 +1,145 @@
+"""Serving a stream: every item of an iterable goes to exactly one consumer.
+
+Consumers ask for items (``next`` with ``more``: how many more they want) and
+acknowledge each one as they hand it to their user (``ack``). Until then the
+server keeps it: the items of a consumer that leaves or dies without
+acknowledging them go, first, to the next consumer that asks (or to the same
+one when it comes back). The stream ends for a consumer (``end``) only when
+the iterable is exhausted and no other consumer holds an item it has not
+acknowledged, since that item could still come back.
+
+Items are numbered in the order they are drawn from the iterable (``seq``),
+and encoded at once into buffers the server owns, so an iterable that reuses
+its arrays (``load_buffers``) can go on.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from . import wire
+from .failures import failure_header
+
+__all__ = ["StreamService"]
+
+Send = Callable[[bytes, bytes, Any, list], None]
+
+
+class _Consumer:
+    __slots__ = ("wanted", "unacked")
+
+    def __init__(self) -> None:
+        self.wanted = 0  # items asked for and not sent yet
+        self.unacked: dict[int, tuple] = {}  # seq -> (kind, header, buffers): sent, not acknowledged
+
+
+class StreamService:
+    """Hands the items of ``iterable`` out to consumers; see the module's description."""
+
+    kind = "stream"
+
+    def __init__(self, iterable: Iterable, max_buffered: int, max_wanted: int, send: Send | None = None) -> None:
+        self._items = iter(iterable)
+        self._max_buffered = max_buffered
+        self._max_wanted = max_wanted  # the most items a consumer may ask for ahead of what it acknowledged
+        self.send = send
+        self._consumers: dict[bytes, _Consumer] = {}
+        self._drawn: deque[tuple] = deque()  # (seq, kind, header, buffers) drawn, not handed out
+        self._returned: deque[tuple] = deque()  # handed to a consumer that left without acknowledging them
+        self._seq = 0
+        self.exhausted = False
+
+    def info(self) -> dict[str, Any]:
+        return {"kind": self.kind}
+
+    @property
+    def consumers(self) -> list[bytes]:
+        return list(self._consumers)
+
+    @property
+    def busy(self) -> bool:
+        """Whether there is something to do now: a consumer waits, or items can be drawn ahead."""
+        if any(c.wanted for c in self._consumers.values()):
+            return True
+        return not self.exhausted and len(self._drawn) < self._max_buffered
+
+    def handle(self, consumer: bytes, kind: bytes, header: Any) -> None:
+        if kind != b"next":
+            raise wire.ProtocolError(f"a served stream answers 'next', not {kind!r}")
+        if type(header) is not dict:
+            raise wire.ProtocolError("'next' needs a header object")
+        more, acks = header.get("more", 0), header.get("ack", [])
+        if type(more) is not int or more < 0 or type(acks) is not list or not all(type(s) is int for s in acks):
+            raise wire.ProtocolError("'next' needs an integer 'more' >= 0 and a list of integers 'ack'")
+        state = self._consumers.setdefault(consumer, _Consumer())
+        for seq in acks:
+            state.unacked.pop(seq, None)
+        state.wanted = min(state.wanted + more, self._max_wanted - len(state.unacked))
+        self._hand_out()
+
+    def forget(self, consumer: bytes) -> None:
+        """A consumer left or died: what it did not acknowledge goes to the next one that asks."""
+        state = self._consumers.pop(consumer, None)
+        if state is not None:
+            self._returned.extend((seq, *entry) for seq, entry in sorted(state.unacked.items()))
+            self._hand_out()
+
+    def work(self, timeout: float) -> None:
+        """Draw one item ahead if there is room, and hand out what consumers wait for."""
+        if not self.exhausted and len(self._drawn) < self._max_buffered:
+            self._draw()
+        self._hand_out()
+
+    def _draw(self) -> None:
+        seq = self._seq
+        try:
+            value = next(self._items)
+        except StopIteration:
+            self.exhausted = True
+            return
+        except Exception as error:  # reaches a consumer as this item's failure
+            self._seq += 1
+            self._drawn.append((seq, b"error", {"seq": seq, **failure_header(error)}, []))
+            return
+        self._seq += 1
+        try:
+            tree, buffers = wire.encode(value)
+        except TypeError as error:
+            message = f"item {seq} of the stream cannot be sent: {error}"
+            self._drawn.append((seq, b"error", {"seq": seq, "type": "TypeError", "message": message}, []))
+            return
+        # a copy the server owns: the iterable may reuse its arrays (load_buffers does)
+        owned = [np.array(b, copy=True) if isinstance(b, np.ndarray) else b for b in buffers]
+        self._drawn.append((seq, b"item", {"seq": seq, "tree": tree}, owned))
+
+    def _hand_out(self) -> None:
+        for consumer, state in self._consumers.items():
+            while state.wanted:
+                if self._returned:
+                    entry = self._returned.popleft()
+                elif self._drawn:
+                    entry = self._drawn.popleft()
+                elif not self.exhausted:
+                    self._draw()
+                    continue
+                else:
+                    if not self._returned and not any(c.unacked for c in self._consumers.values()):
+                        self.send(consumer, b"end", {}, [])
+                        state.wanted = 0
+                    break
+                seq, kind, header, buffers = entry
+                state.unacked[seq] = (kind, header, buffers)
+                state.wanted -= 1
+                self.send(consumer, kind, header, buffers)
+
+    def wake(self) -> None:
+        pass  # the compute thread waits for requests only when there is nothing to do
+
+    def close(self) -> None:
+        self._consumers.clear()
+        self._drawn.clear()
+        self._returned.clear()

@@ -1,0 +1,224 @@
+"""Serving a view by index: each consumer gets the items it asks for, and the next ones are computed ahead.
+
+The server's compute thread owns a :class:`ViewService`. Items are computed
+by one :class:`~lazyseq.loading.engine.Engine` shared by every consumer (the
+same workers as ``prefetch``), as tasks named ``(consumer, index)``. While a
+consumer reads in order, up to ``max_buffered`` of its next items are computed
+ahead of its requests; a consumer that jumps elsewhere drops those.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..loading.engine import Engine
+from ..loading.failures import LoaderError
+from ..loading.jobs import ReadItem
+from ..loading.options import LoaderOptions
+from ..views.base import View
+from . import wire
+from .failures import failure_header
+
+__all__ = ["ViewService"]
+
+Send = Callable[[bytes, bytes, Any, list], None]  # (consumer, kind, header, buffers)
+
+
+class _Reads:
+    """What one consumer asked for and what is computed for it."""
+
+    __slots__ = ("waiting", "held", "last", "frontier")
+
+    def __init__(self) -> None:
+        self.waiting: dict[int, list[int]] = {}  # index -> the request numbers waiting for it
+        self.held: set[int] = set()  # indices computed or in progress for this consumer
+        self.last = -1  # the index asked for last: reads are assumed to start in order
+        self.frontier = 0  # the next index to compute ahead while reads go in order
+
+
+class ViewService:
+    """Answers ``get`` requests for items of ``view``; see the module's description."""
+
+    kind = "view"
+
+    def __init__(self, view: View, options: LoaderOptions, max_buffered: int, send: Send | None = None) -> None:
+        self.view = view
+        self.options = options
+        self.max_buffered = max_buffered
+        self.send = send
+        self._reads: dict[bytes, _Reads] = {}
+        self._engine: Engine | None = None
+        self._starts = 0
+
+    def info(self) -> dict[str, Any]:
+        return {"kind": self.kind, "length": self.view._len, "label": self.view._describe()}
+
+    @property
+    def consumers(self) -> list[bytes]:
+        return list(self._reads)
+
+    @property
+    def busy(self) -> bool:
+        """Whether results are on their way (the compute thread then waits for them, not for requests)."""
+        engine = self._engine
+        return engine is not None and bool(engine.pending)
+
+    # -- requests --------------------------------------------------------------------
+
+    def handle(self, consumer: bytes, kind: bytes, header: Any) -> None:
+        if kind != b"get":
+            raise wire.ProtocolError(f"a served view answers 'get', not {kind!r}")
+        if type(header) is not dict or type(header.get("req")) is not int or type(header.get("index")) is not int:
+            raise wire.ProtocolError("'get' needs integers 'req' and 'index'")
+        req, i = header["req"], header["index"]
+        n = self.view._len
+        if i < 0 or (n is not None and i >= n):
+            self.send(consumer, b"error", {"req": req, "index": i, **_index_error(i, n)}, [])
+            return
+        reads = self._reads.setdefault(consumer, _Reads())
+        if not self.options.nworkers:
+            self._compute_here(consumer, req, i)
+            return
+        reads.waiting.setdefault(i, []).append(req)
+        if i != reads.last + 1:  # a jump: what was computed ahead is not wanted any more
+            self._drop_ahead(consumer, reads)
+            reads.frontier = i + 1
+        reads.last = i
+        engine = self._running_engine()
+        key = (consumer, i)
+        if key in engine.ready:
+            self._deliver(consumer, reads, i, engine.ready.pop(key))
+        elif i not in reads.held:
+            reads.held.add(i)
+            self._submit(engine, [(key, i)])
+        self._compute_ahead(consumer, reads)
+
+    def forget(self, consumer: bytes) -> None:
+        """Drop what is held for a consumer that left or died (tasks in progress end unread)."""
+        reads = self._reads.pop(consumer, None)
+        engine = self._engine
+        if reads is not None and engine is not None:
+            for i in reads.held:
+                engine.ready.pop((consumer, i), None)
+
+    # -- computing -------------------------------------------------------------------
+
+    def _compute_here(self, consumer: bytes, req: int, i: int) -> None:
+        try:
+            value = self.view._get(i)
+        except Exception as error:
+            self.send(consumer, b"error", {"req": req, "index": i, **failure_header(error)}, [])
+            return
+        self._send_item(consumer, [req], i, value)
+
+    def _running_engine(self) -> Engine:
+        engine = self._engine
+        if engine is None or engine.closed:
+            engine = self._engine = Engine(
+                ReadItem(self.view),
+                self.options,
+                self.max_buffered,
+                start=self._starts,
+                slot_count=2 * self.max_buffered + 4,
+                task_name="item",
+            )
+            self._starts += 1
+        return engine
+
+    def _submit(self, engine: Engine, tasks: list) -> None:
+        try:
+            engine.submit(tasks)
+        except LoaderError as error:
+            self._engine_failed(error)
+
+    def _compute_ahead(self, consumer: bytes, reads: _Reads) -> None:
+        n = self.view._len
+        ahead = len(reads.held) - len(reads.waiting)
+        tasks = []
+        j = max(reads.frontier, reads.last + 1)
+        while ahead < self.max_buffered and (n is None or j < n):
+            if j not in reads.held:
+                reads.held.add(j)
+                tasks.append(((consumer, j), j))
+                ahead += 1
+            j += 1
+        reads.frontier = j
+        if tasks:
+            self._submit(self._running_engine(), tasks)
+
+    def _drop_ahead(self, consumer: bytes, reads: _Reads) -> None:
+        engine = self._engine
+        for i in [i for i in reads.held if i not in reads.waiting]:
+            reads.held.discard(i)
+            if engine is not None:
+                engine.ready.pop((consumer, i), None)  # one still in progress is dropped when it arrives
+
+    def work(self, timeout: float) -> None:
+        """Wait up to ``timeout`` for results, and send those that consumers asked for."""
+        engine = self._engine
+        if engine is None or not engine.pending:
+            return
+        try:
+            engine.collect(timeout)
+        except LoaderError as error:
+            self._engine_failed(error)
+            return
+        for key in list(engine.ready):
+            consumer, i = key
+            reads = self._reads.get(consumer)
+            if reads is None or i not in reads.held:  # its consumer left, or jumped elsewhere
+                del engine.ready[key]
+            elif i in reads.waiting:
+                self._deliver(consumer, reads, i, engine.ready.pop(key))
+                self._compute_ahead(consumer, reads)
+
+    def _deliver(self, consumer: bytes, reads: _Reads, i: int, done) -> None:
+        reqs = reads.waiting.pop(i)
+        reads.held.discard(i)
+        if done.status == "error":
+            header = failure_header(done.value)
+            for req in reqs:
+                self.send(consumer, b"error", {"req": req, "index": i, **header}, [])
+        else:
+            self._send_item(consumer, reqs, i, done.value)
+
+    def _send_item(self, consumer: bytes, reqs: list[int], i: int, value: Any) -> None:
+        try:
+            tree, buffers = wire.encode(value)
+        except TypeError as error:
+            header = {"type": "TypeError", "message": f"item {i} cannot be sent: {error}", "chain": "", "traceback": ""}
+            for req in reqs:
+                self.send(consumer, b"error", {"req": req, "index": i, **header}, [])
+            return
+        for req in reqs:
+            self.send(consumer, b"item", {"req": req, "index": i, "tree": tree}, buffers)
+
+    def _engine_failed(self, error: LoaderError) -> None:
+        """The workers cannot go on: every waiting request hears why; the next one starts new workers."""
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            engine.close()
+        message = f"the server's workers failed: {type(error).__name__}: {error}"
+        for consumer, reads in self._reads.items():
+            for i, reqs in reads.waiting.items():
+                for req in reqs:
+                    self.send(consumer, b"failed", {"req": req, "index": i, "message": message}, [])
+            reads.waiting.clear()
+            reads.held.clear()
+
+    def wake(self) -> None:
+        engine = self._engine
+        if engine is not None:
+            engine.workers.wake()
+
+    def close(self) -> None:
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            engine.close()
+        self._reads.clear()
+
+
+def _index_error(i: int, n: int | None) -> dict[str, str]:
+    message = f"index {i} out of range for the served view of length {n}"
+    return {"type": "IndexError", "message": message, "chain": "", "traceback": ""}

@@ -1,0 +1,242 @@
+"""What travels between a data server and its consumers: JSON headers and raw array buffers, never pickle.
+
+A message is a list of frames: the protocol tag, the message kind, a JSON
+header, then zero or more raw buffers. An item is sent as a *tree* in the
+header plus one buffer per array (or ``bytes`` value):
+
+==========================  ======================================================
+value                       in the tree
+==========================  ======================================================
+``str``, ``int``, ``float``,  the JSON value itself
+``bool``, ``None``
+``complex``                 ``{"c": [real, imag]}``
+``tuple`` (namedtuples too) ``{"t": [children]}``
+``list``                    ``{"l": [children]}``
+``dict``, any ``Mapping``   ``{"d": [[key, value], ...]}`` (keys are trees too)
+numpy array                 ``{"a": [k, dtype, shape]}``: buffer ``k``
+numpy scalar                ``{"s": [k, dtype]}``: buffer ``k``, one element
+``bytes``                   ``{"b": k}``: buffer ``k``
+==========================  ======================================================
+
+Anything else (an array of Python objects, a set, an instance of a class)
+is refused by :func:`encode` with a ``TypeError`` naming what and where, so
+nothing that needs code to rebuild ever crosses the socket. :func:`decode`
+checks every part of what it is given (types, dtype, sizes, nesting) and
+raises :class:`ProtocolError` for anything malformed; it runs no code of the
+sender's choosing. A namedtuple arrives as a plain tuple and an
+``OrderedDict`` as a dict (rebuilding their types would mean importing code
+named by the sender).
+
+>>> import numpy as np
+>>> header, buffers = encode({"x": np.arange(3.0), "label": 7, "ids": ("a", b"zz")})
+>>> header
+{'d': [['x', {'a': [0, '<f8', [3]]}], ['label', 7], ['ids', {'t': ['a', {'b': 1}]}]]}
+>>> decode(header, buffers)
+{'x': array([0., 1., 2.]), 'label': 7, 'ids': ('a', b'zz')}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["MAX_DEPTH", "TAG", "ProtocolError", "decode", "dumps", "encode", "loads"]
+
+TAG = b"lazyseq/1"  # the first frame of every message: which protocol, which version
+MAX_DEPTH = 64  # nesting deeper than this is refused, on both sides
+_MAX_DTYPE_CHARS = 32
+
+
+class ProtocolError(ValueError):
+    """A message that does not follow the protocol: malformed, truncated, or not what was expected."""
+
+
+def dumps(header: Any) -> bytes:
+    """A header as the bytes of its frame."""
+    return json.dumps(header, separators=(",", ":"), allow_nan=False).encode()
+
+
+def loads(frame: bytes | memoryview) -> Any:
+    """A header from the bytes of its frame; :class:`ProtocolError` if it is not JSON."""
+    try:
+        return json.loads(bytes(frame))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        raise ProtocolError(f"a header is not valid JSON ({error})") from None
+
+
+# -- encoding (the server) -------------------------------------------------------------------
+
+
+def encode(value: Any) -> tuple[Any, list]:
+    """The tree of ``value`` and the buffers it refers to; ``TypeError`` for anything not allowed.
+
+    Arrays are sent from their own memory where they are contiguous (no copy).
+    """
+    buffers: list = []
+    return _encode(value, buffers, "the item", 0), buffers
+
+
+def _encode(value: Any, buffers: list, where: str, depth: int) -> Any:
+    if depth > MAX_DEPTH:
+        raise TypeError(f"{where} is nested more than {MAX_DEPTH} levels deep")
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if kind is float:
+        return value if math.isfinite(value) else {"f": repr(value)}  # JSON has no nan or inf
+    if isinstance(value, np.ndarray):
+        if value.dtype.hasobject:
+            raise TypeError(
+                f"{where} is an array of Python objects (dtype {value.dtype}): only arrays of plain data can be "
+                "sent; convert it to a numeric, bytes or str dtype, or to a list"
+            )
+        buffers.append(np.ascontiguousarray(value))
+        return {"a": [len(buffers) - 1, _dtype_name(value.dtype, where), list(value.shape)]}
+    if isinstance(value, np.generic):
+        if value.dtype.hasobject:
+            raise TypeError(f"{where} is a numpy object scalar: only plain data can be sent")
+        buffers.append(np.asarray(value).reshape(1))
+        return {"s": [len(buffers) - 1, _dtype_name(value.dtype, where)]}
+    if isinstance(value, tuple):
+        return {"t": [_encode(v, buffers, f"{where}[{k}]", depth + 1) for k, v in enumerate(value)]}
+    if isinstance(value, list):
+        return {"l": [_encode(v, buffers, f"{where}[{k}]", depth + 1) for k, v in enumerate(value)]}
+    if isinstance(value, Mapping):
+        return {
+            "d": [
+                [_encode(k, buffers, f"a key of {where}", depth + 1), _encode(v, buffers, f"{where}[{k!r}]", depth + 1)]
+                for k, v in value.items()
+            ]
+        }
+    if isinstance(value, bytes):
+        buffers.append(value)
+        return {"b": len(buffers) - 1}
+    if isinstance(value, complex):
+        return {"c": [_encode(value.real, buffers, where, depth), _encode(value.imag, buffers, where, depth)]}
+    if isinstance(value, int):  # subclasses (an IntEnum...): sent as the plain value
+        return int(value)
+    if isinstance(value, float):
+        return _encode(float(value), buffers, where, depth)
+    if isinstance(value, str):
+        return str(value)
+    raise TypeError(
+        f"{where} is a {kind.__module__}.{kind.__qualname__}, which cannot be sent: items may hold numpy arrays, "
+        "numbers, strings, bytes and None, in tuples, lists and dicts"
+    )
+
+
+def _dtype_name(dtype: np.dtype, where: str) -> str:
+    if dtype.fields is not None or dtype.subdtype is not None:
+        raise TypeError(f"{where} has a structured dtype ({dtype}): send its fields as separate arrays")
+    return dtype.str
+
+
+# -- decoding (the consumer) -------------------------------------------------------------------
+
+
+def decode(tree: Any, buffers: Sequence) -> Any:
+    """The value that ``tree`` and ``buffers`` describe; :class:`ProtocolError` if they do not fit together.
+
+    Arrays are built over the received buffers without a copy (read-only where
+    the buffer is).
+    """
+    used = [False] * len(buffers)
+    value = _decode(tree, buffers, used, 0)
+    if not all(used):
+        raise ProtocolError(f"{used.count(False)} buffer(s) of the message are not part of the item")
+    return value
+
+
+def _decode(node: Any, buffers: Sequence, used: list, depth: int) -> Any:
+    if depth > MAX_DEPTH:
+        raise ProtocolError(f"the item is nested more than {MAX_DEPTH} levels deep")
+    kind = type(node)
+    if kind is str or kind is int or kind is float or kind is bool or node is None:
+        return node
+    if kind is not dict or len(node) != 1:
+        raise ProtocolError(f"not a node of an item: {_short(node)}")
+    ((tag, body),) = node.items()
+    if tag == "t":
+        return tuple(_decode(child, buffers, used, depth + 1) for child in _list(body, tag))
+    if tag == "l":
+        return [_decode(child, buffers, used, depth + 1) for child in _list(body, tag)]
+    if tag == "d":
+        pairs = _list(body, tag)
+        result = {}
+        for pair in pairs:
+            if type(pair) is not list or len(pair) != 2:
+                raise ProtocolError(f"a dict entry is not a [key, value] pair: {_short(pair)}")
+            key = _decode(pair[0], buffers, used, depth + 1)
+            try:
+                result[key] = _decode(pair[1], buffers, used, depth + 1)
+            except TypeError:  # an unhashable key (a list)
+                raise ProtocolError(f"a dict key cannot be a {type(key).__name__}") from None
+        return result
+    if tag == "a":
+        k, dtype, shape = _fields(body, tag, 3)
+        return _array(buffers, used, k, dtype, shape)
+    if tag == "s":
+        k, dtype = _fields(body, tag, 2)
+        return _array(buffers, used, k, dtype, [1])[0]
+    if tag == "b":
+        return bytes(_buffer(buffers, used, body))
+    if tag == "c":
+        real, imag = _fields(body, tag, 2)
+        if not all(type(part) in (int, float) for part in (real, imag)):
+            raise ProtocolError(f"a complex number has parts that are not numbers: {_short(body)}")
+        return complex(real, imag)
+    if tag == "f":
+        if body not in ("nan", "inf", "-inf"):
+            raise ProtocolError(f"not a special float: {_short(body)}")
+        return float(body)
+    raise ProtocolError(f"unknown kind of node {tag!r}")
+
+
+def _list(body: Any, tag: str) -> list:
+    if type(body) is not list:
+        raise ProtocolError(f"node {tag!r} does not hold a list: {_short(body)}")
+    return body
+
+
+def _fields(body: Any, tag: str, count: int) -> list:
+    if type(body) is not list or len(body) != count:
+        raise ProtocolError(f"node {tag!r} does not hold {count} fields: {_short(body)}")
+    return body
+
+
+def _buffer(buffers: Sequence, used: list, k: Any):
+    if type(k) is not int or not 0 <= k < len(buffers):
+        raise ProtocolError(f"buffer {_short(k)} does not exist: the message has {len(buffers)}")
+    if used[k]:
+        raise ProtocolError(f"buffer {k} is used twice")
+    used[k] = True
+    return buffers[k]
+
+
+def _array(buffers: Sequence, used: list, k: Any, dtype_name: Any, shape: Any) -> np.ndarray:
+    if type(dtype_name) is not str or len(dtype_name) > _MAX_DTYPE_CHARS:
+        raise ProtocolError(f"not a dtype: {_short(dtype_name)}")
+    try:
+        dtype = np.dtype(dtype_name)
+    except (TypeError, ValueError):
+        raise ProtocolError(f"not a dtype: {dtype_name!r}") from None
+    if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
+        raise ProtocolError(f"dtype {dtype_name!r} is not allowed: only plain data travels")
+    if type(shape) is not list or len(shape) > 32 or not all(type(n) is int and n >= 0 for n in shape):
+        raise ProtocolError(f"not an array shape: {_short(shape)}")
+    buffer = memoryview(_buffer(buffers, used, k))
+    count = math.prod(shape)
+    if buffer.nbytes != count * dtype.itemsize:
+        raise ProtocolError(
+            f"buffer {k} holds {buffer.nbytes} bytes, an array {dtype} {tuple(shape)} needs {count * dtype.itemsize}"
+        )
+    return np.frombuffer(buffer, dtype).reshape(shape)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
