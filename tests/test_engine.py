@@ -1,7 +1,7 @@
 """The loader engine, driven through the worker protocol by a backend written here: any backend that keeps the
 protocol of lazyseq.loading.backends works, without a change to the engine."""
 
-import threading
+import select
 
 import pytest
 
@@ -54,8 +54,8 @@ class ManualBackend:
     def has_room(self, count):
         return True
 
-    def wake(self):
-        self.log.append(("wake",))
+    def fds(self):
+        return []
 
     def close(self):
         self.closed = True
@@ -155,21 +155,20 @@ def test_deferred_workers_start_only_for_a_task():
 
 
 @pytest.mark.parametrize("method", ["thread", "process"])
-def test_wake_ends_a_poll_waiting_in_another_thread(method):
+def test_fds_become_readable_when_a_result_waits(method):
     options = LoaderOptions.check(
-        "wake", 1, method, inline_below=0, start_method="fork" if method == "process" else None
+        "fds", 1, method, inline_below=0, start_method="fork" if method == "process" else None
     )
-    release = threading.Event()  # a worker thread waits for it; a forked process waits until stopped
-    workers = start_workers(release.wait, options, 0, 0, 0, "task", None)
+    workers = start_workers(abs, options, 0, 0, 0, "task", None)
     try:
-        workers.submit_many([("long", 30.0)])
-        waker = threading.Thread(target=workers.wake)
-        waker.start()
-        assert workers.poll(60.0) == []  # returned at the wake, long before the task or the timeout
-        waker.join()
-        workers.wake()
-        workers.wake()
-        assert workers.poll(60.0) == []
+        fds = workers.fds()
+        assert select.select(fds, [], [], 0)[0] == []
+        workers.submit_many([("a", -4)])
+        found = []
+        while not found:  # a worker process also says when it is ready: not every wake-up brings a result
+            assert select.select(fds, [], [], 60)[0]
+            found = workers.poll(0)
+        assert found == [Done("a", "ok", 4)]
+        assert select.select(fds, [], [], 0)[0] == []  # read: nothing waits any more
     finally:
-        release.set()
         workers.close()

@@ -20,9 +20,10 @@ result. The engine (:mod:`.engine`) talks to it only through
   takes that back. A backend may ignore both: the task then runs.
 - ``has_room(count)`` says whether ``count`` more tasks would each get a
   shared-memory slot for their result (always true without slots).
-- ``wake()``, called from another thread, makes a ``poll`` in progress (or
-  the next one) return at once, with or without results: a reader that also
-  waits for something else (a data server waiting for requests) uses it.
+- ``fds()`` lists file descriptors that become readable when ``poll`` may
+  have something to return (a result, a worker that died): a reader that waits for
+  other things too (a data server waiting for requests) adds them to its own
+  ``select``/``poll``, then calls ``poll(0)``.
 - ``feeds_on_poll`` is true for a backend that sends queued tasks to its
   workers only from ``poll``: the engine then polls at every read.
 - ``close()`` stops every worker and releases what they hold; ``closed`` says
@@ -67,7 +68,7 @@ class WorkerBackend(Protocol):
 
     def has_room(self, count: int) -> bool: ...
 
-    def wake(self) -> None: ...
+    def fds(self) -> list[int]: ...
 
     def close(self) -> None: ...
 
@@ -146,9 +147,8 @@ class DeferredWorkers:
     def has_room(self, count: int) -> bool:
         return self.workers is None or self.workers.has_room(count)
 
-    def wake(self) -> None:
-        if self.workers is not None:
-            self.workers.wake()
+    def fds(self) -> list[int]:
+        return [] if self.workers is None else self.workers.fds()
 
     def close(self) -> None:
         self._closed = True

@@ -114,7 +114,6 @@ class ProcessWorkers:
             if start_hook is not None:
                 start_hook = serialize(start_hook, "start_hook", owner)
         self._conns, self._processes = [], []
-        self._wake_fd = self._waker_fd = -1
         self._busy: list[set] = []  # tasks sent to each worker, not answered yet
         self._backlog: deque = deque()  # (task, arg) not sent yet, in order
         self._queued: set = set()  # the tasks in the backlog
@@ -148,10 +147,6 @@ class ProcessWorkers:
         self._poller = select.poll()
         for fd in [*self._conn_fds, *self._sentinels]:
             self._poller.register(fd, select.POLLIN)
-        self._wake_fd, self._waker_fd = os.pipe()  # wake() writes a byte: a poll in another thread returns
-        os.set_blocking(self._wake_fd, False)
-        os.set_blocking(self._waker_fd, False)
-        self._poller.register(self._wake_fd, select.POLLIN)
         if slot_bytes:
             try:
                 self._make_slots(slot_bytes)
@@ -224,11 +219,6 @@ class ProcessWorkers:
             k = self._conn_fds.get(fd)
             if k is not None:
                 self._drain(k, found)
-            elif fd == self._wake_fd:
-                try:
-                    os.read(fd, READ_BYTES)
-                except BlockingIOError:
-                    pass
             else:
                 dead.append(self._sentinels[fd])
         for k in dead:
@@ -236,13 +226,9 @@ class ProcessWorkers:
         self._dispatch()
         return found
 
-    def wake(self) -> None:
-        if self._waker_fd < 0:
-            return
-        try:
-            os.write(self._waker_fd, b"w")
-        except (BlockingIOError, OSError):  # full (a wake is pending anyway) or closed
-            pass
+    def fds(self) -> list[int]:
+        """The pipes from the workers and their sentinels: readable when a result or a death is waiting."""
+        return [*self._conn_fds, *self._sentinels]
 
     def _drain(self, k: int, found: list) -> None:
         """Read what worker ``k`` sent, all messages of it in one system call where they fit."""
@@ -350,9 +336,5 @@ class ProcessWorkers:
             process.close()
         for conn in self._conns:
             conn.close()
-        for fd in (self._wake_fd, self._waker_fd):
-            if fd >= 0:
-                os.close(fd)
-        self._wake_fd = self._waker_fd = -1
         if self._slots is not None:
             self._slots.close()

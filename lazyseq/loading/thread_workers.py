@@ -5,6 +5,7 @@ A :class:`~lazyseq.loading.backends.WorkerBackend` (see that module for the prot
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 
@@ -31,10 +32,12 @@ class ThreadWorkers:
         self._tasks: queue.SimpleQueue = queue.SimpleQueue()
         self._results: queue.SimpleQueue = queue.SimpleQueue()
         self._tickets: dict = {}  # task -> its latest _Ticket
+        self._notify = [-1]  # the write end of the pipe of fds(), once made; the threads read it here
+        self._notify_fds = (-1, -1)
         self._threads = [
             threading.Thread(
                 target=_serve,
-                args=(k, job, options.start_hook, self._tasks, self._results),
+                args=(k, job, options.start_hook, self._tasks, self._results, self._notify),
                 name=f"lazyseq-{owner}-{k}",
                 daemon=True,
             )
@@ -65,11 +68,22 @@ class ThreadWorkers:
         if ticket is not None:
             ticket.move("cancelled", "queued")
 
-    def wake(self) -> None:
-        self._results.put(None)  # a poll takes it for a result, and returns without it
+    def fds(self) -> list[int]:
+        """A pipe the threads write a byte to after each result (made at the first call)."""
+        if self._notify[0] < 0:
+            self._notify_fds = os.pipe()
+            for fd in self._notify_fds:
+                os.set_blocking(fd, False)
+            self._notify[0] = self._notify_fds[1]
+        return [self._notify_fds[0]]
 
     def poll(self, timeout: float) -> list[Done]:
         results = self._results
+        if self._notify[0] >= 0:  # emptied before the queue: a result put after this writes again
+            try:
+                os.read(self._notify_fds[0], 1 << 16)
+            except BlockingIOError:
+                pass
         try:
             found = [results.get(timeout=timeout)]
         except queue.Empty:
@@ -83,10 +97,7 @@ class ThreadWorkers:
                 break
         delivered = []
         tickets = self._tickets
-        for entry in found:
-            if entry is None:  # from wake()
-                continue
-            ticket, status, value = entry
+        for ticket, status, value in found:
             if status == "hook_failed":
                 self.close()
                 raise LoaderError(f"{self._owner}: start_hook failed in worker thread {ticket.task}") from value
@@ -105,6 +116,10 @@ class ThreadWorkers:
         for thread in self._threads:
             if thread is not current:
                 thread.join(JOIN_SECONDS)
+        write_end, self._notify[0] = self._notify[0], -1
+        if write_end >= 0:
+            for fd in self._notify_fds:
+                os.close(fd)
 
 
 class _Ticket:
@@ -124,12 +139,20 @@ class _Ticket:
             return True
 
 
-def _serve(index: int, job, start_hook, tasks, results) -> None:
+def _serve(index: int, job, start_hook, tasks, results, notify: list[int]) -> None:
+    def put(entry) -> None:
+        results.put(entry)
+        if notify[0] >= 0:
+            try:
+                os.write(notify[0], b"r")
+            except OSError:  # full (the reader will look anyway) or closed
+                pass
+
     if start_hook is not None:
         try:
             start_hook(index)
         except BaseException as error:
-            results.put((_Ticket(index, None), "hook_failed", error))
+            put((_Ticket(index, None), "hook_failed", error))
             return
     while True:
         ticket = tasks.get()
@@ -137,13 +160,13 @@ def _serve(index: int, job, start_hook, tasks, results) -> None:
             return
         if not ticket.move("queued", "running"):
             if ticket.move("cancelled", "skipped"):
-                results.put((ticket, "skipped", None))
+                put((ticket, "skipped", None))
             continue
         try:
             value = job(ticket.arg)
         except BaseException as error:  # whatever it is, the consumer must hear of it
-            results.put((ticket, "error", error))
+            put((ticket, "error", error))
             del error
             continue
-        results.put((ticket, "ok", value))
+        put((ticket, "ok", value))
         del value  # hold no reference to a delivered item between tasks

@@ -76,6 +76,7 @@ class Connection:
         socket.setsockopt(zmq.ROUTING_ID, name)
         socket.setsockopt(zmq.RECONNECT_IVL, 50)
         socket.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+        socket.setsockopt(zmq.SNDTIMEO, int(self.timeout * 1000))  # no peer to send to: ServerLost, not a hang
         if self._curve is not None:
             socket.curve_serverkey, socket.curve_publickey, socket.curve_secretkey = self._curve
         try:
@@ -85,8 +86,18 @@ class Connection:
             raise ValueError(f"connect: cannot connect to {self.address!r}: {error}") from None
         return socket
 
-    def send(self, kind: bytes, header: Any) -> None:
-        self._socket.send_multipart([wire.TAG, kind, wire.dumps(header)])
+    def send(self, kind: bytes, header: Any, flags: int = 0) -> None:
+        try:
+            self._socket.send_multipart([wire.TAG, kind, wire.dumps(header)], flags)
+        except self._zmq.Again:
+            raise ServerLost(
+                f"lost the server at {self.address}: could not send to it for {self.timeout:g} s{self._hint()}"
+            ) from None
+
+    def _hint(self) -> str:
+        if self._curve is not None and self.heartbeat.answers == 0:
+            return " (with CURVE: check server_key, and that the server allows this client's public key)"
+        return ""
 
     def hello(self) -> dict:
         """Ask what the server serves; ``ServerLost`` if no server answers within ``timeout``."""
@@ -117,14 +128,9 @@ class Connection:
                 return b"restarted", {}, []
             silent = time.monotonic() - beat.last_answer
             if silent > self.timeout:
-                hint = (
-                    " (with CURVE: check server_key, and that the server allows this client's public key)"
-                    if self._curve is not None and beat.answers == 0
-                    else ""
-                )
                 raise ServerLost(
                     f"lost the server at {self.address}: no answer for {silent:.1f} s (timeout={self.timeout:g}) "
-                    f"while waiting for {waiting_for}{hint}"
+                    f"while waiting for {waiting_for}{self._hint()}"
                 )
 
     @staticmethod
@@ -142,8 +148,8 @@ class Connection:
             return
         self.closed = True
         try:
-            self.send(b"bye", {})
-        except Exception:
+            self.send(b"bye", {}, self._zmq.NOBLOCK)
+        except Exception:  # nobody to say it to
             pass
         self._finalizer()
 
@@ -174,7 +180,10 @@ class _Heartbeat(threading.Thread):
             while True:
                 now = time.monotonic()
                 if now >= next_ping:
-                    socket.send_multipart([wire.TAG, b"ping", self._ping])
+                    try:
+                        socket.send_multipart([wire.TAG, b"ping", self._ping], zmq.NOBLOCK)
+                    except zmq.Again:  # not connected (yet): the silence is what the reader notices
+                        pass
                     next_ping = now + self._interval
                 ready = dict(poller.poll(max(0.0, next_ping - now) * 1000))
                 if self._wake_fd in ready:

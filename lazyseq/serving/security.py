@@ -72,9 +72,9 @@ class ClientCheck:
     """Answers ZeroMQ's authentication requests (ZAP) for a CURVE server: allowed public keys, or any."""
 
     def __init__(self, allowed_clients: Iterable[Any] | None) -> None:
-        import zmq
+        from zmq.utils import z85
 
-        self._z85_decode = zmq.utils.z85.decode
+        self._z85_decode = z85.decode
         self.allowed: set[bytes] | None = None
         if allowed_clients is not None:
             if isinstance(allowed_clients, (str, bytes)):

@@ -16,11 +16,13 @@ its arrays (``load_buffers``) can go on.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
+from ..loading.engine import Engine
+from ..loading.options import LoaderOptions
 from . import wire
 from .failures import failure_header
 
@@ -37,21 +39,46 @@ class _Consumer:
         self.unacked: dict[int, tuple] = {}  # seq -> (kind, header, buffers): sent, not acknowledged
 
 
+class _Draw:
+    """The drawer's job: the next item of the stream, encoded into buffers of its own (``None`` at the end)."""
+
+    def __init__(self, items: Iterator) -> None:
+        self.items = items
+
+    def __call__(self, seq: int) -> tuple | None:
+        try:
+            value = next(self.items)
+        except StopIteration:
+            return None
+        try:
+            tree, buffers = wire.encode(value)
+        except TypeError as error:
+            raise TypeError(f"item {seq} of the stream cannot be sent: {error}") from None
+        # a copy the server owns: the iterable may reuse its arrays (load_buffers does)
+        return tree, [np.array(b, copy=True) if isinstance(b, np.ndarray) else b for b in buffers]
+
+
 class StreamService:
-    """Hands the items of ``iterable`` out to consumers; see the module's description."""
+    """Hands the items of ``iterable`` out to consumers; see the module's description.
+
+    One thread draws the items, up to ``max_buffered`` ahead, so that the
+    server's own thread goes on answering while the iterable takes its time.
+    """
 
     kind = "stream"
 
     def __init__(self, iterable: Iterable, max_buffered: int, max_wanted: int, send: Send | None = None) -> None:
-        self._items = iter(iterable)
+        options = LoaderOptions.check("serve", 1, "thread", inline_below=0.0)
+        self._drawer = Engine(_Draw(iter(iterable)), options, max_buffered, task_name="item")
         self._max_buffered = max_buffered
         self._max_wanted = max_wanted  # the most items a consumer may ask for ahead of what it acknowledged
         self.send = send
         self._consumers: dict[bytes, _Consumer] = {}
         self._drawn: deque[tuple] = deque()  # (seq, kind, header, buffers) drawn, not handed out
         self._returned: deque[tuple] = deque()  # handed to a consumer that left without acknowledging them
-        self._seq = 0
+        self._seq = 0  # the next item to ask the drawer for
         self.exhausted = False
+        self._draw_ahead()
 
     def info(self) -> dict[str, Any]:
         return {"kind": self.kind}
@@ -59,13 +86,6 @@ class StreamService:
     @property
     def consumers(self) -> list[bytes]:
         return list(self._consumers)
-
-    @property
-    def busy(self) -> bool:
-        """Whether there is something to do now: a consumer waits, or items can be drawn ahead."""
-        if any(c.wanted for c in self._consumers.values()):
-            return True
-        return not self.exhausted and len(self._drawn) < self._max_buffered
 
     def handle(self, consumer: bytes, kind: bytes, header: Any) -> None:
         if kind != b"next":
@@ -78,7 +98,7 @@ class StreamService:
         state = self._consumers.setdefault(consumer, _Consumer())
         for seq in acks:
             state.unacked.pop(seq, None)
-        state.wanted = min(state.wanted + more, self._max_wanted - len(state.unacked))
+        state.wanted = max(0, min(state.wanted + more, self._max_wanted - len(state.unacked)))
         self._hand_out()
 
     def forget(self, consumer: bytes) -> None:
@@ -88,33 +108,35 @@ class StreamService:
             self._returned.extend((seq, *entry) for seq, entry in sorted(state.unacked.items()))
             self._hand_out()
 
-    def work(self, timeout: float) -> None:
-        """Draw one item ahead if there is room, and hand out what consumers wait for."""
-        if not self.exhausted and len(self._drawn) < self._max_buffered:
-            self._draw()
+    def fds(self) -> list[int]:
+        """What the server's thread waits on, besides its sockets: readable when drawn items may be in."""
+        return self._drawer.workers.fds() if self._drawer.pending else []
+
+    def work(self) -> None:
+        """Take in what the drawer drew, draw more if there is room, and hand out what consumers wait for."""
+        drawer = self._drawer
+        if drawer.pending:
+            drawer.collect(0.0)
+        for seq in list(drawer.ready):
+            done = drawer.ready.pop(seq)
+            if self.exhausted:
+                continue
+            if done.status == "error":
+                self._drawn.append((seq, b"error", {"seq": seq, **failure_header(done.value)}, []))
+            elif done.value is None:
+                self.exhausted = True
+            else:
+                tree, buffers = done.value
+                self._drawn.append((seq, b"item", {"seq": seq, "tree": tree}, buffers))
+        self._draw_ahead()
         self._hand_out()
 
-    def _draw(self) -> None:
-        seq = self._seq
-        try:
-            value = next(self._items)
-        except StopIteration:
-            self.exhausted = True
-            return
-        except Exception as error:  # reaches a consumer as this item's failure
-            self._seq += 1
-            self._drawn.append((seq, b"error", {"seq": seq, **failure_header(error)}, []))
-            return
-        self._seq += 1
-        try:
-            tree, buffers = wire.encode(value)
-        except TypeError as error:
-            message = f"item {seq} of the stream cannot be sent: {error}"
-            self._drawn.append((seq, b"error", {"seq": seq, "type": "TypeError", "message": message}, []))
-            return
-        # a copy the server owns: the iterable may reuse its arrays (load_buffers does)
-        owned = [np.array(b, copy=True) if isinstance(b, np.ndarray) else b for b in buffers]
-        self._drawn.append((seq, b"item", {"seq": seq, "tree": tree}, owned))
+    def _draw_ahead(self) -> None:
+        drawer = self._drawer
+        room = self._max_buffered - len(self._drawn) - len(drawer.pending)
+        if room > 0 and not self.exhausted:
+            drawer.submit([(seq, seq) for seq in range(self._seq, self._seq + room)])
+            self._seq += room
 
     def _hand_out(self) -> None:
         for consumer, state in self._consumers.items():
@@ -123,11 +145,8 @@ class StreamService:
                     entry = self._returned.popleft()
                 elif self._drawn:
                     entry = self._drawn.popleft()
-                elif not self.exhausted:
-                    self._draw()
-                    continue
                 else:
-                    if not self._returned and not any(c.unacked for c in self._consumers.values()):
+                    if self.exhausted and not any(c.unacked for c in self._consumers.values()):
                         self.send(consumer, b"end", {}, [])
                         state.wanted = 0
                     break
@@ -135,11 +154,10 @@ class StreamService:
                 state.unacked[seq] = (kind, header, buffers)
                 state.wanted -= 1
                 self.send(consumer, kind, header, buffers)
-
-    def wake(self) -> None:
-        pass  # the compute thread waits for requests only when there is nothing to do
+        self._draw_ahead()
 
     def close(self) -> None:
+        self._drawer.close()
         self._consumers.clear()
         self._drawn.clear()
         self._returned.clear()

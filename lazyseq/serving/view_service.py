@@ -1,6 +1,6 @@
 """Serving a view by index: each consumer gets the items it asks for, and the next ones are computed ahead.
 
-The server's compute thread owns a :class:`ViewService`. Items are computed
+The server's thread owns a :class:`ViewService`. Items are computed
 by one :class:`~lazyseq.loading.engine.Engine` shared by every consumer (the
 same workers as ``prefetch``), as tasks named ``(consumer, index)``. While a
 consumer reads in order, up to ``max_buffered`` of its next items are computed
@@ -9,6 +9,7 @@ ahead of its requests; a consumer that jumps elsewhere drops those.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +45,8 @@ class ViewService:
 
     def __init__(self, view: View, options: LoaderOptions, max_buffered: int, send: Send | None = None) -> None:
         self.view = view
+        if not options.nworkers:  # one thread computes, so that the server's own thread goes on answering
+            options = dataclasses.replace(options, nworkers=1, method="thread", inline_below=0.0)
         self.options = options
         self.max_buffered = max_buffered
         self.send = send
@@ -58,12 +61,6 @@ class ViewService:
     def consumers(self) -> list[bytes]:
         return list(self._reads)
 
-    @property
-    def busy(self) -> bool:
-        """Whether results are on their way (the compute thread then waits for them, not for requests)."""
-        engine = self._engine
-        return engine is not None and bool(engine.pending)
-
     # -- requests --------------------------------------------------------------------
 
     def handle(self, consumer: bytes, kind: bytes, header: Any) -> None:
@@ -77,9 +74,6 @@ class ViewService:
             self.send(consumer, b"error", {"req": req, "index": i, **_index_error(i, n)}, [])
             return
         reads = self._reads.setdefault(consumer, _Reads())
-        if not self.options.nworkers:
-            self._compute_here(consumer, req, i)
-            return
         reads.waiting.setdefault(i, []).append(req)
         if i != reads.last + 1:  # a jump: what was computed ahead is not wanted any more
             self._drop_ahead(consumer, reads)
@@ -103,14 +97,6 @@ class ViewService:
                 engine.ready.pop((consumer, i), None)
 
     # -- computing -------------------------------------------------------------------
-
-    def _compute_here(self, consumer: bytes, req: int, i: int) -> None:
-        try:
-            value = self.view._get(i)
-        except Exception as error:
-            self.send(consumer, b"error", {"req": req, "index": i, **failure_header(error)}, [])
-            return
-        self._send_item(consumer, [req], i, value)
 
     def _running_engine(self) -> Engine:
         engine = self._engine
@@ -154,13 +140,13 @@ class ViewService:
             if engine is not None:
                 engine.ready.pop((consumer, i), None)  # one still in progress is dropped when it arrives
 
-    def work(self, timeout: float) -> None:
-        """Wait up to ``timeout`` for results, and send those that consumers asked for."""
+    def work(self) -> None:
+        """Take the results that have arrived, and send those that consumers asked for."""
         engine = self._engine
         if engine is None or not engine.pending:
             return
         try:
-            engine.collect(timeout)
+            engine.collect(0.0)
         except LoaderError as error:
             self._engine_failed(error)
             return
@@ -207,10 +193,10 @@ class ViewService:
             reads.waiting.clear()
             reads.held.clear()
 
-    def wake(self) -> None:
+    def fds(self) -> list[int]:
+        """What the server's thread waits on, besides its sockets: readable when results may be in."""
         engine = self._engine
-        if engine is not None:
-            engine.workers.wake()
+        return [] if engine is None or not engine.pending else engine.workers.fds()
 
     def close(self) -> None:
         engine, self._engine = self._engine, None

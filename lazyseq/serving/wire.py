@@ -94,12 +94,12 @@ def _encode(value: Any, buffers: list, where: str, depth: int) -> Any:
                 f"{where} is an array of Python objects (dtype {value.dtype}): only arrays of plain data can be "
                 "sent; convert it to a numeric, bytes or str dtype, or to a list"
             )
-        buffers.append(np.ascontiguousarray(value))
+        buffers.append(_raw_bytes(value))
         return {"a": [len(buffers) - 1, _dtype_name(value.dtype, where), list(value.shape)]}
     if isinstance(value, np.generic):
         if value.dtype.hasobject:
             raise TypeError(f"{where} is a numpy object scalar: only plain data can be sent")
-        buffers.append(np.asarray(value).reshape(1))
+        buffers.append(_raw_bytes(np.asarray(value)))
         return {"s": [len(buffers) - 1, _dtype_name(value.dtype, where)]}
     if isinstance(value, tuple):
         return {"t": [_encode(v, buffers, f"{where}[{k}]", depth + 1) for k, v in enumerate(value)]}
@@ -127,6 +127,14 @@ def _encode(value: Any, buffers: list, where: str, depth: int) -> Any:
         f"{where} is a {kind.__module__}.{kind.__qualname__}, which cannot be sent: items may hold numpy arrays, "
         "numbers, strings, bytes and None, in tuples, lists and dicts"
     )
+
+
+def _raw_bytes(array: np.ndarray) -> np.ndarray:
+    """The bytes of ``array`` as a flat ``uint8`` array, without a copy where it is contiguous.
+
+    (Some dtypes, ``datetime64`` among them, cannot be exported as a buffer as they are.)
+    """
+    return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 
 
 def _dtype_name(dtype: np.dtype, where: str) -> str:

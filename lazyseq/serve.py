@@ -1,0 +1,93 @@
+"""``python -m lazyseq.serve MODULE:ATTR``: serve a pipeline defined in a module, until Ctrl-C or SIGTERM.
+
+``ATTR`` names a view (or any sequence, or an iterable) in ``MODULE``, or a
+function of no arguments that returns one. The address the server listens at
+is printed on the first line of the standard output (with the real port when
+``--address`` asks for port 0), then the server runs until it is interrupted.
+
+    python -m lazyseq.serve my_project.data:train_batches --address tcp://127.0.0.1:5557 --nworkers 4
+
+Binding to an address other machines can reach needs CURVE keys: ``--keys
+DIR`` reads ``DIR/server.key_secret`` (made with
+``zmq.auth.create_certificates(DIR, "server")``) and lets in the clients
+whose public key files (``*.key``) are in ``DIR/clients``; ``--insecure``
+binds without them.
+
+This module is a command, not a library: use :func:`lazyseq.serve` in code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def load_source(spec: str) -> Any:
+    """What ``MODULE:ATTR`` names, called if it is a function (a view or a class is served as it is)."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise SystemExit(f"lazyseq.serve: expected MODULE:ATTR (e.g. my_project.data:train), got {spec!r}")
+    sys.path.insert(0, "")  # modules in the current directory, as with python -m
+    module = importlib.import_module(module_name)
+    try:
+        source = getattr(module, attr)
+    except AttributeError:
+        raise SystemExit(f"lazyseq.serve: module {module_name!r} has no attribute {attr!r}") from None
+    from .views.base import View
+
+    if callable(source) and not isinstance(source, (View, type)):
+        source = source()
+    return source
+
+
+def read_keys(directory: str) -> tuple[tuple[bytes, bytes], list[bytes]]:
+    """The server's key pair and the allowed clients' public keys, from certificate files in ``directory``."""
+    import zmq.auth
+
+    root = Path(directory)
+    public, secret = zmq.auth.load_certificate(root / "server.key_secret")
+    if secret is None:
+        raise SystemExit(f"lazyseq.serve: {root / 'server.key_secret'} holds no secret key")
+    clients = [zmq.auth.load_certificate(path)[0] for path in sorted((root / "clients").glob("*.key"))]
+    return (public, secret), clients
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m lazyseq.serve", description=__doc__.split("\n\n")[0])
+    parser.add_argument("source", help="MODULE:ATTR, a view or a function returning one")
+    parser.add_argument("--address", default="tcp://127.0.0.1:5557")
+    parser.add_argument("--nworkers", type=int, default=0)
+    parser.add_argument("--method", choices=["thread", "process"], default="thread")
+    parser.add_argument("--max-buffered", type=int, default=10)
+    parser.add_argument("--keys", help="a directory with server.key_secret and clients/*.key (CURVE)")
+    parser.add_argument("--insecure", action="store_true", help="allow a public address without CURVE keys")
+    args = parser.parse_args(argv)
+
+    from .serving.server import serve
+
+    keypair, clients = read_keys(args.keys) if args.keys else (None, None)
+    server = serve(
+        load_source(args.source),
+        args.address,
+        nworkers=args.nworkers,
+        method=args.method,
+        max_buffered=args.max_buffered,
+        curve_keypair=keypair,
+        allowed_clients=clients,
+        insecure=args.insecure,
+    )
+    signal.signal(signal.SIGTERM, lambda *_: server.close())
+    print(server.address, flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

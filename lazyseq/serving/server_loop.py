@@ -1,0 +1,230 @@
+"""The thread of a data server: its sockets, the service, and what it answers.
+
+One thread runs a server. It owns the listening ZeroMQ ROUTER socket and the
+service (:class:`.view_service.ViewService` for a view,
+:class:`.stream_service.StreamService` for an iterable), and waits on both at
+once: requests on the socket, results from the service's workers (their
+file descriptors, see :meth:`.backends.WorkerBackend.fds`). Items are computed
+by worker threads or processes, never by this thread, so that it goes on
+answering requests and heartbeats while an item takes its time.
+
+It checks every message (protocol tag, kind, a JSON header no larger than
+``MAX_REQUEST_BYTES``); a malformed one is logged (logger ``lazyseq.serve``)
+and dropped, and the server goes on serving everyone else.
+
+Messages (frames: tag ``lazyseq/1``, kind, JSON header, buffers):
+
+=========================  =====================================================================
+consumer -> server         server -> consumer
+=========================  =====================================================================
+``hello``                  ``welcome``: what is served (view: length and label; stream)
+``get`` {req, index}       ``item`` {req, index, tree} + buffers, or ``error`` / ``failed``
+``next`` {more, ack}       ``item`` {seq, tree} + buffers, ``error`` {seq, ...}, or ``end``
+``sync``                   ``synced``: every message sent before it has been acted on
+``ping`` {client, timeout} ``pong`` {server}: from a second socket, the consumer's heartbeat
+``bye``                    (nothing: what the server held for that consumer is freed)
+=========================  =====================================================================
+
+A consumer that sends nothing (heartbeats included) for its ``timeout`` is
+taken for dead: what the server held for it is freed, and the stream items it
+had not acknowledged go to other consumers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from . import wire
+from .security import ZAP_ENDPOINT, ClientCheck, key_bytes
+
+__all__ = ["ServerLoop"]
+
+log = logging.getLogger("lazyseq.serve")
+
+MAX_REQUEST_BYTES = 1 << 16  # consumers send small JSON requests: anything larger is refused by ZeroMQ
+MAX_REQUESTS_AT_ONCE = 64  # then results get their turn
+SWEEP_SECONDS = 0.1  # how often the thread looks for consumers gone silent
+DEFAULT_CONSUMER_TIMEOUT = 10.0
+_CONSUMER_KINDS = {b"hello", b"get", b"next", b"sync", b"ping", b"bye"}
+
+
+class ServerLoop:
+    """Listens at ``address`` and runs ``service`` in a thread of its own until :meth:`stop`.
+
+    It holds no reference to the :class:`~lazyseq.serving.server.Server`
+    that made it, so that a server nobody refers to any more is closed by the
+    garbage collector.
+    """
+
+    def __init__(
+        self, service, address: str, curve_keypair: tuple[Any, Any] | None, allowed_clients: Iterable[Any] | None
+    ) -> None:
+        import zmq  # here: lazyseq imports zmq only when a server or a consumer is made
+
+        self._service = service
+        self._token = os.urandom(8).hex()  # tells consumers that a server came back as a new one
+        self._seen: dict[bytes, tuple[float, float]] = {}  # consumer -> (when last heard, its timeout)
+        self.info = service.info()
+        context = self._context = zmq.Context()
+        sockets = []
+        try:
+            self._check = None
+            if curve_keypair is not None:
+                self._check = ClientCheck(allowed_clients)
+                zap = context.socket(zmq.REP)
+                zap.bind(ZAP_ENDPOINT)  # before the listening socket: its handshakes ask here
+                sockets.append(zap)
+            router = context.socket(zmq.ROUTER)
+            sockets.append(router)
+            router.setsockopt(zmq.LINGER, 0)
+            router.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST_BYTES)
+            router.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a consumer that reconnects under its name takes it over
+            if curve_keypair is not None:
+                public, secret = curve_keypair
+                router.curve_server = True
+                router.curve_publickey = key_bytes(public, "serve: curve_keypair[0] (the public key)")
+                router.curve_secretkey = key_bytes(secret, "serve: curve_keypair[1] (the secret key)")
+                router.zap_domain = b"lazyseq"
+            try:
+                router.bind(address)
+            except zmq.ZMQError as error:
+                raise OSError(f"serve: cannot listen at {address}: {error}") from None
+            self.address: str = router.getsockopt_string(zmq.LAST_ENDPOINT)
+        except BaseException:
+            for socket in sockets:
+                socket.close(linger=0)
+            context.term()
+            service.close()
+            raise
+        self._zap = sockets[0] if curve_keypair is not None else None
+        self._router = router
+        self._stop_fd, self._stopper_fd = os.pipe()
+        service.send = self._send
+        self.thread = threading.Thread(target=self._run, name="lazyseq-serve", daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread; the service, its workers and the sockets are released. Call it once."""
+        os.write(self._stopper_fd, b"s")
+        if self.thread is not threading.current_thread():
+            self.thread.join()
+        os.close(self._stopper_fd)
+        self._context.term()
+
+    def _run(self) -> None:
+        import zmq
+
+        router, zap, service = self._router, self._zap, self._service
+        poller = zmq.Poller()
+        poller.register(router, zmq.POLLIN)
+        poller.register(self._stop_fd, zmq.POLLIN)
+        if zap is not None:
+            poller.register(zap, zmq.POLLIN)
+        watched: set[int] = set()  # the service's file descriptors in the poller
+        last_sweep = time.monotonic()
+        try:
+            while True:
+                fds = set(service.fds())
+                for fd in watched - fds:
+                    poller.unregister(fd)
+                for fd in fds - watched:
+                    poller.register(fd, zmq.POLLIN)
+                watched = fds
+                ready = dict(poller.poll(SWEEP_SECONDS * 1000))
+                if self._stop_fd in ready:
+                    return
+                if zap is not None and zap in ready:
+                    zap.send_multipart(self._check.answer(zap.recv_multipart()))
+                if router in ready:
+                    for _ in range(MAX_REQUESTS_AT_ONCE):  # then results get their turn
+                        try:
+                            frames = router.recv_multipart(zmq.NOBLOCK)
+                        except zmq.Again:
+                            break
+                        self._receive(frames)
+                service.work()
+                now = time.monotonic()
+                if now - last_sweep > SWEEP_SECONDS:
+                    last_sweep = now
+                    self._sweep(now)
+        except Exception:
+            log.exception("the server at %s failed", self.address)
+        finally:
+            service.close()
+            for socket in (router, zap):
+                if socket is not None:
+                    socket.close(linger=0)
+            os.close(self._stop_fd)
+
+    def _send(self, consumer: bytes, kind: bytes, header: Any, buffers: list) -> None:
+        import zmq
+
+        try:
+            self._router.send_multipart([consumer, wire.TAG, kind, wire.dumps(header), *buffers], copy=False)
+        except zmq.ZMQError as error:  # the consumer is gone: what it asked for is dropped
+            log.debug("could not send to consumer %s: %s", consumer.hex(), error)
+
+    def _sweep(self, now: float) -> None:
+        """Forget the consumers that went silent for longer than their timeout."""
+        for consumer in self._service.consumers:
+            heard, timeout = self._seen.get(consumer, (0.0, 0.0))
+            if now - heard > timeout:
+                log.info("consumer %s went silent: freeing what it held", consumer.hex())
+                self._seen.pop(consumer, None)
+                self._service.forget(consumer)
+
+    def _act_on(self, consumer: bytes, kind: bytes, header: Any) -> None:
+        service = self._service
+        if kind == b"bye":
+            self._seen.pop(consumer, None)
+            service.forget(consumer)
+        elif kind == b"sync":
+            self._send(consumer, b"synced", {}, [])
+        else:
+            service.handle(consumer, kind, header)
+
+    def _receive(self, frames: list[bytes]) -> None:
+        consumer = frames[0]
+        try:
+            if len(frames) < 4 or frames[1] != wire.TAG:
+                raise wire.ProtocolError("not a lazyseq message (wrong protocol tag or too few frames)")
+            kind = frames[2]
+            if kind not in _CONSUMER_KINDS:
+                raise wire.ProtocolError(f"unknown request {kind[:20]!r}")
+            if len(frames) != 4:
+                raise wire.ProtocolError(f"a {kind.decode()!r} request carries no buffers")
+            header = wire.loads(frames[3])
+            if kind == b"ping":
+                self._heartbeat(consumer, header)
+                return
+            now = time.monotonic()
+            if kind == b"hello":
+                timeout = header.get("timeout") if type(header) is dict else None
+                if type(timeout) not in (int, float) or not 0 < timeout <= 86400:
+                    timeout = DEFAULT_CONSUMER_TIMEOUT
+                self._seen[consumer] = (now, float(timeout))
+                self._send(consumer, b"welcome", {**self.info, "server": self._token}, [])
+                return
+            heard = self._seen.get(consumer)
+            self._seen[consumer] = (now, heard[1] if heard else DEFAULT_CONSUMER_TIMEOUT)
+            self._act_on(consumer, kind, header)
+        except wire.ProtocolError as error:
+            log.warning("rejected a message from %s: %s", consumer.hex(), error)
+
+    def _heartbeat(self, sender: bytes, header: Any) -> None:
+        if type(header) is not dict or type(header.get("client")) is not str:
+            raise wire.ProtocolError("a ping needs 'client'")
+        try:
+            consumer = bytes.fromhex(header["client"])
+        except ValueError:
+            raise wire.ProtocolError("a ping's 'client' is not hexadecimal") from None
+        timeout = header.get("timeout")
+        if type(timeout) not in (int, float) or not 0 < timeout <= 86400:
+            timeout = DEFAULT_CONSUMER_TIMEOUT
+        self._seen[consumer] = (time.monotonic(), float(timeout))
+        self._send(sender, b"pong", {"server": self._token}, [])

@@ -1,0 +1,419 @@
+"""The data server: values as read locally, exactly once, no hang, nothing unsafe, nothing left behind.
+
+Servers listen on 127.0.0.1 only; every server, consumer and process a test starts is stopped by it.
+"""
+
+import gc
+import logging
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import served_pipelines
+
+import lazyseq
+
+zmq = pytest.importorskip("zmq")
+
+from lazyseq.serving import wire  # noqa: E402
+
+TESTS = Path(__file__).parent
+LOOPBACK = "tcp://127.0.0.1:0"
+
+
+def same(a, b):
+    """Equal values of the same types, arrays of the same dtype and shape (nan equal to nan)."""
+    assert type(a) is type(b), (a, b)
+    if isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")
+    elif isinstance(a, (tuple, list)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            same(x, y)
+    elif isinstance(a, dict):
+        assert list(a) == list(b)
+        for key in a:
+            same(a[key], b[key])
+    elif isinstance(a, float) and a != a:
+        assert b != b
+    else:
+        assert a == b
+
+
+class ServerProcess:
+    """``python -m lazyseq.serve served_pipelines:NAME`` in a process of its own; its address from its first line."""
+
+    def __init__(self, name, address=LOOPBACK, *extra):
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "lazyseq.serve", f"served_pipelines:{name}", "--address", address, *extra],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        self.address = self.process.stdout.readline().strip()
+        assert self.address.startswith("tcp://127.0.0.1:"), self.address
+
+    def kill(self):
+        self.process.kill()
+        self.process.wait()
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.process.stdout.close()
+
+
+@pytest.fixture
+def server_process():
+    started = []
+
+    def start(name, address=LOOPBACK, *extra):
+        server = ServerProcess(name, address, *extra)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def lazyseq_threads():
+    return sorted(t.name for t in threading.enumerate() if t.name.startswith("lazyseq-"))
+
+
+# -- the wire -------------------------------------------------------------------------------
+
+
+def test_wire_round_trip_keeps_values_and_types():
+    for i in (0, 5):
+        item = served_pipelines.assorted_item(i)
+        tree, buffers = wire.encode(item)
+        frames = [wire.dumps(tree), *(memoryview(b).cast("B") for b in buffers)]
+        same(wire.decode(wire.loads(frames[0]), frames[1:]), item)
+
+
+@pytest.mark.parametrize(
+    "item, message",
+    [
+        (np.array([1, None]), "the item is an array of Python objects (dtype object): only arrays of plain data"),
+        ((1, {"a": [{2, 3}]}), "the item[1]['a'][0] is a builtins.set, which cannot be sent"),
+        (np.zeros(2, dtype=[("a", "f4")]), "the item has a structured dtype ([('a', '<f4')])"),
+        ([served_pipelines], "the item[0] is a builtins.module, which cannot be sent"),
+    ],
+)
+def test_wire_refuses_what_needs_code_to_rebuild(item, message):
+    with pytest.raises(TypeError) as caught:
+        wire.encode(item)
+    assert str(caught.value).startswith(message)
+
+
+@pytest.mark.parametrize(
+    "tree, buffers, message",
+    [
+        ({"a": [0, "<f8", [2]]}, [b"x" * 8], "buffer 0 holds 8 bytes, an array float64 (2,) needs 16"),
+        ({"a": [0, "|O", [1]]}, [b"x" * 8], "dtype '|O' is not allowed: only plain data travels"),
+        ({"a": [0, "no such", [1]]}, [b"x"], "not a dtype: 'no such'"),
+        ({"a": [1, "<f8", [1]]}, [b"x" * 8], "buffer 1 does not exist: the message has 1"),
+        ({"t": [{"b": 0}, {"b": 0}]}, [b"x"], "buffer 0 is used twice"),
+        ({"l": []}, [b"x"], "1 buffer(s) of the message are not part of the item"),
+        ({"zz": 1}, [], "unknown kind of node 'zz'"),
+        ({"a": 1, "b": 2}, [], "not a node of an item: {'a': 1, 'b': 2}"),
+        ({"a": [0, "<f8", [-1]]}, [b""], "not an array shape: [-1]"),
+        ({"d": [[{"l": []}, 1]]}, [], "a dict key cannot be a list"),
+        ({"f": "1e999"}, [], "not a special float: '1e999'"),
+    ],
+)
+def test_wire_rejects_malformed_items(tree, buffers, message):
+    with pytest.raises(wire.ProtocolError) as caught:
+        wire.decode(tree, buffers)
+    assert str(caught.value) == message
+
+
+def test_wire_rejects_deep_nesting_and_bad_json():
+    deep = 0
+    for _ in range(wire.MAX_DEPTH + 2):
+        deep = {"t": [deep]}
+    with pytest.raises(wire.ProtocolError, match="nested more than 64 levels"):
+        wire.decode(deep, [])
+    with pytest.raises(wire.ProtocolError, match="a header is not valid JSON"):
+        wire.loads(b"\xff{")
+
+
+# -- values ---------------------------------------------------------------------------------
+
+
+def test_a_view_served_from_another_process_reads_as_locally(server_process):
+    server = server_process("assorted")
+    local = served_pipelines.assorted()
+    with lazyseq.connect(server.address, timeout=10) as remote:
+        assert len(remote) == 40
+        assert repr(remote).startswith(f"served({server.address}) smap(assorted_item)")
+        for i in [*range(40), -1, 7, 3]:  # in order, then jumps
+            same(remote[i], local[i])
+        same(list(remote[5:9]), list(local[5:9]))
+        same(list(remote.take([30, 2, 30])), list(local.take([30, 2, 30])))
+
+
+@pytest.mark.parametrize("nworkers, method", [(2, "thread"), (2, "process")])
+def test_a_view_computed_by_the_server_workers(nworkers, method):
+    local = served_pipelines.numbers().smap(lambda x: x * 3)
+    with lazyseq.serve(local, LOOPBACK, nworkers=nworkers, method=method, max_buffered=4) as server:
+        with lazyseq.connect(server.address, ahead=2) as remote:
+            got = [remote[i] for i in range(100)]
+            assert got == [local[i] for i in range(100)] and type(got[0]) is np.int64
+            assert remote[50] == 150 and remote[0] == 0
+
+
+def test_a_stream_served_from_another_process(server_process):
+    server = server_process("counting")
+    with lazyseq.connect(server.address) as stream:
+        items = list(stream)
+        assert [int(x[0]) for x in items] == list(range(60))
+        assert next(stream, "ended") == "ended"
+
+
+def test_two_consumers_over_shard_cover_every_item_once(server_process):
+    server = server_process("numbers")
+    with lazyseq.connect(server.address) as first, lazyseq.connect(server.address) as second:
+        parts = [list(lazyseq.shard(remote, rank, 2)) for rank, remote in enumerate([first, second])]
+    assert sorted(int(x) for part in parts for x in part) == list(range(100))
+    assert len(parts[0]) == len(parts[1]) == 50
+
+
+def test_two_consumers_of_a_stream_get_every_item_once(server_process):
+    server = server_process("counting")
+    got = {}
+
+    def consume(name, ahead):  # a stream ends for one consumer once no other holds items that could come back
+        with lazyseq.connect(server.address, ahead=ahead) as stream:
+            got[name] = [int(x[0]) for x in stream]
+
+    consumers = [threading.Thread(target=consume, args=(name, ahead)) for name, ahead in [("a", 3), ("b", 5)]]
+    for consumer in consumers:
+        consumer.start()
+    for consumer in consumers:
+        consumer.join()
+    assert sorted(got["a"] + got["b"]) == list(range(60))
+
+
+# -- exactly once through failures --------------------------------------------------------
+
+
+CONSUMER = """
+import sys, lazyseq
+stream = lazyseq.connect(sys.argv[1], timeout=1.0, ahead=4)
+for _ in range(int(sys.argv[2])):
+    print(int(next(stream)[0]), flush=True)
+stream.sync()
+print("synced", flush=True)
+sys.stdin.read()  # until killed
+"""
+
+
+def test_a_killed_consumer_restarted_gets_the_rest_exactly_once(server_process):
+    server = server_process("counting")
+    consumer = subprocess.Popen(
+        [sys.executable, "-c", CONSUMER, server.address, "25"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        before = []
+        for line in consumer.stdout:
+            if line.strip() == "synced":
+                break
+            before.append(int(line))
+    finally:
+        consumer.kill()  # SIGKILL: the 4 items it received and did not hand out go back to the server
+        consumer.wait()
+        consumer.stdout.close()
+        consumer.stdin.close()
+    assert before == list(range(25))
+    with lazyseq.connect(server.address, timeout=5) as restarted:
+        after = [int(x[0]) for x in restarted]
+    assert sorted(before + after) == list(range(60))
+
+
+def test_a_server_that_dies_raises_server_lost(server_process):
+    server = server_process("numbers")
+    remote = lazyseq.connect(server.address, timeout=1.0)
+    try:
+        assert remote[0] == 0
+        server.kill()
+        with pytest.raises(lazyseq.ServerLost) as caught:
+            remote[60]
+        assert str(caught.value).startswith(f"lost the server at {server.address}: no answer for ")
+        assert str(caught.value).endswith("(timeout=1) while waiting for item 60")
+    finally:
+        remote.close()
+
+
+def test_a_consumer_goes_on_when_the_server_comes_back(server_process):
+    first = server_process("numbers")
+    with lazyseq.connect(first.address, timeout=20.0) as remote:
+        assert [remote[i] for i in range(5)] == list(range(5))
+        first.kill()
+        again = server_process("numbers", first.address)  # the same address, a new server
+        assert again.address == first.address
+        assert [remote[i] for i in range(5, 100)] == list(range(5, 100))
+
+
+def test_a_stream_consumer_that_left_frees_its_items_for_another():
+    with lazyseq.serve(iter(range(10)), LOOPBACK) as server:
+        first = lazyseq.connect(server.address, ahead=4)
+        assert next(first) == 0  # and 1, 2, 3 received, not handed out
+        first.close()  # says goodbye: they go back at once
+        with lazyseq.connect(server.address) as second:
+            assert sorted(second) == list(range(1, 10))
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+
+def test_an_error_computing_an_item_names_the_item_and_the_chain(server_process):
+    server = server_process("failing")
+    with lazyseq.connect(server.address) as remote:
+        assert remote[2] == 2
+        with pytest.raises(lazyseq.EvaluationError) as caught:
+            remote[3]
+        assert str(caught.value) == (
+            "failed to compute served[3] -> smap(fail_at_3)[3]: RemoteError: ValueError: item 3 is bad"
+        )
+        cause = caught.value.__cause__
+        assert isinstance(cause, lazyseq.RemoteError)
+        assert f"raised on the server at {server.address}; its traceback there:" in cause.__notes__[0]
+        assert 'raise ValueError("item 3 is bad")' in cause.__notes__[0]
+        assert remote[4] == 4  # the server goes on
+
+
+def test_an_object_array_item_is_refused_by_name_and_the_server_goes_on():
+    items = lazyseq.smap(lambda i: np.array([i, "x"], dtype=object) if i == 1 else np.arange(i), range(3))
+    with lazyseq.serve(items, LOOPBACK) as server, lazyseq.connect(server.address) as remote:
+        with pytest.raises(lazyseq.EvaluationError) as caught:
+            remote[1]
+        assert str(caught.value) == (
+            "failed to compute served[1]: RemoteError: TypeError: item 1 cannot be sent: the item is an array of "
+            "Python objects (dtype object): only arrays of plain data can be sent; convert it to a numeric, bytes "
+            "or str dtype, or to a list"
+        )
+        assert remote[2].tolist() == [0, 1]
+
+
+def test_garbage_is_logged_and_the_server_goes_on(caplog):
+    caplog.set_level(logging.WARNING, logger="lazyseq.serve")
+    with lazyseq.serve(range(10), LOOPBACK) as server:
+        context = zmq.Context()
+        rogue = context.socket(zmq.DEALER)
+        rogue.setsockopt(zmq.LINGER, 0)
+        rogue.connect(server.address)
+        rogue.send_multipart([b"HTTP/1.1", b"GET /"])
+        rogue.send_multipart([wire.TAG, b"get", b"{not json"])
+        rogue.send_multipart([wire.TAG, b"launch", b"{}"])
+        rogue.send_multipart([wire.TAG, b"get", b'{"req": "x", "index": 1}'])
+        rogue.send_multipart([wire.TAG, b"get", b"{}", b"extra"])
+        rogue.send_multipart([wire.TAG, b"get", b"[" * 200_000])  # over the size limit: dropped by ZeroMQ
+        with lazyseq.connect(server.address) as remote:
+            assert list(remote) == list(range(10))
+            remote._connection.send(b"sync", {})  # the rogue's messages came first: all were read by now
+        rogue.close()
+        context.term()
+    reasons = [r.getMessage().split(": ", 1)[1] for r in caplog.records if r.getMessage().startswith("rejected")]
+    assert reasons == [
+        "not a lazyseq message (wrong protocol tag or too few frames)",
+        "a header is not valid JSON (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))",
+        "unknown request b'launch'",
+        "'get' needs integers 'req' and 'index'",
+        "a 'get' request carries no buffers",
+    ]
+
+
+# -- security -------------------------------------------------------------------------------
+
+
+def test_a_public_address_needs_keys():
+    with pytest.raises(ValueError) as caught:
+        lazyseq.serve(range(3), "tcp://0.0.0.0:5557")
+    assert str(caught.value).startswith(
+        "serve: tcp://0.0.0.0:5557 can be reached from other machines, and anyone who reaches it could read the "
+        "data; give curve_keypair=zmq.curve_keypair()"
+    )
+    assert lazyseq_threads() == []
+
+
+def test_curve_lets_allowed_clients_in_and_keeps_others_out(caplog):
+    caplog.set_level(logging.INFO, logger="lazyseq.serve")
+    server_keys, client_keys, stranger_keys = zmq.curve_keypair(), zmq.curve_keypair(), zmq.curve_keypair()
+    with lazyseq.serve(range(5), LOOPBACK, curve_keypair=server_keys, allowed_clients=[client_keys[0]]) as server:
+        with lazyseq.connect(server.address, server_key=server_keys[0], curve_keypair=client_keys) as remote:
+            assert list(remote) == [0, 1, 2, 3, 4]
+        with pytest.raises(lazyseq.ServerLost) as caught:
+            lazyseq.connect(server.address, timeout=0.5, server_key=server_keys[0], curve_keypair=stranger_keys)
+        assert str(caught.value).endswith(
+            "while waiting for an answer to hello (with CURVE: check server_key, and that the server allows this "
+            "client's public key)"
+        )
+        assert server._loop._seen == {}  # nothing the stranger sent was read
+        with pytest.raises(lazyseq.ServerLost):  # without CURVE: no handshake either
+            lazyseq.connect(server.address, timeout=0.5)
+    assert not [r for r in caplog.records if "rejected" in r.getMessage()]
+
+
+# -- bounds and cleanup -----------------------------------------------------------------------
+
+
+def test_what_is_held_for_a_consumer_stays_bounded():
+    with lazyseq.serve(served_pipelines.numbers(), LOOPBACK, nworkers=2, max_buffered=3) as server:
+        with lazyseq.connect(server.address, ahead=2) as remote:
+            reads = server._loop._service._reads
+            for i in range(100):
+                assert remote[i] == i
+                held = [len(r.held) for r in list(reads.values())]
+                assert all(n <= 3 + 2 + 1 for n in held), held
+                assert len(remote._asked) + len(remote._arrived) <= 2
+
+
+def test_close_and_garbage_collection_leave_nothing_behind():
+    gc.collect()
+    fds = len(os.listdir("/proc/self/fd"))
+    with lazyseq.serve(range(20), LOOPBACK, nworkers=2) as server:
+        remote = lazyseq.connect(server.address)
+        assert list(remote) == list(range(20))
+        remote.close()
+    server = lazyseq.serve(iter(range(20)), LOOPBACK)
+    stream = lazyseq.connect(server.address)
+    assert next(stream) == 0
+    del server, stream  # garbage collection closes both
+    gc.collect()
+    assert lazyseq_threads() == []
+    assert len(os.listdir("/proc/self/fd")) == fds
+
+
+def test_import_lazyseq_imports_no_zmq():
+    code = "import sys, lazyseq; print([m for m in sys.modules if m.split('.')[0] == 'zmq'])"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "[]"
+
+
+def test_the_command_says_what_is_wrong_with_its_argument():
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    run = subprocess.run(
+        [sys.executable, "-m", "lazyseq.serve", "served_pipelines:nothing"], capture_output=True, text=True, env=env
+    )
+    assert run.returncode == 1
+    assert run.stderr.strip() == "lazyseq.serve: module 'served_pipelines' has no attribute 'nothing'"
+
+
+def test_serve_forever_returns_when_closed_from_another_thread():
+    server = lazyseq.serve(range(3), LOOPBACK)
+    closer = threading.Timer(0.05, server.close)
+    closer.start()
+    server.serve_forever()
+    closer.join()
+    assert server.closed and lazyseq_threads() == []
