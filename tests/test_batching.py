@@ -19,7 +19,7 @@ def test_partial_last_batch_by_default():
 def test_drop_last():
     b = lazyseq.batch(range(10), 4, drop_last=True)
     assert len(b) == 2
-    with pytest.raises(IndexError, match="batch index 2 out of range for length 2"):
+    with pytest.raises(IndexError, match=r"^index 2 out of range for view batch\(4, drop_last=True\) of length 2$"):
         b[2]
 
 

@@ -87,9 +87,9 @@ def test_keyboard_interrupt_is_not_wrapped():
 
 
 def test_index_errors_name_view_index_and_length():
-    with pytest.raises(IndexError, match=r"^batch index 12 out of range for length 10$"):
+    with pytest.raises(IndexError, match=r"^index 12 out of range for view batch\(10\) of length 10$"):
         lazyseq.batch(range(100), 10)[12]
-    with pytest.raises(IndexError, match=r"^smap\(abs\) index -4 out of range for length 3$"):
+    with pytest.raises(IndexError, match=r"^index -4 out of range for view smap\(abs\) of length 3$"):
         lazyseq.smap(abs, [1, 2, 3])[-4]
 
 
