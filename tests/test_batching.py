@@ -109,5 +109,40 @@ def test_unbatch_inverts_batch():
 
 
 def test_unbatch_rejects_bad_sizes():
-    with pytest.raises(ValueError, match="last_batch_size must be between 1 and 3"):
+    with pytest.raises(ValueError, match=r"^unbatch: last_batch_size must be between 0 and 3, got 4$"):
         lazyseq.unbatch([[1]], 3, last_batch_size=4)
+    with pytest.raises(ValueError, match=r"^unbatch: last_batch_size must be between 0 and 3, got -1$"):
+        lazyseq.unbatch([[1]], 3, last_batch_size=-1)
+    with pytest.raises(ValueError, match=r"^unbatch: batch_size must be a positive integer, got 0$"):
+        lazyseq.unbatch([[1]], 0)
+    with pytest.raises(TypeError, match=r"^unbatch: batch_size must be a positive integer, got 2.0$"):
+        lazyseq.unbatch([[1]], 2.0)
+
+
+def test_unbatch_last_batch_size_zero_means_full_batches():
+    """``unbatch(b, k, n % k)`` for any ``n``: 0 (``n`` a multiple of ``k``) means every batch is full, like None."""
+    batches = lazyseq.batch(range(6), 3)
+    for n in (6, 7):
+        assert list(lazyseq.unbatch(lazyseq.batch(range(n), 3), 3, n % 3)) == list(range(n))
+    assert len(lazyseq.unbatch(batches, 3, 0)) == 6
+    assert list(lazyseq.unbatch([], 3, 0)) == []
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: lazyseq.batch(range(10), 2.5), "batch: k must be a positive integer, got 2.5"),
+        (lambda: lazyseq.view(range(10)).batch("8"), "batch: k must be a positive integer, got '8'"),
+        (lambda: lazyseq.cycle([1], 2.0), "cycle: limit must be a non-negative integer or None, got 2.0"),
+        (lambda: lazyseq.repeat(1, 2.0), "repeat: times must be a non-negative integer or None, got 2.0"),
+        (lambda: lazyseq.add_cache([1], 1.5), "add_cache: cache_size must be a positive integer, got 1.5"),
+        (lambda: lazyseq.shard([1], 0.0, 2), "shard: rank must be an integer, got 0.0"),
+        (lambda: lazyseq.shuffle([1], seed=0.5), "shuffle: seed must be a non-negative integer, got 0.5"),
+        (lambda: lazyseq.uniter([1], size=1.0), "uniter: size must be a non-negative integer or None, got 1.0"),
+        (lambda: lazyseq.prefetch([1], nworkers=1.0), "prefetch: nworkers must be an integer, got 1.0"),
+    ],
+)
+def test_non_integer_sizes_name_the_function_and_argument(make, message):
+    with pytest.raises(TypeError) as info:
+        make()
+    assert str(info.value) == message

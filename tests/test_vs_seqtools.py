@@ -159,6 +159,19 @@ def test_unbatch(data, case):
     same_sequence(data, lazyseq.unbatch(batches, size, last), seqtools.unbatch(batches, size, last))
 
 
+@SETTINGS
+@given(st.data(), st.integers(0, 12), st.integers(1, 4))
+def test_unbatch_undoes_batch_with_n_mod_k(data, n, k):
+    """``unbatch(b, k, n % k)``: a last batch size of 0 (``n`` a multiple of ``k``) means a full last batch."""
+    xs = list(range(n))
+    if not n:
+        return  # seqtools counts a missing last batch: see test_unbatch_of_nothing_is_empty
+    ours = lazyseq.unbatch(lazyseq.batch(xs, k, collate_fn=list), k, n % k)
+    theirs = seqtools.unbatch(seqtools.batch(xs, k, collate_fn=list), k, n % k)
+    same_sequence(data, ours, theirs)
+    assert list(ours) == xs
+
+
 @st.composite
 def split_cases(draw):
     """Valid edges of the three forms, with no piece starting at the very end (seqtools clips those)."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import multiprocessing
-import operator
 import os
 import pickle
 import select
@@ -20,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..arguments import integer
 from ..views.errors import LoaderFailure
 
 __all__ = [
@@ -50,11 +50,8 @@ def available_cores() -> int:
 
 
 def positive(value: Any, name: str, owner: str) -> int:
-    """``value`` as an int >= 1, or a ``ValueError`` naming the option."""
-    n = operator.index(value)
-    if n < 1:
-        raise ValueError(f"{owner}: {name} must be a positive integer, got {value}")
-    return n
+    """``value`` as an int >= 1; errors name the option and its loader."""
+    return integer(value, f"{owner}: {name}", low=1)
 
 
 @dataclass(frozen=True)
@@ -96,7 +93,7 @@ class LoaderOptions:
         inline_below: float | None = None,
         seed: int | None = None,
     ) -> LoaderOptions:
-        count = operator.index(nworkers)
+        count = integer(nworkers, f"{owner}: nworkers")
         if count < 0:  # all available cores but -nworkers
             count = max(1, available_cores() + count)
         if method not in METHODS:
@@ -116,18 +113,15 @@ class LoaderOptions:
         else:
             blas = positive(blas_threads, "blas_threads", owner)
         if seed is not None:
-            seed = operator.index(seed)
-            if seed < 0:
-                raise ValueError(f"{owner}: seed must be a non-negative integer or None, got {seed}")
-        return cls(owner, count, method, start_hook, start_method, blas, _where(owner, method, start_hook, inline_below), seed)
+            seed = integer(seed, f"{owner}: seed", low=0, expected="a non-negative integer or None")
+        return cls(
+            owner, count, method, start_hook, start_method, blas, _where(owner, method, start_hook, inline_below), seed
+        )
 
     @property
     def pickles_pipeline(self) -> bool:
         """Whether workers get the pipeline pickled (not threads, nor forked processes, which inherit it)."""
-        return (
-            self.method == "process"
-            and multiprocessing.get_context(self.start_method).get_start_method() != "fork"
-        )
+        return self.method == "process" and multiprocessing.get_context(self.start_method).get_start_method() != "fork"
 
 
 def _where(owner: str, method: str, start_hook, inline_below: float | None) -> float:

@@ -10,13 +10,13 @@ safe; elsewhere the events are stand-ins that are always complete.
 
 from __future__ import annotations
 
-import operator
 from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
 
+from ..arguments import integer
 from ..nested import flatten, rebuild
 from .tensors import _becomes_tensor, _tensor
 from .transfer import Slot, Transfer, transfer_for
@@ -49,9 +49,7 @@ class DeviceFeeder(Iterator):
         non_blocking: bool = True,
         transfer: Transfer | None = None,
     ) -> None:
-        ahead = operator.index(ahead)
-        if ahead < 0:
-            raise ValueError(f"to_device: ahead must be 0 or more, got {ahead}")
+        ahead = integer(ahead, "to_device: ahead", low=0)
         self.device = torch.device(device)
         self.ahead = ahead
         self._transfer = transfer if transfer is not None else transfer_for(self.device, pin_memory, non_blocking)
