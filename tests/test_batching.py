@@ -140,6 +140,11 @@ def test_unbatch_last_batch_size_zero_means_full_batches():
         (lambda: lazyseq.shuffle([1], seed=0.5), "shuffle: seed must be a non-negative integer, got 0.5"),
         (lambda: lazyseq.uniter([1], size=1.0), "uniter: size must be a non-negative integer or None, got 1.0"),
         (lambda: lazyseq.prefetch([1], nworkers=1.0), "prefetch: nworkers must be an integer, got 1.0"),
+        (
+            lambda: lazyseq.split(range(4), 2.5),
+            "split: edges must be a number of cuts, a list of positions or a list of (start, stop) pairs, got 2.5",
+        ),
+        (lambda: lazyseq.split(range(4), [1.5]), "split: an edge must be an integer, got 1.5"),
     ],
 )
 def test_non_integer_sizes_name_the_function_and_argument(make, message):
