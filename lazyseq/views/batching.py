@@ -7,8 +7,8 @@ from typing import Any
 
 from ..arguments import integer
 from .base import View
-from .chunks import chunk_rows, chunk_to_batch, pad_chunk, writing_into
-from .errors import EndOfData
+from .chunks import MixedShapes, chunk_rows, chunk_to_batch, pad_chunk, writing_into
+from .errors import EndOfData, describe_origin
 from .keys import Positions
 from .sources import as_view
 
@@ -55,7 +55,19 @@ class BatchView(View):
             chunk = pad_chunk(chunk, self._pad, missing)
         if self._collate_fn is not None:
             return self._collate_fn(chunk_rows(chunk))
-        return chunk_to_batch(chunk)
+        try:
+            return chunk_to_batch(chunk)
+        except MixedShapes as error:
+            raise self._mixed_shapes(span, error) from None
+
+    def _mixed_shapes(self, span: range, error: MixedShapes) -> ValueError:
+        """The error of a batch whose arrays differ in shape, saying where each of the two items comes from."""
+        (a, b), (shape_a, shape_b) = error.positions, error.shapes
+        where = [describe_origin(self._parent, span[k]) if k < len(span) else "padding" for k in (a, b)]
+        return ValueError(
+            f"cannot stack items of different shapes into one array: item {a} ({where[0]}) has shape {shape_a}, "
+            f"item {b} ({where[1]}) has shape {shape_b}; batch(..., collate_fn=list) gives such items as a list"
+        )
 
     def _get_into(self, i: int, buffer) -> Any:
         if self._collate_fn is None and self._pad is None and self._parent._reads_new_rows:
