@@ -126,28 +126,3 @@ def test_unbatch_last_batch_size_zero_means_full_batches():
         assert list(lazyseq.unbatch(lazyseq.batch(range(n), 3), 3, n % 3)) == list(range(n))
     assert len(lazyseq.unbatch(batches, 3, 0)) == 6
     assert list(lazyseq.unbatch([], 3, 0)) == []
-
-
-@pytest.mark.parametrize(
-    "make, message",
-    [
-        (lambda: lazyseq.batch(range(10), 2.5), "batch: k must be a positive integer, got 2.5"),
-        (lambda: lazyseq.view(range(10)).batch("8"), "batch: k must be a positive integer, got '8'"),
-        (lambda: lazyseq.cycle([1], 2.0), "cycle: limit must be a non-negative integer or None, got 2.0"),
-        (lambda: lazyseq.repeat(1, 2.0), "repeat: times must be a non-negative integer or None, got 2.0"),
-        (lambda: lazyseq.add_cache([1], 1.5), "add_cache: cache_size must be a positive integer, got 1.5"),
-        (lambda: lazyseq.shard([1], 0.0, 2), "shard: rank must be an integer, got 0.0"),
-        (lambda: lazyseq.shuffle([1], seed=0.5), "shuffle: seed must be a non-negative integer, got 0.5"),
-        (lambda: lazyseq.uniter([1], size=1.0), "uniter: size must be a non-negative integer or None, got 1.0"),
-        (lambda: lazyseq.prefetch([1], nworkers=1.0), "prefetch: nworkers must be an integer, got 1.0"),
-        (
-            lambda: lazyseq.split(range(4), 2.5),
-            "split: edges must be a number of cuts, a list of positions or a list of (start, stop) pairs, got 2.5",
-        ),
-        (lambda: lazyseq.split(range(4), [1.5]), "split: an edge must be an integer, got 1.5"),
-    ],
-)
-def test_non_integer_sizes_name_the_function_and_argument(make, message):
-    with pytest.raises(TypeError) as info:
-        make()
-    assert str(info.value) == message
