@@ -13,6 +13,7 @@ from .io.npy import open_npy
 from .loading.buffers import load_buffers
 from .loading.failures import LoaderError, RemoteError, WorkerDied
 from .loading.prefetch import prefetch
+from .loading.serializable import SerializableFunc
 from .rng import rng
 from .views.arange import arange
 from .views.base import View
@@ -39,6 +40,7 @@ __all__ = [
     "EvaluationError",
     "LoaderError",
     "RemoteError",
+    "SerializableFunc",
     "View",
     "WorkerDied",
     "add_cache",
