@@ -24,6 +24,7 @@ from .views.collate import collate
 from .views.concatenate import concatenate
 from .views.errors import EvaluationError, seterr
 from .views.gather import gather, take
+from .views.instrument import debug, monitor_throughput
 from .views.interleave import interleave
 from .views.mapping import smap, starmap
 from .views.repetition import cycle, repeat
@@ -50,11 +51,13 @@ __all__ = [
     "collate",
     "concatenate",
     "cycle",
+    "debug",
     "default_collate",
     "evaluate",
     "gather",
     "interleave",
     "load_buffers",
+    "monitor_throughput",
     "open_npy",
     "prefetch",
     "repeat",
