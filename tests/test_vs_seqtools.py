@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import logging
 import pickle
+import threading
 
 import numpy as np
 import pytest
@@ -205,6 +206,29 @@ def test_monitor_throughput_counts_the_same_reads(xs, data):
     assert ours.read_delay() > 0 and theirs.read_delay() > 0
     ours.reset(), theirs.reset()
     assert ours.items == theirs.n_calls == 0
+
+
+@pytest.mark.parametrize("method", ["thread", "process"])
+def test_start_hooks_with_and_without_the_worker_index(method, tmp_path):
+    """seqtools calls ``start_hook()`` in threads but ``start_hook(index)`` in processes; lazyseq passes
+    the worker's index to a hook that takes one and calls one that takes none without it, with either
+    method, so that hooks written for either seqtools backend run."""
+
+    def without_index():
+        (tmp_path / "hook").touch()
+
+    def with_index(index):
+        (tmp_path / f"hook{index}").touch()
+
+    theirs_hook = without_index if method == "thread" else with_index
+    assert list(seqtools.prefetch(list(range(4)), nworkers=1, method=method, start_hook=theirs_hook)) == [0, 1, 2, 3]
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["hook"] if method == "thread" else ["hook0"])
+    for path in tmp_path.iterdir():
+        path.unlink()
+    for hook in (without_index, with_index):
+        with lazyseq.prefetch(list(range(4)), nworkers=2, method=method, start_hook=hook) as ours:
+            assert list(ours) == [0, 1, 2, 3]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hook", "hook0", "hook1"]
 
 
 def test_serializable_func_calls_and_round_trips_in_both():
@@ -652,6 +676,29 @@ def test_repeat_zero_or_one_times(times):
     with pytest.raises(TypeError, match="times must be a positive integer or None"):
         seqtools.repeat("x", times)
     assert list(lazyseq.repeat("x", times)) == ["x"] * times
+
+
+def test_views_compare_by_identity():
+    """seqtools' pieces of a split list are lists, equal to lists; lazyseq's pieces are views, and views
+    of both libraries compare by identity (``list(piece)`` compares items). Views that compared their
+    items would read every item of both sides on ``==`` (forever, for an infinite view), give arrays
+    rather than booleans for numpy items, and could not be hashed."""
+    assert seqtools.split([1, 2, 3, 4], 1)[0] == [1, 2]
+    assert seqtools.smap(abs, [1, 2]) != [1, 2]
+    piece = lazyseq.split([1, 2, 3, 4], 1)[0]
+    assert piece != [1, 2] and list(piece) == [1, 2]
+    assert piece == piece and {piece: 1}[piece] == 1
+
+
+def test_prefetch_starts_its_workers_at_the_first_read():
+    """seqtools' prefetch starts its workers when it is called; lazyseq's at the first read, so that
+    making a loader costs nothing and one never read starts no thread or process."""
+    theirs_started, ours_started = threading.Event(), threading.Event()
+    seqtools.prefetch(list(range(4)), nworkers=1, start_hook=theirs_started.set)
+    assert theirs_started.wait(timeout=60)
+    with lazyseq.prefetch(list(range(4)), nworkers=1, start_hook=ours_started.set) as ours:
+        assert not ours.workers_running and not ours_started.is_set()
+        assert ours[0] == 0 and ours_started.is_set()
 
 
 def test_repeat_is_read_only():

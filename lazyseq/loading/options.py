@@ -10,6 +10,7 @@ threads have.
 
 from __future__ import annotations
 
+import inspect
 import math
 import multiprocessing
 import os
@@ -108,6 +109,8 @@ class LoaderOptions:
                 raise ValueError(f"{owner}: start_method only applies to method='process'")
         if start_hook is not None and not callable(start_hook):
             raise TypeError(f"{owner}: start_hook must be callable, got {type(start_hook).__name__}")
+        if start_hook is not None and not _takes_an_argument(start_hook):
+            start_hook = WithoutIndex(start_hook)
         if blas_threads is None:  # the cores shared out between the workers
             blas = max(1, available_cores() // max(1, count))
         else:
@@ -122,6 +125,33 @@ class LoaderOptions:
     def pickles_pipeline(self) -> bool:
         """Whether workers get the pipeline pickled (not threads, nor forked processes, which inherit it)."""
         return self.method == "process" and multiprocessing.get_context(self.start_method).get_start_method() != "fork"
+
+
+class WithoutIndex:
+    """A start hook that takes no argument (seqtools' kind), called with the worker's index left out."""
+
+    __slots__ = ("hook",)
+
+    def __init__(self, hook: Callable[[], Any]) -> None:
+        self.hook = hook
+
+    def __call__(self, worker_index: int) -> Any:
+        return self.hook()
+
+
+def _takes_an_argument(hook: Callable) -> bool:
+    """Whether ``hook`` is called with the worker's index: unless its signature takes no argument at all."""
+    try:
+        signature = inspect.signature(hook)
+    except (TypeError, ValueError):  # no signature to read (some builtins): called as documented
+        return True
+    for args in ((0,), ()):
+        try:
+            signature.bind(*args)
+        except TypeError:
+            continue
+        return bool(args)
+    return True  # neither fits: the call with the index fails in the worker and says why
 
 
 def _where(owner: str, method: str, start_hook, inline_below: float | None) -> float:

@@ -276,7 +276,7 @@ def prefetch(
     Workers start at the first item handed to them and stop with ``close()``
     (or ``with``, or when the view is garbage collected); reading again
     starts them again. ``start_hook(worker_index)`` runs once in each worker
-    when it starts.
+    when it starts (a hook that takes no argument is called without it).
 
     With processes, the pipeline is sent to each worker once (with
     cloudpickle where installed; memory-mapped arrays travel as their file
