@@ -197,4 +197,3 @@ def test_workers_exit_when_the_parent_is_killed(start_method, tmp_path):
     while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)  # polling an outside condition, with a deadline
     assert not any(alive(pid) for pid in pids)
-

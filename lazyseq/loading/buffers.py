@@ -88,7 +88,9 @@ class BufferLoader(Iterator):
                 if engine.inline and not engine.ready and not engine.pending:
                     task = next(self._tasks)
                     try:
-                        done = Done(task, "ok", engine.compute_here(None, None if engine.cost.count else self._upcoming))
+                        done = Done(
+                            task, "ok", engine.compute_here(None, None if engine.cost.count else self._upcoming)
+                        )
                     except Exception as error:
                         done = Done(task, "error", error)
                 else:
