@@ -13,6 +13,7 @@ from .io.npy import open_npy
 from .loading.buffers import load_buffers
 from .loading.failures import LoaderError, RemoteError, WorkerDied
 from .loading.prefetch import prefetch
+from .loading.serializable import SerializableFunc
 from .rng import rng
 from .serving.client import connect
 from .serving.failures import ServerLost
@@ -26,6 +27,7 @@ from .views.collate import collate
 from .views.concatenate import concatenate
 from .views.errors import EvaluationError, seterr
 from .views.gather import gather, take
+from .views.instrument import debug, monitor_throughput
 from .views.interleave import interleave
 from .views.mapping import smap, starmap
 from .views.repetition import cycle, repeat
@@ -42,6 +44,7 @@ __all__ = [
     "EvaluationError",
     "LoaderError",
     "RemoteError",
+    "SerializableFunc",
     "ServerLost",
     "View",
     "WorkerDied",
@@ -53,11 +56,13 @@ __all__ = [
     "concatenate",
     "connect",
     "cycle",
+    "debug",
     "default_collate",
     "evaluate",
     "gather",
     "interleave",
     "load_buffers",
+    "monitor_throughput",
     "open_npy",
     "prefetch",
     "repeat",

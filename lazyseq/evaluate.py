@@ -105,7 +105,17 @@ class _Outputs:
     def write(self, result: Any, start: int, rows: int, batch_index: int) -> None:
         leaves: list = []
         skeleton = flatten(result, leaves, is_leaf=_anything)
-        leaves = [_rows_of(leaf, rows, batch_index) for leaf in leaves]
+        try:
+            leaves = [_rows_of(leaf, rows, batch_index) for leaf in leaves]
+        except (TypeError, ValueError):
+            numbers = _list_of_numbers(result)
+            if numbers is None:
+                raise
+            raise TypeError(
+                f"evaluate: fn returned a list of {len(numbers)} {type(numbers[0]).__name__} values for batch "
+                f"{batch_index} of {rows} items, but a list is read like a tuple, as several results, each with one "
+                "row per item: return np.asarray(...) of the list to make it one result"
+            ) from None
         row_shapes = skeleton_key(skeleton, [leaf.shape[1:] for leaf in leaves])
         if self.skeleton is None:
             self.skeleton, self.row_shapes = skeleton, row_shapes
@@ -160,6 +170,18 @@ def _rows_of(value: Any, rows: int, batch_index: int) -> np.ndarray:
             "it must have one row per item"
         )
     return value
+
+
+def _list_of_numbers(result: Any) -> list | None:
+    """The first non-empty list of numbers (or 0-d arrays) in ``result``, a likely slip for one array of rows."""
+    if isinstance(result, list) and result and all(np.ndim(x) == 0 and not isinstance(x, str) for x in result):
+        return result
+    children = result.values() if isinstance(result, Mapping) else result if isinstance(result, (tuple, list)) else ()
+    for child in children:
+        found = _list_of_numbers(child)
+        if found is not None:
+            return found
+    return None
 
 
 def _describe(skeleton: tuple, arrays: list[np.ndarray]) -> str:

@@ -19,7 +19,7 @@ def test_partial_last_batch_by_default():
 def test_drop_last():
     b = lazyseq.batch(range(10), 4, drop_last=True)
     assert len(b) == 2
-    with pytest.raises(IndexError, match="batch index 2 out of range for length 2"):
+    with pytest.raises(IndexError, match=r"^index 2 out of range for view batch\(4, drop_last=True\) of length 2$"):
         b[2]
 
 
@@ -109,5 +109,20 @@ def test_unbatch_inverts_batch():
 
 
 def test_unbatch_rejects_bad_sizes():
-    with pytest.raises(ValueError, match="last_batch_size must be between 1 and 3"):
+    with pytest.raises(ValueError, match=r"^unbatch: last_batch_size must be between 0 and 3, got 4$"):
         lazyseq.unbatch([[1]], 3, last_batch_size=4)
+    with pytest.raises(ValueError, match=r"^unbatch: last_batch_size must be between 0 and 3, got -1$"):
+        lazyseq.unbatch([[1]], 3, last_batch_size=-1)
+    with pytest.raises(ValueError, match=r"^unbatch: batch_size must be a positive integer, got 0$"):
+        lazyseq.unbatch([[1]], 0)
+    with pytest.raises(TypeError, match=r"^unbatch: batch_size must be a positive integer, got 2.0$"):
+        lazyseq.unbatch([[1]], 2.0)
+
+
+def test_unbatch_last_batch_size_zero_means_full_batches():
+    """``unbatch(b, k, n % k)`` for any ``n``: 0 (``n`` a multiple of ``k``) means every batch is full, like None."""
+    batches = lazyseq.batch(range(6), 3)
+    for n in (6, 7):
+        assert list(lazyseq.unbatch(lazyseq.batch(range(n), 3), 3, n % 3)) == list(range(n))
+    assert len(lazyseq.unbatch(batches, 3, 0)) == 6
+    assert list(lazyseq.unbatch([], 3, 0)) == []

@@ -87,9 +87,9 @@ def test_keyboard_interrupt_is_not_wrapped():
 
 
 def test_index_errors_name_view_index_and_length():
-    with pytest.raises(IndexError, match=r"^batch index 12 out of range for length 10$"):
+    with pytest.raises(IndexError, match=r"^index 12 out of range for view batch\(10\) of length 10$"):
         lazyseq.batch(range(100), 10)[12]
-    with pytest.raises(IndexError, match=r"^smap\(abs\) index -4 out of range for length 3$"):
+    with pytest.raises(IndexError, match=r"^index -4 out of range for view smap\(abs\) of length 3$"):
         lazyseq.smap(abs, [1, 2, 3])[-4]
 
 
@@ -108,3 +108,74 @@ def test_failing_batch_collation_is_wrapped():
     ragged = lazyseq.view([np.zeros(2), np.zeros(3)])
     with pytest.raises(lazyseq.EvaluationError, match=r"^failed to compute batch\[0\]: ValueError"):
         lazyseq.batch(ragged, 2)[0]
+
+
+# -- errors that name what went wrong, where ---------------------------------------------------------------------
+
+
+def test_index_error_on_a_slice_names_the_slice_view():
+    train = lazyseq.view(np.zeros((10_000, 3)))[:8000]
+    with pytest.raises(IndexError) as info:
+        train[8000]
+    assert str(info.value) == "index 8000 out of range for view slice(0, 8000, 1) of length 8000"
+    with pytest.raises(IndexError) as info:
+        train[[0, -8001]]
+    assert str(info.value) == "index -8001 out of range for view slice(0, 8000, 1) of length 8000"
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: lazyseq.batch(range(10), 2.5), "batch: k must be a positive integer, got 2.5"),
+        (lambda: lazyseq.view(range(10)).batch("8"), "batch: k must be a positive integer, got '8'"),
+        (lambda: lazyseq.cycle([1], 2.0), "cycle: limit must be a non-negative integer or None, got 2.0"),
+        (lambda: lazyseq.repeat(1, 2.0), "repeat: times must be a non-negative integer or None, got 2.0"),
+        (lambda: lazyseq.add_cache([1], 1.5), "add_cache: cache_size must be a positive integer, got 1.5"),
+        (lambda: lazyseq.shard([1], 0.0, 2), "shard: rank must be an integer, got 0.0"),
+        (lambda: lazyseq.shuffle([1], seed=0.5), "shuffle: seed must be a non-negative integer, got 0.5"),
+        (lambda: lazyseq.uniter([1], size=1.0), "uniter: size must be a non-negative integer or None, got 1.0"),
+        (lambda: lazyseq.prefetch([1], nworkers=1.0), "prefetch: nworkers must be an integer, got 1.0"),
+        (
+            lambda: lazyseq.split(range(4), 2.5),
+            "split: edges must be a number of cuts, a list of positions or a list of (start, stop) pairs, got 2.5",
+        ),
+        (lambda: lazyseq.split(range(4), [1.5]), "split: an edge must be an integer, got 1.5"),
+    ],
+)
+def test_non_integer_sizes_name_the_function_and_argument(make, message):
+    with pytest.raises(TypeError) as info:
+        make()
+    assert str(info.value) == message
+
+
+def test_concatenate_of_arrays_with_different_rows_is_refused_when_built():
+    with pytest.raises(ValueError) as info:
+        lazyseq.concatenate([np.zeros((3, 4)), np.zeros((2, 4)), np.zeros((3, 5))])
+    assert str(info.value) == (
+        "concatenate: part 2 has items float64 (5,), but part 0 has items float64 (4,): "
+        "a batch cannot stack items of different shapes"
+    )
+    pairs = [lazyseq.collate([np.zeros((2, 4)), np.arange(2)]), lazyseq.collate([np.zeros((2, 5)), np.arange(2)])]
+    with pytest.raises(ValueError, match=r"^concatenate: part 1 has items \(float64 \(5,\), int64\), but part 0"):
+        lazyseq.concatenate(pairs)
+    # dtypes may differ (numpy promotes), and items known only when read are checked when a batch stacks them
+    assert lazyseq.concatenate([np.zeros((2, 4)), np.ones((2, 4), np.int32)]).batch(4)[0].dtype == np.float64
+    assert len(lazyseq.concatenate([np.zeros((2, 4)), lazyseq.smap(np.ones, [5, 5])])) == 4
+
+
+def test_batch_of_items_of_different_shapes_says_where_they_come_from():
+    parts = lazyseq.concatenate([lazyseq.smap(np.zeros, [4, 4, 4]), lazyseq.smap(np.ones, [5, 5])])
+    with pytest.raises(lazyseq.EvaluationError) as info:
+        parts.batch(4)[0]
+    assert str(info.value) == (
+        "failed to compute batch[0]: ValueError: cannot stack items of different shapes into one array: "
+        "item 0 (concatenate[0] -> part 0: smap(zeros)[0] -> sequence[0]) has shape (4,), "
+        "item 3 (concatenate[3] -> part 1: smap(ones)[0] -> sequence[0]) has shape (5,); "
+        "batch(..., collate_fn=list) gives such items as a list"
+    )
+    assert [len(x) for x in parts.batch(4, collate_fn=list)[0]] == [4, 4, 4, 5]
+    with pytest.raises(ValueError) as info:
+        lazyseq.default_collate([np.zeros(2), np.zeros(2), np.zeros(3)])
+    assert str(info.value) == (
+        "cannot stack items of different shapes into one array: item 0 has shape (2,), item 2 has shape (3,)"
+    )

@@ -164,3 +164,20 @@ def test_progress_bar(capfd):
     assert "testing" in err and "2/2" in err and "batch" in err
     lazyseq.evaluate(lambda b: b[1], labelled(10), batch_size=5, progress=False)
     assert capfd.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    "fn, kind",
+    [
+        (lambda b: list(b * 2), "float64"),
+        (lambda b: [float(x) for x in b], "float"),
+        (lambda b: (b, [int(x) for x in b]), "int"),
+    ],
+)
+def test_a_list_of_numbers_is_named_as_a_list(fn, kind):
+    with pytest.raises(TypeError) as info:
+        lazyseq.evaluate(fn, np.arange(10.0), batch_size=4)
+    assert str(info.value) == (
+        f"evaluate: fn returned a list of 4 {kind} values for batch 0 of 4 items, but a list is read like a tuple, "
+        "as several results, each with one row per item: return np.asarray(...) of the list to make it one result"
+    )

@@ -83,7 +83,7 @@ def test_cycle_limits():
         lazyseq.cycle([], limit=3)
     with pytest.raises(ValueError, match="cannot repeat an empty sequence"):
         lazyseq.cycle([])
-    with pytest.raises(ValueError, match="limit must be >= 0"):
+    with pytest.raises(ValueError, match="^cycle: limit must be a non-negative integer or None, got -1$"):
         lazyseq.cycle([1], limit=-1)
 
 

@@ -75,6 +75,34 @@ def test_an_exception_that_cannot_be_pickled_arrives_with_its_name_message_and_t
     assert type(info.value.__cause__) is Unpicklable  # threads hand over the exception itself
 
 
+@pytest.mark.parametrize("mode", ["wrap", "passthrough"])
+def test_except_evaluation_error_catches_an_exception_that_cannot_be_pickled(mode):
+    """With either seterr mode, ``except EvaluationError`` catches every failure of an item, RemoteError too."""
+    previous = lazyseq.seterr(mode)
+    try:
+        with prefetch(lazyseq.smap(raise_unpicklable, range(3)), nworkers=1, method="process") as ahead:
+            try:
+                ahead[1]
+            except lazyseq.EvaluationError as error:
+                caught = error
+        with lazyseq.load_buffers(lambda: raise_unpicklable(5), nworkers=1, method="process") as batches:
+            try:
+                next(batches)
+            except lazyseq.EvaluationError as error:
+                caught_batch = error
+    finally:
+        lazyseq.seterr(previous)
+    if mode == "passthrough":
+        assert type(caught) is type(caught_batch) is lazyseq.RemoteError
+        assert str(caught) == "Unpicklable: code 3: item 1"
+        assert "while computing prefetch[1] -> smap(raise_unpicklable)[1]" in caught.__notes__
+    else:
+        assert type(caught) is type(caught_batch) is lazyseq.EvaluationError
+        assert type(caught.__cause__) is type(caught_batch.__cause__) is lazyseq.RemoteError
+        assert str(caught_batch) == "failed to compute load_buffers batch 0: RemoteError: Unpicklable: code 3: item 5"
+    assert not issubclass(lazyseq.WorkerDied, lazyseq.EvaluationError)  # a loader failure, not an item's
+
+
 def test_a_result_that_cannot_be_pickled_is_an_error_for_that_item_only():
     source = lazyseq.smap(return_unpicklable, range(3))
     with prefetch(source, nworkers=1, method="process", start_method="fork") as ahead:
@@ -169,4 +197,3 @@ def test_workers_exit_when_the_parent_is_killed(start_method, tmp_path):
     while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)  # polling an outside condition, with a deadline
     assert not any(alive(pid) for pid in pids)
-

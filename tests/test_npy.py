@@ -47,3 +47,30 @@ def test_missing_files(tmp_path):
         lazyseq.open_npy(str(tmp_path / "*.npy"))
     with pytest.raises(ValueError, match="no file given"):
         lazyseq.open_npy([])
+
+
+def test_a_file_that_is_not_npy_is_named_without_suggesting_pickle(tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hello world")
+    with pytest.raises(ValueError) as info:
+        lazyseq.open_npy(str(notes))
+    assert str(info.value) == (
+        f"open_npy: {notes} is not a .npy file (bad magic: it starts with b'hello ', a .npy file with b'\\x93NUMPY')"
+    )
+    empty = tmp_path / "empty.npy"
+    empty.write_bytes(b"")
+    with pytest.raises(ValueError) as info:
+        lazyseq.open_npy([empty])
+    assert str(info.value) == f"open_npy: {empty} is not a .npy file (it is empty)"
+
+
+def test_an_npz_archive_says_how_to_open_its_arrays(tmp_path):
+    archive = tmp_path / "data.npz"
+    np.savez(archive, x=np.zeros((3, 2)), y=np.arange(3))
+    with pytest.raises(ValueError) as info:
+        lazyseq.open_npy(str(archive))
+    assert str(info.value) == (
+        f"open_npy: {archive} is an .npz archive, which holds several arrays (x, y); open_npy memory-maps .npy "
+        "files: extract the archive (it holds one .npy file per array) and open those, or load one array into "
+        f"memory with np.load({str(archive)!r})['x'] and view it with lazyseq.view()"
+    )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import itertools
 import operator
+import re
 from collections import namedtuple
 
 import numpy as np
@@ -109,7 +110,9 @@ def check_view(data, v, expected, depth: int = 2):
         assert_same(v[i], expected[i])
     past = data.draw(st.integers(0, 3) | st.just(HUGE), label="past the end")
     for bad in (n + past, -n - 1 - past):
-        with pytest.raises(IndexError, match=rf"index {bad} out of range for length {n}$"):
+        with pytest.raises(
+            IndexError, match=rf"^index {bad} out of range for view {re.escape(v._describe())} of length {n}$"
+        ):
             v[bad]
     assert_items(v, expected)
     assert_items(iter(v), expected)  # iterating twice gives the same items
@@ -138,9 +141,13 @@ def check_view(data, v, expected, depth: int = 2):
     assert_items(v[np.array(mask, dtype=bool)], [e for e, m in zip(expected, mask) if m])
 
     wrong = data.draw(st.sampled_from([n, n + 3, -n - 1]), label="bad position")
-    with pytest.raises(IndexError, match=rf"index {wrong} out of range for length {n}$"):
+    with pytest.raises(
+        IndexError, match=rf"^index {wrong} out of range for view {re.escape(v._describe())} of length {n}$"
+    ):
         v[[*positions, wrong]]
-    with pytest.raises(IndexError, match=rf"index {wrong} out of range for length {n}$"):
+    with pytest.raises(
+        IndexError, match=rf"^index {wrong} out of range for view {re.escape(v._describe())} of length {n}$"
+    ):
         v[np.array([*positions, wrong])]
     with pytest.raises(ValueError, match="slice step cannot be zero"):
         v[::0]
@@ -296,7 +303,9 @@ def check_writes(data, v, stores, cells):
                 model_set(model, cells[j], value)
         elif operation == "out of range":
             bad = data.draw(st.sampled_from([n, n + 5, -n - 1, -n - 7]), label="bad index")
-            with pytest.raises(IndexError, match=rf"index {bad} out of range for length {n}$"):
+            with pytest.raises(
+                IndexError, match=rf"^index {bad} out of range for view {re.escape(v._describe())} of length {n}$"
+            ):
                 v[bad] = fresh_for(cells[0], fresh)
         elif operation in ("slice", "bad slice"):
             key = data.draw(slices_for(n), label="slice")
@@ -443,7 +452,7 @@ def test_gather_with_a_range(data, xs, start, stop, step):
         check_view(data, lazyseq.gather(xs, positions), [xs[j] for j in positions], depth=1)
     else:
         bad = next(j for j in positions if not -n <= j < n)
-        with pytest.raises(IndexError, match=rf"gather index {bad} out of range for length {n}$"):
+        with pytest.raises(IndexError, match=rf"^index {bad} out of range for gather's sequence of length {n}$"):
             lazyseq.gather(xs, positions)
 
 
@@ -452,7 +461,7 @@ def test_gather_with_a_range(data, xs, start, stop, step):
 def test_gather_rejects_out_of_range_positions_when_built(xs, data):
     n = len(xs)
     bad = data.draw(st.sampled_from([n, n + 4, -n - 1, -n - 9]), label="bad")
-    with pytest.raises(IndexError, match=rf"gather index {bad} out of range for length {n}$"):
+    with pytest.raises(IndexError, match=rf"^index {bad} out of range for gather's sequence of length {n}$"):
         lazyseq.gather(xs, [0, bad] if n else [bad])
 
 
@@ -769,7 +778,7 @@ def test_cycle_forever(data, xs):
     check_infinite(data, lazyseq.cycle(xs), lambda i: xs[i % len(xs)])
     with pytest.raises(ValueError, match="cycle: cannot repeat an empty sequence"):
         lazyseq.cycle([])
-    with pytest.raises(ValueError, match="cycle: limit must be >= 0 or None, got -1"):
+    with pytest.raises(ValueError, match="^cycle: limit must be a non-negative integer or None, got -1$"):
         lazyseq.cycle(xs, -1)
     assert len(lazyseq.cycle([], 0)) == 0
 
@@ -782,7 +791,7 @@ def test_repeat(data, value, times):
     if times:
         check_read_only(v)
     check_infinite(data, lazyseq.repeat(value), lambda i: value)
-    with pytest.raises(ValueError, match="repeat: times must be >= 0 or None, got -2"):
+    with pytest.raises(ValueError, match="^repeat: times must be a non-negative integer or None, got -2$"):
         lazyseq.repeat(value, -2)
 
 

@@ -3,11 +3,13 @@
 import gc
 import os
 import pickle
+import re
 import subprocess
 import sys
 import warnings
 import weakref
 from collections import namedtuple
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -465,8 +467,16 @@ def test_an_interrupt_from_the_source_closes_at_once():
 
 
 def test_to_device_arguments():
-    with pytest.raises(ValueError, match="to_device: ahead must be 0 or more, got -1"):
+    with pytest.raises(ValueError, match=r"^to_device: ahead must be a non-negative integer, got -1$"):
         to_device([], "cpu", ahead=-1)
+    with pytest.raises(TypeError, match=r"^to_device: ahead must be a non-negative integer, got 1.0$"):
+        to_device([], "cpu", ahead=1.0)
+    for dtype in (torch.int64, np.float32, "float32"):
+        with pytest.raises(
+            TypeError,
+            match=rf"^to_device: dtype must be a floating-point torch dtype \(torch.float32, ...\) or None, got {dtype!r}$",
+        ):
+            to_device([], "cpu", dtype=dtype)
     with pytest.raises(ValueError, match="to_device: pin_memory=True needs a CUDA device, got cpu"):
         to_device([], "cpu", pin_memory=True)
     assert list(to_device([], "cpu")) == []
@@ -481,6 +491,40 @@ def test_to_device_cuda_without_cuda():
 def test_to_device_moves_to_another_device():
     (x, y) = next(to_device([(np.zeros((2, 3), np.float32), np.arange(2))], "meta"))
     assert x.device.type == "meta" and x.shape == (2, 3) and x.dtype == torch.float32 and y.dtype == torch.int64
+
+
+def test_to_device_dtype_converts_floating_leaves_only():
+    batch = {
+        "x": np.arange(6.0).reshape(3, 2),
+        "half": np.ones(3, np.float16),
+        "y": np.arange(3),
+        "mask": np.array([True, False, True]),
+        "z": np.ones(2, np.complex128),
+        "name": "train",
+    }
+    (got,) = list(to_device([batch], "cpu", dtype=torch.float32))
+    assert {key: getattr(value, "dtype", None) for key, value in got.items()} == {
+        "x": torch.float32,
+        "half": torch.float32,
+        "y": torch.int64,
+        "mask": torch.bool,
+        "z": torch.complex128,
+        "name": None,
+    }
+    assert got["x"].tolist() == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]] and got["name"] == "train"
+    (same,) = list(to_device([torch.ones(2, dtype=torch.bfloat16)], "cpu", dtype=torch.bfloat16))
+    assert same.dtype == torch.bfloat16
+
+
+def test_predict_with_dtype_feeds_a_float32_model():
+    layer = torch.nn.Linear(2, 1)
+    with torch.no_grad():
+        layer.weight.fill_(1.0), layer.bias.fill_(0.5)
+    data = np.arange(10.0).reshape(5, 2)
+    with pytest.raises(RuntimeError, match="must have the same dtype"):
+        predict(layer, data, batch_size=2)
+    scores = predict(layer, data, batch_size=2, dtype=torch.float32)
+    assert scores.dtype == np.float32 and scores.ravel().tolist() == [1.5, 5.5, 9.5, 13.5, 17.5]
 
 
 # -- the staging loop, run on the CPU with a transfer that stages like CUDA's --------------------------------
@@ -550,6 +594,17 @@ def test_staging_a_shorter_last_batch_and_other_shapes():
     # slots from the first batch (2); the short batch uses the first rows of its slot; (6, 2) and (2, 5)
     # get buffers of their own in their slots, and (4, 2) then fits in the first rows of (6, 2)
     assert [tuple(b.shape) for b in transfer.buffers] == [(4, 2), (4, 2), (6, 2), (2, 5)]
+
+
+def test_staging_converts_floating_leaves_into_buffers_of_the_dtype_asked_for():
+    transfer = Recording()
+    transfer.dtype = torch.float32
+    batches = [(np.full((4, 2), k, np.float64), np.arange(4) + k) for k in range(3)]
+    got = list(DeviceFeeder(batches, "cpu", ahead=1, transfer=transfer))
+    assert [(x.dtype, y.dtype) for x, y in got] == [(torch.float32, torch.int64)] * 3
+    assert [x.tolist() for x, _ in got] == [[[float(k)] * 2] * 4 for k in range(3)]
+    # the pinned slots hold float32: the conversion is the copy into them, not a step of its own
+    assert [(tuple(b.shape), b.dtype) for b in transfer.buffers] == [((4, 2), torch.float32), ((4,), torch.int64)] * 2
 
 
 def test_staging_a_change_of_structure_or_dtype():
@@ -683,3 +738,42 @@ def test_cuda_predict():
     scores = predict(model, x, batch_size=4, device="cuda")
     with torch.no_grad():
         np.testing.assert_allclose(scores, model(torch.from_numpy(x).cuda()).cpu().numpy())
+
+
+# -- the README's PyTorch code, as written ---------------------------------------------------------------------
+
+
+def readme_torch_code() -> str:
+    """The README's code block that uses ``lazyseq.torch``."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.DOTALL)
+    (code,) = [block for block in blocks if "from lazyseq.torch import" in block]
+    return code
+
+
+def test_readme_training_loop_runs_as_written_on_the_cpu():
+    """The README's loop with a float32 model over float64 samples, on the CPU instead of "cuda"."""
+    code = readme_torch_code()
+    rng = np.random.default_rng(0)
+    data = lazyseq.view(rng.normal(size=(300, 248)))  # float64, like the README's .npy chunks
+    labels = lazyseq.view(rng.integers(0, 10, size=300))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(248, 16), torch.nn.ReLU(), torch.nn.Linear(16, 10))  # float32
+    before = [p.detach().clone() for p in model.parameters()]
+    namespace = {
+        "data": data,
+        "train": lazyseq.collate([data, labels])[:-100],
+        "model": model,
+        "optimizer": torch.optim.SGD(model.parameters(), lr=0.01),
+        "loss_fn": torch.nn.CrossEntropyLoss(),
+    }
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the README advises beside busy loader workers
+    try:
+        exec(compile(code.replace('"cuda"', '"cpu"'), "README.md", "exec"), namespace)
+    finally:
+        torch.set_num_threads(threads)
+    assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters()))  # it trained
+    scores = namespace["scores"]
+    assert scores.shape == (300, 10) and scores.dtype == np.float32
+    assert isinstance(namespace["loader"], DataLoader)

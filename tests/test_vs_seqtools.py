@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import itertools
 import logging
+import pickle
+import threading
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from loader_helpers import fail_on_seven  # noqa: E402  (a function in a module that both libraries can pickle)
 
 import lazyseq
 from lazyseq import View
@@ -157,6 +160,83 @@ def batches_of(draw):
 def test_unbatch(data, case):
     batches, size, last = case
     same_sequence(data, lazyseq.unbatch(batches, size, last), seqtools.unbatch(batches, size, last))
+
+
+@SETTINGS
+@given(st.data(), st.integers(0, 12), st.integers(1, 4))
+def test_unbatch_undoes_batch_with_n_mod_k(data, n, k):
+    """``unbatch(b, k, n % k)``: a last batch size of 0 (``n`` a multiple of ``k``) means a full last batch."""
+    xs = list(range(n))
+    if not n:
+        return  # seqtools counts a missing last batch: see test_unbatch_of_nothing_is_empty
+    ours = lazyseq.unbatch(lazyseq.batch(xs, k, collate_fn=list), k, n % k)
+    theirs = seqtools.unbatch(seqtools.batch(xs, k, collate_fn=list), k, n % k)
+    same_sequence(data, ours, theirs)
+    assert list(ours) == xs
+
+
+@SETTINGS
+@given(st.data(), st.lists(NUMBERS, max_size=10), st.none() | st.integers(0, 12))
+def test_debug_reports_the_same_reads(data, xs, max_calls):
+    """Reads by index, also through slices (for iteration, see ``test_debug_iteration_reports_each_index``)."""
+    ours_seen, theirs_seen = [], []
+    ours = lazyseq.debug(lazyseq.smap(abs, xs), lambda i, x: ours_seen.append((i, x)), max_calls)
+    theirs = seqtools.instrument.debug(seqtools.smap(abs, xs), lambda i, x: theirs_seen.append((i, x)), max_calls)
+    n = len(xs)
+    key = data.draw(safe_slices(n), label="slice")
+    for ours_part, theirs_part in ((ours, theirs), (ours[key], theirs[key])):
+        m = len(theirs_part)
+        reads = data.draw(st.lists(st.integers(-m, m - 1), max_size=8) if m else st.just([]), label="reads")
+        assert [ours_part[i] for i in reads] == [theirs_part[i] for i in reads]
+    assert ours_seen == theirs_seen
+
+
+@SETTINGS
+@given(st.lists(NUMBERS, min_size=1, max_size=10), st.data())
+def test_monitor_throughput_counts_the_same_reads(xs, data):
+    ours = lazyseq.monitor_throughput(lazyseq.smap(abs, xs))
+    theirs = seqtools.instrument.monitor_throughput(seqtools.smap(abs, xs))
+    for monitor in (ours, theirs):
+        with pytest.raises(RuntimeError):
+            monitor.read_delay()
+    reads = data.draw(st.lists(st.integers(-len(xs), len(xs) - 1), max_size=5), label="reads")
+    assert [ours[i] for i in reads] == [theirs[i] for i in reads]
+    assert list(ours) == list(theirs)
+    assert ours.items == theirs.n_calls == len(reads) + len(xs)
+    assert ours.read_delay() > 0 and theirs.read_delay() > 0
+    ours.reset(), theirs.reset()
+    assert ours.items == theirs.n_calls == 0
+
+
+@pytest.mark.parametrize("method", ["thread", "process"])
+def test_start_hooks_with_and_without_the_worker_index(method, tmp_path):
+    """seqtools calls ``start_hook()`` in threads but ``start_hook(index)`` in processes; lazyseq passes
+    the worker's index to a hook that takes one and calls one that takes none without it, with either
+    method, so that hooks written for either seqtools backend run."""
+
+    def without_index():
+        (tmp_path / "hook").touch()
+
+    def with_index(index):
+        (tmp_path / f"hook{index}").touch()
+
+    theirs_hook = without_index if method == "thread" else with_index
+    assert list(seqtools.prefetch(list(range(4)), nworkers=1, method=method, start_hook=theirs_hook)) == [0, 1, 2, 3]
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["hook"] if method == "thread" else ["hook0"])
+    for path in tmp_path.iterdir():
+        path.unlink()
+    for hook in (without_index, with_index):
+        with lazyseq.prefetch(list(range(4)), nworkers=2, method=method, start_hook=hook) as ours:
+            assert list(ours) == [0, 1, 2, 3]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hook", "hook0", "hook1"]
+
+
+def test_serializable_func_calls_and_round_trips_in_both():
+    """Both wrap a function, call it and pickle it; see ``test_serializable_func_pickles_a_reference``."""
+    for library in (lazyseq, seqtools):
+        wrapped = library.SerializableFunc(fail_on_seven)
+        assert wrapped(3) == 3 and wrapped.__name__ == "fail_on_seven"
+        assert pickle.loads(pickle.dumps(wrapped))(4) == 4
 
 
 @st.composite
@@ -509,7 +589,7 @@ def test_arange_negative_and_out_of_range_indexes():
     assert [theirs[i] for i in (-1, 3, 10)] == [-1, 11, 32]
     assert [ours[i] for i in (-1, -3)] == [range(2, 11, 3)[-1], range(2, 11, 3)[-3]] == [8, 2]
     for bad in (3, 10, -4):
-        with pytest.raises(IndexError, match=f"arange index {bad} out of range for length 3"):
+        with pytest.raises(IndexError, match=rf"^index {bad} out of range for view arange\(2, 11, 3\) of length 3$"):
             ours[bad]
 
 
@@ -598,6 +678,29 @@ def test_repeat_zero_or_one_times(times):
     assert list(lazyseq.repeat("x", times)) == ["x"] * times
 
 
+def test_views_compare_by_identity():
+    """seqtools' pieces of a split list are lists, equal to lists; lazyseq's pieces are views, and views
+    of both libraries compare by identity (``list(piece)`` compares items). Views that compared their
+    items would read every item of both sides on ``==`` (forever, for an infinite view), give arrays
+    rather than booleans for numpy items, and could not be hashed."""
+    assert seqtools.split([1, 2, 3, 4], 1)[0] == [1, 2]
+    assert seqtools.smap(abs, [1, 2]) != [1, 2]
+    piece = lazyseq.split([1, 2, 3, 4], 1)[0]
+    assert piece != [1, 2] and list(piece) == [1, 2]
+    assert piece == piece and {piece: 1}[piece] == 1
+
+
+def test_prefetch_starts_its_workers_at_the_first_read():
+    """seqtools' prefetch starts its workers when it is called; lazyseq's at the first read, so that
+    making a loader costs nothing and one never read starts no thread or process."""
+    theirs_started, ours_started = threading.Event(), threading.Event()
+    seqtools.prefetch(list(range(4)), nworkers=1, start_hook=theirs_started.set)
+    assert theirs_started.wait(timeout=60)
+    with lazyseq.prefetch(list(range(4)), nworkers=1, start_hook=ours_started.set) as ours:
+        assert not ours.workers_running and not ours_started.is_set()
+        assert ours[0] == 0 and ours_started.is_set()
+
+
 def test_repeat_is_read_only():
     """Assigning to one item of a seqtools repetition changes every item; lazyseq's repeat is read-only."""
     theirs = seqtools.repeat("x", 3)
@@ -613,7 +716,7 @@ def test_gather_checks_positions_when_built():
     assert theirs[0] == 1
     with pytest.raises(IndexError, match="list index out of range"):
         theirs[1]
-    with pytest.raises(IndexError, match="gather index 5 out of range for length 2"):
+    with pytest.raises(IndexError, match=r"^index 5 out of range for gather's sequence of length 2$"):
         lazyseq.gather([1, 2], [0, 5])
 
 
@@ -624,6 +727,44 @@ def test_index_lists_and_arrays():
         seqtools.smap(abs, [1, -2, 3])[[0, 2]]
     v = lazyseq.smap(abs, [1, -2, 3])
     assert list(v[[0, 2]]) == list(v[np.array([0, -1])]) == list(v[np.array([True, False, True])]) == [1, 3]
+
+
+def test_debug_iteration_reports_each_index():
+    """seqtools reports index 0 for every item read by iteration; lazyseq reports each item's index."""
+    ours_seen, theirs_seen = [], []
+    list(seqtools.instrument.debug([5, 6, 7], lambda i, x: theirs_seen.append((i, x))))
+    list(lazyseq.debug([5, 6, 7], lambda i, x: ours_seen.append((i, x))))
+    assert theirs_seen == [(0, 5), (0, 6), (0, 7)]
+    assert ours_seen == [(0, 5), (1, 6), (2, 7)]
+
+
+def test_debug_max_rate_counts_from_the_first_call():
+    """seqtools counts the interval of ``max_rate`` from the moment the view is made, so the reads
+    right after it are not reported; lazyseq reports the first read, then waits the interval."""
+    ours_seen, theirs_seen = [], []
+    theirs = seqtools.instrument.debug([5, 6], lambda i, x: theirs_seen.append(i), max_rate=1e-3)
+    ours = lazyseq.debug([5, 6], lambda i, x: ours_seen.append(i), max_rate=1e-3)
+    theirs[0], ours[0]  # noqa: B018
+    assert theirs_seen == [] and ours_seen == [0]
+
+
+def test_monitor_throughput_takes_slices():
+    """seqtools' throughput monitor only takes integer indexes; lazyseq's is a view like any other."""
+    with pytest.raises(TypeError, match="indices must be integers"):
+        seqtools.instrument.monitor_throughput([1, 2, 3])[1:]
+    monitored = lazyseq.monitor_throughput([1, 2, 3])
+    assert list(monitored[1:]) == [2, 3] and monitored.items == 2
+
+
+def test_serializable_func_pickles_a_reference():
+    """seqtools pickles the text of the function's whole source file and, to unpickle it, writes that
+    text to a temporary module and imports it (running the file's top level again); lazyseq pickles
+    the module and qualified name (and a script's path), as pickle does for functions, so that what
+    is sent is small and the function found is the one installed where it is unpickled."""
+    theirs = pickle.dumps(seqtools.SerializableFunc(fail_on_seven))
+    ours = pickle.dumps(lazyseq.SerializableFunc(fail_on_seven))
+    assert b"def fail_on_seven" in theirs and len(theirs) > 1000
+    assert b"def fail_on_seven" not in ours and len(ours) < 200
 
 
 def test_smap_lengths_must_match():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import zipfile
 from collections.abc import Sequence
 
 import numpy as np
@@ -13,6 +14,9 @@ from ..views.concatenate import ConcatenateView
 from ..views.sources import ArraySource
 
 __all__ = ["open_npy"]
+
+_NPY_MAGIC = b"\x93NUMPY"  # how every .npy file starts
+_ZIP_MAGIC = b"PK\x03\x04"  # an .npz archive is a zip file
 
 
 def open_npy(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> View:
@@ -44,6 +48,7 @@ def open_npy(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> View:
             raise ValueError("open_npy: no file given")
     parts = []
     for path in files:
+        _check_npy_magic(path)
         try:
             array = np.load(path, mmap_mode="r")
         except ValueError as error:
@@ -59,3 +64,23 @@ def open_npy(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> View:
                 )
         parts.append(ArraySource(array))
     return parts[0] if len(parts) == 1 else ConcatenateView(parts)
+
+
+def _check_npy_magic(path: str) -> None:
+    """A ``ValueError`` saying what ``path`` is if it is not a ``.npy`` file (numpy would try to unpickle it)."""
+    with open(path, "rb") as file:
+        start = file.read(len(_NPY_MAGIC))
+    if start == _NPY_MAGIC:
+        return
+    if start.startswith(_ZIP_MAGIC):
+        with zipfile.ZipFile(path) as archive:
+            names = [name.removesuffix(".npy") for name in archive.namelist()]
+        shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+        example = names[0] if names else "name"
+        raise ValueError(
+            f"open_npy: {path} is an .npz archive, which holds several arrays ({shown}); open_npy memory-maps "
+            f".npy files: extract the archive (it holds one .npy file per array) and open those, or load one "
+            f"array into memory with np.load({path!r})[{example!r}] and view it with lazyseq.view()"
+        )
+    what = "it is empty" if not start else f"bad magic: it starts with {start!r}, a .npy file with {_NPY_MAGIC!r}"
+    raise ValueError(f"open_npy: {path} is not a .npy file ({what})")

@@ -181,7 +181,8 @@ def load_buffers(
     yields arrays of their own instead. With threads, the arrays that
     ``func()`` returned are handed over as they are.
 
-    ``start_hook(worker_index)`` runs once in each worker. Each worker
+    ``start_hook(worker_index)`` runs once in each worker (a hook that
+    takes no argument is called without it). Each worker
     process seeds Python's ``random``, numpy's global generator and torch's
     (if imported) from ``seed`` and its index (``seed=None``: fresh entropy),
     so ``func()`` drawing ``np.random.randint`` gives different batches in

@@ -15,7 +15,7 @@ import signal
 import traceback
 
 from ..views import errors
-from ..views.errors import REMOTE_CHAIN, describe_chain
+from ..views.errors import REMOTE_CHAIN, EvaluationError, describe_chain
 from .messages import CapturedError
 
 __all__ = ["LoaderError", "RemoteError", "WorkerDied", "capture", "exit_description", "restore"]
@@ -44,16 +44,19 @@ class WorkerDied(LoaderError):
     """
 
 
-class RemoteError(Exception):
+class RemoteError(EvaluationError):
     """Stands for an exception raised in a worker process that could not be sent as itself.
 
     ``type_name`` is the original exception's class name; the message is its
-    ``str``; the worker's traceback is attached as a note.
+    ``str``; the worker's traceback is attached as a note. Like every error
+    raised while computing an item, it is an :class:`~lazyseq.EvaluationError`
+    (also with ``seterr("passthrough")``, which raises it as it is); a
+    loader's own failures (:class:`LoaderError`, :class:`WorkerDied`) are not.
 
     >>> import lazyseq
     >>> error = lazyseq.RemoteError("Unpicklable", "no way")
-    >>> error.type_name, str(error)
-    ('Unpicklable', 'Unpicklable: no way')
+    >>> error.type_name, str(error), isinstance(error, lazyseq.EvaluationError)
+    ('Unpicklable', 'Unpicklable: no way', True)
     """
 
     def __init__(self, type_name: str, message: str) -> None:

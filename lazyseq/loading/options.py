@@ -10,9 +10,9 @@ threads have.
 
 from __future__ import annotations
 
+import inspect
 import math
 import multiprocessing
-import operator
 import os
 import pickle
 import select
@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..arguments import integer
 from ..views.errors import LoaderFailure
 
 __all__ = [
@@ -50,11 +51,8 @@ def available_cores() -> int:
 
 
 def positive(value: Any, name: str, owner: str) -> int:
-    """``value`` as an int >= 1, or a ``ValueError`` naming the option."""
-    n = operator.index(value)
-    if n < 1:
-        raise ValueError(f"{owner}: {name} must be a positive integer, got {value}")
-    return n
+    """``value`` as an int >= 1; errors name the option and its loader."""
+    return integer(value, f"{owner}: {name}", low=1)
 
 
 @dataclass(frozen=True)
@@ -96,7 +94,7 @@ class LoaderOptions:
         inline_below: float | None = None,
         seed: int | None = None,
     ) -> LoaderOptions:
-        count = operator.index(nworkers)
+        count = integer(nworkers, f"{owner}: nworkers")
         if count < 0:  # all available cores but -nworkers
             count = max(1, available_cores() + count)
         if method not in METHODS:
@@ -111,14 +109,14 @@ class LoaderOptions:
                 raise ValueError(f"{owner}: start_method only applies to method='process'")
         if start_hook is not None and not callable(start_hook):
             raise TypeError(f"{owner}: start_hook must be callable, got {type(start_hook).__name__}")
+        if start_hook is not None and not _takes_an_argument(start_hook):
+            start_hook = WithoutIndex(start_hook)
         if blas_threads is None:  # the cores shared out between the workers
             blas = max(1, available_cores() // max(1, count))
         else:
             blas = positive(blas_threads, "blas_threads", owner)
         if seed is not None:
-            seed = operator.index(seed)
-            if seed < 0:
-                raise ValueError(f"{owner}: seed must be a non-negative integer or None, got {seed}")
+            seed = integer(seed, f"{owner}: seed", low=0, expected="a non-negative integer or None")
         return cls(
             owner, count, method, start_hook, start_method, blas, _where(owner, method, start_hook, inline_below), seed
         )
@@ -127,6 +125,33 @@ class LoaderOptions:
     def pickles_pipeline(self) -> bool:
         """Whether workers get the pipeline pickled (not threads, nor forked processes, which inherit it)."""
         return self.method == "process" and multiprocessing.get_context(self.start_method).get_start_method() != "fork"
+
+
+class WithoutIndex:
+    """A start hook that takes no argument (seqtools' kind), called with the worker's index left out."""
+
+    __slots__ = ("hook",)
+
+    def __init__(self, hook: Callable[[], Any]) -> None:
+        self.hook = hook
+
+    def __call__(self, worker_index: int) -> Any:
+        return self.hook()
+
+
+def _takes_an_argument(hook: Callable) -> bool:
+    """Whether ``hook`` is called with the worker's index: unless its signature takes no argument at all."""
+    try:
+        signature = inspect.signature(hook)
+    except (TypeError, ValueError):  # no signature to read (some builtins): called as documented
+        return True
+    for args in ((0,), ()):
+        try:
+            signature.bind(*args)
+        except TypeError:
+            continue
+        return bool(args)
+    return True  # neither fits: the call with the index fails in the worker and says why
 
 
 def _where(owner: str, method: str, start_hook, inline_below: float | None) -> float:

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
+from ..arguments import integer
 from ..views import errors
 from ..views.base import View
 from ..views.sources import as_view
@@ -34,9 +35,7 @@ class PrefetchView(View):
 
     def __init__(self, parent: View, options: LoaderOptions, max_buffered: int, shm_size: int) -> None:
         self._max_buffered = positive(max_buffered, "max_buffered", "prefetch")
-        self._shm_size = operator.index(shm_size)
-        if self._shm_size < 0:
-            raise ValueError(f"prefetch: shm_size must be >= 0, got {shm_size}")
+        self._shm_size = integer(shm_size, "prefetch: shm_size", low=0)
         self._parent = parent
         self._parents = (parent,)
         self._len = parent._len
@@ -277,7 +276,7 @@ def prefetch(
     Workers start at the first item handed to them and stop with ``close()``
     (or ``with``, or when the view is garbage collected); reading again
     starts them again. ``start_hook(worker_index)`` runs once in each worker
-    when it starts.
+    when it starts (a hook that takes no argument is called without it).
 
     With processes, the pipeline is sent to each worker once (with
     cloudpickle where installed; memory-mapped arrays travel as their file

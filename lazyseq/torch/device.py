@@ -10,13 +10,13 @@ safe; elsewhere the events are stand-ins that are always complete.
 
 from __future__ import annotations
 
-import operator
 from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
 
+from ..arguments import integer
 from ..nested import flatten, rebuild
 from .tensors import _becomes_tensor, _tensor
 from .transfer import Slot, Transfer, transfer_for
@@ -48,13 +48,14 @@ class DeviceFeeder(Iterator):
         pin_memory: bool | None = None,
         non_blocking: bool = True,
         transfer: Transfer | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
-        ahead = operator.index(ahead)
-        if ahead < 0:
-            raise ValueError(f"to_device: ahead must be 0 or more, got {ahead}")
+        ahead = integer(ahead, "to_device: ahead", low=0)
         self.device = torch.device(device)
         self.ahead = ahead
-        self._transfer = transfer if transfer is not None else transfer_for(self.device, pin_memory, non_blocking)
+        if transfer is None:
+            transfer = transfer_for(self.device, pin_memory, non_blocking, dtype)
+        self._transfer = transfer
         self._source = iter(batches)
         self._owns_source = self._source is not batches  # an iterator made here is closed here, not the caller's
         self._slots = [Slot(self._transfer.new_event()) for _ in range(ahead + 1)]
@@ -153,6 +154,7 @@ def to_device(
     ahead: int = 2,
     pin_memory: bool | None = None,
     non_blocking: bool = True,
+    dtype: torch.dtype | None = None,
 ) -> DeviceFeeder:
     """An iterator over ``batches`` as tensors on ``device``, each one sent there ``ahead`` batches in advance.
 
@@ -160,7 +162,10 @@ def to_device(
     mappings of them (rebuilt by the rule of :mod:`lazyseq.nested`, as
     :func:`~lazyseq.torch.to_tensors` does); numpy arrays become tensors
     first (sharing memory), tensors already on ``device`` are not copied,
-    other values (and arrays torch has no tensor for) pass through. When
+    other values (and arrays torch has no tensor for) pass through.
+    ``dtype`` converts the floating-point tensors (``dtype=torch.float32``
+    feeds float64 data to a float32 model); integer, boolean and complex
+    ones keep their dtype. When
     you hold batch ``k``, batches up to ``k + ahead`` have been taken from
     ``batches``. An exception from ``batches`` is raised, unchanged, in its
     turn.
@@ -189,5 +194,9 @@ def to_device(
     6.0 [1, 1] 3
     12.0 [2, 2] 4
     18.0 [3, 3] 4
+    >>> import torch
+    >>> x, y = next(to_device([(np.zeros((2, 3)), np.array([0, 1]))], "cpu", dtype=torch.float32))
+    >>> x.dtype, y.dtype
+    (torch.float32, torch.int64)
     """
-    return DeviceFeeder(batches, device, ahead, pin_memory, non_blocking)
+    return DeviceFeeder(batches, device, ahead, pin_memory, non_blocking, dtype=dtype)

@@ -36,6 +36,7 @@ def predict(
     batch_size: int = 64,
     *,
     device: str | torch.device = "cpu",
+    dtype: torch.dtype | None = None,
     nworkers: int = 0,
     method: Method = "thread",
     out: Any = None,
@@ -43,8 +44,9 @@ def predict(
 ) -> Any:
     """``model`` applied to ``data`` in batches, in eval mode and without gradients; numpy results.
 
-    Each batch of ``data`` is moved to ``device`` (see :func:`to_device`)
-    and given to the model: an array as its one argument, a tuple or list
+    Each batch of ``data`` is moved to ``device`` (see :func:`to_device`;
+    ``dtype=torch.float32`` converts float64 data for a float32 model) and
+    given to the model: an array as its one argument, a tuple or list
     as positional arguments, a dict as keyword arguments; so pass the
     model's inputs, not ``(inputs, labels)`` pairs. What the model returns
     (a tensor, or a tuple or dict of them, one row per item) is gathered by
@@ -65,7 +67,7 @@ def predict(
            [17.5]])
     """
     handed = _Handed()
-    feeder = to_device(handed, device, ahead=0)
+    feeder = to_device(handed, device, ahead=0, dtype=dtype)
 
     def run(batch: Any) -> Any:
         handed.waiting.append(batch)

@@ -10,6 +10,9 @@ leaves the device-specific steps to a *transfer*:
   On CUDA, a separate stream and CUDA events; elsewhere stand-ins that do
   nothing, so that the loop is the same.
 - ``copy(host)``: the device tensors (``.to(device, non_blocking=...)``).
+- ``dtype``: the dtype floating-point tensors arrive in (``None``: their own).
+  Staging converts them as it copies them into the slot's buffers, so that a
+  float64 batch for a float32 model crosses to the GPU at half the size.
 - ``hand_over(leaves, event)``: make the consumer's stream wait for the copy
   and tell the allocator that the consumer's stream uses the tensors.
 """
@@ -56,9 +59,10 @@ class Transfer:
     staging = False
     holds_host = False  # whether copies may still read the host tensors after ``copy`` returns
 
-    def __init__(self, device: torch.device, non_blocking: bool) -> None:
+    def __init__(self, device: torch.device, non_blocking: bool, dtype: torch.dtype | None = None) -> None:
         self.device = device
         self.non_blocking = non_blocking
+        self.dtype = dtype
         self.stream: Any = None
         self.template: list[tuple[tuple, torch.dtype] | None] | None = None  # leaves of the first staged batch
         self.allocations = 0  # staging tensors allocated so far (once per slot and leaf, unless shapes change)
@@ -76,6 +80,15 @@ class Transfer:
     def needs_staging(self, tensor: torch.Tensor) -> bool:
         return False
 
+    def dtype_for(self, tensor: torch.Tensor) -> torch.dtype:
+        """The dtype ``tensor`` arrives in: ``dtype`` if it is floating-point and one is set, else its own."""
+        if self.dtype is not None and tensor.is_floating_point():
+            return self.dtype
+        return tensor.dtype
+
+    def _layout(self, tensor: torch.Tensor) -> tuple[tuple, torch.dtype]:
+        return tuple(tensor.shape), self.dtype_for(tensor)
+
     def stage(self, slot: Slot, leaves: list) -> list:
         """The host tensors to copy from; with staging, CPU tensors copied into the slot's buffers.
 
@@ -84,7 +97,7 @@ class Transfer:
         if not self.staging:
             return leaves
         if self.template is None:
-            self.template = [_layout(t) if self.needs_staging(t) else None for t in leaves]
+            self.template = [self._layout(t) if self.needs_staging(t) else None for t in leaves]
         if slot.buffers is None:
             slot.buffers = [None if lay is None else self.allocate(*lay) for lay in self.template]
         buffers = slot.buffers
@@ -96,28 +109,27 @@ class Transfer:
                 host.append(tensor)
                 continue
             buffer = buffers[k]
-            if not _fits(buffer, tensor):
-                buffer = buffers[k] = self.allocate(*_layout(tensor))
+            if not _fits(buffer, tensor, self.dtype_for(tensor)):
+                buffer = buffers[k] = self.allocate(*self._layout(tensor))
             target = buffer if buffer.shape == tensor.shape else buffer[: len(tensor)]
-            target.copy_(tensor)
+            target.copy_(tensor)  # converts to the buffer's dtype
             host.append(target)
         return host
 
     def copy(self, host: list) -> list:
-        device, non_blocking = self.device, self.non_blocking
-        return [t.to(device, non_blocking=non_blocking) if isinstance(t, torch.Tensor) else t for t in host]
+        device, non_blocking, dtype_for = self.device, self.non_blocking, self.dtype_for
+        return [
+            t.to(device, dtype=dtype_for(t), non_blocking=non_blocking) if isinstance(t, torch.Tensor) else t
+            for t in host
+        ]
 
     def hand_over(self, leaves: list, event: Any) -> None:
         pass
 
 
-def _layout(tensor: torch.Tensor) -> tuple[tuple, torch.dtype]:
-    return tuple(tensor.shape), tensor.dtype
-
-
-def _fits(buffer: torch.Tensor | None, tensor: torch.Tensor) -> bool:
-    """Whether ``tensor`` fits in ``buffer`` as it is, or in its first rows (a shorter last batch)."""
-    if buffer is None or buffer.dtype != tensor.dtype or buffer.dim() != tensor.dim():
+def _fits(buffer: torch.Tensor | None, tensor: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Whether ``tensor``, as ``dtype``, fits in ``buffer`` as it is, or in its first rows (a shorter last batch)."""
+    if buffer is None or buffer.dtype != dtype or buffer.dim() != tensor.dim():
         return False
     if buffer.shape == tensor.shape:
         return True
@@ -129,8 +141,10 @@ class CudaTransfer(Transfer):
 
     holds_host = True
 
-    def __init__(self, device: torch.device, non_blocking: bool, pin_memory: bool) -> None:
-        super().__init__(device, non_blocking)
+    def __init__(
+        self, device: torch.device, non_blocking: bool, pin_memory: bool, dtype: torch.dtype | None = None
+    ) -> None:
+        super().__init__(device, non_blocking, dtype)
         self.staging = pin_memory
         self.stream = torch.cuda.Stream(device)
 
@@ -158,12 +172,18 @@ class CudaTransfer(Transfer):
                 tensor.record_stream(consumer)
 
 
-def transfer_for(device: torch.device, pin_memory: bool | None, non_blocking: bool) -> Transfer:
+def transfer_for(
+    device: torch.device, pin_memory: bool | None, non_blocking: bool, dtype: torch.dtype | None = None
+) -> Transfer:
     """The transfer for ``device``; ``pin_memory=None`` means pinned staging on CUDA only."""
+    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise TypeError(
+            f"to_device: dtype must be a floating-point torch dtype (torch.float32, ...) or None, got {dtype!r}"
+        )
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise RuntimeError(f"to_device: device {device} asked for, but CUDA is not available to torch")
-        return CudaTransfer(device, non_blocking, pin_memory is not False)
+        return CudaTransfer(device, non_blocking, pin_memory is not False, dtype)
     if pin_memory:
         raise ValueError(f"to_device: pin_memory=True needs a CUDA device, got {device}")
-    return Transfer(device, non_blocking)
+    return Transfer(device, non_blocking, dtype)

@@ -21,7 +21,7 @@ import numpy as np
 from . import errors
 from .errors import EndOfData
 from .fluent import Fluent
-from .keys import Positions, array_key
+from .keys import Positions, array_key, out_of_range
 
 __all__ = ["View", "lengths_must_match"]
 
@@ -141,7 +141,7 @@ class View(Fluent, Sequence):
             if type(key) is not int:
                 from .gather import GatherView
 
-                return GatherView(self, array_key(key, self._len, self._label()))
+                return GatherView(self, array_key(key, self._len, self._label(), self._error_name()))
         i = self._check_index(key)
         try:
             return self._get(i)
@@ -154,11 +154,15 @@ class View(Fluent, Sequence):
             if n is None:
                 raise TypeError(f"negative index {key} needs a length, but {self._label()} view {self.endless}")
             if key + n < 0:
-                raise IndexError(f"{self._label()} index {key} out of range for length {n}")
+                raise out_of_range(key, n, self._error_name())
             return key + n
         if n is not None and key >= n:
-            raise IndexError(f"{self._label()} index {key} out of range for length {n}")
+            raise out_of_range(key, n, self._error_name())
         return key
+
+    def _error_name(self) -> str:
+        """The view as errors about its indexes name it: ``view slice(0, 8000, 1)``, as its repr shows it."""
+        return f"view {self._describe()}"
 
     def _coerce_key(self, key):
         """An ``int`` for integer-like keys, the key itself for index arrays and lists."""

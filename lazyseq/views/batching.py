@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..arguments import integer
 from .base import View
-from .chunks import chunk_rows, chunk_to_batch, pad_chunk, writing_into
-from .errors import EndOfData
+from .chunks import MixedShapes, chunk_rows, chunk_to_batch, pad_chunk, writing_into
+from .errors import EndOfData, describe_origin
 from .keys import Positions
 from .sources import as_view
 
@@ -21,9 +21,7 @@ class BatchView(View):
     kind = "batch"
 
     def __init__(self, parent: View, k: int, drop_last: bool, pad: Any, collate_fn: Callable | None) -> None:
-        k = operator.index(k)
-        if k < 1:
-            raise ValueError(f"batch: k must be a positive integer, got {k}")
+        k = integer(k, "batch: k", low=1)
         if drop_last and pad is not None:
             raise ValueError("batch: drop_last and pad cannot be used together")
         if collate_fn is not None and not callable(collate_fn):
@@ -57,7 +55,19 @@ class BatchView(View):
             chunk = pad_chunk(chunk, self._pad, missing)
         if self._collate_fn is not None:
             return self._collate_fn(chunk_rows(chunk))
-        return chunk_to_batch(chunk)
+        try:
+            return chunk_to_batch(chunk)
+        except MixedShapes as error:
+            raise self._mixed_shapes(span, error) from None
+
+    def _mixed_shapes(self, span: range, error: MixedShapes) -> ValueError:
+        """The error of a batch whose arrays differ in shape, saying where each of the two items comes from."""
+        (a, b), (shape_a, shape_b) = error.positions, error.shapes
+        where = [describe_origin(self._parent, span[k]) if k < len(span) else "padding" for k in (a, b)]
+        return ValueError(
+            f"cannot stack items of different shapes into one array: item {a} ({where[0]}) has shape {shape_a}, "
+            f"item {b} ({where[1]}) has shape {shape_b}; batch(..., collate_fn=list) gives such items as a list"
+        )
 
     def _get_into(self, i: int, buffer) -> Any:
         if self._collate_fn is None and self._pad is None and self._parent._reads_new_rows:
@@ -112,12 +122,11 @@ class UnbatchView(View):
     kind = "unbatch"
 
     def __init__(self, parent: View, batch_size: int, last_batch_size: int | None) -> None:
-        batch_size = operator.index(batch_size)
-        if batch_size < 1:
-            raise ValueError(f"unbatch: batch_size must be a positive integer, got {batch_size}")
-        last = batch_size if last_batch_size is None else operator.index(last_batch_size)
-        if not 0 < last <= batch_size:
-            raise ValueError(f"unbatch: last_batch_size must be between 1 and {batch_size}, got {last_batch_size}")
+        batch_size = integer(batch_size, "unbatch: batch_size", low=1)
+        last = 0 if last_batch_size is None else integer(last_batch_size, "unbatch: last_batch_size")
+        if not 0 <= last <= batch_size:
+            raise ValueError(f"unbatch: last_batch_size must be between 0 and {batch_size}, got {last_batch_size}")
+        last = last or batch_size  # 0, like None: every batch is full
         self._parent = parent
         self._parents = (parent,)
         self._size = batch_size
@@ -188,10 +197,14 @@ def unbatch(sequence: Sequence, batch_size: int, last_batch_size: int | None = N
     """The items of a sequence of batches, one after the other (the inverse of :func:`batch`).
 
     Every batch holds ``batch_size`` items, except the last, which holds
-    ``last_batch_size`` (default ``batch_size``).
+    ``last_batch_size``; ``None`` or 0 (a full last batch) mean
+    ``batch_size``, so ``unbatch(b, k, n % k)`` undoes ``batch`` of ``n``
+    items whatever ``n`` is.
 
     >>> import lazyseq
     >>> list(lazyseq.unbatch([[1, 2], [3, 4], [5]], 2, last_batch_size=1))
     [1, 2, 3, 4, 5]
+    >>> list(lazyseq.unbatch([[1, 2], [3, 4]], 2, 4 % 2))
+    [1, 2, 3, 4]
     """
     return UnbatchView(as_view(sequence), batch_size, last_batch_size)

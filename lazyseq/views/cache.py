@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+from ..arguments import integer
 from .base import View
 from .sources import as_view
 
@@ -21,9 +21,7 @@ class CacheView(View):
     _items_like_parents = True
 
     def __init__(self, parent: View, cache_size: int) -> None:
-        cache_size = operator.index(cache_size)
-        if cache_size < 1:
-            raise ValueError(f"add_cache: cache_size must be >= 1, got {cache_size}")
+        cache_size = integer(cache_size, "add_cache: cache_size", low=1)
         self._parent = parent
         self._parents = (parent,)
         self._len = parent._len

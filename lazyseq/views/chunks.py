@@ -24,6 +24,7 @@ import numpy as np
 
 __all__ = [
     "Columns",
+    "MixedShapes",
     "default_collate",
     "chunk_rows",
     "chunk_to_batch",
@@ -133,6 +134,30 @@ def scatter(pieces: list, positions: list[np.ndarray], total: int):
     return rows
 
 
+class MixedShapes(ValueError):
+    """Arrays of different shapes where a batch stacks them: ``positions`` are the two items (in the batch) that differ."""
+
+    def __init__(self, positions: tuple[int, int], shapes: tuple[tuple, tuple]) -> None:
+        (a, b), (shape_a, shape_b) = positions, shapes
+        super().__init__(
+            f"cannot stack items of different shapes into one array: item {a} has shape {shape_a}, "
+            f"item {b} has shape {shape_b}"
+        )
+        self.positions = positions
+        self.shapes = shapes
+
+
+def _stack(items: list) -> np.ndarray:
+    try:
+        return np.stack(items)
+    except ValueError:
+        shape = items[0].shape
+        for k, item in enumerate(items):
+            if np.shape(item) != shape:
+                raise MixedShapes((0, k), (shape, np.shape(item))) from None
+        raise
+
+
 def default_collate(items: list) -> Any:
     """Assemble a list of items into one batch.
 
@@ -147,7 +172,7 @@ def default_collate(items: list) -> Any:
     """
     first = items[0]
     if isinstance(first, np.ndarray):
-        return np.stack(items)
+        return _stack(items)
     if isinstance(first, (Number, np.generic)):
         return np.asarray(items)
     if isinstance(first, Mapping):

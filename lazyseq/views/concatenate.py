@@ -10,6 +10,7 @@ import numpy as np
 
 from .base import View
 from .chunks import new_rows, scatter
+from .display import describe_spec
 from .keys import Positions, compose, positions_array
 from .row_window import RowWindow
 from .sources import as_view
@@ -39,6 +40,7 @@ class ConcatenateView(View):
             if part._len is None:
                 raise ValueError("concatenate: only the last sequence may be infinite")
         flat = [p for p in flat[:-1] if p._len] + flat[-1:] if flat else []
+        _check_item_shapes(flat)
         self._parents = tuple(flat)
         starts = [0]
         for part in flat[:-1]:
@@ -105,6 +107,31 @@ class ConcatenateView(View):
 
     def __reduce__(self):  # the parts, not the arrays behind them (memory maps pickle small)
         return (ConcatenateView, (list(self._parents),))
+
+
+def _check_item_shapes(parts: list[View]) -> None:
+    """Parts whose items are known to be arrays (or tuples of arrays) must agree on their shapes.
+
+    Items of other parts are only known when read: a batch that stacks items of
+    different shapes then says which parts they come from.
+    """
+    known = [(k, spec) for k, part in enumerate(parts) if part._len != 0 and (spec := part._item_spec()) is not None]
+    for k, spec in known[1:]:
+        if _shapes_differ(known[0][1], spec):
+            raise ValueError(
+                f"concatenate: part {k} has items {describe_spec(spec)}, but part {known[0][0]} has items "
+                f"{describe_spec(known[0][1])}: a batch cannot stack items of different shapes"
+            )
+
+
+def _shapes_differ(a: tuple | None, b: tuple | None) -> bool:
+    if a is None or b is None:
+        return False
+    if a[0] != b[0]:
+        return True
+    if a[0] == "array":
+        return a[2] != b[2]
+    return len(a[1]) != len(b[1]) or any(_shapes_differ(x, y) for x, y in zip(a[1], b[1]))
 
 
 def _same_kind_arrays(parts: list[View]) -> list[np.ndarray] | None:

@@ -109,6 +109,24 @@ def describe_chain(tb: TracebackType | None) -> str:
     return " -> ".join(reversed(parts))
 
 
+def describe_origin(view, i: int, steps: int = 5) -> str:
+    """``concatenate[4] -> part 1: smap(g)[0]``: where item ``i`` of ``view`` is read from.
+
+    The path follows views whose item comes from one parent item, and says
+    which parent when a view has several; at most ``steps`` views.
+    """
+    parts: list[str] = []
+    which = ""
+    while True:
+        parts.append(f"{which}{view._label()}[{i}]")
+        sources = view._sources(i)
+        if len(sources) != 1 or len(parts) == steps:
+            return " -> ".join(parts)
+        parent, i = sources[0]
+        which = f"part {view._parents.index(parent)}: " if len(view._parents) > 1 else ""
+        view = parent
+
+
 def _find_source_index(owner, idx, inner) -> int | None:
     """Which of the indexes ``owner`` was asked for reads item ``inner`` of a parent."""
     if idx is None:

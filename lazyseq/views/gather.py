@@ -119,7 +119,7 @@ def gather(sequence: Sequence, indexes: Sequence[int]) -> View:
         return GatherView(parent, indexes)
     if not isinstance(indexes, (list, np.ndarray)):
         indexes = list(indexes)
-    return GatherView(parent, array_key(indexes, parent._len, "gather"))
+    return GatherView(parent, array_key(indexes, parent._len, "gather", "gather's sequence"))
 
 
 take = gather

@@ -19,7 +19,7 @@ import operator
 
 import numpy as np
 
-__all__ = ["Positions", "array_key", "compose", "modulo", "positions_array", "shift", "tidy"]
+__all__ = ["Positions", "array_key", "compose", "modulo", "out_of_range", "positions_array", "shift", "tidy"]
 
 Positions = range | np.ndarray
 
@@ -104,8 +104,17 @@ def positions_array(positions: Positions) -> np.ndarray:
     return positions
 
 
-def array_key(key, length: int | None, label: str) -> np.ndarray:
-    """Validate a list or array used as a key: integer positions (negative allowed) or a boolean mask."""
+def out_of_range(index: int, length: int | None, target: str) -> IndexError:
+    """The error for an index outside ``target`` (``view batch(64)``, ``gather's sequence``), naming all three."""
+    return IndexError(f"index {index} out of range for {target} of length {length}")
+
+
+def array_key(key, length: int | None, label: str, target: str | None = None) -> np.ndarray:
+    """Validate a list or array used as a key: integer positions (negative allowed) or a boolean mask.
+
+    ``label`` names the view in errors about the key's type, ``target`` (default ``label``) what it indexes.
+    """
+    target = label if target is None else target
     keys = np.asarray(key)
     if keys.ndim != 1:
         raise IndexError(f"{label}: an index array must be 1-D, got shape {keys.shape}")
@@ -122,18 +131,18 @@ def array_key(key, length: int | None, label: str) -> np.ndarray:
             positions[negative] += length
         bad = (positions < 0) if length is None else (positions < 0) | (positions >= length)
         if bad.any():
-            raise IndexError(f"{label} index {keys[bad][0]} out of range for length {length}")
+            raise out_of_range(keys[bad][0], length, target)
     elif keys.dtype.kind == "u" or keys.dtype == object or isinstance(key, list):
         # Indices no int64 holds: numpy gives uint64, float64 or object arrays; read the Python values instead.
         values = keys.tolist() if isinstance(key, np.ndarray) else key
-        positions = _python_positions(values, length, label, keys.dtype)
+        positions = _python_positions(values, length, label, target, keys.dtype)
     else:
         raise TypeError(f"{label} indices must be integers, slices or integer arrays, not an array of {keys.dtype}")
     positions.flags.writeable = False
     return positions
 
 
-def _python_positions(values, length: int | None, label: str, dtype) -> np.ndarray:
+def _python_positions(values, length: int | None, label: str, target: str, dtype) -> np.ndarray:
     """``array_key`` for integers of any size, one at a time, with the same errors."""
     positions = []
     for value in values:
@@ -148,6 +157,6 @@ def _python_positions(values, length: int | None, label: str, dtype) -> np.ndarr
                 raise TypeError(f"{label}: negative index {j} needs a length, but the view is infinite")
             j += length
         if j < 0 or (length is not None and j >= length):
-            raise IndexError(f"{label} index {operator.index(value)} out of range for length {length}")
+            raise out_of_range(operator.index(value), length, target)
         positions.append(j)
     return _from_ints(positions)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
 from typing import Any
 
+from ..arguments import integer
 from .base import View
 from .keys import Positions, modulo
 from .sources import as_view
@@ -16,10 +16,7 @@ __all__ = ["CycleView", "RepeatView", "cycle", "repeat"]
 def _size_limit(name: str, limit: int | None) -> int | None:
     if limit is None:
         return None
-    limit = operator.index(limit)
-    if limit < 0:
-        raise ValueError(f"{name} must be >= 0 or None, got {limit}")
-    return limit
+    return integer(limit, name, low=0, expected="a non-negative integer or None")
 
 
 class CycleView(View):

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
 
+from ..arguments import integer
 from .base import View
 from .sources import as_view
 
@@ -27,10 +27,8 @@ def shard(sequence: Sequence, rank: int, world_size: int, contiguous: bool = Tru
     [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
     """
     parent = as_view(sequence)
-    world_size = operator.index(world_size)
-    rank = operator.index(rank)
-    if world_size < 1:
-        raise ValueError(f"shard: world_size must be a positive integer, got {world_size}")
+    world_size = integer(world_size, "shard: world_size", low=1)
+    rank = integer(rank, "shard: rank")
     if not 0 <= rank < world_size:
         raise ValueError(f"shard: rank must be between 0 and {world_size - 1}, got {rank}")
     if not contiguous:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from ..arguments import integer
 from .base import View
 from .keys import Positions, compose
 from .sources import as_view
@@ -35,9 +35,7 @@ class ShuffleView(View):
         self._len = parent._need_length("shuffle")
         self._parent = parent
         self._parents = (parent,)
-        self.seed = int(np.random.SeedSequence().entropy) if seed is None else operator.index(seed)
-        if self.seed < 0:
-            raise ValueError(f"shuffle: seed must be a non-negative integer, got {seed}")
+        self.seed = int(np.random.SeedSequence().entropy) if seed is None else integer(seed, "shuffle: seed", low=0)
         self._use_epoch(epoch)
 
     @property
@@ -50,10 +48,7 @@ class ShuffleView(View):
         self._parent.set_epoch(epoch)
 
     def _use_epoch(self, epoch: int) -> None:
-        epoch = operator.index(epoch)
-        if epoch < 0:
-            raise ValueError(f"shuffle: epoch must be a non-negative integer, got {epoch}")
-        self._epoch = epoch
+        self._epoch = integer(epoch, "shuffle: epoch", low=0)
         self._order: np.ndarray | None = None
 
     @property

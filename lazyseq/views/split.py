@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
+from ..arguments import integer
 from .base import View
 from .gather import GatherView
 from .sources import as_view
@@ -46,11 +47,15 @@ def _spans(edges, n: int) -> list[tuple[int, int]]:
             raise ValueError(f"split: {cuts} cuts must divide the length {n} into {cuts + 1} equal parts")
         size = n // (cuts + 1)
         return [(k * size, (k + 1) * size) for k in range(cuts + 1)]
+    if not isinstance(edges, Iterable):
+        raise TypeError(
+            f"split: edges must be a number of cuts, a list of positions or a list of (start, stop) pairs, got {edges!r}"
+        )
     edges = list(edges)
     if edges and isinstance(edges[0], (tuple, list)):
-        spans = [(operator.index(a), operator.index(b)) for a, b in edges]
+        spans = [(integer(a, "split: a span's start"), integer(b, "split: a span's stop")) for a, b in edges]
     else:
-        bounds = [0, *(operator.index(e) for e in edges), n]
+        bounds = [0, *(integer(e, "split: an edge") for e in edges), n]
         spans = list(zip(bounds[:-1], bounds[1:]))
     for start, stop in spans:
         if not 0 <= start <= stop <= n:

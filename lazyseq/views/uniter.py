@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from ..arguments import integer
 from .base import View
 from .errors import EndOfData
 
@@ -31,17 +31,15 @@ class UniterView(View):
     def __init__(self, iterable: Iterable, cache_size: int, n_parallel: int, size: int | None) -> None:
         if not isinstance(iterable, Iterable):
             raise TypeError(f"uniter needs an iterable, got {type(iterable).__name__}")
-        self._cache_size = operator.index(cache_size)
-        self._n_parallel = operator.index(n_parallel)
-        if self._cache_size < 0:
-            raise ValueError(f"uniter: cache_size must be >= 0, got {cache_size}")
-        if self._n_parallel < 1:
-            raise ValueError(f"uniter: n_parallel must be >= 1, got {n_parallel}")
+        self._cache_size = integer(cache_size, "uniter: cache_size", low=0)
+        self._n_parallel = integer(n_parallel, "uniter: n_parallel", low=1)
         self._iterable = iterable
         self._one_shot = isinstance(iterable, Iterator)
         if size is None and not self._one_shot and hasattr(iterable, "__len__"):
             size = len(iterable)
-        self._len = None if size is None else operator.index(size)
+        self._len = (
+            None if size is None else integer(size, "uniter: size", low=0, expected="a non-negative integer or None")
+        )
         self._size_known = size is not None
         self._cursors: list[list] = []  # [next position, iterator, last use]
         self._cache: OrderedDict[int, Any] = OrderedDict()

@@ -1,0 +1,41 @@
+"""Integer arguments, checked where a function receives them: errors name the function and the argument.
+
+``batch(data, 2.5)`` says ``batch: k must be a positive integer, got 2.5``
+rather than Python's ``'float' object cannot be interpreted as an integer``,
+which names neither.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+__all__ = ["integer"]
+
+_EXPECTED = {None: "an integer", 0: "a non-negative integer", 1: "a positive integer"}
+
+
+def integer(value: Any, what: str, low: int | None = None, expected: str | None = None) -> int:
+    """``value`` as an ``int`` of at least ``low``, for the argument ``what`` (``"batch: k"``).
+
+    Anything with ``__index__`` is an integer (numpy integers too; floats
+    are not). Otherwise a ``TypeError``, and below ``low`` a ``ValueError``,
+    both saying ``{what} must be {expected}, got {value!r}``.
+
+    >>> integer(3, "batch: k", low=1)
+    3
+    >>> integer(2.5, "batch: k", low=1)
+    Traceback (most recent call last):
+    ...
+    TypeError: batch: k must be a positive integer, got 2.5
+    """
+    if expected is None:
+        expected = _EXPECTED.get(low, f"an integer >= {low}")
+    try:
+        n = operator.index(value)
+    except TypeError:
+        shown = repr(value)
+        raise TypeError(f"{what} must be {expected}, got {shown if len(shown) <= 60 else shown[:57] + '...'}") from None
+    if low is not None and n < low:
+        raise ValueError(f"{what} must be {expected}, got {n}")
+    return n
