@@ -15,7 +15,7 @@ from ..views.sources import ArraySource
 __all__ = ["open_npy"]
 
 
-def open_npy(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> View:
+def open_npy(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> View[np.ndarray]:
     """Memory-map ``.npy`` files (read-only) and view their rows one file after the other.
 
     ``paths`` is a list of files, or one glob pattern (matches are sorted by
@@ -42,7 +42,7 @@ def open_npy(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> View:
         files = [os.fspath(p) for p in paths]
         if not files:
             raise ValueError("open_npy: no file given")
-    parts = []
+    parts: list[ArraySource] = []
     for path in files:
         try:
             array = np.load(path, mmap_mode="r")

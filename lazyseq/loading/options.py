@@ -130,7 +130,7 @@ class LoaderOptions:
         )
 
 
-def _where(owner: str, method: str, start_hook, inline_below: float | None) -> float:
+def _where(owner: str, method: str, start_hook: Callable[[int], Any] | None, inline_below: float | None) -> float:
     """The ``inline_below`` in force: the user's, or the default for ``method``."""
     if inline_below is None:
         return INLINE_BELOW if method == "thread" and start_hook is None else 0.0
@@ -148,7 +148,7 @@ class UnpicklablePipeline(LoaderFailure, TypeError):
     """What a loader cannot send to its worker processes (raised as it is, not as an item's failure)."""
 
 
-def serialize(obj, what: str, owner: str) -> bytes:
+def serialize(obj: Any, what: str, owner: str) -> bytes:
     """``obj`` pickled for a worker process (cloudpickle where installed, so lambdas travel too).
 
     A failure names the innermost part of a pipeline that cannot be pickled.
@@ -174,7 +174,7 @@ def serialize(obj, what: str, owner: str) -> bytes:
         ) from error
 
 
-def _unpicklable_part(obj, dumps) -> str | None:
+def _unpicklable_part(obj: Any, dumps: Callable[[Any], bytes]) -> str | None:
     """The label of the innermost view of a pipeline that fails to pickle, if ``obj`` is a view."""
     from ..views.base import View
 

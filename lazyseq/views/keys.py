@@ -16,6 +16,7 @@ A set of positions is one of
 from __future__ import annotations
 
 import operator
+from typing import overload
 
 import numpy as np
 
@@ -32,7 +33,7 @@ def _fit(*values: int) -> bool:
     return _LOW <= min(values) and max(values) <= _HIGH
 
 
-def _from_ints(values) -> np.ndarray:
+def _from_ints(values: list[int] | np.ndarray) -> np.ndarray:
     """Python ints as positions: ``intp`` if they all fit, Python ints otherwise."""
     if not len(values):
         return _EMPTY
@@ -50,6 +51,14 @@ def tidy(positions: range) -> range:
     if len(positions) > 1:
         return positions
     return range(positions.start, positions.start + 1) if positions else range(0)
+
+
+@overload
+def compose(outer: np.ndarray, inner: Positions) -> np.ndarray: ...
+
+
+@overload
+def compose(outer: Positions, inner: Positions) -> Positions: ...
 
 
 def compose(outer: Positions, inner: Positions) -> Positions:
@@ -104,7 +113,7 @@ def positions_array(positions: Positions) -> np.ndarray:
     return positions
 
 
-def array_key(key, length: int | None, label: str) -> np.ndarray:
+def array_key(key: list[int] | np.ndarray, length: int | None, label: str) -> np.ndarray:
     """Validate a list or array used as a key: integer positions (negative allowed) or a boolean mask."""
     keys = np.asarray(key)
     if keys.ndim != 1:
@@ -133,7 +142,7 @@ def array_key(key, length: int | None, label: str) -> np.ndarray:
     return positions
 
 
-def _python_positions(values, length: int | None, label: str, dtype) -> np.ndarray:
+def _python_positions(values: list, length: int | None, label: str, dtype: np.dtype) -> np.ndarray:
     """``array_key`` for integers of any size, one at a time, with the same errors."""
     positions = []
     for value in values:

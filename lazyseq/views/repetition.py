@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
-from typing import Any
+from typing import Any, overload
+
+import numpy as np
 
 from .base import View
+from .itemtypes import SequenceLike, T
 from .keys import Positions, modulo
 from .sources import as_view
 
@@ -41,7 +43,7 @@ class CycleView(View):
     def _get(self, i: int) -> Any:
         return self._parent._get(i % self._period)
 
-    def _get_many(self, idx: Positions):
+    def _get_many(self, idx: Positions) -> Any:
         if type(idx) is range and idx.step == 1 and idx and idx.start // self._period == (idx.stop - 1) // self._period:
             offset = idx.start - idx.start % self._period
             return self._parent._get_many(range(idx.start - offset, idx.stop - offset))
@@ -50,7 +52,7 @@ class CycleView(View):
     def _set(self, i: int, value: Any) -> None:
         self._parent._set(i % self._period, value)
 
-    def _sources(self, i: int):
+    def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         return ((self._parent, i % self._period),)
 
 
@@ -74,7 +76,15 @@ class RepeatView(View):
         return f"repeat({text if len(text) <= 40 else text[:37] + '...'})"
 
 
-def cycle(sequence: Sequence, limit: int | None = None) -> View:
+@overload
+def cycle(sequence: np.ndarray, limit: int | None = None) -> View[np.ndarray]: ...
+
+
+@overload
+def cycle(sequence: SequenceLike[T], limit: int | None = None) -> View[T]: ...
+
+
+def cycle(sequence: SequenceLike[Any] | np.ndarray, limit: int | None = None) -> View[Any]:
     """A view repeating ``sequence`` over and over, for ``limit`` items or forever.
 
     An infinite view has no ``len()``; negative indices and other operations
@@ -90,7 +100,7 @@ def cycle(sequence: Sequence, limit: int | None = None) -> View:
     return CycleView(as_view(sequence), limit)
 
 
-def repeat(value: Any, times: int | None = None) -> View:
+def repeat(value: T, times: int | None = None) -> View[T]:
     """A view whose items are all ``value``: ``times`` of them, or infinitely many.
 
     >>> import lazyseq
