@@ -17,7 +17,8 @@ import argparse
 import os
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -55,7 +56,7 @@ class RandomMinibatches:
         return self.samples.gather(picks).batch(self.size)[0]
 
 
-def train(minibatches, steps: int) -> tuple[object, float]:
+def train(minibatches: Iterator[tuple[np.ndarray, np.ndarray]], steps: int) -> tuple[Any, float]:
     """A ``GaussianNB`` fitted on ``steps`` minibatches, and the seconds it took."""
     from sklearn.naive_bayes import GaussianNB
 

@@ -7,7 +7,7 @@ straight to a ``.npy`` file on disk), however large the view is.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -15,6 +15,7 @@ import numpy as np
 from .loading.options import Method
 from .nested import describe, flatten, rebuild, skeleton_key
 from .progress import progress_bar
+from .views.itemtypes import SequenceLike
 from .views.sources import as_view
 
 __all__ = ["evaluate"]
@@ -22,7 +23,7 @@ __all__ = ["evaluate"]
 
 def evaluate(
     fn: Callable[[Any], Any],
-    data: Sequence,
+    data: SequenceLike[Any],
     batch_size: int = 64,
     *,
     out: Any = None,
@@ -142,6 +143,7 @@ class _Outputs:
         target[start : start + rows] = leaf
 
     def result(self) -> Any:
+        assert self.skeleton is not None, "no batch was written"
         for array in self.arrays:
             if isinstance(array, np.memmap):
                 array.flush()

@@ -106,7 +106,7 @@ def flatten(tree: Any, leaves: list, is_leaf: Callable[[Any], bool] | None = Non
     return ("v", tree)
 
 
-def _children(items, leaves: list, is_leaf: Callable[[Any], bool] | None) -> list:
+def _children(items: Any, leaves: list, is_leaf: Callable[[Any], bool] | None) -> list:
     # Flattened once per batch by the loaders: a plain array is taken here without a call, which makes
     # a tuple of arrays about twice as fast to flatten as one call per child would.
     nodes = []

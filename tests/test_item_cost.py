@@ -194,7 +194,9 @@ def test_errors_of_items_computed_by_the_reader_read_as_from_a_worker():
 def test_bad_thresholds_and_pickling():
     with pytest.raises(ValueError, match="prefetch: inline_below must be a number of seconds >= 0 or None, got -1"):
         lazyseq.prefetch(range(3), nworkers=1, inline_below=-1)
-    with pytest.raises(ValueError, match="load_buffers: inline_below must be a number of seconds >= 0 or None, got nan"):
+    with pytest.raises(
+        ValueError, match="load_buffers: inline_below must be a number of seconds >= 0 or None, got nan"
+    ):
         lazyseq.load_buffers(lambda: 1, inline_below=float("nan"))
     ahead = lazyseq.prefetch(range(3), nworkers=1, inline_below=0.5)
     assert pickle.loads(pickle.dumps(ahead))._options.inline_below == 0.5

@@ -35,8 +35,9 @@ def python_random_draw():
 @pytest.mark.parametrize("start_method", START_METHODS)
 def test_process_workers_never_deliver_the_same_random_minibatch_twice(start_method):
     seen = set()
-    with lazyseq.load_buffers(readme_sample, max_cached=10, nworkers=2, method="process",
-                              start_method=start_method) as minibatches:
+    with lazyseq.load_buffers(
+        readme_sample, max_cached=10, nworkers=2, method="process", start_method=start_method
+    ) as minibatches:
         for _ in range(1000):
             x, y = next(minibatches)
             seen.add(x.tobytes())
@@ -52,8 +53,9 @@ def test_python_random_is_reseeded_in_each_worker_process_too():
 @pytest.mark.parametrize("start_method", START_METHODS)
 def test_torch_is_reseeded_in_each_worker_process_when_imported(start_method):
     pytest.importorskip("torch")
-    with lazyseq.load_buffers(torch_draw, max_cached=4, nworkers=2, method="process",
-                              start_method=start_method) as draws:
+    with lazyseq.load_buffers(
+        torch_draw, max_cached=4, nworkers=2, method="process", start_method=start_method
+    ) as draws:
         values = [float(next(draws)[0]) for _ in range(100)]
     assert len(set(values)) == 100
 
@@ -93,7 +95,9 @@ def test_method_process_runs_the_users_code_in_worker_processes_only(loader):
             with pytest.raises(lazyseq.WorkerDied, match=r"died with exit code 3 while computing item .*3"):
                 list(ahead)
     else:
-        with lazyseq.load_buffers(functools.partial(die_on(None, "exit"), None), nworkers=2, method="process") as batches:
+        with lazyseq.load_buffers(
+            functools.partial(die_on(None, "exit"), None), nworkers=2, method="process"
+        ) as batches:
             with pytest.raises(lazyseq.WorkerDied, match="died with exit code 3 while computing batch"):
                 next(batches)
     assert multiprocessing.active_children() == []
@@ -196,8 +200,13 @@ def test_spawned_workers_of_a_script_fed_on_stdin_say_why_they_cannot_start(star
         "file, but it came from '<stdin>', which is not a file they can read; save the script to a file, or use "
         "start_method='fork' or method='thread'"
     )
-    fork = subprocess.run([sys.executable, "-"], input=STDIN_SCRIPT.replace("START_METHOD", "'fork'"),
-                          capture_output=True, text=True, timeout=120)
+    fork = subprocess.run(
+        [sys.executable, "-"],
+        input=STDIN_SCRIPT.replace("START_METHOD", "'fork'"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert fork.stdout.strip() == "[0, 2, 4, 6, 8, 10, 12, 14, 16, 18]"
 
 

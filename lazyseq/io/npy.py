@@ -19,7 +19,7 @@ _NPY_MAGIC = b"\x93NUMPY"  # how every .npy file starts
 _ZIP_MAGIC = b"PK\x03\x04"  # an .npz archive is a zip file
 
 
-def open_npy(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> View:
+def open_npy(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> View[np.ndarray]:
     """Memory-map ``.npy`` files (read-only) and view their rows one file after the other.
 
     ``paths`` is a list of files, or one glob pattern (matches are sorted by
@@ -46,7 +46,7 @@ def open_npy(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> View:
         files = [os.fspath(p) for p in paths]
         if not files:
             raise ValueError("open_npy: no file given")
-    parts = []
+    parts: list[ArraySource] = []
     for path in files:
         _check_npy_magic(path)
         try:

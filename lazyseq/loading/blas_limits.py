@@ -19,6 +19,7 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 __all__ = ["WorkerLimit", "limits_for_workers"]
 
@@ -85,7 +86,7 @@ def _native_threads_started() -> bool:
     return threads > threading.active_count()
 
 
-def _libraries_over(blas_threads: int):
+def _libraries_over(blas_threads: int) -> Any:
     """The loaded BLAS libraries (a threadpoolctl controller) if one of them uses more threads; else None."""
     try:
         from threadpoolctl import ThreadpoolController

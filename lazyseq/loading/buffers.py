@@ -5,12 +5,13 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any, Generic, NoReturn
 
 import numpy as np
 
 from ..nested import map_leaves
 from ..views.errors import REMOTE_CHAIN, EvaluationError, seterr
+from ..views.itemtypes import T
 from .backends import Done
 from .engine import Engine
 from .jobs import CallFunction
@@ -19,17 +20,15 @@ from .structure import flatten, layout_of, shape_key, signature
 
 __all__ = ["BufferLoader", "load_buffers"]
 
-T = TypeVar("T")
 
-
-class BufferLoader(Iterator):
+class BufferLoader(Iterator[T], Generic[T]):
     """An endless iterator over the batches that ``func()`` returns, computed by background workers.
 
     It is a context manager; ``close()`` stops the workers (iteration then
     ends), and so does garbage collection.
     """
 
-    def __init__(self, func: Callable[[], Any], max_cached: int, options: LoaderOptions, copy: bool) -> None:
+    def __init__(self, func: Callable[[], T], max_cached: int, options: LoaderOptions, copy: bool) -> None:
         if not callable(func):
             raise TypeError(f"load_buffers: func must be callable, got {type(func).__name__}")
         self._max_cached = positive(max_cached, "max_cached", "load_buffers")
@@ -77,7 +76,7 @@ class BufferLoader(Iterator):
         """The batches for the workers to start on while the reader makes a slow first one."""
         return [(next(self._tasks), None) for _ in range(self._ahead)]
 
-    def __next__(self) -> Any:
+    def __next__(self) -> T:
         with self._lock:
             if self.closed:
                 raise StopIteration
@@ -87,10 +86,9 @@ class BufferLoader(Iterator):
             try:
                 if engine.inline and not engine.ready and not engine.pending:
                     task = next(self._tasks)
+                    ahead = None if engine.cost.count else self._upcoming  # type: ignore[union-attr]  # inline: a cost
                     try:
-                        done = Done(
-                            task, "ok", engine.compute_here(None, None if engine.cost.count else self._upcoming)
-                        )
+                        done = Done(task, "ok", engine.compute_here(None, ahead))
                     except Exception as error:
                         done = Done(task, "error", error)
                 else:
@@ -131,10 +129,10 @@ class BufferLoader(Iterator):
         self.closed = True
         self._engine.close()
 
-    def __enter__(self) -> BufferLoader:
+    def __enter__(self) -> BufferLoader[T]:
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
@@ -143,7 +141,7 @@ class BufferLoader(Iterator):
         return f"load_buffers({name}, max_cached={self._max_cached})  [{state}]"
 
 
-def _raise_failure(error: BaseException, number: int):
+def _raise_failure(error: BaseException, number: int) -> NoReturn:
     chain = getattr(error, REMOTE_CHAIN, "")
     where = f"load_buffers batch {number}" + (f" -> {chain}" if chain else "")
     if seterr() == "passthrough":
@@ -163,7 +161,7 @@ def load_buffers(
     blas_threads: int | None = None,
     inline_below: float | None = None,
     seed: int | None = None,
-) -> BufferLoader:
+) -> BufferLoader[T]:
     """An endless iterator over batches made by calling ``func()`` again and again in background workers.
 
     ``func()`` returns a batch: an array, or a tuple, list, namedtuple or

@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import os
 import weakref
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from time import perf_counter
 from typing import Any
@@ -137,14 +137,14 @@ class Engine:
 
     # -- sending -----------------------------------------------------------------
 
-    def submit(self, tasks: list[tuple[Hashable, Any]]) -> None:
+    def submit(self, tasks: Sequence[tuple[Hashable, Any]]) -> None:
         """Send ``(task, arg)`` pairs to the workers, in the order they are wanted."""
         if tasks:
             with self._closing_on_failure():
                 self.workers.submit_many(tasks)
             self.pending.update(task for task, _ in tasks)
 
-    def refill(self, next_tasks: Callable[[int], list[tuple[Hashable, Any]]]) -> None:
+    def refill(self, next_tasks: Callable[[int], Sequence[tuple[Hashable, Any]]]) -> None:
         """Send the tasks that ``next_tasks(room)`` names, at most ``room``; nothing while the reader computes."""
         if self.inline:
             return
@@ -176,12 +176,12 @@ class Engine:
         threads, ``ahead()`` (called from a timer thread, if the item runs long)
         names the tasks to start them on.
         """
-        cost = self.cost
+        cost: ItemCost = self.cost  # type: ignore[assignment]  # items are computed here only with a cost (inline)
         if cost.count == 0 and ahead is not None and self.options.method == "thread":
             try:
                 try:
                     with start_if_slow(FIRST_ONLY_ABOVE * cost.inline_below, functools.partial(self._send, ahead)):
-                        return self._timed(arg)
+                        return self._timed(arg, cost)
                 finally:  # whatever the item gave: the tasks sent are on their way
                     sent, self._sent = self._sent, []
                     self.pending.update(t for t, _ in sent)
@@ -192,15 +192,15 @@ class Engine:
             if cost.untimed:
                 cost.untimed -= 1
                 return self._job(arg)
-            return self._timed(arg)
+            return self._timed(arg, cost)
         except BaseException as error:
             self.failed(error)
             raise
 
-    def _timed(self, arg: Any) -> Any:
+    def _timed(self, arg: Any, cost: ItemCost) -> Any:
         began = perf_counter()
         value = self._job(arg)
-        self.cost.add(perf_counter() - began)
+        cost.add(perf_counter() - began)
         return value
 
     def _send(self, ahead: Callable[[], list]) -> None:
@@ -267,7 +267,7 @@ class Engine:
             self.close()
 
     @contextmanager
-    def _closing_on_failure(self):
+    def _closing_on_failure(self) -> Iterator[None]:
         try:
             yield
         except BaseException as error:

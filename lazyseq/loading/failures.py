@@ -13,6 +13,8 @@ from __future__ import annotations
 import pickle
 import signal
 import traceback
+from collections.abc import Callable
+from typing import Any
 
 from ..views import errors
 from ..views.errors import REMOTE_CHAIN, EvaluationError, describe_chain
@@ -67,7 +69,7 @@ class RemoteError(EvaluationError):
 RemoteError.__module__ = LoaderError.__module__ = WorkerDied.__module__ = "lazyseq"
 
 
-def capture(error: BaseException, dumps=pickle.dumps) -> CapturedError:
+def capture(error: BaseException, dumps: Callable[[Any], bytes] = pickle.dumps) -> CapturedError:
     """What a process worker sends for ``error``: picklable whatever ``error`` is."""
     text = "".join(traceback.format_exception(error))
     chain = describe_chain(error.__traceback__)

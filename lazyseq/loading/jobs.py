@@ -9,9 +9,12 @@ there afterwards.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ..views.base import View
 
 __all__ = ["CallFunction", "Job", "ReadItem"]
 
@@ -33,7 +36,7 @@ class ReadItem:
     ([[4.0, 5.0], [6.0, 7.0]], True)
     """
 
-    def __init__(self, view) -> None:
+    def __init__(self, view: View) -> None:
         self.view = view
 
     def __call__(self, i: int) -> Any:

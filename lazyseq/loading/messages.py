@@ -46,7 +46,7 @@ decode = pickle.loads
 class WorkerStart(NamedTuple):
     """What a worker process is started with (pipeline and hook pickled unless the worker was forked)."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # a field named like tuple.index: read by name only
     job: Any
     start_hook: Any
     blas_threads: int
@@ -75,7 +75,7 @@ class RunTasks(NamedTuple):
 
 
 class UseSlots(NamedTuple):
-    count: int
+    count: int  # type: ignore[assignment]  # a field named like tuple.count: read by name only
     slot_bytes: int
 
 

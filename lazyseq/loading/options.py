@@ -110,7 +110,7 @@ class LoaderOptions:
         if start_hook is not None and not callable(start_hook):
             raise TypeError(f"{owner}: start_hook must be callable, got {type(start_hook).__name__}")
         if start_hook is not None and not _takes_an_argument(start_hook):
-            start_hook = WithoutIndex(start_hook)
+            start_hook = WithoutIndex(start_hook)  # type: ignore[arg-type]  # it takes no argument: checked
         if blas_threads is None:  # the cores shared out between the workers
             blas = max(1, available_cores() // max(1, count))
         else:
@@ -154,7 +154,7 @@ def _takes_an_argument(hook: Callable) -> bool:
     return True  # neither fits: the call with the index fails in the worker and says why
 
 
-def _where(owner: str, method: str, start_hook, inline_below: float | None) -> float:
+def _where(owner: str, method: str, start_hook: Callable[[int], Any] | None, inline_below: float | None) -> float:
     """The ``inline_below`` in force: the user's, or the default for ``method``."""
     if inline_below is None:
         return INLINE_BELOW if method == "thread" and start_hook is None else 0.0
@@ -172,7 +172,7 @@ class UnpicklablePipeline(LoaderFailure, TypeError):
     """What a loader cannot send to its worker processes (raised as it is, not as an item's failure)."""
 
 
-def serialize(obj, what: str, owner: str) -> bytes:
+def serialize(obj: Any, what: str, owner: str) -> bytes:
     """``obj`` pickled for a worker process (cloudpickle where installed, so lambdas travel too).
 
     A failure names the innermost part of a pipeline that cannot be pickled.
@@ -198,7 +198,7 @@ def serialize(obj, what: str, owner: str) -> bytes:
         ) from error
 
 
-def _unpicklable_part(obj, dumps) -> str | None:
+def _unpicklable_part(obj: Any, dumps: Callable[[Any], bytes]) -> str | None:
     """The label of the innermost view of a pipeline that fails to pickle, if ``obj`` is a view."""
     from ..views.base import View
 

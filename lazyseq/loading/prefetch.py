@@ -5,12 +5,13 @@ from __future__ import annotations
 import functools
 import operator
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, cast
 
 from ..arguments import integer
 from ..views import errors
 from ..views.base import View
+from ..views.itemtypes import SequenceLike, T, T_co
 from ..views.sources import as_view
 from .backends import Done
 from .engine import Engine
@@ -19,10 +20,8 @@ from .options import LoaderOptions, Method, StartMethod, positive, serialize
 
 __all__ = ["PrefetchIterator", "PrefetchView", "ReadOrder", "prefetch"]
 
-T = TypeVar("T")
 
-
-class PrefetchView(View):
+class PrefetchView(View[T_co]):
     """Item ``i`` is ``parent[i]``, computed ahead by workers in the order the items are being read.
 
     The view guesses the next items from the last two reads (ascending by
@@ -46,7 +45,7 @@ class PrefetchView(View):
                 serialize(options.start_hook, "start_hook", "prefetch")
         self._lock = threading.RLock()
         self._engine: Engine | None = None
-        self._order: ReadOrder | None = None
+        self._order = ReadOrder(self._len, self._max_buffered)  # each start of the workers begins a new one
         self._starts = 0  # how many times workers were started: each start gets new random seeds
 
     # -- lifetime ---------------------------------------------------------------
@@ -72,10 +71,10 @@ class PrefetchView(View):
             if engine is not None:
                 engine.close()
 
-    def __enter__(self) -> PrefetchView:
+    def __enter__(self) -> PrefetchView[T_co]:
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     @property
@@ -96,7 +95,7 @@ class PrefetchView(View):
             order = self._order
             if engine.inline and i not in engine.pending and i not in engine.ready:
                 order.read(i)
-                if engine.cost.count:
+                if engine.cost.count:  # type: ignore[union-attr]  # inline: there is a cost
                     return engine.compute_here(i)
                 return self._compute_first(engine, order, i)
             try:
@@ -114,7 +113,7 @@ class PrefetchView(View):
             return engine.compute_here(i, functools.partial(order.upcoming, i))
         finally:
             if engine.pending:  # the first item ran long: the workers took the next ones
-                order.frontier = max(engine.pending) + 1
+                order.frontier = max(cast("set[int]", engine.pending)) + 1
 
     def _read(self, engine: Engine, order: ReadOrder, i: int) -> Done:
         steady = order.read(i)
@@ -137,10 +136,10 @@ class PrefetchView(View):
         if order.frontier is not None:
             engine.refill(functools.partial(order.advance, i, holds=engine.holds))
 
-    def __iter__(self) -> PrefetchIterator:
+    def __iter__(self) -> PrefetchIterator[T_co]:
         return PrefetchIterator(self)
 
-    def _iter(self) -> Iterator:
+    def _iter(self) -> Iterator[T_co]:
         return PrefetchIterator(self)
 
     def _describe(self) -> str:
@@ -150,11 +149,11 @@ class PrefetchView(View):
         kind = {"thread": "threads", "process": "processes"}[options.method]
         return f"prefetch({options.nworkers} {kind}, max_buffered={self._max_buffered})"
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (PrefetchView, (self._parent, self._options, self._max_buffered, self._shm_size))
 
 
-class PrefetchIterator:
+class PrefetchIterator(Generic[T_co]):
     """Reads a prefetched view in order; its position can be saved and restored.
 
     ``state_dict()`` says which item comes next; ``load_state_dict(state)``
@@ -162,14 +161,14 @@ class PrefetchIterator:
     interruption would have given.
     """
 
-    def __init__(self, view: PrefetchView, position: int = 0) -> None:
+    def __init__(self, view: PrefetchView[T_co], position: int = 0) -> None:
         self._view = view
         self._position = position
 
-    def __iter__(self) -> PrefetchIterator:
+    def __iter__(self) -> PrefetchIterator[T_co]:
         return self
 
-    def __next__(self) -> Any:
+    def __next__(self) -> T_co:
         i = self._position
         n = self._view._len
         if n is not None and i >= n:
@@ -233,6 +232,7 @@ class ReadOrder:
     def advance(self, i: int, room: int, *, holds: Callable[[int], bool]) -> list[tuple[int, int]]:
         """Up to ``room`` tasks for the expected items not held yet, moving the frontier past them."""
         step, stop, frontier = self.step, self._stop(i), self.frontier
+        assert frontier is not None, "advance() while no items are expected"
         if (frontier - (i + step)) * step < 0:  # fell behind the reader
             frontier = i + step
         tasks = []
@@ -252,7 +252,7 @@ class ReadOrder:
 
 
 def prefetch(
-    sequence: Sequence[T],
+    sequence: SequenceLike[T],
     nworkers: int = 0,
     method: Method = "thread",
     max_buffered: int = 10,
@@ -262,7 +262,7 @@ def prefetch(
     blas_threads: int | None = None,
     inline_below: float | None = None,
     seed: int | None = None,
-) -> PrefetchView:
+) -> PrefetchView[T]:
     """A view of ``sequence`` whose next items are computed ahead by background workers.
 
     ``nworkers`` threads or processes (``method``) compute up to

@@ -18,8 +18,10 @@ import os
 import select
 import sys
 from collections import deque
+from collections.abc import Callable, Hashable, Sequence
 from multiprocessing.connection import wait
 from multiprocessing.reduction import send_handle
+from typing import Any
 
 import numpy as np
 
@@ -67,8 +69,9 @@ def check_main_module(start_method: str, owner: str) -> None:
     path = getattr(main, "__file__", None)
     if path is None:  # interactive or -c: nothing to re-run
         return
-    if not os.path.isabs(path) and multiprocessing.process.ORIGINAL_DIR is not None:
-        path = os.path.join(multiprocessing.process.ORIGINAL_DIR, path)
+    original_dir = getattr(multiprocessing.process, "ORIGINAL_DIR", None)  # where Python started (not in the stubs)
+    if not os.path.isabs(path) and original_dir is not None:
+        path = os.path.join(original_dir, path)
     if not os.path.isfile(path):
         raise LoaderError(
             f"{owner}: worker processes started with {start_method!r} run the main module again from its file, "
@@ -91,7 +94,7 @@ class ProcessWorkers:
 
     def __init__(
         self,
-        job,
+        job: Callable[[Any], Any],
         options: LoaderOptions,
         seed: int,
         slot_count: int,
@@ -107,10 +110,11 @@ class ProcessWorkers:
         self._slots: SharedSlots | None = None
         self.closed = False
         context = multiprocessing.get_context(options.start_method)
-        start_hook = options.start_hook
+        start_hook: Any = options.start_hook
+        sent_job: Any = job
         if options.pickles_pipeline:  # a forked worker inherits the objects themselves
             check_main_module(context.get_start_method(), owner)
-            job = serialize(job, "the pipeline", owner)
+            sent_job = serialize(job, "the pipeline", owner)
             if start_hook is not None:
                 start_hook = serialize(start_hook, "start_hook", owner)
         self._conns, self._processes = [], []
@@ -124,9 +128,9 @@ class ProcessWorkers:
             with limits_for_workers(context.get_start_method(), options.blas_threads) as inherited:
                 for k in range(options.nworkers):
                     mine, theirs = context.Pipe(duplex=True)
-                    process = context.Process(
+                    process = context.Process(  # type: ignore[attr-defined]  # the stubs give it to subclasses only
                         target=run_worker,
-                        args=(theirs, WorkerStart(k, job, start_hook, options.blas_threads, inherited, seed)),
+                        args=(theirs, WorkerStart(k, sent_job, start_hook, options.blas_threads, inherited, seed)),
                         name=f"lazyseq-{owner}-{k}",
                         daemon=True,
                     )
@@ -158,7 +162,7 @@ class ProcessWorkers:
     def pids(self) -> list[int]:
         return [p.pid for p in self._processes]
 
-    def submit_many(self, tasks: list) -> None:
+    def submit_many(self, tasks: Sequence[tuple[Hashable, Any]]) -> None:
         """Queue ``(task, arg)`` pairs, and send what the workers have room for."""
         self._backlog.extend(tasks)
         self._queued.update(task for task, _ in tasks)
@@ -201,12 +205,12 @@ class ProcessWorkers:
         """Whether ``count`` more tasks would each get a shared slot (or the slots do not exist yet)."""
         return self._slots is None or self._slots.free_count() - len(self._backlog) >= count
 
-    def cancel(self, task) -> None:
+    def cancel(self, task: Hashable) -> None:
         """Drop ``task`` if it is still queued here (a "skipped" result says so); one sent runs to the end."""
         if task in self._queued:
             self._dropped.add(task)
 
-    def resume(self, task) -> None:
+    def resume(self, task: Hashable) -> None:
         """Undo ``cancel``, unless the task was already skipped."""
         self._dropped.discard(task)
 
@@ -260,7 +264,7 @@ class ProcessWorkers:
                 raise LoaderError(f"{self._owner}: a message from worker process {k} could not be read") from error
             self._receive(k, message, found)
 
-    def _receive(self, k: int, message, found: list[Done]) -> None:
+    def _receive(self, k: int, message: Any, found: list[Done]) -> None:
         kind = type(message)
         if kind is Ready:
             self._started.add(k)
@@ -274,12 +278,14 @@ class ProcessWorkers:
         task, slot = message.task, message.slot
         self._busy[k].discard(task)
         if kind is SharedResult:
+            assert self._slots is not None  # a result in a slot: the slots exist
             self._cost.add(message.seconds)
             holder = self._slots.lease(slot)
             arrays = [np.ndarray(shape, dtype, buffer=holder, offset=offset) for dtype, shape, offset in message.layout]
             found.append(Done(task, "ok", rebuild(message.skeleton, arrays)))
             return
         if slot >= 0:
+            assert self._slots is not None
             self._slots.give_back(slot)
         if kind is PickledResult:
             self._cost.add(message.seconds)

@@ -53,7 +53,7 @@ class SerializableFunc:
 
     def __init__(self, func: Callable) -> None:
         if isinstance(func, SerializableFunc):
-            func = func.func
+            func = func.func  # type: ignore[has-type]  # set below, in the wrapped one
         if not callable(func):
             raise TypeError(f"SerializableFunc needs a function, got {type(func).__name__}")
         module = getattr(func, "__module__", None)
@@ -108,7 +108,7 @@ def _find(module_name: str, qualname: str, script: str | None) -> SerializableFu
     return wrapped
 
 
-def _script_module(path: str):
+def _script_module(path: str) -> Any:
     """The module of the script at ``path``: ``__main__`` if this process runs it, else the script loaded once here."""
     if _script_of("__main__") == path:
         return sys.modules["__main__"]

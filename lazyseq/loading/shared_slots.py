@@ -82,8 +82,8 @@ class SharedSlots:
         self.count = count
         self.slot_bytes = slot_bytes
         self.fd = _anonymous_file(total)
-        self._map = mmap.mmap(self.fd, total)
-        self._memory = memoryview(self._map)
+        self._map: mmap.mmap | None = mmap.mmap(self.fd, total)
+        self._memory: memoryview | None = memoryview(self._map)
         self._free = list(range(count))
         self._returned: deque[int] = deque()  # appended by lease callbacks, from any thread
         self._leases: dict[int, weakref.ref] = {}
@@ -107,13 +107,14 @@ class SharedSlots:
     def lease(self, slot: int) -> np.ndarray:
         """The bytes of ``slot`` as a fresh array; the slot is free again once that array is gone."""
         start = slot * self.slot_bytes
+        assert self._memory is not None, "slots leased after close()"
         # Built on a memoryview, not on another array: numpy then makes ``holder`` the base of
         # every view taken of it, so its lifetime is the lifetime of the delivered data.
         holder = np.frombuffer(self._memory[start : start + self.slot_bytes], dtype=np.uint8)
         returned = self._returned
         leases = self._leases
 
-        def release(_ref, slot=slot):
+        def release(_ref: weakref.ref, slot: int = slot) -> None:
             leases.pop(slot, None)
             returned.append(slot)
 
@@ -127,6 +128,7 @@ class SharedSlots:
         self.closed = True
         os.close(self.fd)
         self._memory = None
+        assert self._map is not None  # closed once: see self.closed
         try:
             self._map.close()
         except BufferError:  # delivered arrays still point into it: it goes with the last of them

@@ -52,7 +52,7 @@ def place_in_slot(slot: np.ndarray, arrays: list[np.ndarray]) -> list | None:
     return placed
 
 
-def _portable(dtype: np.dtype):
+def _portable(dtype: np.dtype) -> str | np.dtype:
     return dtype.str if dtype.fields is None and dtype.subdtype is None else dtype
 
 

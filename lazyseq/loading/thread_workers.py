@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import queue
 import threading
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, Literal
 
 from .backends import Done
 from .failures import LoaderError
@@ -27,7 +29,7 @@ class ThreadWorkers:
 
     feeds_on_poll = False  # idle threads take the next task from the queue themselves
 
-    def __init__(self, job, options: LoaderOptions) -> None:
+    def __init__(self, job: Callable[[Any], Any], options: LoaderOptions) -> None:
         owner = self._owner = options.owner
         self._tasks: queue.SimpleQueue = queue.SimpleQueue()
         self._results: queue.SimpleQueue = queue.SimpleQueue()
@@ -47,7 +49,7 @@ class ThreadWorkers:
             thread.start()
         self.closed = False
 
-    def submit_many(self, tasks: list) -> None:
+    def submit_many(self, tasks: Sequence[tuple[Hashable, Any]]) -> None:
         tickets, queued = self._tickets, self._tasks
         for task, arg in tasks:
             ticket = tickets[task] = _Ticket(task, arg)
@@ -56,13 +58,13 @@ class ThreadWorkers:
     def has_room(self, count: int) -> bool:
         return True  # results are handed over as they are: no slots to run out of
 
-    def cancel(self, task) -> None:
+    def cancel(self, task: Hashable) -> None:
         """Skip ``task`` if no thread has started it yet (a "skipped" result says so)."""
         ticket = self._tickets.get(task)
         if ticket is not None:
             ticket.move("queued", "cancelled")
 
-    def resume(self, task) -> None:
+    def resume(self, task: Hashable) -> None:
         """Undo ``cancel``, unless a thread already skipped the task."""
         ticket = self._tickets.get(task)
         if ticket is not None:
@@ -85,7 +87,9 @@ class ThreadWorkers:
             except BlockingIOError:
                 pass
         try:
-            found = [results.get(timeout=timeout)]
+            found: list[tuple[_Ticket, Literal["ok", "error", "skipped", "hook_failed"], Any]] = [
+                results.get(timeout=timeout)
+            ]
         except queue.Empty:
             if not any(t.is_alive() for t in self._threads):
                 raise LoaderError(f"{self._owner}: every worker thread has stopped") from None
@@ -127,7 +131,7 @@ class _Ticket:
 
     __slots__ = ("task", "arg", "state", "lock")
 
-    def __init__(self, task, arg) -> None:
+    def __init__(self, task: Hashable, arg: Any) -> None:
         self.task, self.arg, self.state = task, arg, "queued"
         self.lock = threading.Lock()
 
@@ -139,8 +143,15 @@ class _Ticket:
             return True
 
 
-def _serve(index: int, job, start_hook, tasks, results, notify: list[int]) -> None:
-    def put(entry) -> None:
+def _serve(
+    index: int,
+    job: Callable[[Any], Any],
+    start_hook: Callable[[int], Any] | None,
+    tasks: queue.SimpleQueue,
+    results: queue.SimpleQueue,
+    notify: list[int],
+) -> None:
+    def put(entry: tuple) -> None:
         results.put(entry)
         if notify[0] >= 0:
             try:

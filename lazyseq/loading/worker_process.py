@@ -16,8 +16,11 @@ import pickle
 import signal
 import threading
 import time
+from collections.abc import Hashable
+from multiprocessing.connection import Connection
 from multiprocessing.reduction import recv_handle
 from time import perf_counter
+from typing import Any
 
 from .blas_limits import WorkerLimit
 from .failures import capture
@@ -44,7 +47,7 @@ PARENT_CHECK_SECONDS = 0.25
 NICENESS = 10
 
 
-def run_worker(conn, start: WorkerStart) -> None:
+def run_worker(conn: Connection, start: WorkerStart) -> None:
     """Serve tasks until told to stop, until the connection closes, or until the parent dies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _lower_priority()
@@ -94,7 +97,9 @@ def run_worker(conn, start: WorkerStart) -> None:
             return
 
 
-def _send_result(conn, task, slot: int, result, slots: WorkerSlots | None, seconds: float) -> None:
+def _send_result(
+    conn: Connection, task: Hashable, slot: int, result: Any, slots: WorkerSlots | None, seconds: float
+) -> None:
     arrays: list = []
     skeleton = flatten(result, arrays)
     if arrays and slot >= 0 and slots is not None:
@@ -125,7 +130,7 @@ def _exit_with_parent() -> None:
     """Exit as soon as the process that started this one is gone (no orphans, whatever the start method)."""
     parent = os.getppid()
 
-    def watch():
+    def watch() -> None:
         while os.getppid() == parent:
             time.sleep(PARENT_CHECK_SECONDS)
         os._exit(1)

@@ -78,12 +78,13 @@ class RemoteView(View):
     def _receive_one(self, i: int) -> None:
         kind, header, buffers = self._connection.receive(waiting_for=f"item {i}")
         if kind == b"restarted":  # what the old server had been asked is lost: ask again
-            for req, j in list(self._asked.items()):
-                self._connection.send(b"get", {"req": req, "index": j})
+            for number, index in list(self._asked.items()):
+                self._connection.send(b"get", {"req": number, "index": index})
             return
         if kind not in (b"item", b"error", b"failed") or not isinstance(header, dict):
             return
-        j = self._asked.pop(header.get("req"), None)
+        answered = header.get("req")
+        j = self._asked.pop(answered, None) if isinstance(answered, int) else None
         if j is None:  # an answer to a request dropped after a jump, or answered already
             return
         del self._asking[j]
@@ -105,10 +106,10 @@ class RemoteView(View):
     def __enter__(self) -> RemoteView:
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple:
         return (_reconnect, (self._settings,))
 
 
@@ -193,7 +194,7 @@ class RemoteStream(Iterator):
     def __enter__(self) -> RemoteStream:
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
@@ -245,5 +246,5 @@ def connect(
         raise
 
 
-def _reconnect(settings: dict) -> RemoteView:
+def _reconnect(settings: dict) -> RemoteView | RemoteStream:
     return connect(**settings)

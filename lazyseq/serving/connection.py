@@ -69,7 +69,7 @@ class Connection:
     def interval(self) -> float:
         return min(self.timeout / 4, 1.0)
 
-    def _open(self, kind: int, name: bytes):
+    def _open(self, kind: int, name: bytes) -> Any:
         zmq = self._zmq
         socket = self._context.socket(kind)
         socket.setsockopt(zmq.LINGER, 0)
@@ -117,7 +117,7 @@ class Connection:
         """
         poller, beat = self._poller, self.heartbeat
         while True:
-            if poller.poll(self.interval * 1000):
+            if poller.poll(int(self.interval * 1000)):
                 frames = self._socket.recv_multipart(copy=False)
                 try:
                     return self._parse(frames)
@@ -185,7 +185,7 @@ class _Heartbeat(threading.Thread):
                     except zmq.Again:  # not connected (yet): the silence is what the reader notices
                         pass
                     next_ping = now + self._interval
-                ready = dict(poller.poll(max(0.0, next_ping - now) * 1000))
+                ready = dict(poller.poll(int(max(0.0, next_ping - now) * 1000)))
                 if self._wake_fd in ready:
                     return
                 if socket in ready:
@@ -222,7 +222,7 @@ class _Heartbeat(threading.Thread):
         os.close(self._waker_fd)
 
 
-def _close(socket, heartbeat: _Heartbeat, context) -> None:
+def _close(socket: Any, heartbeat: _Heartbeat, context: Any) -> None:
     socket.close(linger=BYE_LINGER_MS)  # a moment for "bye" to leave; the server times out the consumer anyway
     heartbeat.stop()
     context.term()

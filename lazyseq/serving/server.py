@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..loading.options import LoaderOptions, Method, StartMethod, positive
@@ -48,7 +48,7 @@ class Server:
         self._finalizer = weakref.finalize(self, self._loop.stop)
 
     @staticmethod
-    def _service_for(source: Any, options: LoaderOptions, max_buffered: int):
+    def _service_for(source: Any, options: LoaderOptions, max_buffered: int) -> ViewService | StreamService:
         if isinstance(source, View) or (isinstance(source, Sequence) and not isinstance(source, (str, bytes))):
             return ViewService(as_view(source), options, max_buffered)
         if isinstance(source, Iterable):
@@ -82,7 +82,7 @@ class Server:
     def __enter__(self) -> Server:
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
@@ -101,7 +101,7 @@ def serve(
     curve_keypair: tuple[Any, Any] | None = None,
     allowed_clients: Iterable[Any] | None = None,
     insecure: bool = False,
-    start_hook=None,
+    start_hook: Callable[[int], Any] | None = None,
     start_method: StartMethod | None = None,
     blas_threads: int | None = None,
     seed: int | None = None,

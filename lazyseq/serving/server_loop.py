@@ -37,10 +37,14 @@ import os
 import threading
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import wire
 from .security import ZAP_ENDPOINT, ClientCheck, key_bytes
+
+if TYPE_CHECKING:
+    from .stream_service import StreamService
+    from .view_service import ViewService
 
 __all__ = ["ServerLoop"]
 
@@ -62,7 +66,11 @@ class ServerLoop:
     """
 
     def __init__(
-        self, service, address: str, curve_keypair: tuple[Any, Any] | None, allowed_clients: Iterable[Any] | None
+        self,
+        service: ViewService | StreamService,
+        address: str,
+        curve_keypair: tuple[Any, Any] | None,
+        allowed_clients: Iterable[Any] | None,
     ) -> None:
         import zmq  # here: lazyseq imports zmq only when a server or a consumer is made
 
@@ -135,10 +143,10 @@ class ServerLoop:
                 for fd in fds - watched:
                     poller.register(fd, zmq.POLLIN)
                 watched = fds
-                ready = dict(poller.poll(SWEEP_SECONDS * 1000))
+                ready = dict(poller.poll(int(SWEEP_SECONDS * 1000)))
                 if self._stop_fd in ready:
                     return
-                if zap is not None and zap in ready:
+                if zap is not None and zap in ready and self._check is not None:
                     zap.send_multipart(self._check.answer(zap.recv_multipart()))
                 if router in ready:
                     for _ in range(MAX_REQUESTS_AT_ONCE):  # then results get their turn
@@ -204,10 +212,7 @@ class ServerLoop:
                 return
             now = time.monotonic()
             if kind == b"hello":
-                timeout = header.get("timeout") if type(header) is dict else None
-                if type(timeout) not in (int, float) or not 0 < timeout <= 86400:
-                    timeout = DEFAULT_CONSUMER_TIMEOUT
-                self._seen[consumer] = (now, float(timeout))
+                self._seen[consumer] = (now, _timeout(header))
                 self._send(consumer, b"welcome", {**self.info, "server": self._token}, [])
                 return
             heard = self._seen.get(consumer)
@@ -223,8 +228,13 @@ class ServerLoop:
             consumer = bytes.fromhex(header["client"])
         except ValueError:
             raise wire.ProtocolError("a ping's 'client' is not hexadecimal") from None
-        timeout = header.get("timeout")
-        if type(timeout) not in (int, float) or not 0 < timeout <= 86400:
-            timeout = DEFAULT_CONSUMER_TIMEOUT
-        self._seen[consumer] = (time.monotonic(), float(timeout))
+        self._seen[consumer] = (time.monotonic(), _timeout(header))
         self._send(sender, b"pong", {"server": self._token}, [])
+
+
+def _timeout(header: Any) -> float:
+    """The seconds of silence after which a consumer is taken for dead: its own ``timeout``, within reason."""
+    timeout = header.get("timeout") if isinstance(header, dict) else None
+    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and 0 < timeout <= 86400:
+        return float(timeout)
+    return DEFAULT_CONSUMER_TIMEOUT

@@ -72,7 +72,7 @@ class StreamService:
         self._drawer = Engine(_Draw(iter(iterable)), options, max_buffered, task_name="item")
         self._max_buffered = max_buffered
         self._max_wanted = max_wanted  # the most items a consumer may ask for ahead of what it acknowledged
-        self.send = send
+        self.send: Send = send if send is not None else _not_connected
         self._consumers: dict[bytes, _Consumer] = {}
         self._drawn: deque[tuple] = deque()  # (seq, kind, header, buffers) drawn, not handed out
         self._returned: deque[tuple] = deque()  # handed to a consumer that left without acknowledging them
@@ -161,3 +161,7 @@ class StreamService:
         self._consumers.clear()
         self._drawn.clear()
         self._returned.clear()
+
+
+def _not_connected(consumer: bytes, kind: bytes, header: Any, buffers: list) -> None:
+    raise RuntimeError("the service sends through its server, which has not set it up yet")

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
+from ..loading.backends import Done
 from ..loading.engine import Engine
 from ..loading.failures import LoaderError
 from ..loading.jobs import ReadItem
@@ -49,7 +50,7 @@ class ViewService:
             options = dataclasses.replace(options, nworkers=1, method="thread", inline_below=0.0)
         self.options = options
         self.max_buffered = max_buffered
-        self.send = send
+        self.send: Send = send if send is not None else _not_connected
         self._reads: dict[bytes, _Reads] = {}
         self._engine: Engine | None = None
         self._starts = 0
@@ -151,7 +152,7 @@ class ViewService:
             self._engine_failed(error)
             return
         for key in list(engine.ready):
-            consumer, i = key
+            consumer, i = cast(tuple[bytes, int], key)
             reads = self._reads.get(consumer)
             if reads is None or i not in reads.held:  # its consumer left, or jumped elsewhere
                 del engine.ready[key]
@@ -159,7 +160,7 @@ class ViewService:
                 self._deliver(consumer, reads, i, engine.ready.pop(key))
                 self._compute_ahead(consumer, reads)
 
-    def _deliver(self, consumer: bytes, reads: _Reads, i: int, done) -> None:
+    def _deliver(self, consumer: bytes, reads: _Reads, i: int, done: Done) -> None:
         reqs = reads.waiting.pop(i)
         reads.held.discard(i)
         if done.status == "error":
@@ -208,3 +209,7 @@ class ViewService:
 def _index_error(i: int, n: int | None) -> dict[str, str]:
     message = f"index {i} out of range for the served view of length {n}"
     return {"type": "IndexError", "message": message, "chain": "", "traceback": ""}
+
+
+def _not_connected(consumer: bytes, kind: bytes, header: Any, buffers: list) -> None:
+    raise RuntimeError("the service sends through its server, which has not set it up yet")

@@ -216,7 +216,7 @@ def _fields(body: Any, tag: str, count: int) -> list:
     return body
 
 
-def _buffer(buffers: Sequence, used: list, k: Any):
+def _buffer(buffers: Sequence, used: list, k: Any) -> Any:
     if type(k) is not int or not 0 <= k < len(buffers):
         raise ProtocolError(f"buffer {_short(k)} does not exist: the message has {len(buffers)}")
     if used[k]:

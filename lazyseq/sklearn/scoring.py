@@ -174,6 +174,7 @@ def _final_step(estimator: Any) -> Any:
 def _scorer(rule: str, estimator: Any, metric: Callable | None) -> tuple[Callable, Callable]:
     """What to compute for each chunk, and how to turn all of it into the score."""
     if rule == "metric":
+        assert metric is not None
         return _supervised(estimator, metric)
     if rule in ("accuracy", "r2"):
         from sklearn.metrics import accuracy_score, r2_score

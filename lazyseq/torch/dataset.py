@@ -10,12 +10,13 @@ torch's ``default_collate`` it is the list of samples it expects.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from torch.utils.data import Dataset, IterableDataset, default_collate
 
 from ..views.base import View
+from ..views.itemtypes import SequenceLike, T
 from ..views.sources import as_view
 from .tensors import to_tensors
 
@@ -34,7 +35,7 @@ class LazyBatch(Sequence):
 
     __slots__ = ("_view", "_indices", "_value", "_samples")
 
-    def __init__(self, view: View, indices: Sequence[int]) -> None:
+    def __init__(self, view: View, indices: list[int] | np.ndarray) -> None:
         self._view = view
         self._indices = indices
         self._value: Any = _UNREAD
@@ -50,7 +51,7 @@ class LazyBatch(Sequence):
     def __len__(self) -> int:
         return len(self._indices)
 
-    def __getitem__(self, k):
+    def __getitem__(self, k: Any) -> Any:
         if self._samples is None:
             count = len(self._indices)
             self._samples = self._view[self._indices].batch(count, collate_fn=list)[0] if count else []
@@ -63,7 +64,7 @@ class LazyBatch(Sequence):
 _UNREAD = object()
 
 
-def _stacked(view: View, indices) -> Any:
+def _stacked(view: View, indices: Any) -> Any:
     """The items of ``view`` at ``indices`` (a list, an array, a slice, a mask) as one batch."""
     selected = view[indices]
     count = len(selected)
@@ -80,7 +81,7 @@ class ViewDataset(Dataset):
     def __len__(self) -> int:
         return self._len
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: Any) -> Any:
         """``view[index]`` for an integer; for a list, array or slice of indices, their items as one stacked batch."""
         if isinstance(index, slice) or np.ndim(index) > 0:
             return _stacked(self.view, index)
@@ -94,7 +95,7 @@ class ViewDataset(Dataset):
         return f"as_dataset(\n{self.view!r}\n)"
 
 
-def as_dataset(view: Sequence) -> ViewDataset:
+def as_dataset(view: SequenceLike[Any]) -> ViewDataset:
     """A map-style ``torch.utils.data.Dataset`` over a view (or any sequence or array).
 
     ``dataset[i]`` is ``view[i]``, unchanged. ``DataLoader`` asks for a
@@ -150,7 +151,7 @@ def collate(batch: Any) -> Any:
     return default_collate(batch)
 
 
-def from_dataset(dataset: Dataset) -> View:
+def from_dataset(dataset: Dataset[T]) -> View[T]:
     """A lazy view of a map-style torch Dataset: item ``i`` is ``dataset[i]``.
 
     Batches, gathers and the other combinators that read several items at
@@ -178,4 +179,4 @@ def from_dataset(dataset: Dataset) -> View:
             f"from_dataset: {type(dataset).__name__} is an IterableDataset, which has no random access; "
             "use lazyseq.uniter(dataset) to view it"
         )
-    return as_view(dataset)
+    return as_view(cast("SequenceLike[T]", dataset))  # map-style: as_view checks that it has a length

@@ -134,7 +134,7 @@ class DeviceFeeder(Iterator):
     def __enter__(self) -> DeviceFeeder:
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     @property

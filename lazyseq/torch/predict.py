@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from ..evaluate import evaluate
 from ..loading.options import Method
+from ..views.itemtypes import SequenceLike
 from .device import to_device
 
 __all__ = ["predict"]
@@ -32,7 +33,7 @@ class _Handed:
 
 def predict(
     model: torch.nn.Module,
-    data: Sequence,
+    data: SequenceLike[Any],
     batch_size: int = 64,
     *,
     device: str | torch.device = "cpu",

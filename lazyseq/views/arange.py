@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from .base import View
 from .keys import Positions, compose
 
@@ -24,7 +26,7 @@ class ArangeView(View):
         positions = compose(self._range, idx)
         return list(positions) if type(positions) is range else positions.tolist()
 
-    def _iter(self):
+    def _iter(self) -> Iterator[int]:
         return iter(self._range)
 
     def _describe(self) -> str:
@@ -32,7 +34,7 @@ class ArangeView(View):
         return f"arange({r.start}, {r.stop}, {r.step})"
 
 
-def arange(start: int, stop: int | None = None, step: int | None = None) -> View:
+def arange(start: int, stop: int | None = None, step: int | None = None) -> View[int]:
     """A view of the integers of ``range(start, stop, step)``.
 
     >>> import lazyseq

@@ -14,21 +14,23 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
 from . import errors
 from .errors import EndOfData
 from .fluent import Fluent
+from .itemtypes import T_co
 from .keys import Positions, array_key, out_of_range
 
 __all__ = ["View", "lengths_must_match"]
 
 
-class View(Fluent, Sequence):
+class View(Fluent[T_co], Sequence[T_co]):
     """A lazy, random-access sequence: nothing is computed until an item is read.
 
+    ``View[T]`` is a view whose items are ``T``, for type checkers.
     ``_len`` is the number of items, or ``None`` for an infinite view.
     ``_parents`` are the views this one reads from.
     """
@@ -45,7 +47,7 @@ class View(Fluent, Sequence):
         """Item ``i``, with ``0 <= i < len(self)``."""
         raise NotImplementedError
 
-    def _get_many(self, idx: Positions):
+    def _get_many(self, idx: Positions) -> Any:
         """Items at valid positions ``idx``, as a chunk (see :mod:`lazyseq.views.chunks`)."""
         items = []
         for i in idx:
@@ -55,8 +57,10 @@ class View(Fluent, Sequence):
     def _set(self, i: int, value: Any) -> None:
         raise TypeError(f"{self.kind} views are read-only: they cannot be assigned to")
 
-    # Whether _get_many returns arrays made for that read (see chunks.new_rows) that nothing else refers to.
-    _reads_new_rows = False
+    @property
+    def _reads_new_rows(self) -> bool:
+        """Whether _get_many returns arrays made for that read (see chunks.new_rows) that nothing else refers to."""
+        return False
 
     def _get_into(self, i: int, buffer: np.ndarray) -> Any:
         """Item ``i``, with the arrays this view builds for it placed in ``buffer`` (bytes) where they fit.
@@ -133,12 +137,18 @@ class View(Fluent, Sequence):
 
     # -- reading ---------------------------------------------------------------
 
-    def __getitem__(self, key):
+    @overload
+    def __getitem__(self, key: int | np.integer) -> T_co: ...
+
+    @overload
+    def __getitem__(self, key: slice | list[int] | np.ndarray) -> View[T_co]: ...
+
+    def __getitem__(self, key: int | np.integer | slice | list[int] | np.ndarray) -> Any:
         if type(key) is not int:
             if isinstance(key, slice):
                 return self._slice(key)
             key = self._coerce_key(key)
-            if type(key) is not int:
+            if not isinstance(key, int):  # an index array (operator.index gives exact ints)
                 from .gather import GatherView
 
                 return GatherView(self, array_key(key, self._len, self._label(), self._error_name()))
@@ -164,7 +174,7 @@ class View(Fluent, Sequence):
         """The view as errors about its indexes name it: ``view slice(0, 8000, 1)``, as its repr shows it."""
         return f"view {self._describe()}"
 
-    def _coerce_key(self, key):
+    def _coerce_key(self, key: Any) -> int | list[int] | np.ndarray:
         """An ``int`` for integer-like keys, the key itself for index arrays and lists."""
         if isinstance(key, (list, np.ndarray)):
             return key
@@ -175,7 +185,7 @@ class View(Fluent, Sequence):
                 f"{self._label()} indices must be integers, slices or integer arrays, not {type(key).__name__}"
             ) from None
 
-    def _slice(self, key: slice):
+    def _slice(self, key: slice) -> View[T_co]:
         from .gather import GatherView, StridedView
 
         if self._len is not None:
@@ -191,13 +201,13 @@ class View(Fluent, Sequence):
             return StridedView(self, start, step)
         return GatherView(self, range(start, operator.index(stop), step))
 
-    def __iter__(self) -> Iterator:
+    def __iter__(self) -> Iterator[T_co]:
         try:
             yield from self._iter()
         except Exception as error:
             errors.reraise(error)
 
-    def __reversed__(self) -> Iterator:
+    def __reversed__(self) -> Iterator[T_co]:
         n = self._need_length("reversed()")
         get = self._get
         try:
@@ -206,11 +216,11 @@ class View(Fluent, Sequence):
         except Exception as error:
             errors.reraise(error)
 
-    def __contains__(self, value) -> bool:
+    def __contains__(self, value: object) -> bool:
         self._need_length("'in'")
         return any(item is value or item == value for item in self)
 
-    def index(self, value, start: int = 0, stop: int | None = None) -> int:
+    def index(self, value: Any, start: int = 0, stop: int | None = None) -> int:
         """Position of the first item equal to ``value`` (``ValueError`` if absent), like ``list.index``."""
         n = self._need_length("index()")
         for i in range(n)[slice(start, stop)]:
@@ -219,20 +229,21 @@ class View(Fluent, Sequence):
                 return i
         raise ValueError(f"{value!r} is not in {self._label()} view")
 
-    def count(self, value) -> int:
+    def count(self, value: Any) -> int:
         """Number of items equal to ``value``, like ``list.count``."""
         self._need_length("count()")
         return sum(1 for item in self if item is value or item == value)
 
     # -- writing --------------------------------------------------------------
 
-    def __setitem__(self, key, value) -> None:
+    def __setitem__(self, key: int | np.integer | slice | list[int] | np.ndarray, value: Any) -> None:
         if type(key) is not int:
+            target: View[T_co]
             if isinstance(key, slice):
                 target = self._slice(key)
             else:
                 key = self._coerce_key(key)
-                if type(key) is int:
+                if isinstance(key, int):  # an exact int: operator.index gives no subclass
                     self._set(self._check_index(key), value)
                     return
                 target = self[key]
@@ -240,7 +251,7 @@ class View(Fluent, Sequence):
             return
         self._set(self._check_index(key), value)
 
-    def _assign_all(self, values) -> None:
+    def _assign_all(self, values: Any) -> None:
         n = self._need_length("assignment")
         values = self._values_to_assign(values)
         if len(values) != n:
@@ -250,7 +261,7 @@ class View(Fluent, Sequence):
         for i, value in enumerate(values):
             self._set(i, value)
 
-    def _values_to_assign(self, values) -> list:
+    def _values_to_assign(self, values: Any) -> list:
         """All the values, read before any is written (they may be a view of the same data), like list and numpy."""
         if isinstance(values, np.ndarray):
             values = values.copy()  # its rows would be views of memory that the writes may change

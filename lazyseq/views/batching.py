@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, overload
+
+import numpy as np
 
 from ..arguments import integer
 from .base import View
 from .chunks import MixedShapes, chunk_rows, chunk_to_batch, pad_chunk, writing_into
 from .errors import EndOfData, describe_origin
+from .itemtypes import R, SequenceLike, T
 from .keys import Positions
 from .sources import as_view
 
@@ -69,7 +72,7 @@ class BatchView(View):
             f"item {b} ({where[1]}) has shape {shape_b}; batch(..., collate_fn=list) gives such items as a list"
         )
 
-    def _get_into(self, i: int, buffer) -> Any:
+    def _get_into(self, i: int, buffer: np.ndarray) -> Any:
         if self._collate_fn is None and self._pad is None and self._parent._reads_new_rows:
             with writing_into(buffer):  # the batch is the chunk the parent builds: build it in the buffer
                 return self._get(i)
@@ -95,7 +98,7 @@ class BatchView(View):
         for offset, j in enumerate(span):  # padding positions, if any, are not written
             self._parent._set(j, value[offset])
 
-    def _sources(self, i: int):
+    def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         return tuple((self._parent, j) for j in self._span(i))
 
     def _item_spec(self) -> tuple | None:
@@ -138,7 +141,8 @@ class UnbatchView(View):
         return self._parent._get(b)[r]
 
     def _get_many(self, idx: Positions) -> list:
-        items, loaded, current = [], -1, None
+        items, loaded = [], -1
+        current: Any = None
         for i in idx:
             b, r = divmod(int(i), self._size)
             if b != loaded:
@@ -146,7 +150,7 @@ class UnbatchView(View):
             items.append(current[r])
         return items
 
-    def _iter(self):
+    def _iter(self) -> Iterator[Any]:
         size = self._size
         n = self._len
         for b, current in enumerate(self._parent._iter()):
@@ -158,20 +162,46 @@ class UnbatchView(View):
         b, r = divmod(i, self._size)
         self._parent._get(b)[r] = value
 
-    def _sources(self, i: int):
+    def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         return ((self._parent, i // self._size),)
 
     def _describe(self) -> str:
         return f"unbatch({self._size})"
 
 
+@overload
 def batch(
-    sequence: Sequence,
+    sequence: SequenceLike[T], k: int, drop_last: bool = ..., pad: Any = ..., *, collate_fn: Callable[[list[T]], R]
+) -> View[R]: ...
+
+
+@overload
+def batch(
+    sequence: SequenceLike[np.ndarray | np.generic | complex] | np.ndarray,
+    k: int,
+    drop_last: bool = ...,
+    pad: Any = ...,
+    collate_fn: None = None,
+) -> View[np.ndarray]: ...
+
+
+@overload
+def batch(
+    sequence: SequenceLike[Any],
+    k: int,
+    drop_last: bool = ...,
+    pad: Any = ...,
+    collate_fn: Callable[[list[Any]], Any] | None = None,
+) -> View[Any]: ...
+
+
+def batch(
+    sequence: SequenceLike[Any],
     k: int,
     drop_last: bool = False,
     pad: Any = None,
-    collate_fn: Callable[[list], Any] | None = None,
-) -> View:
+    collate_fn: Callable[[list[Any]], Any] | None = None,
+) -> View[Any]:
     """A view of ``sequence`` in groups of ``k`` consecutive items.
 
     The last batch holds the remaining items (fewer than ``k``) unless
@@ -193,7 +223,7 @@ def batch(
     return BatchView(as_view(sequence), k, drop_last, pad, collate_fn)
 
 
-def unbatch(sequence: Sequence, batch_size: int, last_batch_size: int | None = None) -> View:
+def unbatch(sequence: SequenceLike[SequenceLike[T]], batch_size: int, last_batch_size: int | None = None) -> View[T]:
     """The items of a sequence of batches, one after the other (the inverse of :func:`batch`).
 
     Every batch holds ``batch_size`` items, except the last, which holds

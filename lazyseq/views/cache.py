@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
-from typing import Any
+from typing import Any, overload
+
+import numpy as np
 
 from ..arguments import integer
 from .base import View
+from .itemtypes import SequenceLike, T
 from .sources import as_view
 
 __all__ = ["CacheView", "add_cache"]
@@ -47,14 +49,22 @@ class CacheView(View):
         with self._lock:
             self._cache.pop(i, None)
 
-    def _sources(self, i: int):
+    def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         return ((self._parent, i),)
 
     def _describe(self) -> str:
         return f"add_cache({self._size})"
 
 
-def add_cache(sequence: Sequence, cache_size: int = 1) -> View:
+@overload
+def add_cache(sequence: np.ndarray, cache_size: int = 1) -> View[np.ndarray]: ...
+
+
+@overload
+def add_cache(sequence: SequenceLike[T], cache_size: int = 1) -> View[T]: ...
+
+
+def add_cache(sequence: SequenceLike[Any] | np.ndarray, cache_size: int = 1) -> View[Any]:
     """A view of ``sequence`` that keeps the ``cache_size`` most recently used items.
 
     The least recently used item is evicted first. Items are kept by

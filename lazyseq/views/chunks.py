@@ -39,7 +39,7 @@ ALIGN = 64  # bytes: arrays placed in an output buffer start on a cache line
 _output = threading.local()  # the buffer that new_rows() fills, while writing_into() is active
 
 
-def new_rows(shape: tuple, dtype) -> np.ndarray:
+def new_rows(shape: tuple, dtype: np.dtype) -> np.ndarray:
     """An uninitialized array for a vectorized read: ``np.empty``, or room in the active output buffer.
 
     A view that builds a batch in memory it is given (``View._get_into``)
@@ -77,7 +77,7 @@ class Columns:
         self.fields = fields
 
 
-def chunk_rows(chunk) -> list:
+def chunk_rows(chunk: Any) -> list:
     """The items of a chunk, one Python object each."""
     if type(chunk) is list:
         return chunk
@@ -86,7 +86,7 @@ def chunk_rows(chunk) -> list:
     return list(chunk)
 
 
-def chunk_to_batch(chunk):
+def chunk_to_batch(chunk: Any) -> Any:
     """What the default collation of the chunk's items gives, without splitting it into items."""
     if type(chunk) is list:
         return default_collate(chunk)
@@ -95,7 +95,7 @@ def chunk_to_batch(chunk):
     return chunk
 
 
-def pad_chunk(chunk, pad, count: int):
+def pad_chunk(chunk: Any, pad: Any, count: int) -> Any:
     """Append ``count`` copies of the item ``pad``, keeping the chunk's form and dtype."""
     if type(chunk) is list:
         return chunk + [pad] * count
@@ -110,7 +110,7 @@ def pad_chunk(chunk, pad, count: int):
     return np.concatenate([chunk, filler])
 
 
-def scatter(pieces: list, positions: list[np.ndarray], total: int):
+def scatter(pieces: list, positions: list[np.ndarray], total: int) -> Any:
     """Merge chunks read from several parents back into request order.
 
     ``pieces[k]`` holds the items that go to ``positions[k]`` of the result.

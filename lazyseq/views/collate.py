@@ -7,6 +7,7 @@ from typing import Any
 
 from .base import View, lengths_must_match
 from .chunks import Columns
+from .itemtypes import SequenceLike
 from .keys import Positions
 from .sources import as_view
 
@@ -40,7 +41,7 @@ class CollateView(View):
         for parent, field in zip(self._parents, value):
             parent._set(i, field)
 
-    def _sources(self, i: int):
+    def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         return tuple((p, i) for p in self._parents)
 
     def _item_spec(self) -> tuple | None:
@@ -48,7 +49,7 @@ class CollateView(View):
         return None if all(s is None for s in specs) else ("tuple", specs)
 
 
-def collate(sequences: Sequence[Sequence]) -> View:
+def collate(sequences: Sequence[SequenceLike[Any]]) -> View[tuple[Any, ...]]:
     """A view whose item ``i`` is the tuple of item ``i`` of each sequence (a lazy ``zip``).
 
     The sequences must have the same length (a ``ValueError`` otherwise).

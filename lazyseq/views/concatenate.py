@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
 from .base import View
 from .chunks import new_rows, scatter
 from .display import describe_spec
+from .itemtypes import SequenceLike, T
 from .keys import Positions, compose, positions_array
 from .row_window import RowWindow
 from .sources import as_view
@@ -44,7 +45,7 @@ class ConcatenateView(View):
         self._parents = tuple(flat)
         starts = [0]
         for part in flat[:-1]:
-            starts.append(starts[-1] + part._len)
+            starts.append(starts[-1] + len(part))
         self._starts = starts
         self._bounds = starts[1:]  # where each part but the last ends
         self._bounds_array = np.asarray(self._bounds, dtype=np.intp)
@@ -62,7 +63,7 @@ class ConcatenateView(View):
         p = bisect_right(self._bounds, i)
         return self._parents[p]._get(i - self._starts[p])
 
-    def _get_many(self, idx: Positions):
+    def _get_many(self, idx: Positions) -> Any:
         parts = self._parents
         if type(idx) is range and idx:
             first, last = self._locate(idx[0]), self._locate(idx[-1])
@@ -98,14 +99,14 @@ class ConcatenateView(View):
         p, j = self._locate(i)
         self._parents[p]._set(j, value)
 
-    def _sources(self, i: int):
+    def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         p, j = self._locate(i)
         return ((self._parents[p], j),)
 
     def _describe(self) -> str:
         return f"concatenate({len(self._parents)} parts)"
 
-    def __reduce__(self):  # the parts, not the arrays behind them (memory maps pickle small)
+    def __reduce__(self) -> tuple[Any, ...]:  # the parts, not the arrays behind them (memory maps pickle small)
         return (ConcatenateView, (list(self._parents),))
 
 
@@ -140,14 +141,22 @@ def _same_kind_arrays(parts: list[View]) -> list[np.ndarray] | None:
 
     if not parts or any(type(p) is not ArraySource for p in parts):
         return None
-    arrays = [p._array for p in parts]
+    arrays = [p._array for p in parts if isinstance(p, ArraySource)]
     first = arrays[0]
     if any(a.dtype != first.dtype or a.shape[1:] != first.shape[1:] for a in arrays):
         return None
     return arrays
 
 
-def concatenate(sequences: Sequence[Sequence]) -> View:
+@overload
+def concatenate(sequences: Sequence[np.ndarray]) -> View[np.ndarray]: ...
+
+
+@overload
+def concatenate(sequences: Sequence[SequenceLike[T]]) -> View[T]: ...
+
+
+def concatenate(sequences: Sequence[SequenceLike[Any] | np.ndarray]) -> View[Any]:
     """A view of the sequences one after the other.
 
     Over C-contiguous arrays (memory maps included) of one dtype and row

@@ -9,7 +9,7 @@ traceback *after* the failure, so the success path pays nothing for it.
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Literal
+from typing import Any, Literal, NoReturn
 
 __all__ = ["EvaluationError", "seterr"]
 
@@ -68,7 +68,7 @@ def seterr(evaluation: Literal["wrap", "passthrough"] | None = None) -> str:
     return previous
 
 
-def reraise(error: Exception) -> None:
+def reraise(error: Exception) -> NoReturn:
     """Raise ``error`` (caught at a public boundary) the way :func:`seterr` says."""
     if isinstance(error, (EndOfData, LoaderFailure)):
         raise error
@@ -109,7 +109,7 @@ def describe_chain(tb: TracebackType | None) -> str:
     return " -> ".join(reversed(parts))
 
 
-def describe_origin(view, i: int, steps: int = 5) -> str:
+def describe_origin(view: Any, i: int, steps: int = 5) -> str:
     """``concatenate[4] -> part 1: smap(g)[0]``: where item ``i`` of ``view`` is read from.
 
     The path follows views whose item comes from one parent item, and says
@@ -127,7 +127,7 @@ def describe_origin(view, i: int, steps: int = 5) -> str:
         view = parent
 
 
-def _find_source_index(owner, idx, inner) -> int | None:
+def _find_source_index(owner: Any, idx: Any, inner: tuple[Any, int] | None) -> int | None:
     """Which of the indexes ``owner`` was asked for reads item ``inner`` of a parent."""
     if idx is None:
         return None

@@ -8,15 +8,40 @@ base class, which inherits from this one.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, Never, overload
+
+import numpy as np
+
+from .itemtypes import R, S, SequenceLike, T_co
+
+if TYPE_CHECKING:
+    from .base import View
 
 
-class Fluent:
+class Fluent(Generic[T_co]):
     """Methods shared by every view; each forwards to the function of the same name."""
 
     __slots__ = ()
+    _parents: tuple[View[Any], ...]
 
-    def smap(self, f: Callable, *others: Sequence):
+    if TYPE_CHECKING:  # provided by View: a view is a sequence for the functions the methods call
+
+        def __len__(self) -> int: ...
+
+        def __getitem__(self, index: int, /) -> T_co: ...
+
+    @overload
+    def smap(self, f: Callable[[T_co], R], /) -> View[R]: ...
+
+    @overload
+    def smap(self, f: Callable[[T_co, S], R], other: SequenceLike[S], /) -> View[R]: ...
+
+    @overload
+    def smap(
+        self, f: Callable[..., R], other: SequenceLike[Any], another: SequenceLike[Any], /, *others: SequenceLike[Any]
+    ) -> View[R]: ...
+
+    def smap(self, f: Callable[..., R], *others: SequenceLike[Any]) -> View[R]:
         """``smap(f, self, *others)``."""
         from .mapping import smap
 
@@ -24,13 +49,13 @@ class Fluent:
 
     map = smap
 
-    def starmap(self, f: Callable):
+    def starmap(self, f: Callable[..., R]) -> View[R]:
         """``starmap(f, self)``."""
         from .mapping import starmap
 
         return starmap(f, self)
 
-    def gather(self, indexes):
+    def gather(self, indexes: Sequence[int] | np.ndarray) -> View[T_co]:
         """``gather(self, indexes)``."""
         from .gather import gather
 
@@ -38,61 +63,96 @@ class Fluent:
 
     take = gather
 
-    def concatenate(self, *others: Sequence):
+    def concatenate(self, *others: SequenceLike[S]) -> View[T_co | S]:
         """``concatenate([self, *others])``."""
         from .concatenate import concatenate
 
         return concatenate([self, *others])
 
-    def collate(self, *others: Sequence):
+    @overload
+    def collate(self) -> View[tuple[T_co]]: ...
+
+    @overload
+    def collate(self, other: SequenceLike[S], /) -> View[tuple[T_co, S]]: ...
+
+    @overload
+    def collate(self, *others: SequenceLike[Any]) -> View[tuple[Any, ...]]: ...
+
+    def collate(self, *others: SequenceLike[Any]) -> View[tuple[Any, ...]]:
         """``collate([self, *others])``."""
         from .collate import collate
 
         return collate([self, *others])
 
-    def interleave(self, *others: Sequence):
+    def interleave(self, *others: SequenceLike[S]) -> View[T_co | S]:
         """``interleave(self, *others)``."""
         from .interleave import interleave
 
         return interleave(self, *others)
 
-    def batch(self, k: int, drop_last: bool = False, pad: Any = None, collate_fn: Callable | None = None):
+    @overload
+    def batch(
+        self, k: int, drop_last: bool = ..., pad: Any = ..., *, collate_fn: Callable[[list[T_co]], R]
+    ) -> View[R]: ...
+
+    @overload
+    def batch(  # items of unknown type (Any) match here first, and their batches stay unknown
+        self: Fluent[Never], k: int, drop_last: bool = ..., pad: Any = ..., collate_fn: None = None
+    ) -> View[Any]: ...
+
+    @overload
+    def batch(
+        self: Fluent[np.ndarray | np.generic | complex],
+        k: int,
+        drop_last: bool = ...,
+        pad: Any = ...,
+        collate_fn: None = None,
+    ) -> View[np.ndarray]: ...
+
+    @overload
+    def batch(
+        self, k: int, drop_last: bool = ..., pad: Any = ..., collate_fn: Callable[[list[Any]], Any] | None = None
+    ) -> View[Any]: ...
+
+    def batch(
+        self, k: int, drop_last: bool = False, pad: Any = None, collate_fn: Callable[[list[Any]], Any] | None = None
+    ) -> View[Any]:
         """``batch(self, k, drop_last, pad, collate_fn)``."""
         from .batching import batch
 
         return batch(self, k, drop_last=drop_last, pad=pad, collate_fn=collate_fn)
 
-    def unbatch(self, batch_size: int, last_batch_size: int | None = None):
+    def unbatch(self: Fluent[SequenceLike[S]], batch_size: int, last_batch_size: int | None = None) -> View[S]:
         """``unbatch(self, batch_size, last_batch_size)``."""
         from .batching import unbatch
 
         return unbatch(self, batch_size, last_batch_size)
 
-    def split(self, edges):
+    def split(self, edges: int | Sequence[int] | Sequence[tuple[int, int]]) -> View[View[T_co]]:
         """``split(self, edges)``."""
         from .split import split
 
         return split(self, edges)
 
-    def cycle(self, limit: int | None = None):
+    def cycle(self, limit: int | None = None) -> View[T_co]:
         """``cycle(self, limit)``."""
         from .repetition import cycle
 
         return cycle(self, limit)
 
-    def shard(self, rank: int, world_size: int, contiguous: bool = True):
+    def shard(self, rank: int, world_size: int, contiguous: bool = True) -> View[T_co]:
         """``shard(self, rank, world_size, contiguous)``."""
         from .shard import shard
 
         return shard(self, rank, world_size, contiguous)
 
-    def shuffle(self, seed: int | None = None, epoch: int = 0):
+    def shuffle(self, seed: int | None = None, epoch: int = 0) -> View[T_co]:
         """``shuffle(self, seed, epoch)``."""
         from .shuffle import shuffle
 
         return shuffle(self, seed, epoch)
 
-    def add_cache(self, cache_size: int = 1):
+    def add_cache(self, cache_size: int = 1) -> View[T_co]:
         """``add_cache(self, cache_size)``."""
         from .cache import add_cache
 

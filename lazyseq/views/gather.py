@@ -7,11 +7,12 @@ slices costs one lookup per item whatever its depth.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
 from .base import View
+from .itemtypes import SequenceLike, T
 from .keys import Positions, array_key, compose, shift, tidy
 from .sources import as_view
 
@@ -23,6 +24,8 @@ class GatherView(View):
 
     kind = "gather"
     _items_like_parents = True
+    _parent: View
+    _positions: Positions
 
     @property
     def _reads_new_rows(self) -> bool:
@@ -43,13 +46,13 @@ class GatherView(View):
     def _get(self, i: int) -> Any:
         return self._parent._get(self._position(i))
 
-    def _get_many(self, idx: Positions):
+    def _get_many(self, idx: Positions) -> Any:
         return self._parent._get_many(compose(self._positions, idx))
 
     def _set(self, i: int, value: Any) -> None:
         self._parent._set(self._position(i), value)
 
-    def _sources(self, i: int):
+    def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         return ((self._parent, self._position(i)),)
 
     def _label(self) -> str:
@@ -67,6 +70,9 @@ class StridedView(View):
 
     kind = "slice"
     _items_like_parents = True
+    _parent: View
+    _start: int
+    _step: int
 
     @property
     def _reads_new_rows(self) -> bool:
@@ -85,20 +91,28 @@ class StridedView(View):
     def _get(self, i: int) -> Any:
         return self._parent._get(self._start + i * self._step)
 
-    def _get_many(self, idx: Positions):
+    def _get_many(self, idx: Positions) -> Any:
         return self._parent._get_many(shift(self._start, self._step, idx))
 
     def _set(self, i: int, value: Any) -> None:
         self._parent._set(self._start + i * self._step, value)
 
-    def _sources(self, i: int):
+    def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         return ((self._parent, self._start + i * self._step),)
 
     def _describe(self) -> str:
         return f"slice({self._start}, None, {self._step})"
 
 
-def gather(sequence: Sequence, indexes: Sequence[int]) -> View:
+@overload
+def gather(sequence: np.ndarray, indexes: Sequence[int] | np.ndarray) -> View[np.ndarray]: ...
+
+
+@overload
+def gather(sequence: SequenceLike[T], indexes: Sequence[int] | np.ndarray) -> View[T]: ...
+
+
+def gather(sequence: SequenceLike[Any] | np.ndarray, indexes: Sequence[int] | np.ndarray) -> View[Any]:
     """A view of ``sequence`` reordered by ``indexes``: item ``i`` is ``sequence[indexes[i]]``.
 
     ``indexes`` may contain negative positions and repeats; it is read once,

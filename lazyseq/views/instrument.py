@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ..arguments import integer
@@ -74,14 +74,14 @@ class DebugView(View):
         self._report(i, item)
         return item
 
-    def _get_many(self, idx: Positions):
+    def _get_many(self, idx: Positions) -> Any:
         chunk = self._parent._get_many(idx)
         if not self._quiet():
             for i, item in zip(idx, chunk_rows(chunk)):
                 self._report(int(i), item)
         return chunk
 
-    def _iter(self):
+    def _iter(self) -> Iterator:
         for i, item in enumerate(self._parent._iter()):
             self._report(i, item)
             yield item
@@ -89,7 +89,7 @@ class DebugView(View):
     def _set(self, i: int, value: Any) -> None:
         self._parent._set(i, value)
 
-    def _sources(self, i: int):
+    def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         return ((self._parent, i),)
 
     def _describe(self) -> str:
@@ -100,7 +100,7 @@ class DebugView(View):
             options.append(f"max_rate={1.0 / self._min_interval:g}")
         return f"debug({', '.join(options)})"
 
-    def __reduce__(self):  # no lock to pickle: a worker process counts its own calls
+    def __reduce__(self) -> tuple:  # no lock to pickle: a worker process counts its own calls
         rate = None if not self._min_interval else 1.0 / self._min_interval
         return (DebugView, (self._parent, self._func, self._max_calls, rate))
 
@@ -134,13 +134,13 @@ class ThroughputView(View):
         self._count(1, _timer() - start)
         return item
 
-    def _get_many(self, idx: Positions):
+    def _get_many(self, idx: Positions) -> Any:
         start = _timer()
         chunk = self._parent._get_many(idx)
         self._count(len(idx), _timer() - start)
         return chunk
 
-    def _iter(self):
+    def _iter(self) -> Iterator:
         items = iter(self._parent._iter())
         while True:
             start = _timer()
@@ -154,7 +154,7 @@ class ThroughputView(View):
     def _set(self, i: int, value: Any) -> None:
         self._parent._set(i, value)
 
-    def _sources(self, i: int):
+    def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         return ((self._parent, i),)
 
     def read_delay(self) -> float:
@@ -179,7 +179,7 @@ class ThroughputView(View):
             return "monitor_throughput(nothing read yet)"
         return f"monitor_throughput({self.items} items read, {_duration(self.read_delay())} each)"
 
-    def __reduce__(self):  # no lock to pickle: a worker process counts its own reads
+    def __reduce__(self) -> tuple:  # no lock to pickle: a worker process counts its own reads
         return (ThroughputView, (self._parent,))
 
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Sequence
 from typing import Any
 
 from .base import View
+from .itemtypes import SequenceLike, T
 from .sources import as_view
 
 __all__ = ["InterleaveView", "interleave"]
@@ -62,12 +62,12 @@ class InterleaveView(View):
         k, j = self._locate(i)
         self._parents[k]._set(j, value)
 
-    def _sources(self, i: int):
+    def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         k, j = self._locate(i)
         return ((self._parents[k], j),)
 
 
-def interleave(*sequences: Sequence) -> View:
+def interleave(*sequences: SequenceLike[T]) -> View[T]:
     """A view taking one item from each sequence in turn; sequences that run out are skipped.
 
     >>> import lazyseq

@@ -16,6 +16,7 @@ A set of positions is one of
 from __future__ import annotations
 
 import operator
+from typing import overload
 
 import numpy as np
 
@@ -32,7 +33,7 @@ def _fit(*values: int) -> bool:
     return _LOW <= min(values) and max(values) <= _HIGH
 
 
-def _from_ints(values) -> np.ndarray:
+def _from_ints(values: list[int] | np.ndarray) -> np.ndarray:
     """Python ints as positions: ``intp`` if they all fit, Python ints otherwise."""
     if not len(values):
         return _EMPTY
@@ -50,6 +51,14 @@ def tidy(positions: range) -> range:
     if len(positions) > 1:
         return positions
     return range(positions.start, positions.start + 1) if positions else range(0)
+
+
+@overload
+def compose(outer: np.ndarray, inner: Positions) -> np.ndarray: ...
+
+
+@overload
+def compose(outer: Positions, inner: Positions) -> Positions: ...
 
 
 def compose(outer: Positions, inner: Positions) -> Positions:
@@ -109,7 +118,7 @@ def out_of_range(index: int, length: int | None, target: str) -> IndexError:
     return IndexError(f"index {index} out of range for {target} of length {length}")
 
 
-def array_key(key, length: int | None, label: str, target: str | None = None) -> np.ndarray:
+def array_key(key: list[int] | np.ndarray, length: int | None, label: str, target: str | None = None) -> np.ndarray:
     """Validate a list or array used as a key: integer positions (negative allowed) or a boolean mask.
 
     ``label`` names the view in errors about the key's type, ``target`` (default ``label``) what it indexes.
@@ -142,7 +151,7 @@ def array_key(key, length: int | None, label: str, target: str | None = None) ->
     return positions
 
 
-def _python_positions(values, length: int | None, label: str, target: str, dtype) -> np.ndarray:
+def _python_positions(values: list, length: int | None, label: str, target: str, dtype: np.dtype) -> np.ndarray:
     """``array_key`` for integers of any size, one at a time, with the same errors."""
     positions = []
     for value in values:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
+from typing import Any, overload
 
 from .base import View, lengths_must_match
 from .chunks import chunk_rows
+from .itemtypes import R, S, SequenceLike, T
 from .keys import Positions
 from .sources import as_view
 
@@ -62,14 +63,33 @@ class MapView(View):
                 results.append(f(*args))
         return results
 
-    def _sources(self, i: int):
+    def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         return tuple((p, i) for p in self._parents)
 
     def _label(self) -> str:
         return f"{self.kind}({function_name(self._func)})"
 
 
-def smap(f: Callable, *sequences: Sequence) -> View:
+@overload
+def smap(f: Callable[[T], R], sequence: SequenceLike[T], /) -> View[R]: ...
+
+
+@overload
+def smap(f: Callable[[T, S], R], sequence: SequenceLike[T], other: SequenceLike[S], /) -> View[R]: ...
+
+
+@overload
+def smap(
+    f: Callable[..., R],
+    sequence: SequenceLike[Any],
+    other: SequenceLike[Any],
+    another: SequenceLike[Any],
+    /,
+    *others: SequenceLike[Any],
+) -> View[R]: ...
+
+
+def smap(f: Callable[..., R], *sequences: SequenceLike[Any]) -> View[R]:
     """A view of ``f`` applied to the items of one or more sequences, computed on access.
 
     With several sequences, item ``i`` is ``f(s1[i], s2[i], ...)``; they must
@@ -85,7 +105,7 @@ def smap(f: Callable, *sequences: Sequence) -> View:
     return MapView(f, tuple(as_view(s) for s in sequences))
 
 
-def starmap(f: Callable, sequence: Sequence) -> View:
+def starmap(f: Callable[..., R], sequence: SequenceLike[Any]) -> View[R]:
     """A view of ``f(*item)`` for each item of ``sequence`` (like ``itertools.starmap``).
 
     >>> import lazyseq

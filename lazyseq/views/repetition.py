@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from typing import Any, overload
+
+import numpy as np
 
 from ..arguments import integer
 from .base import View
+from .itemtypes import SequenceLike, T
 from .keys import Positions, modulo
 from .sources import as_view
 
@@ -38,7 +40,7 @@ class CycleView(View):
     def _get(self, i: int) -> Any:
         return self._parent._get(i % self._period)
 
-    def _get_many(self, idx: Positions):
+    def _get_many(self, idx: Positions) -> Any:
         if type(idx) is range and idx.step == 1 and idx and idx.start // self._period == (idx.stop - 1) // self._period:
             offset = idx.start - idx.start % self._period
             return self._parent._get_many(range(idx.start - offset, idx.stop - offset))
@@ -47,7 +49,7 @@ class CycleView(View):
     def _set(self, i: int, value: Any) -> None:
         self._parent._set(i % self._period, value)
 
-    def _sources(self, i: int):
+    def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         return ((self._parent, i % self._period),)
 
 
@@ -71,7 +73,15 @@ class RepeatView(View):
         return f"repeat({text if len(text) <= 40 else text[:37] + '...'})"
 
 
-def cycle(sequence: Sequence, limit: int | None = None) -> View:
+@overload
+def cycle(sequence: np.ndarray, limit: int | None = None) -> View[np.ndarray]: ...
+
+
+@overload
+def cycle(sequence: SequenceLike[T], limit: int | None = None) -> View[T]: ...
+
+
+def cycle(sequence: SequenceLike[Any] | np.ndarray, limit: int | None = None) -> View[Any]:
     """A view repeating ``sequence`` over and over, for ``limit`` items or forever.
 
     An infinite view has no ``len()``; negative indices and other operations
@@ -87,7 +97,7 @@ def cycle(sequence: Sequence, limit: int | None = None) -> View:
     return CycleView(as_view(sequence), limit)
 
 
-def repeat(value: Any, times: int | None = None) -> View:
+def repeat(value: T, times: int | None = None) -> View[T]:
     """A view whose items are all ``value``: ``times`` of them, or infinitely many.
 
     >>> import lazyseq

@@ -42,7 +42,9 @@ class _Interface:
 class RowWindow:
     """Gathers rows of C-contiguous arrays of one dtype and row shape, by position in their concatenation."""
 
-    def __init__(self, window: np.ndarray, first: np.ndarray, starts: np.ndarray, row_bytes: int, item) -> None:
+    def __init__(
+        self, window: np.ndarray, first: np.ndarray, starts: np.ndarray, row_bytes: int, item: np.dtype
+    ) -> None:
         self._window = window
         self._first = first
         self._starts = starts

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from .base import View, lengths_must_match
+from .itemtypes import S, SequenceLike, T
 from .sources import as_view
 
 __all__ = ["CaseView", "case", "switch"]
@@ -39,11 +39,11 @@ class CaseView(View):
     def _set(self, i: int, value: Any) -> None:
         self._values[self._branch(i)]._set(i, value)
 
-    def _sources(self, i: int):
+    def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         return tuple((p, i) for p in self._parents)
 
 
-def case(selector: Sequence[int], *values: Sequence) -> View:
+def case(selector: SequenceLike[int], *values: SequenceLike[T]) -> View[T]:
     """A view whose item ``i`` is item ``i`` of ``values[selector[i]]``.
 
     >>> import lazyseq
@@ -53,7 +53,7 @@ def case(selector: Sequence[int], *values: Sequence) -> View:
     return CaseView(as_view(selector), tuple(as_view(v) for v in values))
 
 
-def switch(condition: Sequence[bool], x: Sequence, y: Sequence) -> View:
+def switch(condition: SequenceLike[bool], x: SequenceLike[T], y: SequenceLike[S]) -> View[T | S]:
     """A view whose item ``i`` is ``x[i]`` where ``condition[i]`` is true, else ``y[i]``.
 
     >>> import lazyseq

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import Any, overload
+
+import numpy as np
 
 from ..arguments import integer
 from .base import View
+from .itemtypes import SequenceLike, T
 from .sources import as_view
 
 __all__ = ["shard"]
 
 
-def shard(sequence: Sequence, rank: int, world_size: int, contiguous: bool = True) -> View:
+@overload
+def shard(sequence: np.ndarray, rank: int, world_size: int, contiguous: bool = True) -> View[np.ndarray]: ...
+
+
+@overload
+def shard(sequence: SequenceLike[T], rank: int, world_size: int, contiguous: bool = True) -> View[T]: ...
+
+
+def shard(sequence: SequenceLike[Any] | np.ndarray, rank: int, world_size: int, contiguous: bool = True) -> View[Any]:
     """The part of ``sequence`` that ``rank`` out of ``world_size`` handles: every item in exactly one shard.
 
     Contiguous shards are consecutive runs whose lengths differ by at most one

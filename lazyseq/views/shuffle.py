@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast, overload
 
 import numpy as np
 
 from ..arguments import integer
 from .base import View
+from .itemtypes import SequenceLike, T
 from .keys import Positions, compose
 from .sources import as_view
 
@@ -26,6 +26,7 @@ class ShuffleView(View):
 
     kind = "shuffle"
     _items_like_parents = True
+    _len: int  # a shuffle needs a length
 
     @property
     def _reads_new_rows(self) -> bool:
@@ -35,7 +36,9 @@ class ShuffleView(View):
         self._len = parent._need_length("shuffle")
         self._parent = parent
         self._parents = (parent,)
-        self.seed = int(np.random.SeedSequence().entropy) if seed is None else integer(seed, "shuffle: seed", low=0)
+        self.seed = (
+            int(cast(int, np.random.SeedSequence().entropy)) if seed is None else integer(seed, "shuffle: seed", low=0)
+        )
         self._use_epoch(epoch)
 
     @property
@@ -66,21 +69,29 @@ class ShuffleView(View):
     def _get(self, i: int) -> Any:
         return self._parent._get(self.permutation.item(i))
 
-    def _get_many(self, idx: Positions):
+    def _get_many(self, idx: Positions) -> Any:
         positions = compose(self.permutation, idx)
         return self._parent._get_many(positions.astype(np.intp, copy=False))  # intp: fast numpy indexing
 
     def _set(self, i: int, value: Any) -> None:
         self._parent._set(self.permutation.item(i), value)
 
-    def _sources(self, i: int):
+    def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         return ((self._parent, self.permutation.item(i)),)
 
     def _describe(self) -> str:
         return f"shuffle(seed={self.seed}, epoch={self._epoch})"
 
 
-def shuffle(sequence: Sequence, seed: int | None = None, epoch: int = 0) -> View:
+@overload
+def shuffle(sequence: np.ndarray, seed: int | None = None, epoch: int = 0) -> View[np.ndarray]: ...
+
+
+@overload
+def shuffle(sequence: SequenceLike[T], seed: int | None = None, epoch: int = 0) -> View[T]: ...
+
+
+def shuffle(sequence: SequenceLike[Any] | np.ndarray, seed: int | None = None, epoch: int = 0) -> View[Any]:
     """A view of ``sequence`` in a random order that depends only on ``seed`` and ``epoch``.
 
     Each epoch has its own permutation: pass ``epoch`` or call

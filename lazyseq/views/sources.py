@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, overload
 
 import numpy as np
 
 from .arange import ArangeView
 from .base import View
 from .chunks import new_rows
+from .itemtypes import SequenceLike, T
 from .keys import Positions
 
 __all__ = ["ArraySource", "SequenceSource", "as_view", "view"]
@@ -48,7 +49,7 @@ class ArraySource(View):
     def _set(self, i: int, value: Any) -> None:
         self._array[i] = value
 
-    def _iter(self):
+    def _iter(self) -> Iterator[Any]:
         return iter(self._array)
 
     def _item_spec(self) -> tuple:
@@ -58,7 +59,7 @@ class ArraySource(View):
         name = "memmap" if isinstance(self.source, np.memmap) else "array"
         return f"{name} {self._array.dtype} {self._array.shape}"
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         # A memory map travels to worker processes as where its bytes are in the file, not as its data.
         where = memmap_location(self.source)
         if where is None:
@@ -70,20 +71,23 @@ def memmap_location(array: np.ndarray) -> tuple | None:
     """``(file name, mode, first byte, length, dtype, shape, strides, start)`` of a memory map's bytes, or None."""
     import mmap
 
-    if not isinstance(array, np.memmap) or array.filename is None or getattr(array, "_mmap", None) is None:
+    mapped = getattr(array, "_mmap", None)  # numpy's own mmap object
+    if not isinstance(array, np.memmap) or array.filename is None or mapped is None:
         return None
     if array.size == 0:
         return None
-    mapping_address = np.frombuffer(array._mmap, dtype=np.uint8).ctypes.data
+    mapping_address = np.frombuffer(mapped, dtype=np.uint8).ctypes.data
     mapping_offset = array.offset - array.offset % mmap.ALLOCATIONGRANULARITY  # what np.memmap mapped
-    byte_bounds = getattr(getattr(np.lib, "array_utils", None), "byte_bounds", None) or np.byte_bounds  # numpy 1.x
+    byte_bounds = getattr(getattr(np.lib, "array_utils", None), "byte_bounds", None) or np.byte_bounds  # type: ignore[attr-defined, unused-ignore]  # numpy 1.x
     low, high = byte_bounds(array)
     mode = "r+" if array.mode == "w+" else array.mode
     first = mapping_offset + (low - mapping_address)
     return (array.filename, mode, first, high - low, array.dtype, array.shape, array.strides, array.ctypes.data - low)
 
 
-def _reopened_source(filename, mode, first, length, dtype, shape, strides, start) -> ArraySource:
+def _reopened_source(
+    filename: str, mode: Any, first: int, length: int, dtype: np.dtype, shape: tuple, strides: tuple, start: int
+) -> ArraySource:
     raw = np.memmap(filename, dtype=np.uint8, mode=mode, offset=first, shape=(length,))
     array = np.ndarray.__new__(np.memmap, shape, dtype, buffer=raw, offset=start, strides=strides)
     return ArraySource(array)
@@ -94,7 +98,7 @@ class SequenceSource(View):
 
     kind = "sequence"
 
-    def __init__(self, data) -> None:
+    def __init__(self, data: Any) -> None:
         self.source = data
         self._len = len(data)
         self._builtin = isinstance(data, _BUILTIN_SEQUENCES)
@@ -124,7 +128,7 @@ class SequenceSource(View):
     def _set(self, i: int, value: Any) -> None:
         self.source[i] = value
 
-    def _iter(self):
+    def _iter(self) -> Iterator[Any]:
         if self._builtin:
             return iter(self.source)
         return super()._iter()
@@ -133,7 +137,15 @@ class SequenceSource(View):
         return type(self.source).__name__
 
 
-def as_view(obj) -> View:
+@overload
+def as_view(obj: np.ndarray) -> View[np.ndarray]: ...
+
+
+@overload
+def as_view(obj: SequenceLike[T]) -> View[T]: ...
+
+
+def as_view(obj: SequenceLike[Any] | np.ndarray) -> View[Any]:
     """``obj`` itself if it is a view, else a view over the existing sequence or array (see :func:`view`)."""
     if isinstance(obj, View):
         return obj
@@ -149,7 +161,15 @@ def as_view(obj) -> View:
     return SequenceSource(obj)
 
 
-def view(obj) -> View:
+@overload
+def view(obj: np.ndarray) -> View[np.ndarray]: ...
+
+
+@overload
+def view(obj: SequenceLike[T]) -> View[T]: ...
+
+
+def view(obj: SequenceLike[Any] | np.ndarray) -> View[Any]:
     """Wrap a sequence or array into a lazy view, whose methods chain combinators left to right.
 
     Arrays (memory maps included) are read with vectorized numpy calls;

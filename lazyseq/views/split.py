@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
 from ..arguments import integer
 from .base import View
 from .gather import GatherView
+from .itemtypes import SequenceLike, T
 from .sources import as_view
 
 __all__ = ["SplitView", "split"]
@@ -21,7 +22,7 @@ class SplitView(View):
 
     kind = "split"
 
-    def __init__(self, parent: View, edges) -> None:
+    def __init__(self, parent: View, edges: Any) -> None:
         n = parent._need_length("split")
         self._parent = parent
         self._parents = (parent,)
@@ -34,11 +35,11 @@ class SplitView(View):
     def _set(self, i: int, value: Any) -> None:
         self._get(i)._assign_all(value)
 
-    def _sources(self, i: int):
+    def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         return tuple((self._parent, j) for j in range(*self._spans[i]))
 
 
-def _spans(edges, n: int) -> list[tuple[int, int]]:
+def _spans(edges: Any, n: int) -> list[tuple[int, int]]:
     if isinstance(edges, np.ndarray):  # arrays of any size have __index__: read them as Python values
         edges = edges.tolist()
     if isinstance(edges, int) or hasattr(edges, "__index__"):
@@ -63,7 +64,17 @@ def _spans(edges, n: int) -> list[tuple[int, int]]:
     return spans
 
 
-def split(sequence: Sequence, edges: int | Sequence[int] | Sequence[tuple[int, int]]) -> View:
+@overload
+def split(sequence: np.ndarray, edges: int | Sequence[int] | Sequence[tuple[int, int]]) -> View[View[np.ndarray]]: ...
+
+
+@overload
+def split(sequence: SequenceLike[T], edges: int | Sequence[int] | Sequence[tuple[int, int]]) -> View[View[T]]: ...
+
+
+def split(
+    sequence: SequenceLike[Any] | np.ndarray, edges: int | Sequence[int] | Sequence[tuple[int, int]]
+) -> View[View[Any]]:
     """A view of consecutive pieces of ``sequence``, each a lazy slice.
 
     ``edges`` is either the positions where to cut (start and end are

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sized
 from typing import Any
 
 from ..arguments import integer
 from .base import View
 from .errors import EndOfData
+from .itemtypes import T
 
 __all__ = ["UniterView", "uniter"]
 
@@ -35,7 +36,7 @@ class UniterView(View):
         self._n_parallel = integer(n_parallel, "uniter: n_parallel", low=1)
         self._iterable = iterable
         self._one_shot = isinstance(iterable, Iterator)
-        if size is None and not self._one_shot and hasattr(iterable, "__len__"):
+        if size is None and not self._one_shot and isinstance(iterable, Sized):
             size = len(iterable)
         self._len = (
             None if size is None else integer(size, "uniter: size", low=0, expected="a non-negative integer or None")
@@ -103,7 +104,7 @@ class UniterView(View):
             return ValueError(f"uniter: the iterable ended after {count} items, but its size was given as {self._len}")
         return EndOfData(f"uniter index {i} out of range: the iterable ended after {count} items")
 
-    def _iter(self):
+    def _iter(self) -> Iterator[Any]:
         i = 0
         while self._len is None or i < self._len:
             try:
@@ -116,7 +117,7 @@ class UniterView(View):
         return f"uniter({type(self._iterable).__name__})"
 
 
-def uniter(iterable: Iterable, cache_size: int = 0, n_parallel: int = 1, size: int | None = None) -> View:
+def uniter(iterable: Iterable[T], cache_size: int = 0, n_parallel: int = 1, size: int | None = None) -> View[T]:
     """A random-access view over an iterable, by iterating (and restarting) it as needed.
 
     ``size`` gives the length if ``len(iterable)`` does not; without either,
