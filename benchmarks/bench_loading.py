@@ -684,7 +684,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a short run, as a smoke test")
     parser.add_argument("--only", type=int, choices=range(1, 6), help="run one workload (1 to 5)")
-    parser.add_argument("--loader-batches", type=int, help="batches per run in workload 1 (the issue's: 20000)")
+    parser.add_argument("--loader-batches", type=int, help="batches per timed run in workload 1 (default 5000)")
     args = parser.parse_args()
     settings = QUICK if args.quick else FULL
     if args.loader_batches:

@@ -3,7 +3,7 @@
     python benchmarks/bench_sklearn.py          # about 3 minutes
     python benchmarks/bench_sklearn.py --quick  # a few seconds: a smoke test, numbers too rough to quote
 
-The workload is the seed one (``lazyseq.demo``): 18,000 x 248 float64 samples
+The workload is the demo's (``lazyseq.demo``): 18,000 x 248 float64 samples
 in four memory-mapped ``.npy`` files plus labels, the last 10,000 held out,
 and ``GaussianNB.partial_fit`` on random minibatches of 64 drawn with
 replacement from the first 8,000. Every contender is a ratio to the bare loop

@@ -298,7 +298,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a short run, as a smoke test")
     parser.add_argument("--only", choices=("a", "b"), help="run one workload")
-    parser.add_argument("--loader-batches", type=int, help="batches per run in workload b (the issue's: 20000)")
+    parser.add_argument("--loader-batches", type=int, help="batches per timed run in workload b (default 20000)")
     parser.add_argument("--repeats", type=int, help="timed runs per contender")
     args = parser.parse_args()
     # One thread for the model: its step is too small to gain from two, and two OpenMP threads on two cores

@@ -89,7 +89,7 @@ def check_same_heads(heads: dict[str, list], equal: Callable = np.array_equal) -
                 raise AssertionError(f"{name} and {reference_name} disagree on the first batches")
 
 
-# The loader benchmarks' data: the seed workload's 18,000 x 248 samples in four memory-mapped chunks.
+# The loader benchmarks' data: the demo's 18,000 x 248 samples in four memory-mapped chunks.
 CHUNK_ROWS = (5000, 5000, 5000, 3000)
 WIDTH = 248
 N_CLASSES = 10

@@ -1,4 +1,4 @@
-"""The seed workflow with lazyseq: memory-mapped chunks, views, a background loader, chunked evaluation.
+"""A lazyseq workflow with scikit-learn: memory-mapped chunks, views, a background loader, chunked evaluation.
 
 Run it with ``python -m lazyseq.demo`` (needs scikit-learn: ``pip install lazyseq[demo]``).
 

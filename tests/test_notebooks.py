@@ -23,7 +23,7 @@ def load_executor():
 
 def test_there_are_the_three_walkthroughs():
     names = [p.name for p in PATHS]
-    assert any("seed" in n for n in names) and any("torch" in n for n in names) and any("errors" in n for n in names)
+    assert any("sklearn" in n for n in names) and any("torch" in n for n in names) and any("errors" in n for n in names)
 
 
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: p.name)

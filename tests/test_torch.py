@@ -696,6 +696,20 @@ def test_the_mlp_example_learns_deterministically(tmp_path):
     assert result["accuracy"] >= 0.95 and result["steps"] == 32
 
 
+def test_the_mlp_example_leaves_the_loader_a_core_and_restores_torch_threads(tmp_path, capsys):
+    from lazyseq.demo import write_dataset
+    from lazyseq.loading.options import available_cores
+    from lazyseq.torch.example import main, train_and_test
+
+    write_dataset(str(tmp_path), 600)
+    before = torch.get_num_threads()
+    result = train_and_test(str(tmp_path), n_test=200, epochs=1)
+    assert result["torch_threads"] == max(1, available_cores() - 1)
+    assert torch.get_num_threads() == before
+    main(["--samples", "600", "--test", "200", "--epochs", "1"])
+    assert f"(torch with {max(1, available_cores() - 1)} threads)" in capsys.readouterr().out
+
+
 def test_lazyseq_alone_does_not_import_torch_but_lazyseq_torch_does():
     code = "import sys, lazyseq; a = 'torch' in sys.modules; import lazyseq.torch; print(a, 'torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ)
