@@ -50,3 +50,11 @@ def test_torch_benchmark_quick_run():
 def test_machine_benchmark_quick_run():
     out = quick_run("bench_machine.py")
     assert "two processes did" in out
+
+
+def test_server_benchmark_quick_run():
+    pytest.importorskip("zmq")
+    out = quick_run("bench_server.py")
+    assert "| 1. 256 x 248 (0.5 MiB): served vs local prefetch" in out
+    assert "| 2. Fuel's workload: served vs ideal (consumer alone)" in out
+    assert "| 3. CURVE on vs off" in out

@@ -417,3 +417,30 @@ def test_serve_forever_returns_when_closed_from_another_thread():
     server.serve_forever()
     closer.join()
     assert server.closed and lazyseq_threads() == []
+
+
+def test_the_guide_two_script_workflow_runs_as_written(tmp_path):
+    guide = (TESTS.parent / "docs" / "guide" / "serving.md").read_text()
+    blocks = [block.split("```")[0] for block in guide.split("```python\n")[1:]]
+    for name in ("data.py", "train.py"):
+        (tmp_path / name).write_text(next(b for b in blocks if b.startswith(f'"""{name}')))
+    alone = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert alone.stdout.startswith("training took ")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "lazyseq.serve", "data:batches", "--address", "tcp://127.0.0.1:0"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        address = server.stdout.readline().strip()
+        train = (tmp_path / "train.py").read_text().replace("tcp://127.0.0.1:5557", address)
+        (tmp_path / "train.py").write_text(train)
+        parallel = subprocess.run(
+            [sys.executable, "train.py", "--parallel"], cwd=tmp_path, capture_output=True, text=True, check=True
+        )
+        assert parallel.stdout.startswith("training took ")
+    finally:
+        server.terminate()
+        server.wait()
+        server.stdout.close()

@@ -25,7 +25,7 @@ MAX_WANTED = 1024  # the most stream items one consumer may ask for ahead of wha
 
 
 class Server:
-    """A running data server; see :func:`serve`. Closes on ``close()``, ``with``, or garbage collection."""
+    """A running data server; see :func:`~lazyseq.serve`. Closes on ``close()``, ``with``, or garbage collection."""
 
     def __init__(
         self,

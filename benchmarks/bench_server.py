@@ -1,0 +1,301 @@
+"""How fast a served pipeline is, next to the same pipeline read locally and to raw pyzmq.
+
+    python benchmarks/bench_server.py          # about a minute
+    python benchmarks/bench_server.py --quick  # a few seconds: a smoke test, numbers too rough to quote
+
+Every server runs in a process of its own, on loopback, started once per
+configuration (its start-up is not timed); a consumer's run is timed from
+``connect`` to the last batch used. The contenders take turns, repeat after
+repeat, and each comparison is a ratio of timings taken in the same run.
+
+1. Loader-bound: batches of 256 x 248 float64 gathered at random from four
+   memory-mapped ``.npy`` files, the server's 2 worker threads computing them,
+   vs the same pipeline read locally through ``prefetch`` with 2 worker
+   threads; and the same bytes sent by a bare pyzmq ROUTER/DEALER pair (the
+   transport's limit), in GB/s, for these batches and for 1 MiB ones.
+2. Fuel's tutorial workload: 5 ms to produce a batch, 10 ms to train on it,
+   5 epochs of 10 batches; served vs the ideal max(producer, consumer) (the
+   consumer alone, measured: its sleeps overshoot on a busy machine), and the
+   same loop in one process.
+3. CURVE encryption on: the loader-bound run again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+import numpy as np
+import zmq
+from common import Result, summary, table
+
+import lazyseq
+
+ROWS_PER_FILE, WIDTH = 20_000, 248
+FUEL_PRODUCE, FUEL_TRAIN, FUEL_BATCHES = 0.005, 0.010, 50
+RAW_AHEAD = 4
+
+
+# -- what the servers serve (also run as `bench_server.py --serve KIND`) --------------------------------
+
+
+def make_files(directory: str) -> list[str]:
+    rng = np.random.default_rng(0)
+    paths = []
+    for k in range(4):
+        path = os.path.join(directory, f"x{k}.npy")
+        if not os.path.exists(path):
+            np.save(path, rng.standard_normal((ROWS_PER_FILE, WIDTH)))
+        paths.append(path)
+    return paths
+
+
+def gathered_batches(directory: str, batch: int, count: int) -> lazyseq.View:
+    """``count`` batches of ``batch`` random rows of the memory-mapped files."""
+    data = lazyseq.open_npy(make_files(directory))
+    picks = np.random.default_rng(1).integers(0, len(data), size=batch * count)
+    return data.gather(picks).batch(batch)
+
+
+def slow_batch(i: int) -> np.ndarray:
+    time.sleep(FUEL_PRODUCE)
+    return np.zeros((100, 128))
+
+
+def fuel_batches() -> lazyseq.View:
+    return lazyseq.smap(slow_batch, range(FUEL_BATCHES))
+
+
+def serve_main(kind: str, directory: str, batch: int, count: int, keys: str | None) -> None:
+    if kind == "raw":
+        return raw_server(batch)
+    source = fuel_batches() if kind == "fuel" else gathered_batches(directory, batch, count)
+    keypair = tuple(k.encode() for k in keys.split(",")) if keys else None
+    server = lazyseq.serve(source, "tcp://127.0.0.1:0", nworkers=2 if kind == "batches" else 0, curve_keypair=keypair)
+    print(server.address, flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+def raw_server(batch: int) -> None:
+    """A bare ROUTER answering each request with the same buffer: what the transport can do."""
+    payload = np.random.default_rng(0).standard_normal((batch, WIDTH))
+    context = zmq.Context()
+    socket = context.socket(zmq.ROUTER)
+    port = socket.bind_to_random_port("tcp://127.0.0.1")
+    print(f"tcp://127.0.0.1:{port}", flush=True)
+    while True:
+        client, request = socket.recv_multipart()
+        if request == b"stop":
+            break
+        socket.send_multipart([client, b"item", payload], copy=False)
+    socket.close(0)
+    context.term()
+
+
+class ServerProcess:
+    def __init__(self, kind: str, directory: str, batch: int, count: int, keys: str | None = None) -> None:
+        command = [sys.executable, __file__, "--serve", kind, "--data", directory]
+        command += ["--batch", str(batch), "--count", str(count)] + (["--keys", keys] if keys else [])
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        self.address = self.process.stdout.readline().strip()
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait()
+        self.process.stdout.close()
+
+
+# -- consumers ------------------------------------------------------------------------------------
+
+
+def consume(batches, train_seconds: float = 0.0) -> None:
+    for b in batches:
+        b[0, 0]  # touch the data
+        if train_seconds:
+            time.sleep(train_seconds)
+
+
+def served_run(address: str, train_seconds: float = 0.0, **options) -> Callable[[], None]:
+    def run() -> None:
+        with lazyseq.connect(address, **options) as remote:
+            consume(remote, train_seconds)
+
+    return run
+
+
+def local_run(view: lazyseq.View, nworkers: int, train_seconds: float = 0.0) -> Callable[[], None]:
+    def run() -> None:
+        with lazyseq.prefetch(view, nworkers=nworkers) as ahead:
+            consume(ahead, train_seconds)
+
+    return run
+
+
+def raw_run(address: str, count: int) -> Callable[[], None]:
+    def run() -> None:
+        context = zmq.Context()
+        socket = context.socket(zmq.DEALER)
+        socket.connect(address)
+        sent = 0
+        for _ in range(RAW_AHEAD):
+            socket.send(b"get")
+            sent += 1
+        for _ in range(count):
+            frames = socket.recv_multipart(copy=False)
+            np.frombuffer(frames[1].buffer, np.float64)[0]
+            if sent < count:
+                socket.send(b"get")
+                sent += 1
+        socket.close(0)
+        context.term()
+
+    return run
+
+
+def stop_raw(address: str) -> None:
+    context = zmq.Context()
+    socket = context.socket(zmq.DEALER)
+    socket.connect(address)
+    socket.send(b"stop")
+    socket.close(linger=1000)
+    context.term()
+
+
+def measure(runs: dict[str, Callable[[], None]], repeats: int) -> dict[str, list[float]]:
+    """Seconds of each run, ``repeats`` times, the runs taking turns."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+# -- the benchmarks -----------------------------------------------------------------------------------
+
+
+def bench_loader_bound(directory: str, count: int, repeats: int) -> tuple[list[list[str]], list[Result]]:
+    batch_bytes = {"256 x 248 (0.5 MiB)": 256, "528 x 248 (1 MiB)": 528}
+    rows, results = [], []
+    for label, batch in batch_bytes.items():
+        servers = {kind: ServerProcess(kind, directory, batch, count) for kind in ("batches", "raw")}
+        try:
+            view = gathered_batches(directory, batch, count)
+            runs = {
+                "local prefetch, 2 threads": local_run(view, 2),
+                "served, server's 2 threads": served_run(servers["batches"].address),
+                "raw pyzmq, same bytes": raw_run(servers["raw"].address, count),
+            }
+            times = measure(runs, repeats)
+        finally:
+            stop_raw(servers["raw"].address)
+            for server in servers.values():
+                server.stop()
+        gigabytes = batch * WIDTH * 8 * count / 1e9
+        for name, seconds in times.items():
+            best = min(seconds)
+            rows.append(
+                [label, name, f"{best:.3f} s", f"{statistics.median(seconds):.3f} s", f"{gigabytes / best:.2f}"]
+            )
+        local, served, raw = (min(times[name]) for name in runs)
+        results.append(
+            Result(
+                f"1. {label}: served vs local prefetch", f"{served:.3f} s", f"{local:.3f} s", f"{local / served:.2f}"
+            )
+        )
+        results.append(
+            Result(f"1. {label}: served vs raw pyzmq", f"{served:.3f} s", f"{raw:.3f} s", f"{raw / served:.2f}")
+        )
+    return rows, results
+
+
+def bench_fuel(repeats: int) -> tuple[list[list[str]], list[Result]]:
+    server = ServerProcess("fuel", "", 0, 0)
+    try:
+        runs = {
+            "in one process": local_run(fuel_batches(), 0, FUEL_TRAIN),
+            "served": served_run(server.address, FUEL_TRAIN),
+        }
+        times = measure(runs, repeats)
+    finally:
+        server.stop()
+    ideal = FUEL_BATCHES * max(FUEL_PRODUCE, FUEL_TRAIN)
+    rows = [
+        [name, f"{min(t):.3f} s", f"{statistics.median(t):.3f} s", f"{min(t) / ideal:.3f}"] for name, t in times.items()
+    ]
+    rows.append(["ideal max(producer, consumer)", f"{ideal:.3f} s", "", "1.000"])
+    served = min(times["served"])
+    return rows, [
+        Result("2. Fuel's workload: served vs ideal", f"{served:.3f} s", f"{ideal:.3f} s", f"{served / ideal:.3f}")
+    ]
+
+
+def bench_curve(directory: str, count: int, repeats: int) -> tuple[list[list[str]], list[Result]]:
+    public, secret = zmq.curve_keypair()
+    plain = ServerProcess("batches", directory, 256, count)
+    curve = ServerProcess("batches", directory, 256, count, keys=f"{public.decode()},{secret.decode()}")
+    try:
+        runs = {
+            "served, plain": served_run(plain.address),
+            "served, CURVE": served_run(curve.address, server_key=public),
+        }
+        times = measure(runs, repeats)
+    finally:
+        plain.stop()
+        curve.stop()
+    gigabytes = 256 * WIDTH * 8 * count / 1e9
+    rows = [
+        [name, f"{min(t):.3f} s", f"{statistics.median(t):.3f} s", f"{gigabytes / min(t):.2f}"]
+        for name, t in times.items()
+    ]
+    plain_s, curve_s = min(times["served, plain"]), min(times["served, CURVE"])
+    return rows, [Result("3. CURVE on vs off", f"{curve_s:.3f} s", f"{plain_s:.3f} s", f"{plain_s / curve_s:.2f}")]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke test: few batches and repeats")
+    parser.add_argument("--serve", help=argparse.SUPPRESS)
+    parser.add_argument("--data", help=argparse.SUPPRESS)
+    parser.add_argument("--batch", type=int, default=256, help=argparse.SUPPRESS)
+    parser.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--keys", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        return serve_main(args.serve, args.data, args.batch, args.count, args.keys)
+    count, repeats = (40, 2) if args.quick else (400, 5)
+    with tempfile.TemporaryDirectory() as directory:
+        print(
+            f"lazyseq {lazyseq.__version__}, pyzmq {zmq.__version__} (libzmq {zmq.zmq_version()}), {os.cpu_count()} cores"
+        )
+        loader_rows, results = bench_loader_bound(directory, count, repeats)
+        print(
+            f"\n1. loader-bound, {count} batches per run (best and median of {repeats}; from connect to the last batch)"
+        )
+        print(table(["batches", "run", "best", "median", "GB/s"], loader_rows))
+        fuel_rows, fuel_results = bench_fuel(repeats)
+        print(
+            f"\n2. Fuel's tutorial workload: {FUEL_BATCHES} batches, {FUEL_PRODUCE * 1e3:g} ms to make, {FUEL_TRAIN * 1e3:g} ms to train on"
+        )
+        print(table(["run", "best", "median", "vs ideal"], fuel_rows))
+        curve_rows, curve_results = bench_curve(directory, count, repeats)
+        print("\n3. CURVE encryption, loader-bound batches of 256 x 248")
+        print(table(["run", "best", "median", "GB/s"], curve_rows))
+    print(
+        "\nsummary (ratio: the reference's time / lazyseq's, above 1 when lazyseq is faster; in 2, served time / ideal)"
+    )
+    print(summary(results + fuel_results + curve_results))
+
+
+if __name__ == "__main__":
+    main()
