@@ -15,7 +15,11 @@ from __future__ import annotations
 
 import os
 import re
+import threading
+from collections.abc import Iterator
 from typing import Any, NoReturn
+
+import numpy as np
 
 from ..arguments import integer
 from ..loading.options import LoaderOptions, Method
@@ -28,7 +32,7 @@ from ..views.itemtypes import SequenceLike
 from ..views.sources import as_view
 from .npy import open_npy
 from .shard_directory import ProgressLog, finish, prepare
-from .shard_files import matches, npy_header, write_npy_files
+from .shard_files import matches, npy_header, remove_temporaries, write_npy_files
 from .shard_layout import Layout, ShardRecord, read_batch
 
 __all__ = ["ShardWrites", "write_npy"]
@@ -39,6 +43,8 @@ class ShardWrites(View[ShardRecord]):
 
     A shard that ``trusted`` has a record of is only checked: kept if its
     files on disk have the recorded sizes and checksums, written again if not.
+    After :meth:`abandon`, shards being written in this process (by worker
+    threads) stop at their next block and remove their temporary files.
     """
 
     kind = "write_npy"
@@ -50,6 +56,7 @@ class ShardWrites(View[ShardRecord]):
         self._directory = directory
         self._trusted = trusted
         self._len = layout.shard_count
+        self._writing = _InProgress()
 
     def _get(self, i: int) -> ShardRecord:
         layout, directory = self._layout, self._directory
@@ -59,17 +66,60 @@ class ShardWrites(View[ShardRecord]):
         if known is not None and known.rows == len(rows) and [f.name for f in known.files] == names:
             if all(matches(directory, file) for file in known.files):
                 return known
-        step = layout.block_rows
-        blocks = (
-            layout.read(self._items, range(start, min(start + step, rows.stop)))
-            for start in range(rows.start, rows.stop, step)
-        )
         headers = [npy_header(field, len(rows)) for field in layout.fields]
-        return ShardRecord(i, len(rows), write_npy_files(directory, names, headers, blocks))
+        with self._writing:
+            return ShardRecord(i, len(rows), write_npy_files(directory, names, headers, self._blocks(rows)))
+
+    def _blocks(self, rows: range) -> Iterator[list[np.ndarray]]:
+        step = self._layout.block_rows
+        for start in range(rows.start, rows.stop, step):
+            self._writing.check()
+            yield self._layout.read(self._items, range(start, min(start + step, rows.stop)))
+
+    def abandon(self) -> None:
+        """Stop the shards being written in this process, and wait until they have cleaned up."""
+        self._writing.abandon()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_writing": None}  # a worker process has its own
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _writing=_InProgress())
 
     def _describe(self) -> str:
         layout = self._layout
         return f"write_npy({self._directory!r}, {layout.shard_count} shards of {layout.rows_per_shard} rows)"
+
+
+class _InProgress:
+    """How many shards are being written in this process, and whether they should stop."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._stop = False
+        self._changed = threading.Condition()
+
+    def __enter__(self) -> None:
+        with self._changed:
+            self._count += 1
+
+    def __exit__(self, *exc_info: object) -> None:
+        with self._changed:
+            self._count -= 1
+            self._changed.notify_all()
+
+    def check(self) -> None:
+        if self._stop:
+            raise _Abandoned("write_npy stopped: another shard failed")
+
+    def abandon(self) -> None:
+        with self._changed:
+            self._stop = True
+            self._changed.wait_for(lambda: self._count == 0)
+
+
+class _Abandoned(Exception):
+    """Raised in a worker thread's shard once the run has failed elsewhere (nobody reads it)."""
 
 
 def write_npy(
@@ -145,8 +195,9 @@ def write_npy(
     layout = Layout.of_items(first, length, rows_per_shard, bytes_per_shard)
     parameters = {"rows_per_shard": rows_per_shard, "bytes_per_shard": bytes_per_shard}
     trusted = prepare(directory, layout, parameters, resume, overwrite)
+    writes = ShardWrites(items, layout, directory, trusted)
     loader: PrefetchView[ShardRecord] = PrefetchView(
-        ShardWrites(items, layout, directory, trusted), options, max_buffered=2 * max(1, options.nworkers), shm_size=0
+        writes, options, max_buffered=2 * max(1, options.nworkers), shm_size=0
     )
     records = []
     try:
@@ -161,8 +212,12 @@ def write_npy(
                     log.append(record)
                 records.append(record)
                 bar.update()
-    finally:
+    except BaseException:  # the shards still in progress are of no use: stop them, and leave no temporary file
+        writes.abandon()
         loader.close()
+        remove_temporaries(directory)
+        raise
+    loader.close()
     finish(directory, layout, parameters, records)
     return open_npy(directory)
 
