@@ -135,6 +135,7 @@ class ProgressLog:
 
 def finish(directory: str, layout: Layout, parameters: dict[str, Any], records: Iterable[ShardRecord]) -> None:
     """Write the manifest (atomically, last of all) and remove the progress log."""
+    sync_directory(directory)  # every shard's rename lasts before the manifest's does
     header = json.dumps({**_header(layout, parameters), "shards": []}, indent=1)
     shards = ",\n".join(f"  {json.dumps(record.to_json())}" for record in records)  # one line per shard
     text = header.replace('"shards": []', f'"shards": [\n{shards}\n ]')

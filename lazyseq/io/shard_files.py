@@ -2,9 +2,10 @@
 
 Every file is written under a temporary name in its directory (hidden,
 ending in ``.tmp``), flushed and synced to disk, then renamed to its final
-name, and the directory is synced so that the rename lasts too. A process
-killed at any moment leaves a final name holding a complete file, or nothing
-but a temporary file, which the next run removes (:func:`remove_temporaries`).
+name. A process killed at any moment leaves a final name holding a complete
+file, or nothing but a temporary file, which the next run removes
+(:func:`remove_temporaries`). Syncing the directory makes the renames before
+it last through a power loss: the manifest does so before its own.
 """
 
 from __future__ import annotations
@@ -100,7 +101,10 @@ def write_npy_files(
     """Write one ``.npy`` file per field, each ``headers[j]`` then the rows of field ``j`` of every block.
 
     The files get their final ``names`` together, once all of them are complete
-    and on disk; an exception on the way removes every temporary file.
+    and on disk; an exception on the way removes every temporary file. The
+    directory is not synced here (once per file would cost as much as the
+    files): whoever relies on the renames lasting syncs it once, after all of
+    them (the manifest is written so).
     """
     paths = [os.path.join(directory, name) for name in names]
     temporaries = [temporary_name(path) for path in paths]
@@ -122,7 +126,6 @@ def write_npy_files(
         for temporary in temporaries:
             _remove_quietly(temporary)
         raise
-    sync_directory(directory)
     return tuple(ShardFile(name, s.size, s.crc32) for name, s in zip(names, sums))
 
 
