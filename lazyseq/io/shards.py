@@ -162,19 +162,19 @@ def write_npy(
     files; the result is the same as an uninterrupted run's. It assumes the
     items are the same as before: ``resume=False`` recomputes every shard.
     A directory written with other parameters (another layout, length or
-    ``rows_per_shard``), or holding shard files without a manifest, is a
-    ``FileExistsError`` unless ``overwrite=True``, which removes them and
-    writes everything anew. An exception in the pipeline is raised as an
+    ``rows_per_shard``), or holding files named like shards that no manifest
+    or progress log records, is a ``FileExistsError`` unless
+    ``overwrite=True``, which removes them and writes everything anew. An exception in the pipeline is raised as an
     :class:`~lazyseq.EvaluationError` naming the shard and the item.
     ``progress`` shows a bar over the shards (see :mod:`lazyseq.progress`).
 
-    >>> import tempfile
+    >>> import os, tempfile
     >>> import numpy as np
     >>> import lazyseq
     >>> folder = tempfile.mkdtemp()
     >>> squares = lazyseq.smap(lambda x: x * x, np.arange(10.0))
     >>> written = lazyseq.write_npy(squares, folder, rows_per_shard=4, nworkers=2)
-    >>> sorted(name for name in os.listdir(folder))
+    >>> sorted(os.listdir(folder))
     ['data-00000.npy', 'data-00001.npy', 'data-00002.npy', 'manifest.json']
     >>> np.load(os.path.join(folder, "data-00002.npy")), written[3]
     (array([64., 81.]), np.float64(9.0))
