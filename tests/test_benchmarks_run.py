@@ -58,3 +58,9 @@ def test_server_benchmark_quick_run():
     assert "| 1. 256 x 248 (0.5 MiB): served vs local prefetch" in out
     assert "| 2. Fuel's workload: served vs ideal (consumer alone)" in out
     assert "| 3. CURVE on vs off" in out
+
+
+def test_shards_benchmark_quick_run():
+    out = quick_run("bench_shards.py")
+    assert "| 1. 1 ms/row transform, write_npy 2 processes vs two independent processes" in out
+    assert "| 2. cheap pipeline, write_npy, 2 threads vs np.save + fsync" in out
