@@ -16,6 +16,7 @@ def assorted_item(i):
         "empty": np.zeros((0, 3), np.int16),
         "special": (float("nan"), float("inf"), -float("inf")),
         "big": 2**70 + i,
+        "caption": (np.str_(""), np.bytes_(b""), np.str_("é" * i)),
         7: np.float16(i),
     }
 

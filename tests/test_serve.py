@@ -109,6 +109,8 @@ def test_wire_round_trip_keeps_values_and_types():
         ((1, {"a": [{2, 3}]}), "the item[1]['a'][0] is a builtins.set, which cannot be sent"),
         (np.zeros(2, dtype=[("a", "f4")]), "the item has a structured dtype ([('a', '<f4')])"),
         ([served_pipelines], "the item[0] is a builtins.module, which cannot be sent"),
+        (np.ma.masked_array([1, 2], [0, 1]), "the item is a numpy.ma.MaskedArray: only plain numpy arrays are sent"),
+        ({"n": 2**5000}, "the item['n'] is an int of 5001 bits: larger than 4096 bits cannot be sent"),
     ],
 )
 def test_wire_refuses_what_needs_code_to_rebuild(item, message):
@@ -139,6 +141,12 @@ def test_wire_rejects_malformed_items(tree, buffers, message):
     assert str(caught.value) == message
 
 
+def test_wire_keeps_complex_numbers_with_nan_and_inf():
+    tree, buffers = wire.encode([complex(float("nan"), 1), complex(0, float("-inf"))])
+    nan, inf = wire.decode(wire.loads(wire.dumps(tree)), buffers)
+    assert nan.real != nan.real and nan.imag == 1 and inf == complex(0, float("-inf"))
+
+
 def test_wire_rejects_deep_nesting_and_bad_json():
     deep = 0
     for _ in range(wire.MAX_DEPTH + 2):
@@ -147,6 +155,8 @@ def test_wire_rejects_deep_nesting_and_bad_json():
         wire.decode(deep, [])
     with pytest.raises(wire.ProtocolError, match="a header is not valid JSON"):
         wire.loads(b"\xff{")
+    with pytest.raises(wire.ProtocolError, match="Exceeds the limit"):  # a ValueError of json, not a crash
+        wire.loads(b"1" * 5000)
 
 
 # -- values ---------------------------------------------------------------------------------
@@ -319,10 +329,11 @@ def test_garbage_is_logged_and_the_server_goes_on(caplog):
         rogue.send_multipart([wire.TAG, b"launch", b"{}"])
         rogue.send_multipart([wire.TAG, b"get", b'{"req": "x", "index": 1}'])
         rogue.send_multipart([wire.TAG, b"get", b"{}", b"extra"])
-        rogue.send_multipart([wire.TAG, b"get", b"[" * 200_000])  # over the size limit: dropped by ZeroMQ
+        rogue.send_multipart([wire.TAG, b"sync", b"{}"])  # answered once the messages before it were read
+        assert rogue.recv_multipart() == [wire.TAG, b"synced", b"{}"]
+        rogue.send_multipart([wire.TAG, b"get", b"[" * 200_000])  # over the size limit: cut off by ZeroMQ
         with lazyseq.connect(server.address) as remote:
             assert list(remote) == list(range(10))
-            remote._connection.send(b"sync", {})  # the rogue's messages came first: all were read by now
         rogue.close()
         context.term()
     reasons = [r.getMessage().split(": ", 1)[1] for r in caplog.records if r.getMessage().startswith("rejected")]
@@ -471,3 +482,52 @@ def test_worker_processes_read_a_served_view_over_connections_of_their_own(start
         with lazyseq.prefetch(doubled, nworkers=2, method="process", start_method=start_method) as ahead:
             assert list(ahead) == [2 * i for i in range(100)]
         assert remote[99] == 99  # the parent's connection is still its own
+
+
+def test_a_huge_request_or_item_harms_only_itself(caplog):
+    caplog.set_level(logging.WARNING, logger="lazyseq.serve")
+    items = lazyseq.smap(lambda i: 10**5000 if i == 1 else i, range(5))
+    with lazyseq.serve(items, LOOPBACK) as server, lazyseq.connect(server.address) as remote:
+        remote._connection._socket.send_multipart([wire.TAG, b"get", b'{"req": ' + b"1" * 5000 + b', "index": 0}'])
+        with pytest.raises(lazyseq.EvaluationError, match="item 1 cannot be sent: the item is an int of 16610 bits"):
+            remote[1]
+        assert [remote[i] for i in range(5) if i != 1] == [0, 2, 3, 4]
+    assert any("Exceeds the limit" in r.getMessage() for r in caplog.records)
+
+
+def test_pings_from_strangers_leave_nothing_on_the_server():
+    with lazyseq.serve(range(3), LOOPBACK) as server:
+        context = zmq.Context()
+        rogue = context.socket(zmq.DEALER)
+        rogue.setsockopt(zmq.LINGER, 0)
+        rogue.connect(server.address)
+        for _ in range(200):
+            rogue.send_multipart([wire.TAG, b"ping", wire.dumps({"client": os.urandom(16).hex(), "timeout": 9e4})])
+        for _ in range(200):
+            assert rogue.recv_multipart()[1] == b"pong"
+        assert server._loop._seen == {}
+        rogue.close()
+        context.term()
+
+
+def test_out_of_order_reads_compute_only_what_is_read():
+    computed = []
+    items = lazyseq.smap(lambda i: computed.append(i) or i, range(100))  # worker threads: the same process
+    with (
+        lazyseq.serve(items, LOOPBACK, nworkers=2, max_buffered=8) as server,
+        lazyseq.connect(server.address) as remote,
+    ):
+        picks = np.random.default_rng(0).permutation(100)[:20].tolist()
+        assert [remote[i] for i in picks] == picks
+        assert sorted(computed) == sorted(picks)
+
+
+def test_a_forked_child_leaves_the_parent_server_running():
+    with lazyseq.serve(range(3), LOOPBACK) as server:
+        pid = os.fork()
+        if pid == 0:  # the child inherits the server object: what its exit runs must not stop the parent's
+            server._finalizer()
+            os._exit(0)
+        os.waitpid(pid, 0)
+        with lazyseq.connect(server.address, timeout=5) as remote:
+            assert list(remote) == [0, 1, 2]

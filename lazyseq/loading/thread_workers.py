@@ -121,8 +121,8 @@ class ThreadWorkers:
             if thread is not current:
                 thread.join(JOIN_SECONDS)
         write_end, self._notify[0] = self._notify[0], -1
-        if write_end >= 0:
-            for fd in self._notify_fds:
+        if write_end >= 0 and not any(t.is_alive() for t in self._threads if t is not current):
+            for fd in self._notify_fds:  # (a thread still busy in a user function keeps them: it may write)
                 os.close(fd)
 
 
@@ -153,9 +153,10 @@ def _serve(
 ) -> None:
     def put(entry: tuple) -> None:
         results.put(entry)
-        if notify[0] >= 0:
+        fd = notify[0]  # read once: close() may set it to -1 meanwhile, never to another descriptor
+        if fd >= 0:
             try:
-                os.write(notify[0], b"r")
+                os.write(fd, b"r")
             except OSError:  # full (the reader will look anyway) or closed
                 pass
 

@@ -17,6 +17,8 @@ from .failures import restore_failure
 
 __all__ = ["RemoteStream", "RemoteView", "connect"]
 
+RECENT = 256  # stream items remembered as handed out: sent again after a lost connection, they are dropped
+
 
 class RemoteView(View):
     """The items of a view served by :func:`~lazyseq.serve`, read by index over a socket.
@@ -89,7 +91,7 @@ class RemoteView(View):
 
     def _receive_one(self, i: int) -> None:
         kind, header, buffers = self._connection.receive(waiting_for=f"item {i}")
-        if kind == b"restarted":  # what the old server had been asked is lost: ask again
+        if kind in (b"restarted", b"silent"):  # what was asked may be lost: ask again (answers twice are dropped)
             for number, index in list(self._asked.items()):
                 self._connection.send(b"get", {"req": number, "index": index})
             return
@@ -102,7 +104,10 @@ class RemoteView(View):
         del self._asking[j]
         where = f"the server at {self.address}"
         if kind == b"item":
-            self._arrived[j] = ("ok", wire.decode(header.get("tree"), buffers))
+            try:
+                self._arrived[j] = ("ok", wire.decode(header.get("tree"), buffers))
+            except wire.ProtocolError as error:
+                self._arrived[j] = ("error", error)
         elif kind == b"error":
             self._arrived[j] = ("error", restore_failure(header, where))
         else:
@@ -139,6 +144,7 @@ class RemoteStream(Iterator):
         self._ahead = ahead
         self._received: deque[tuple[int, str, Any]] = deque()
         self._asked = 0  # items asked for and not received
+        self._handed: deque[int] = deque(maxlen=RECENT)  # the items handed out last (their acks may be lost)
         self._ended = False
         self._lock = threading.Lock()
 
@@ -160,6 +166,7 @@ class RemoteStream(Iterator):
                     raise StopIteration
                 self._receive_one()
             seq, status, value = self._received.popleft()
+            self._handed.append(seq)
             self._ask(1, [seq])  # delivered: acknowledged, and one more asked for
         if status == "error":
             try:
@@ -177,19 +184,27 @@ class RemoteStream(Iterator):
         kind, header, buffers = self._connection.receive(waiting_for=waiting_for)
         if kind == b"restarted":  # a new server: it knows nothing of what was asked
             self._connection.send(b"next", {"more": self._asked, "ack": []})
+        elif kind == b"silent":  # what the server sent may be lost: it sends again what was not acknowledged
+            have = [seq for seq, _, _ in self._received]
+            self._connection.send(b"next", {"more": 0, "ack": list(self._handed), "resend": have})
         elif kind == b"end":
             self._ended = True
             self._asked = 0
         elif kind in (b"item", b"error") and isinstance(header, dict) and type(header.get("seq")) is int:
             seq = header["seq"]
+            if seq in self._handed or any(seq == s for s, _, _ in self._received):
+                return kind  # sent again after a silence, but it had arrived
             self._asked = max(0, self._asked - 1)
             if kind == b"item":
-                self._received.append((seq, "ok", wire.decode(header.get("tree"), buffers)))
+                try:
+                    self._received.append((seq, "ok", wire.decode(header.get("tree"), buffers)))
+                except wire.ProtocolError as malformed:  # handed out (and acknowledged) as this item's failure
+                    self._received.append((seq, "error", malformed))
             else:
-                error = restore_failure(header, f"the server at {self.address}")
-                chain = getattr(error, errors.REMOTE_CHAIN)
-                setattr(error, errors.REMOTE_CHAIN, f"stream[{seq}]" + (f" -> {chain}" if chain else ""))
-                self._received.append((seq, "error", error))
+                failure = restore_failure(header, f"the server at {self.address}")
+                chain = getattr(failure, errors.REMOTE_CHAIN)
+                setattr(failure, errors.REMOTE_CHAIN, f"stream[{seq}]" + (f" -> {chain}" if chain else ""))
+                self._received.append((seq, "error", failure))
         return kind
 
     def sync(self) -> None:

@@ -113,10 +113,14 @@ class Connection:
         """The next message from the server: ``(kind, header, buffers)``.
 
         ``ServerLost`` once the server has not answered (heartbeats included)
-        for ``timeout``; ``kind`` is ``b"restarted"`` when a new server
-        instance answers at the address (what was asked of the old one is lost).
+        for ``timeout``. ``kind`` is ``b"restarted"`` when a new server
+        instance answers at the address (what was asked of the old one is
+        lost), and ``b"silent"`` when the server answers heartbeats but sent
+        nothing else for ``2 * interval`` (an answer may have been lost with a
+        connection that broke: the caller asks again).
         """
         poller, beat = self._poller, self.heartbeat
+        quiet_since = time.monotonic()
         while True:
             if poller.poll(int(self.interval * 1000)):
                 frames = self._socket.recv_multipart(copy=False)
@@ -124,9 +128,12 @@ class Connection:
                     return self._parse(frames)
                 except wire.ProtocolError:
                     continue  # not from a lazyseq server: ignored
+            now = time.monotonic()
             if beat.server is not None and self.server is not None and beat.server != self.server:
                 self.server = beat.server
                 return b"restarted", {}, []
+            if now - quiet_since > 2 * self.interval and now - beat.last_answer < self.interval * 1.5:
+                return b"silent", {}, []
             silent = time.monotonic() - beat.last_answer
             if silent > self.timeout:
                 raise ServerLost(

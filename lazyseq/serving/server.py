@@ -6,6 +6,7 @@ The work is done by :class:`.server_loop.ServerLoop`, in a thread of its own;
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Sequence
@@ -45,7 +46,7 @@ class Server:
         self._info = self._loop.info
         self.closed = False
         self._stopped = threading.Event()
-        self._finalizer = weakref.finalize(self, self._loop.stop)
+        self._finalizer = weakref.finalize(self, _stop_in, os.getpid(), self._loop.stop)
 
     @staticmethod
     def _service_for(source: Any, options: LoaderOptions, max_buffered: int) -> ViewService | StreamService:
@@ -89,6 +90,12 @@ class Server:
         state = "closed" if self.closed else "serving"
         what = self._info.get("label", "a stream")
         return f"<lazyseq.Server {state} {what} at {self.address}>"
+
+
+def _stop_in(pid: int, stop: Callable[[], None]) -> None:
+    """Stop the server, but only in the process that started it (a forked child inherits the finalizer)."""
+    if os.getpid() == pid:
+        stop()
 
 
 def serve(

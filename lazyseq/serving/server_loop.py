@@ -118,7 +118,10 @@ class ServerLoop:
 
     def stop(self) -> None:
         """Stop the thread; the service, its workers and the sockets are released. Call it once."""
-        os.write(self._stopper_fd, b"s")
+        try:
+            os.write(self._stopper_fd, b"s")
+        except OSError:  # the thread ended already (it closed the other end)
+            pass
         if self.thread is not threading.current_thread():
             self.thread.join()
         os.close(self._stopper_fd)
@@ -151,11 +154,14 @@ class ServerLoop:
                 if router in ready:
                     for _ in range(MAX_REQUESTS_AT_ONCE):  # then results get their turn
                         try:
-                            frames = router.recv_multipart(zmq.NOBLOCK)
+                            frames = router.recv_multipart(zmq.NOBLOCK, copy=False)
                         except zmq.Again:
                             break
                         self._receive(frames)
-                service.work()
+                try:
+                    service.work()
+                except Exception:  # a bug, not a consumer's doing: logged, and the server goes on
+                    log.exception("the server at %s failed to hand out results", self.address)
                 now = time.monotonic()
                 if now - last_sweep > SWEEP_SECONDS:
                     last_sweep = now
@@ -176,14 +182,17 @@ class ServerLoop:
             self._router.send_multipart([consumer, wire.TAG, kind, wire.dumps(header), *buffers], copy=False)
         except zmq.ZMQError as error:  # the consumer is gone: what it asked for is dropped
             log.debug("could not send to consumer %s: %s", consumer.hex(), error)
+        except ValueError as error:  # wire.encode lets nothing through that JSON refuses: a bug
+            log.error("could not send a %r message to consumer %s: %s", kind, consumer.hex(), error)
 
     def _sweep(self, now: float) -> None:
         """Forget the consumers that went silent for longer than their timeout."""
+        seen = self._seen
+        for consumer in [c for c, (heard, timeout) in seen.items() if now - heard > timeout]:
+            del seen[consumer]
         for consumer in self._service.consumers:
-            heard, timeout = self._seen.get(consumer, (0.0, 0.0))
-            if now - heard > timeout:
+            if consumer not in seen:
                 log.info("consumer %s went silent: freeing what it held", consumer.hex())
-                self._seen.pop(consumer, None)
                 self._service.forget(consumer)
 
     def _act_on(self, consumer: bytes, kind: bytes, header: Any) -> None:
@@ -196,17 +205,18 @@ class ServerLoop:
         else:
             service.handle(consumer, kind, header)
 
-    def _receive(self, frames: list[bytes]) -> None:
-        consumer = frames[0]
+    def _receive(self, received: list) -> None:
+        """Act on one message (frames not copied yet: only a well-formed request is read)."""
+        consumer = received[0].bytes
         try:
-            if len(frames) < 4 or frames[1] != wire.TAG:
+            if len(received) < 4 or received[1].bytes != wire.TAG:
                 raise wire.ProtocolError("not a lazyseq message (wrong protocol tag or too few frames)")
-            kind = frames[2]
+            kind = received[2].bytes
             if kind not in _CONSUMER_KINDS:
                 raise wire.ProtocolError(f"unknown request {kind[:20]!r}")
-            if len(frames) != 4:
+            if len(received) != 4:
                 raise wire.ProtocolError(f"a {kind.decode()!r} request carries no buffers")
-            header = wire.loads(frames[3])
+            header = wire.loads(received[3].buffer)
             if kind == b"ping":
                 self._heartbeat(consumer, header)
                 return
@@ -220,6 +230,8 @@ class ServerLoop:
             self._act_on(consumer, kind, header)
         except wire.ProtocolError as error:
             log.warning("rejected a message from %s: %s", consumer.hex(), error)
+        except Exception:  # a bug, not the consumer's doing: logged, and the server goes on
+            log.exception("the server at %s failed on a message from %s", self.address, consumer.hex())
 
     def _heartbeat(self, sender: bytes, header: Any) -> None:
         if type(header) is not dict or type(header.get("client")) is not str:
@@ -228,7 +240,8 @@ class ServerLoop:
             consumer = bytes.fromhex(header["client"])
         except ValueError:
             raise wire.ProtocolError("a ping's 'client' is not hexadecimal") from None
-        self._seen[consumer] = (time.monotonic(), _timeout(header))
+        if consumer in self._seen:  # only a consumer that said hello: pings do not make entries
+            self._seen[consumer] = (time.monotonic(), _timeout(header))
         self._send(sender, b"pong", {"server": self._token}, [])
 
 

@@ -98,6 +98,12 @@ class StreamService:
         state = self._consumers.setdefault(consumer, _Consumer())
         for seq in acks:
             state.unacked.pop(seq, None)
+        have = header.get("resend")
+        if type(have) is list:  # the consumer heard nothing for a while: what it lacks is sent again
+            have = {s for s in have if type(s) is int}
+            for seq, (kind, item_header, buffers) in sorted(state.unacked.items()):
+                if seq not in have:
+                    self.send(consumer, kind, item_header, buffers)
         state.wanted = max(0, min(state.wanted + more, self._max_wanted - len(state.unacked)))
         self._hand_out()
 

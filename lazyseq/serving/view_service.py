@@ -30,13 +30,14 @@ Send = Callable[[bytes, bytes, Any, list], None]  # (consumer, kind, header, buf
 class _Reads:
     """What one consumer asked for and what is computed for it."""
 
-    __slots__ = ("waiting", "held", "last", "frontier")
+    __slots__ = ("waiting", "held", "last", "frontier", "steady")
 
     def __init__(self) -> None:
         self.waiting: dict[int, list[int]] = {}  # index -> the request numbers waiting for it
         self.held: set[int] = set()  # indices computed or in progress for this consumer
         self.last = -1  # the index asked for last: reads are assumed to start in order
         self.frontier = 0  # the next index to compute ahead while reads go in order
+        self.steady = True  # whether the last read followed the one before: only then are items computed ahead
 
 
 class ViewService:
@@ -75,8 +76,12 @@ class ViewService:
             self.send(consumer, b"error", {"req": req, "index": i, **_index_error(i, n)}, [])
             return
         reads = self._reads.setdefault(consumer, _Reads())
-        reads.waiting.setdefault(i, []).append(req)
-        if i != reads.last + 1:  # a jump: what was computed ahead is not wanted any more
+        waiting = reads.waiting.setdefault(i, [])
+        if req in waiting:  # asked again after a silence: answered once
+            return
+        waiting.append(req)
+        reads.steady = i == reads.last + 1
+        if not reads.steady:  # a jump: what was computed ahead is not wanted any more
             self._drop_ahead(consumer, reads)
             reads.frontier = i + 1
         reads.last = i
@@ -84,10 +89,10 @@ class ViewService:
         key = (consumer, i)
         if key in engine.ready:
             self._deliver(consumer, reads, i, engine.ready.pop(key))
-        elif i not in reads.held:
-            reads.held.add(i)
-            self._submit(engine, [(key, i)])
-        self._compute_ahead(consumer, reads)
+        else:
+            self._submit(engine, self._hold(engine, consumer, reads, [i]))
+        if reads.steady:
+            self._compute_ahead(consumer, reads)
 
     def forget(self, consumer: bytes) -> None:
         """Drop what is held for a consumer that left or died (tasks in progress end unread)."""
@@ -119,27 +124,46 @@ class ViewService:
         except LoaderError as error:
             self._engine_failed(error)
 
+    @staticmethod
+    def _hold(engine: Engine, consumer: bytes, reads: _Reads, indices: list[int]) -> list:
+        """Mark ``indices`` as computed for ``consumer``; the tasks to send (others are on their way, or resumed)."""
+        tasks = []
+        for i in indices:
+            reads.held.add(i)
+            key = (consumer, i)
+            if key in engine.cancelled:  # wanted again before it was skipped
+                engine.workers.resume(key)
+                engine.cancelled.discard(key)
+            elif key not in engine.pending and key not in engine.ready:
+                tasks.append((key, i))
+        return tasks
+
     def _compute_ahead(self, consumer: bytes, reads: _Reads) -> None:
         n = self.view._len
         ahead = len(reads.held) - len(reads.waiting)
-        tasks = []
+        wanted = []
         j = max(reads.frontier, reads.last + 1)
         while ahead < self.max_buffered and (n is None or j < n):
             if j not in reads.held:
-                reads.held.add(j)
-                tasks.append(((consumer, j), j))
+                wanted.append(j)
                 ahead += 1
             j += 1
         reads.frontier = j
-        if tasks:
-            self._submit(self._running_engine(), tasks)
+        if wanted:
+            engine = self._running_engine()
+            self._submit(engine, self._hold(engine, consumer, reads, wanted))
 
     def _drop_ahead(self, consumer: bytes, reads: _Reads) -> None:
+        """Forget the items computed ahead that were not asked for; cancel those not started."""
         engine = self._engine
         for i in [i for i in reads.held if i not in reads.waiting]:
             reads.held.discard(i)
             if engine is not None:
-                engine.ready.pop((consumer, i), None)  # one still in progress is dropped when it arrives
+                key = (consumer, i)
+                engine.ready.pop(key, None)
+                if key in engine.pending and key not in engine.cancelled:
+                    engine.workers.cancel(key)
+                    engine.cancelled.add(key)
 
     def work(self) -> None:
         """Take the results that have arrived, and send those that consumers asked for."""
@@ -158,7 +182,14 @@ class ViewService:
                 del engine.ready[key]
             elif i in reads.waiting:
                 self._deliver(consumer, reads, i, engine.ready.pop(key))
-                self._compute_ahead(consumer, reads)
+                if reads.steady:
+                    self._compute_ahead(consumer, reads)
+        for consumer, reads in self._reads.items():  # a task skipped after a cancel that came too late
+            lost = [
+                i for i in reads.waiting if (consumer, i) not in engine.pending and (consumer, i) not in engine.ready
+            ]
+            if lost:
+                self._submit(engine, self._hold(engine, consumer, reads, lost))
 
     def _deliver(self, consumer: bytes, reads: _Reads, i: int, done: Done) -> None:
         reqs = reads.waiting.pop(i)

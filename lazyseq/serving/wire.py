@@ -48,6 +48,7 @@ __all__ = ["MAX_DEPTH", "TAG", "ProtocolError", "decode", "dumps", "encode", "lo
 
 TAG = b"lazyseq/1"  # the first frame of every message: which protocol, which version
 MAX_DEPTH = 64  # nesting deeper than this is refused, on both sides
+MAX_INT_BITS = 4096  # larger ints are refused (JSON parsers stop at about 4,300 digits)
 _MAX_DTYPE_CHARS = 32
 
 
@@ -64,7 +65,7 @@ def loads(frame: bytes | memoryview) -> Any:
     """A header from the bytes of its frame; :class:`ProtocolError` if it is not JSON."""
     try:
         return json.loads(bytes(frame))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+    except (ValueError, RecursionError) as error:  # not JSON, not UTF-8, an int too long to convert...
         raise ProtocolError(f"a header is not valid JSON ({error})") from None
 
 
@@ -84,11 +85,22 @@ def _encode(value: Any, buffers: list, where: str, depth: int) -> Any:
     if depth > MAX_DEPTH:
         raise TypeError(f"{where} is nested more than {MAX_DEPTH} levels deep")
     kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:
+    if kind is int or (kind is not bool and isinstance(value, int)):
+        if value.bit_length() > MAX_INT_BITS:
+            raise TypeError(
+                f"{where} is an int of {value.bit_length()} bits: larger than {MAX_INT_BITS} bits cannot be sent"
+            )
+        return int(value)  # a subclass (an IntEnum...) is sent as the plain value
+    if kind is str or kind is bool or value is None:
         return value
     if kind is float:
         return value if math.isfinite(value) else {"f": repr(value)}  # JSON has no nan or inf
     if isinstance(value, np.ndarray):
+        if type(value) is not np.ndarray and not isinstance(value, np.memmap):  # a masked array, a matrix...
+            raise TypeError(
+                f"{where} is a {type(value).__module__}.{type(value).__qualname__}: only plain numpy arrays are sent "
+                "(what the subclass adds, a mask for one, would be lost); convert it with np.asarray or send its parts"
+            )
         if value.dtype.hasobject:
             raise TypeError(
                 f"{where} is an array of Python objects (dtype {value.dtype}): only arrays of plain data can be "
@@ -99,8 +111,9 @@ def _encode(value: Any, buffers: list, where: str, depth: int) -> Any:
     if isinstance(value, np.generic):
         if value.dtype.hasobject:
             raise TypeError(f"{where} is a numpy object scalar: only plain data can be sent")
-        buffers.append(_raw_bytes(np.asarray(value)))
-        return {"s": [len(buffers) - 1, _dtype_name(value.dtype, where)]}
+        scalar = np.asarray(value)  # its dtype, not the scalar's: an empty np.str_ is one "<U1", not "<U0"
+        buffers.append(_raw_bytes(scalar))
+        return {"s": [len(buffers) - 1, _dtype_name(scalar.dtype, where)]}
     if isinstance(value, tuple):
         return {"t": [_encode(v, buffers, f"{where}[{k}]", depth + 1) for k, v in enumerate(value)]}
     if isinstance(value, list):
@@ -117,8 +130,6 @@ def _encode(value: Any, buffers: list, where: str, depth: int) -> Any:
         return {"b": len(buffers) - 1}
     if isinstance(value, complex):
         return {"c": [_encode(value.real, buffers, where, depth), _encode(value.imag, buffers, where, depth)]}
-    if isinstance(value, int):  # subclasses (an IntEnum...): sent as the plain value
-        return int(value)
     if isinstance(value, float):
         return _encode(float(value), buffers, where, depth)
     if isinstance(value, str):
@@ -193,10 +204,10 @@ def _decode(node: Any, buffers: Sequence, used: list, depth: int) -> Any:
     if tag == "b":
         return bytes(_buffer(buffers, used, body))
     if tag == "c":
-        real, imag = _fields(body, tag, 2)
-        if not all(type(part) in (int, float) for part in (real, imag)):
+        parts = [_decode(part, buffers, used, depth + 1) for part in _fields(body, tag, 2)]
+        if not all(type(part) in (int, float) for part in parts):
             raise ProtocolError(f"a complex number has parts that are not numbers: {_short(body)}")
-        return complex(real, imag)
+        return complex(*parts)
     if tag == "f":
         if body not in ("nan", "inf", "-inf"):
             raise ProtocolError(f"not a special float: {_short(body)}")
