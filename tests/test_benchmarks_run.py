@@ -58,3 +58,10 @@ def test_server_benchmark_quick_run():
     assert "| 1. 256 x 248 (0.5 MiB): served vs local prefetch" in out
     assert "| 2. Fuel's workload: served vs ideal (consumer alone)" in out
     assert "| 3. CURVE on vs off" in out
+
+
+def test_ray_benchmark_quick_run():
+    pytest.importorskip("ray")
+    out = quick_run("bench_ray.py")
+    assert "| 2 Ray tasks vs 2 processes, max_buffered=64" in out
+    assert "| start-up: two-node cluster + first run's extra" in out

@@ -146,7 +146,7 @@ class PrefetchView(View[T_co]):
         options = self._options
         if not options.nworkers:
             return "prefetch(synchronous)"
-        kind = {"thread": "threads", "process": "processes"}[options.method]
+        kind = {"thread": "threads", "process": "processes", "ray": "Ray tasks"}[options.method]
         return f"prefetch({options.nworkers} {kind}, max_buffered={self._max_buffered})"
 
     def __reduce__(self) -> tuple[Any, ...]:
