@@ -99,7 +99,9 @@ def main() -> None:
     rate = {name: count / min(seconds) for name, seconds in times.items()}
     print(f"{count} rows of {WIDTH} float64, a pure-Python transform of {synchronous / count * 1e3:.2f} ms per row")
     extra = first - min(times["ray, max_buffered=64"])
-    print(f"Ray {ray.__version__}; cluster start-up {startup:.1f} s; the first run took {first:.2f} s, {extra:.2f} s more")
+    print(
+        f"Ray {ray.__version__}; cluster start-up {startup:.1f} s; the first run took {first:.2f} s, {extra:.2f} s more"
+    )
     print("than the best later one (Ray starts its worker processes then)")
     print(f"synchronous: {count / synchronous:,.0f} rows/s\n")
     header = ["contender", "best rows/s", "median rows/s", "runs (s)"]
