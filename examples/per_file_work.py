@@ -48,7 +48,7 @@ def process_file(path: str, output_dir: str) -> dict:
 def run(inputs: list[str], output_dir: str, nworkers: int = 2, method: str = "thread") -> list[dict]:
     """The metadata of every input, in order, computed by ``nworkers`` workers of the kind ``method`` names."""
     work = lazyseq.smap(functools.partial(process_file, output_dir=output_dir), inputs)
-    with lazyseq.prefetch(work, nworkers=nworkers, method=method, max_buffered=4 * nworkers) as results:  # type: ignore[arg-type]
+    with lazyseq.prefetch(work, nworkers=nworkers, method=method, max_buffered=4 * max(nworkers, 1)) as results:  # type: ignore[arg-type]
         return list(results)
 
 

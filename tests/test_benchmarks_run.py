@@ -63,5 +63,5 @@ def test_server_benchmark_quick_run():
 def test_ray_benchmark_quick_run():
     pytest.importorskip("ray")
     out = quick_run("bench_ray.py")
-    assert "| 2 Ray tasks vs 2 processes, max_buffered=64" in out
+    assert "| 2 Ray tasks vs 2 processes, max_buffered=256" in out
     assert "| start-up: two-node cluster + first run's extra" in out

@@ -50,7 +50,7 @@ from .structure import flatten, rebuild
 __all__ = ["RayWorkers", "connect"]
 
 RETRIES = 3  # runs of a Ray task after the first, when its worker or node dies
-TASK_SECONDS = 0.02  # work per Ray task: sending and collecting one costs about a millisecond
+TASK_SECONDS = 0.05  # work per Ray task: sending one and collecting it costs 1-5 ms (a lease, a push, a reply)
 PIPELINES_KEPT = 4  # pipelines a Ray worker process keeps loaded (those of the loaders it served last)
 
 Outcome = tuple[str, Any, Any]  # ("ok", value, seconds), ("error", CapturedError, where), ("load_failed", ...)
