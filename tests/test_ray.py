@@ -5,7 +5,6 @@ is started by the first test that needs it and shut down at the end.
 """
 
 import asyncio
-import os
 import select
 import sys
 import threading
@@ -27,7 +26,6 @@ from lazyseq.loading.options import LoaderOptions  # noqa: E402
 from lazyseq.loading.ray_workers import RayWorkers  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
-EXAMPLES = TESTS.parent / "examples"
 
 
 @pytest.fixture(scope="session")
@@ -39,7 +37,7 @@ def cluster():
         cluster.wait_for_nodes()
         ray.init(
             address=cluster.address,
-            runtime_env={"env_vars": {"PYTHONPATH": f"{TESTS}{os.pathsep}{EXAMPLES}"}},
+            runtime_env={"env_vars": {"PYTHONPATH": str(TESTS)}},
             log_to_driver=False,
         )
         yield cluster
@@ -165,17 +163,6 @@ def test_a_descriptor_becomes_readable_when_a_result_arrives(cluster):
         assert select.select(fds, [], [], 0)[0] == []  # emptied by poll
     finally:
         workers.close()
-
-
-def test_the_per_file_example_gives_on_ray_what_it_gives_synchronously(cluster, tmp_path, monkeypatch):
-    from test_examples import run_into
-
-    monkeypatch.syspath_prepend(str(EXAMPLES))
-    import per_file_work
-
-    inputs = per_file_work.make_inputs(str(tmp_path), 6)
-    expected = run_into(per_file_work, inputs, tmp_path / "synchronous", nworkers=0)
-    assert run_into(per_file_work, inputs, tmp_path / "ray", nworkers=2, method="ray") == expected
 
 
 def test_options_that_do_not_apply_to_ray_are_refused():
