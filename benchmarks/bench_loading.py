@@ -56,8 +56,10 @@ from common import (
     WIDTH,
     Result,
     Timing,
+    calibrate,
     check_same_heads,
     numpy_batches,
+    spin,
     stack,
     stack_fields,
     write_samples,
@@ -391,32 +393,9 @@ def bench_training_loop(paths: list[str], labels_path: str, settings: Settings) 
 # -- 3. a costly per-sample transform ----------------------------------------------------------
 
 
-def spin(sample: np.ndarray, loops: int) -> np.ndarray:
-    """Pure Python busy work (it holds the GIL), about ``SAMPLE_SECONDS`` per call."""
-    total = 0
-    for k in range(loops):
-        total += k
-    return sample + (total & 1)
-
-
 def ufunc_work(sample: np.ndarray, values: np.ndarray, every: int) -> np.ndarray:
     """Numpy busy work that releases the GIL: a ufunc over a large array, then a reduction."""
     return sample + np.sin(values + sample[0]).reshape(-1, every).sum(axis=1)[: len(sample)]
-
-
-def calibrate(work: Callable[[int], object], guess: int) -> int:
-    """The size that makes ``work(size)`` take about ``SAMPLE_SECONDS`` (best of a few calls)."""
-    size = guess
-    for _ in range(3):
-        best = min(_timed(work, size) for _ in range(5))
-        size = max(1, int(size * SAMPLE_SECONDS / best))
-    return size
-
-
-def _timed(work: Callable[[int], object], size: int) -> float:
-    start = time.perf_counter()
-    work(size)
-    return time.perf_counter() - start
 
 
 class TransformedSamples:
@@ -460,9 +439,9 @@ def compute_all(view, positions: range) -> None:
 def bench_transforms(settings: Settings) -> list[Result]:
     n = settings.transform_batches
     samples = np.random.default_rng(3).standard_normal((n * TRANSFORM_BATCH, 8))
-    loops = calibrate(lambda size: spin(samples[0], size), 20_000)
+    loops = calibrate(lambda size: spin(samples[0], size), 20_000, SAMPLE_SECONDS)
     every = 8
-    block = calibrate(lambda size: ufunc_work(samples[0], np.ones(size * every), every), 5_000)
+    block = calibrate(lambda size: ufunc_work(samples[0], np.ones(size * every), every), 5_000, SAMPLE_SECONDS)
     values = np.random.default_rng(4).standard_normal(block * every)
     transforms = {
         "pure Python (holds the GIL)": (functools.partial(spin, loops=loops), "process"),

@@ -221,22 +221,33 @@ def bench_loader_bound(directory: str, count: int, repeats: int) -> tuple[list[l
 
 def bench_fuel(repeats: int) -> tuple[list[list[str]], list[Result]]:
     server = ServerProcess("fuel", "", 0, 0)
+    ready = [np.zeros((100, 128))] * FUEL_BATCHES
     try:
         runs = {
             "in one process": local_run(fuel_batches(), 0, FUEL_TRAIN),
             "served": served_run(server.address, FUEL_TRAIN),
+            "the consumer alone (batches ready)": lambda: consume(ready, FUEL_TRAIN),
         }
         times = measure(runs, repeats)
     finally:
         server.stop()
-    ideal = FUEL_BATCHES * max(FUEL_PRODUCE, FUEL_TRAIN)
+    nominal = FUEL_BATCHES * max(FUEL_PRODUCE, FUEL_TRAIN)
+    ideal = max(min(times["the consumer alone (batches ready)"]), nominal)  # sleeps overshoot on a busy machine
     rows = [
         [name, f"{min(t):.3f} s", f"{statistics.median(t):.3f} s", f"{min(t) / ideal:.3f}"] for name, t in times.items()
     ]
-    rows.append(["ideal max(producer, consumer)", f"{ideal:.3f} s", "", "1.000"])
-    served = min(times["served"])
+    rows.append(["nominal max(producer, consumer)", f"{nominal:.3f} s", "", f"{nominal / ideal:.3f}"])
+    served, alone = min(times["served"]), min(times["in one process"])
     return rows, [
-        Result("2. Fuel's workload: served vs ideal", f"{served:.3f} s", f"{ideal:.3f} s", f"{served / ideal:.3f}")
+        Result(
+            "2. Fuel's workload: served vs ideal (consumer alone)",
+            f"{served:.3f} s",
+            f"{ideal:.3f} s",
+            f"{served / ideal:.3f}",
+        ),
+        Result(
+            "2. Fuel's workload: in one process vs ideal", f"{alone:.3f} s", f"{ideal:.3f} s", f"{alone / ideal:.3f}"
+        ),
     ]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -112,3 +113,29 @@ def write_samples(folder: str, dtype: str = "float64") -> tuple[list[str], str]:
     labels_path = os.path.join(folder, "labels.npy")
     np.save(labels_path, labels)
     return paths, labels_path
+
+
+# -- a costly per-sample transform --------------------------------------------------------------------
+
+
+def spin(sample: np.ndarray, loops: int) -> np.ndarray:
+    """Pure Python busy work (it holds the GIL): ``loops`` steps of a loop, then the sample plus 0 or 1."""
+    total = 0
+    for k in range(loops):
+        total += k
+    return sample + (total & 1)
+
+
+def calibrate(work: Callable[[int], object], guess: int, seconds: float) -> int:
+    """The size that makes ``work(size)`` take about ``seconds`` (best of a few calls)."""
+    size = guess
+    for _ in range(3):
+        best = min(_timed(work, size) for _ in range(5))
+        size = max(1, int(size * seconds / best))
+    return size
+
+
+def _timed(work: Callable[[int], object], size: int) -> float:
+    start = time.perf_counter()
+    work(size)
+    return time.perf_counter() - start

@@ -10,6 +10,7 @@
 
 from .evaluate import evaluate
 from .io.npy import open_npy
+from .io.shards import write_npy
 from .loading.buffers import load_buffers
 from .loading.failures import LoaderError, RemoteError, WorkerDied
 from .loading.prefetch import prefetch
@@ -79,4 +80,5 @@ __all__ = [
     "unbatch",
     "uniter",
     "view",
+    "write_npy",
 ]

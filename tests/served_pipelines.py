@@ -41,3 +41,7 @@ def fail_at_3(x):
 
 def failing():
     return lazyseq.smap(fail_at_3, range(10))
+
+
+def double(x):
+    return 2 * x

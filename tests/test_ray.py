@@ -5,6 +5,8 @@ is started by the first test that needs it and shut down at the end.
 """
 
 import asyncio
+import importlib.util
+import os
 import select
 import sys
 import threading
@@ -14,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from loader_helpers import fail_on_seven, square
+from shard_helpers import contents, pipeline
 
 import lazyseq
 
@@ -26,6 +29,7 @@ from lazyseq.loading.options import LoaderOptions  # noqa: E402
 from lazyseq.loading.ray_workers import RayWorkers  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
+EXAMPLES = TESTS.parent / "examples"
 
 
 @pytest.fixture(scope="session")
@@ -132,19 +136,54 @@ def test_a_pipeline_the_nodes_cannot_import_is_reported(cluster, tmp_path, monke
     sys.modules.pop("only_here")
 
 
-def spin_after_first(i):
-    """Python that runs for minutes (cancelling interrupts Python code, not a call like time.sleep)."""
-    end = time.monotonic() + 300 * (i > 0)
-    while time.monotonic() < end:
-        pass
-    return i
+@ray.remote(num_cpus=0)
+class Gate:
+    """Counts the tasks that passed it, for a test to wait on."""
+
+    def __init__(self):
+        self.count = 0
+        self.changed = asyncio.Condition()
+
+    async def arrive(self):
+        async with self.changed:
+            self.count += 1
+            self.changed.notify_all()
+
+    async def arrived(self, count=1):
+        async with self.changed:
+            await self.changed.wait_for(lambda: self.count >= count)
 
 
-def test_close_cancels_the_tasks_in_flight_and_leaves_no_thread(cluster):
-    ahead = lazyseq.prefetch(lazyseq.smap(spin_after_first, range(10)), nworkers=2, method="ray")
+@pytest.fixture
+def gate(cluster):
+    """A gate on the head node (which no test removes)."""
+    head = ray.get_runtime_context().get_node_id()
+    gate = Gate.options(scheduling_strategy=NodeAffinitySchedulingStrategy(head, soft=False)).remote()
+    yield gate
+    ray.kill(gate)
+
+
+class SpinAfterFirst:
+    """Item 0 is 0; the others pass ``gate``, then run Python for minutes (a cancel interrupts that, not a sleep)."""
+
+    def __init__(self, gate):
+        self.gate = gate
+
+    def __call__(self, i):
+        if i:
+            ray.get(self.gate.arrive.remote())
+        end = time.monotonic() + 300 * (i > 0)
+        while time.monotonic() < end:
+            pass
+        return i
+
+
+def test_close_cancels_the_tasks_in_flight_and_leaves_no_thread(gate):
+    ahead = lazyseq.prefetch(lazyseq.smap(SpinAfterFirst(gate), range(10)), nworkers=2, method="ray")
     assert ahead[0] == 0
     in_flight = [entry.ref for entry in ahead._engine.workers.workers.running.values()]
     assert len(in_flight) == 2
+    ray.get(gate.arrived.remote(2), timeout=60)  # both are running
     ahead.close()
     for ref in in_flight:
         with pytest.raises(ray.exceptions.TaskCancelledError):
@@ -175,24 +214,11 @@ def test_options_that_do_not_apply_to_ray_are_refused():
 # -- a node that dies mid-run ------------------------------------------------------------------------------
 
 
-@ray.remote(num_cpus=0)
-class Gate:
-    """Tells the test when a task has started on the node about to be removed."""
-
-    def __init__(self):
-        self.event = asyncio.Event()
-
-    async def arrive(self):
-        self.event.set()
-
-    async def arrived(self):
-        await self.event.wait()
-
-
 class StallOn:
-    """Item ``i`` is ``i * i``; on node ``node_id`` it signals ``gate`` and never finishes.
+    """Item ``i`` is ``i * i``; on node ``node_id`` it passes ``gate`` and never finishes.
 
-    Elsewhere, items wait until that happened: the run cannot end without a task on that node.
+    Elsewhere, items wait until that happened, polling so that their CPU stays taken (a task blocked in
+    ``ray.get`` would lend it to the next): the only CPU left for the next task is on that node.
     """
 
     def __init__(self, node_id, gate):
@@ -202,7 +228,11 @@ class StallOn:
         if ray.get_runtime_context().get_node_id() == self.node_id:
             ray.get(self.gate.arrive.remote())
             time.sleep(600)
-        ray.get(self.gate.arrived.remote(), timeout=120)
+        arrived, deadline = self.gate.arrived.remote(), time.monotonic() + 120
+        while not ray.wait([arrived], timeout=0)[0]:
+            if time.monotonic() > deadline:
+                raise TimeoutError("no task ran on the node to be removed")
+            time.sleep(0.01)
         return i * i
 
 
@@ -211,20 +241,27 @@ def node_id():
     return ray.get_runtime_context().get_node_id()
 
 
-def test_a_node_removed_mid_run_costs_only_time(cluster):
-    doomed = cluster.add_node(num_cpus=1)
+@pytest.fixture
+def doomed(cluster):
+    """A third node, with a worker process up there."""
+    node = cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
-    on_doomed = NodeAffinitySchedulingStrategy(doomed.node_id, soft=False)
-    assert ray.get(node_id.options(scheduling_strategy=on_doomed).remote()) == doomed.node_id  # a worker is up there
-    head = ray.get_runtime_context().get_node_id()
-    gate = Gate.options(scheduling_strategy=NodeAffinitySchedulingStrategy(head, soft=False)).remote()
-    workers = RayWorkers(StallOn(doomed.node_id, gate), LoaderOptions.check("prefetch", 3, "ray"), 0, "item", None)
+    on_node = NodeAffinitySchedulingStrategy(node.node_id, soft=False)
+    assert ray.get(node_id.options(scheduling_strategy=on_node).remote()) == node.node_id
+    yield node
+    if node in cluster.worker_nodes:
+        cluster.remove_node(node)
+
+
+def test_a_node_removed_mid_run_costs_only_time(cluster, doomed, gate):
+    node = doomed
+    workers = RayWorkers(StallOn(node.node_id, gate), LoaderOptions.check("prefetch", 3, "ray"), 0, "item", None)
     try:
         workers.submit_many([(i, i) for i in range(60)])
         arrived, delivered = gate.arrived.remote(), []
         while len(delivered) < 60:
             if arrived is not None and ray.wait([arrived], timeout=0)[0]:
-                cluster.remove_node(doomed)  # a task is running there: it must run again elsewhere
+                cluster.remove_node(node)  # a task is running there: it must run again elsewhere
                 arrived = None
             delivered += workers.poll(0.5)
         assert arrived is None, "no task ran on the node that was to be removed"
@@ -232,4 +269,63 @@ def test_a_node_removed_mid_run_costs_only_time(cluster):
         assert all(done.status == "ok" and done.value == done.task**2 for done in delivered)
     finally:
         workers.close()
-        ray.kill(gate)
+
+
+# -- write_npy and the per-file example ---------------------------------------------------------------------
+
+
+class PassOn(StallOn):
+    """Items as they are; in Ray workers, as :class:`StallOn` (write_npy reads item 0 here first: it passes)."""
+
+    def __init__(self, node_id, gate):
+        super().__init__(node_id, gate)
+        self.here = os.getpid()
+
+    def __call__(self, item):
+        if os.getpid() != self.here:
+            super().__call__(0)
+        return item
+
+
+def test_write_npy_on_ray_writes_the_same_bytes(cluster, tmp_path):
+    lazyseq.write_npy(pipeline(57), tmp_path / "reference", rows_per_shard=10)
+    lazyseq.write_npy(pipeline(57), tmp_path / "ray", rows_per_shard=10, nworkers=2, method="ray")
+    assert contents(tmp_path / "ray") == contents(tmp_path / "reference")
+
+
+def test_write_npy_on_ray_names_a_failing_item_and_its_shard(cluster, tmp_path):
+    with pytest.raises(lazyseq.EvaluationError) as info:
+        lazyseq.write_npy(pipeline(57, fail_at=43), tmp_path, rows_per_shard=10, nworkers=2, method="ray")
+    assert str(info.value) == (
+        f"write_npy: shard 4 of {tmp_path} failed at item 43 (smap(Transform)[43]): ValueError: row 43 is bad"
+    )
+    assert "manifest.json" not in os.listdir(tmp_path)
+
+
+def test_write_npy_on_ray_survives_a_node_removed_mid_write(cluster, doomed, gate, tmp_path):
+    node = doomed
+
+    def remove_once_a_shard_runs_there():
+        ray.get(gate.arrived.remote(), timeout=120)
+        cluster.remove_node(node)
+
+    lazyseq.write_npy(pipeline(57), tmp_path / "reference", rows_per_shard=10)
+    remover = threading.Thread(target=remove_once_a_shard_runs_there)
+    remover.start()
+    items = pipeline(57).smap(PassOn(node.node_id, gate))
+    lazyseq.write_npy(items, tmp_path / "ray", rows_per_shard=10, nworkers=3, method="ray")
+    remover.join()
+    assert node not in cluster.worker_nodes
+    assert contents(tmp_path / "ray") == contents(tmp_path / "reference")  # no temporary file either
+
+
+def test_the_per_file_example_runs_on_ray(cluster, tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("per_file_workflow", EXAMPLES / "per_file_workflow.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    metadata = example.main(["--method", "ray", "--files", "6", "--folder", str(tmp_path)])
+    assert [row["file"] for row in metadata] == [f"recording_{k:03d}" for k in range(6)]
+    for k, row in enumerate(metadata):
+        signal = np.load(tmp_path / "inputs" / f"recording_{k:03d}.npy")
+        np.testing.assert_array_equal(np.load(row["output"]), example.spectrum(signal))
+    assert f"6 spectra of {example.BINS * 3} values in {tmp_path / 'spectra'}" in capsys.readouterr().out

@@ -444,3 +444,30 @@ def test_the_guide_two_script_workflow_runs_as_written(tmp_path):
         server.terminate()
         server.wait()
         server.stdout.close()
+
+
+class Counter:
+    def __init__(self):
+        self.count = 0
+
+    def __call__(self):
+        self.count += 1
+        return np.full(3, self.count)
+
+
+def test_a_load_buffers_iterator_is_served_as_a_stream_of_copies():
+    with lazyseq.load_buffers(Counter(), max_cached=2, nworkers=1) as buffers:  # slots reused: the server copies
+        with lazyseq.serve(buffers, LOOPBACK, max_buffered=3) as server, lazyseq.connect(server.address) as stream:
+            got = [next(stream) for _ in range(12)]
+    assert sorted(int(x[0]) for x in got) == list(range(1, 13))
+    assert all((x == x[0]).all() for x in got)
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_worker_processes_read_a_served_view_over_connections_of_their_own(start_method):
+    with lazyseq.serve(served_pipelines.numbers(), LOOPBACK) as server, lazyseq.connect(server.address) as remote:
+        assert remote[0] == 0  # connected in the parent before the workers fork
+        doubled = remote.smap(served_pipelines.double)
+        with lazyseq.prefetch(doubled, nworkers=2, method="process", start_method=start_method) as ahead:
+            assert list(ahead) == [2 * i for i in range(100)]
+        assert remote[99] == 99  # the parent's connection is still its own

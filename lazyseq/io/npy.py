@@ -1,4 +1,4 @@
-"""Memory-mapped ``.npy`` files as one view: ``open_npy``."""
+"""Memory-mapped ``.npy`` files as one view: ``open_npy``, of files or of a directory ``write_npy`` wrote."""
 
 from __future__ import annotations
 
@@ -10,8 +10,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..views.base import View
+from ..views.collate import CollateView
 from ..views.concatenate import ConcatenateView
 from ..views.sources import ArraySource
+from .shard_directory import MANIFEST, read_manifest
+from .shard_layout import Field, ShardFile
 
 __all__ = ["open_npy"]
 
@@ -27,6 +30,13 @@ def open_npy(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> View[np.
     first axis; a file that does not is named in a ``ValueError``. Nothing is
     read into memory until items are accessed.
 
+    ``paths`` may also be a directory that :func:`~lazyseq.write_npy` wrote:
+    it is opened through its manifest, and its items are what was written
+    (arrays, tuples, or dicts with the same keys; each field memory-mapped,
+    and batches of them stacked field by field). A shard whose size or
+    header disagrees with the manifest is an error naming the file (its
+    checksum is checked when ``write_npy`` resumes, which redoes it).
+
     >>> import os, tempfile
     >>> import numpy as np
     >>> import lazyseq
@@ -37,6 +47,8 @@ def open_npy(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> View[np.
     >>> len(data), data[5]
     (6, array([2., 2., 2., 2.], dtype=float32))
     """
+    if isinstance(paths, (str, os.PathLike)) and os.path.isdir(paths):
+        return _open_written(os.fspath(paths))
     if isinstance(paths, (str, os.PathLike)):
         pattern = os.fspath(paths)
         files = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
@@ -64,6 +76,57 @@ def open_npy(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> View[np.
                 )
         parts.append(ArraySource(array))
     return parts[0] if len(parts) == 1 else ConcatenateView(parts)
+
+
+def _open_written(directory: str) -> View:
+    """The items of a directory that ``write_npy`` wrote, each field's shards memory-mapped one after the other."""
+    try:
+        written = read_manifest(directory)
+    except (FileNotFoundError, ValueError) as error:
+        raise type(error)(f"open_npy: {error}") from None
+    layout = written.layout
+    manifest = os.path.join(directory, MANIFEST)
+    fields: list[View] = []
+    for j, field in enumerate(layout.fields):
+        parts: list[ArraySource] = []
+        for shard in range(layout.shard_count):
+            record = written.records.get(shard)
+            if record is None or len(record.files) != len(layout.fields):
+                raise ValueError(f"open_npy: {manifest} has no record of shard {shard} for field {field.name!r}")
+            parts.append(ArraySource(_open_shard(directory, record.files[j], field, record.rows, manifest)))
+        fields.append(parts[0] if len(parts) == 1 else ConcatenateView(parts))
+    if layout.kind == "array":
+        return fields[0]
+    keys = tuple(f.name for f in layout.fields) if layout.kind == "dict" else None
+    return CollateView(tuple(fields), keys)
+
+
+def _open_shard(directory: str, file: ShardFile, field: Field, rows: int, manifest: str) -> np.ndarray:
+    """Shard ``file`` memory-mapped, after checking its size and header against what ``manifest`` says."""
+    path = os.path.join(directory, file.name)
+    redo = "call write_npy again with the same arguments to redo it"
+    try:
+        size = os.stat(path).st_size
+    except FileNotFoundError:
+        raise FileNotFoundError(f"open_npy: {path} is missing, but {manifest} lists it: {redo}") from None
+    if size != file.size:
+        raise ValueError(
+            f"open_npy: {path} holds {size} bytes, but {manifest} says {file.size}: the shard is truncated or was "
+            f"replaced; {redo}"
+        )
+    shape = (rows, *field.row_shape)
+    try:
+        _check_npy_magic(path)
+        array = np.load(path, mmap_mode="r")
+    except ValueError as error:
+        raise ValueError(f"open_npy: {path} has a header that cannot be read ({error}); {redo}") from None
+    if array.dtype != field.dtype or array.shape != shape or not array.flags.c_contiguous:
+        order = "" if array.flags.c_contiguous else " in Fortran order"
+        raise ValueError(
+            f"open_npy: {path} holds {array.dtype} values of shape {array.shape}{order}, but {manifest} says "
+            f"{field.dtype} of shape {shape}: {redo}"
+        )
+    return array
 
 
 def _check_npy_magic(path: str) -> None:

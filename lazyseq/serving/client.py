@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import deque
 from collections.abc import Iterator
@@ -50,6 +51,8 @@ class RemoteView(View):
         return self._connection.address
 
     def _get(self, i: int) -> Any:
+        if self._connection.pid != os.getpid():  # a forked worker: its parent's sockets are not its own
+            self._connect_here()
         with self._lock:
             n = self._len
             stop = i + 1 if i != self._last + 1 else i + 1 + self._ahead
@@ -68,6 +71,15 @@ class RemoteView(View):
         if status == "error":
             raise value
         return value
+
+    def _connect_here(self) -> None:
+        settings = self._settings
+        connection = Connection(
+            settings["address"], settings["timeout"], settings["server_key"], settings["curve_keypair"]
+        )
+        connection.hello()
+        self._connection, self._lock = connection, threading.Lock()
+        self._asked, self._asking, self._arrived, self._last = {}, {}, {}, -1
 
     def _ask(self, i: int) -> None:
         req = self._next_req

@@ -61,7 +61,8 @@ class Connection:
         self._poller.register(socket, zmq.POLLIN)
         self.heartbeat = _Heartbeat(self, self.interval)
         self.closed = False
-        self._finalizer = weakref.finalize(self, _close, socket, self.heartbeat, context)
+        self.pid = os.getpid()
+        self._finalizer = weakref.finalize(self, _close, self.pid, socket, self.heartbeat, context)
         self.server: str | None = None  # the server instance answering, from its welcome
         self.heartbeat.start()
 
@@ -222,7 +223,9 @@ class _Heartbeat(threading.Thread):
         os.close(self._waker_fd)
 
 
-def _close(socket: Any, heartbeat: _Heartbeat, context: Any) -> None:
+def _close(pid: int, socket: Any, heartbeat: _Heartbeat, context: Any) -> None:
+    if os.getpid() != pid:  # a forked child inherited a copy: the sockets and the thread are its parent's
+        return
     socket.close(linger=BYE_LINGER_MS)  # a moment for "bye" to leave; the server times out the consumer anyway
     heartbeat.stop()
     context.term()

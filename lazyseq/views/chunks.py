@@ -4,8 +4,8 @@
 
 - an ``np.ndarray`` whose first axis runs over the items (array-backed data,
   read with one vectorized call);
-- a :class:`Columns`, the items of a ``collate`` view kept as one chunk per
-  field, so that the fields stay vectorized;
+- a :class:`Columns`, the items of a ``collate`` view (tuples, or dicts) kept
+  as one chunk per field, so that the fields stay vectorized;
 - a ``list`` of items, for everything else.
 
 A batch is built from a chunk without going back to single items whenever the
@@ -69,12 +69,17 @@ def writing_into(buffer: np.ndarray) -> Iterator[None]:
 
 
 class Columns:
-    """The items of a ``collate`` view (tuples), stored field by field."""
+    """The items of a ``collate`` view, stored field by field: tuples, or dicts with ``keys`` (one per field)."""
 
-    __slots__ = ("fields",)
+    __slots__ = ("fields", "keys")
 
-    def __init__(self, fields: tuple) -> None:
+    def __init__(self, fields: tuple, keys: tuple | None = None) -> None:
         self.fields = fields
+        self.keys = keys
+
+    def item(self, values: Any) -> Any:
+        """One item (or batch) from one value per field: the tuple, or the dict of the keys."""
+        return tuple(values) if self.keys is None else dict(zip(self.keys, values))
 
 
 def chunk_rows(chunk: Any) -> list:
@@ -82,7 +87,8 @@ def chunk_rows(chunk: Any) -> list:
     if type(chunk) is list:
         return chunk
     if isinstance(chunk, Columns):
-        return list(zip(*(chunk_rows(field) for field in chunk.fields)))
+        rows = zip(*(chunk_rows(field) for field in chunk.fields))
+        return list(rows) if chunk.keys is None else [chunk.item(row) for row in rows]
     return list(chunk)
 
 
@@ -91,7 +97,7 @@ def chunk_to_batch(chunk: Any) -> Any:
     if type(chunk) is list:
         return default_collate(chunk)
     if isinstance(chunk, Columns):
-        return tuple(chunk_to_batch(field) for field in chunk.fields)
+        return chunk.item(chunk_to_batch(field) for field in chunk.fields)
     return chunk
 
 
@@ -100,12 +106,18 @@ def pad_chunk(chunk: Any, pad: Any, count: int) -> Any:
     if type(chunk) is list:
         return chunk + [pad] * count
     if isinstance(chunk, Columns):
-        if not isinstance(pad, (tuple, list)) or len(pad) != len(chunk.fields):
+        if chunk.keys is not None:
+            if not isinstance(pad, Mapping) or set(pad) != set(chunk.keys):
+                raise ValueError(
+                    f"pad must be a dict with keys {list(chunk.keys)} to pad items that are dicts, got {pad!r}"
+                )
+            pad = [pad[key] for key in chunk.keys]
+        elif not isinstance(pad, (tuple, list)) or len(pad) != len(chunk.fields):
             raise ValueError(
                 f"pad must be a tuple of {len(chunk.fields)} values to pad items that are "
                 f"{len(chunk.fields)}-tuples, got {pad!r}"
             )
-        return Columns(tuple(pad_chunk(f, p, count) for f, p in zip(chunk.fields, pad)))
+        return Columns(tuple(pad_chunk(f, p, count) for f, p in zip(chunk.fields, pad)), chunk.keys)
     filler = np.broadcast_to(np.asarray(pad, dtype=chunk.dtype), (count,) + chunk.shape[1:])
     return np.concatenate([chunk, filler])
 
@@ -124,9 +136,9 @@ def scatter(pieces: list, positions: list[np.ndarray], total: int) -> Any:
         for piece, where in zip(pieces, positions):
             out[where] = piece
         return out
-    if kinds == {Columns} and all(len(p.fields) == len(first.fields) for p in pieces):
+    if kinds == {Columns} and all(len(p.fields) == len(first.fields) and p.keys == first.keys for p in pieces):
         fields = range(len(first.fields))
-        return Columns(tuple(scatter([p.fields[f] for p in pieces], positions, total) for f in fields))
+        return Columns(tuple(scatter([p.fields[f] for p in pieces], positions, total) for f in fields), first.keys)
     rows: list = [None] * total
     for piece, where in zip(pieces, positions):
         for position, item in zip(where.tolist(), chunk_rows(piece)):

@@ -1,9 +1,9 @@
-"""Sequences side by side: ``collate``, whose item ``i`` is the tuple of their items ``i``."""
+"""Sequences side by side: ``collate``, whose item ``i`` is the tuple (or dict) of their items ``i``."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, overload
 
 from .base import View, lengths_must_match
 from .chunks import Columns
@@ -15,7 +15,7 @@ __all__ = ["CollateView", "collate"]
 
 
 class CollateView(View):
-    """Item ``i`` is ``(s0[i], s1[i], ...)``; batches keep each field vectorized."""
+    """Item ``i`` is ``(s0[i], s1[i], ...)``, or ``{k0: s0[i], ...}`` with ``keys``; batches keep each field vectorized."""
 
     kind = "collate"
 
@@ -23,19 +23,25 @@ class CollateView(View):
     def _reads_new_rows(self) -> bool:
         return all(parent._reads_new_rows for parent in self._parents)
 
-    def __init__(self, parents: tuple[View, ...]) -> None:
+    def __init__(self, parents: tuple[View, ...], keys: tuple | None = None) -> None:
         if not parents:
             raise ValueError("collate needs at least one sequence")
         self._len = lengths_must_match("collate", parents)
         self._parents = parents
+        self._keys = keys
 
-    def _get(self, i: int) -> tuple:
-        return tuple([p._get(i) for p in self._parents])
+    def _get(self, i: int) -> Any:
+        values = [p._get(i) for p in self._parents]
+        return tuple(values) if self._keys is None else dict(zip(self._keys, values))
 
     def _get_many(self, idx: Positions) -> Columns:
-        return Columns(tuple([p._get_many(idx) for p in self._parents]))
+        return Columns(tuple([p._get_many(idx) for p in self._parents]), self._keys)
 
     def _set(self, i: int, value: Any) -> None:
+        if self._keys is not None:
+            if not isinstance(value, Mapping) or set(value) != set(self._keys):
+                raise ValueError(f"collate item {i} is a dict with keys {list(self._keys)}, cannot assign {value!r}")
+            value = [value[key] for key in self._keys]
         if len(value) != len(self._parents):
             raise ValueError(f"collate item {i} has {len(self._parents)} fields, cannot assign {len(value)} values")
         for parent, field in zip(self._parents, value):
@@ -45,14 +51,30 @@ class CollateView(View):
         return tuple((p, i) for p in self._parents)
 
     def _item_spec(self) -> tuple | None:
+        if self._keys is not None:
+            return None
         specs = tuple(p._item_spec() for p in self._parents)
         return None if all(s is None for s in specs) else ("tuple", specs)
 
+    def _describe(self) -> str:
+        return "collate" if self._keys is None else f"collate({', '.join(map(repr, self._keys))})"
 
-def collate(sequences: Sequence[SequenceLike[Any]]) -> View[tuple[Any, ...]]:
+
+@overload
+def collate(sequences: Mapping[Any, SequenceLike[Any]]) -> View[dict[Any, Any]]: ...
+
+
+@overload
+def collate(sequences: Sequence[SequenceLike[Any]]) -> View[tuple[Any, ...]]: ...
+
+
+def collate(sequences: Sequence[SequenceLike[Any]] | Mapping[Any, SequenceLike[Any]]) -> View[Any]:
     """A view whose item ``i`` is the tuple of item ``i`` of each sequence (a lazy ``zip``).
 
     The sequences must have the same length (a ``ValueError`` otherwise).
+    Given a dict of sequences, item ``i`` is a dict with the same keys
+    (``collate({"x": xs, "y": ys})[i] == {"x": xs[i], "y": ys[i]}``), and
+    batches are dicts of stacked fields.
 
     >>> import numpy as np
     >>> import lazyseq
@@ -61,5 +83,9 @@ def collate(sequences: Sequence[SequenceLike[Any]]) -> View[tuple[Any, ...]]:
     (np.float64(1.5), 'b')
     >>> lazyseq.batch(pairs, 2)[0]
     (array([0.5, 1.5]), ['a', 'b'])
+    >>> lazyseq.collate({"x": np.arange(4.0), "y": np.arange(4) % 2}).batch(2)[1]
+    {'x': array([2., 3.]), 'y': array([0, 1])}
     """
+    if isinstance(sequences, Mapping):
+        return CollateView(tuple(as_view(s) for s in sequences.values()), tuple(sequences))
     return CollateView(tuple(as_view(s) for s in sequences))

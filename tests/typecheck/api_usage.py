@@ -92,6 +92,8 @@ def views_that_keep_their_items() -> None:
     assert_type(words.split(1), View[View[str]])  # one cut: two halves
     assert_type(words.split(1)[0][0], str)
     assert_type(words.collate([1, 2, 3, 4]), View[tuple[str, int]])
+    assert_type(lazyseq.collate({"word": words, "size": [1, 2, 3, 4]}), View[dict[Any, Any]])
+    assert_type(lazyseq.collate([words, [1, 2, 3, 4]]), View[tuple[Any, ...]])
     assert_type(lazyseq.arange(3), View[int])
     assert_type(lazyseq.repeat(0.5, 3), View[float])
     assert_type(lazyseq.uniter(iter("abc")), View[str])

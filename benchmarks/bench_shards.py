@@ -1,0 +1,242 @@
+"""How fast ``write_npy`` fills a directory of shards, next to the same work done without lazyseq.
+
+    python benchmarks/bench_shards.py          # under a minute
+    python benchmarks/bench_shards.py --quick  # a few seconds: a smoke test, numbers too rough to quote
+
+The data: the 18,000 x 248 float64 samples of the other benchmarks, in four
+memory-mapped ``.npy`` files. Contenders take turns, repeat after repeat; each
+run writes into an empty directory (emptied between runs, untimed) and is
+timed from the call to the last file on disk. Ratios use the best repeat.
+
+1. An expensive transform: pure Python, about 1 ms a row (it holds the GIL),
+   over the first rows, ``SHARD_ROWS`` rows to a shard. ``write_npy`` with 2
+   worker processes vs two independent processes that each compute every
+   other shard and write it with ``np.save`` (flushed and synced, as
+   ``write_npy`` does), no lazyseq at all; and ``write_npy`` with no workers.
+2. Write throughput of a cheap pipeline: the rows of the memory maps as they
+   are, in 4 MiB shards, written by ``write_npy`` (no workers, and 2 worker
+   threads) vs ``np.save`` of the same arrays (in memory), one file per
+   shard, in one process: as it is (the page cache takes the writes) and
+   with each file synced to disk (what ``write_npy`` does for every file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import multiprocessing
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from common import Result, Timing, calibrate, spin, summary, table, write_samples
+
+import lazyseq
+
+ROW_SECONDS = 1e-3  # the expensive transform's cost per row
+SHARD_ROWS = 250  # rows per shard in the expensive workload
+CHEAP_SHARD_BYTES = 4 * 2**20
+
+
+@dataclass(frozen=True)
+class Settings:
+    transform_rows: int
+    repeats: int
+
+
+FULL = Settings(transform_rows=3000, repeats=3)
+QUICK = Settings(transform_rows=300, repeats=1)
+
+Run = Callable[[str], None]  # writes everything into an empty directory
+
+
+def measure(runs: dict[str, Run], folder: str, repeats: int) -> dict[str, Timing]:
+    """Seconds per whole run of each contender, contenders taking turns; the directory is emptied untimed."""
+    samples: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            target = os.path.join(folder, "out")
+            shutil.rmtree(target, ignore_errors=True)
+            os.makedirs(target)
+            start = time.perf_counter()
+            run(target)
+            samples[name].append(time.perf_counter() - start)
+    shutil.rmtree(os.path.join(folder, "out"), ignore_errors=True)
+    return {name: Timing(min(times), statistics.median(times)) for name, times in samples.items()}
+
+
+def print_timings(title: str, timings: dict[str, Timing], extra: Callable[[Timing], str]) -> None:
+    print(f"\n{title}")
+    rows = [[name, f"{t.best:.3f} s", f"{t.median:.3f} s", extra(t)] for name, t in timings.items()]
+    print(table(["contender", "best run", "median run", ""], rows))
+
+
+def load() -> str:
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg()) + " (1, 5, 15 min)"
+
+
+def save_synced(path: str, array: np.ndarray) -> None:
+    """``np.save``, then the file flushed and synced to disk."""
+    with open(path, "wb") as file:
+        np.save(file, array)
+        file.flush()
+        os.fsync(file.fileno())
+
+
+# -- 1. an expensive transform --------------------------------------------------------------------
+
+
+def transform_shards(source: np.ndarray, transform: Callable, shards: range, target: str) -> None:
+    """The work of one independent process: every shard in ``shards``, computed row by row and saved."""
+    for k in shards:
+        rows = source[k * SHARD_ROWS : (k + 1) * SHARD_ROWS]
+        save_synced(os.path.join(target, f"data-{k:05d}.npy"), np.stack([transform(row) for row in rows]))
+
+
+def independent_processes(source: np.ndarray, transform: Callable, target: str) -> None:
+    """Two processes, no lazyseq: each computes and writes every other shard."""
+    count = -(-len(source) // SHARD_ROWS)
+    context = multiprocessing.get_context("fork")
+    workers = [
+        context.Process(target=transform_shards, args=(source, transform, range(k, count, 2), target)) for k in (0, 1)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+        if worker.exitcode != 0:
+            raise RuntimeError(f"an independent process failed with exit code {worker.exitcode}")
+
+
+def bench_transform(paths: list[str], settings: Settings, folder: str) -> list[Result]:
+    n = settings.transform_rows
+    source = np.load(paths[0], mmap_mode="r")[:n]  # the first file holds 5,000 rows
+    loops = calibrate(lambda size: spin(source[0], size), 20_000, ROW_SECONDS)
+    transform = functools.partial(spin, loops=loops)
+    data = lazyseq.open_npy(paths)[:n]
+
+    def lazy(nworkers: int) -> Run:
+        return lambda target: lazyseq.write_npy(
+            data.smap(transform), target, rows_per_shard=SHARD_ROWS, nworkers=nworkers, method="process"
+        )
+
+    runs: dict[str, Run] = {
+        "write_npy, 2 processes": lazy(2),
+        "two independent processes, no lazyseq": functools.partial(independent_processes, source, transform),
+        "write_npy, no workers": lazy(0),
+    }
+    check_same_shards(runs, folder)
+    timings = measure(runs, folder, settings.repeats)
+    sync = timings["write_npy, no workers"]
+    print_timings(
+        f"1. Expensive transform (~{ROW_SECONDS * 1e3:.0f} ms a row, pure Python), {n} rows of 248 float64, "
+        f"{SHARD_ROWS} rows a shard",
+        timings,
+        lambda t: f"{sync.best / t.best:.2f}x no workers",
+    )
+    lazy2, limit = timings["write_npy, 2 processes"], timings["two independent processes, no lazyseq"]
+    return [
+        Result(
+            "1. 1 ms/row transform, write_npy 2 processes vs two independent processes",
+            f"{n / lazy2.best:,.0f} rows/s",
+            f"2 independent {n / limit.best:,.0f} rows/s",
+            f"{limit.best / lazy2.best:.2f}",
+        ),
+        Result(
+            "1. 1 ms/row transform, write_npy 2 processes vs no workers",
+            f"{n / lazy2.best:,.0f} rows/s",
+            f"no workers {n / sync.best:,.0f} rows/s",
+            f"{sync.best / lazy2.best:.2f}",
+        ),
+    ]
+
+
+def check_same_shards(runs: dict[str, Run], folder: str) -> None:
+    """Fail loudly if the contenders do not write the same rows: their timings would mean nothing."""
+    written = {}
+    for name, run in runs.items():
+        target = os.path.join(folder, "check")
+        shutil.rmtree(target, ignore_errors=True)
+        os.makedirs(target)
+        run(target)
+        files = sorted(f for f in os.listdir(target) if f.endswith(".npy"))
+        written[name] = np.concatenate([np.load(os.path.join(target, f)) for f in files])
+    shutil.rmtree(os.path.join(folder, "check"), ignore_errors=True)
+    first = next(iter(written.values()))
+    for name, rows in written.items():
+        if not np.array_equal(rows, first):
+            raise AssertionError(f"{name} wrote other rows than {next(iter(written))}")
+
+
+# -- 2. write throughput ---------------------------------------------------------------------------
+
+
+def bench_throughput(paths: list[str], settings: Settings, folder: str) -> list[Result]:
+    data = lazyseq.open_npy(paths)
+    rows_per_shard = CHEAP_SHARD_BYTES // data[0].nbytes  # as write_npy splits them
+    in_memory = np.concatenate([np.load(p) for p in paths])
+    arrays = [in_memory[k : k + rows_per_shard] for k in range(0, len(in_memory), rows_per_shard)]
+    total = sum(a.nbytes for a in arrays)
+
+    def saved(save: Callable[[str, np.ndarray], None]) -> Run:
+        def run(target: str) -> None:
+            for k, array in enumerate(arrays):
+                save(os.path.join(target, f"data-{k:05d}.npy"), array)
+
+        return run
+
+    def lazy(nworkers: int) -> Run:
+        return lambda target: lazyseq.write_npy(data, target, bytes_per_shard=CHEAP_SHARD_BYTES, nworkers=nworkers)
+
+    runs: dict[str, Run] = {
+        "write_npy, no workers": lazy(0),
+        "write_npy, 2 threads": lazy(2),
+        "np.save": saved(np.save),
+        "np.save + fsync": saved(save_synced),
+    }
+    check_same_shards(runs, folder)
+    timings = measure(runs, folder, settings.repeats + 2)
+    print_timings(
+        f"2. Write throughput: {len(data):,} x 248 float64 from the memory maps ({total / 2**20:.0f} MiB), "
+        f"{len(arrays)} shards of {rows_per_shard} rows",
+        timings,
+        lambda t: f"{total / t.best / 1e9:.2f} GB/s",
+    )
+    results = []
+    for name in ("write_npy, no workers", "write_npy, 2 threads"):
+        for reference in ("np.save", "np.save + fsync"):
+            lazy_t, ref_t = timings[name], timings[reference]
+            results.append(
+                Result(
+                    f"2. cheap pipeline, {name} vs {reference}",
+                    f"{total / lazy_t.best / 1e9:.2f} GB/s",
+                    f"{reference} {total / ref_t.best / 1e9:.2f} GB/s",
+                    f"{ref_t.best / lazy_t.best:.2f}",
+                )
+            )
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a short run, as a smoke test")
+    settings = QUICK if parser.parse_args().quick else FULL
+    print(f"lazyseq {lazyseq.__version__}, numpy {np.__version__}, {os.cpu_count()} cores")
+    print(f"{settings.repeats} repeats per timing (workload 2: {settings.repeats + 2}), contenders taking turns")
+    print(f"load average before: {load()}")
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as folder:
+        paths, _ = write_samples(folder)
+        results = bench_transform(paths, settings, folder) + bench_throughput(paths, settings, folder)
+    print(f"\nload average after: {load()} (on {os.cpu_count()} cores: above that, other programs competed)")
+    print(f"\nSummary (markdown), {time.perf_counter() - started:.0f} s in all\n")
+    print(summary(results))
+
+
+if __name__ == "__main__":
+    main()

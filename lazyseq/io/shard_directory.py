@@ -1,0 +1,197 @@
+"""What a directory written by ``write_npy`` holds between runs, and how a new run starts from it.
+
+Two files describe the shards, and at most one of them exists once a run has
+started:
+
+- ``manifest.json``, written last (atomically), once every shard is on disk:
+  the layout (item kind, fields with dtype and row shape, length, rows per
+  shard), the parameters of the call, and one record per shard (rows, and per
+  file its size and CRC-32). Its presence means the directory is complete.
+- ``progress.jsonl`` while a run is under way: its first line is the layout
+  and parameters (written atomically, with the records carried over from the
+  run before), then one line is appended per shard once that shard's files
+  have their final names and are on disk. A run killed mid-line leaves a last
+  line cut short, which the next run ignores (that shard is redone).
+
+A record is never trusted blindly: a new run checks each recorded file's size
+and checksum against the file on disk, and redoes the shard where they
+disagree. A shard file without a record (killed between its rename and its
+line) is redone too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import IO, Any
+
+from .shard_files import remove_temporaries, replace_atomically, sync_directory
+from .shard_layout import Layout, ShardRecord
+
+__all__ = ["MANIFEST", "PROGRESS", "ProgressLog", "Written", "finish", "prepare", "read_manifest"]
+
+MANIFEST = "manifest.json"
+PROGRESS = "progress.jsonl"
+FORMAT = "lazyseq.write_npy"
+VERSION = 1
+_SHARD_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=-]*-[0-9]{5,}\.npy")
+
+
+@dataclass(frozen=True)
+class Written:
+    """What an earlier run left: its layout and parameters, and the shards it recorded."""
+
+    layout: Layout
+    parameters: dict[str, Any]
+    records: dict[int, ShardRecord]
+    complete: bool  # a manifest (every shard written), not a progress log
+
+
+def read_manifest(directory: str) -> Written:
+    """The manifest of a complete directory; errors name the file and say what is wrong."""
+    path = os.path.join(directory, MANIFEST)
+    if not os.path.exists(path):
+        if os.path.exists(os.path.join(directory, PROGRESS)):
+            raise FileNotFoundError(
+                f"{directory} holds shards of a write_npy run that did not finish (no {MANIFEST}, only "
+                f"{PROGRESS}): call write_npy again with the same arguments to finish it"
+            )
+        raise FileNotFoundError(
+            f"{directory} has no {MANIFEST}: it was not written by write_npy (open its files with a glob "
+            f"pattern such as {os.path.join(directory, '*.npy')!r})"
+        )
+    try:
+        with open(path, encoding="utf-8") as file:
+            data = json.load(file)
+        return _written(data, data["shards"], complete=True)
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"{path} is not a write_npy manifest: {type(error).__name__}: {error}") from None
+
+
+def prepare(
+    directory: str, layout: Layout, parameters: dict[str, Any], resume: bool, overwrite: bool
+) -> dict[int, ShardRecord]:
+    """Ready ``directory`` for a run of ``layout``; the records of an earlier run to check and keep.
+
+    Refuses (``FileExistsError``) a directory holding shards of other
+    parameters, or shard files it has no record of, unless ``overwrite``,
+    which removes them. On return no manifest claims the directory complete,
+    no temporary file is left, and the progress log holds ``layout``.
+    """
+    os.makedirs(directory, exist_ok=True)
+    previous = None if overwrite else _read_state(directory)
+    if previous is None and not overwrite:
+        strays = sorted(name for name in os.listdir(directory) if _SHARD_FILE.fullmatch(name))
+        if strays:
+            shown = ", ".join(strays[:3]) + (", ..." if len(strays) > 3 else "")
+            raise FileExistsError(
+                f"write_npy: {directory} holds files named like shards ({shown}) but no {MANIFEST}: pass "
+                "overwrite=True to replace them, or choose another directory"
+            )
+    if previous is not None:
+        changes = layout.differences(previous.layout)
+        if changes:
+            raise FileExistsError(
+                f"write_npy: {directory} holds shards written with other parameters ({'; '.join(changes)}): "
+                "pass overwrite=True to replace them, or choose another directory"
+            )
+    if overwrite:
+        for name in os.listdir(directory):
+            if _SHARD_FILE.fullmatch(name) or name in (MANIFEST, PROGRESS):
+                os.remove(os.path.join(directory, name))
+    trusted = previous.records if previous is not None and resume else {}
+    remove_temporaries(directory)
+    lines = [_header(layout, parameters)] + [record.to_json() for _, record in sorted(trusted.items())]
+    replace_atomically(os.path.join(directory, PROGRESS), "".join(_line(x) for x in lines).encode())
+    manifest = os.path.join(directory, MANIFEST)
+    if os.path.exists(manifest):
+        os.remove(manifest)
+        sync_directory(directory)
+    return trusted
+
+
+class ProgressLog:
+    """Appends a line per finished shard to the progress log (flushed: it survives the process)."""
+
+    def __init__(self, directory: str) -> None:
+        self._file: IO[str] = open(os.path.join(directory, PROGRESS), "a", encoding="utf-8")
+
+    def append(self, record: ShardRecord) -> None:
+        self._file.write(_line(record.to_json()))
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> ProgressLog:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def finish(directory: str, layout: Layout, parameters: dict[str, Any], records: Iterable[ShardRecord]) -> None:
+    """Write the manifest (atomically, last of all) and remove the progress log.
+
+    Every shard is written by now: a temporary file left is a worker's that
+    died mid-shard (a Ray node lost, its shard written again elsewhere).
+    """
+    remove_temporaries(directory)
+    sync_directory(directory)  # every shard's rename lasts before the manifest's does
+    header = json.dumps({**_header(layout, parameters), "shards": []}, indent=1)
+    shards = ",\n".join(f"  {json.dumps(record.to_json())}" for record in records)  # one line per shard
+    text = header.replace('"shards": []', f'"shards": [\n{shards}\n ]')
+    replace_atomically(os.path.join(directory, MANIFEST), (text + "\n").encode())
+    os.remove(os.path.join(directory, PROGRESS))
+    sync_directory(directory)
+
+
+def _read_state(directory: str) -> Written | None:
+    """What an earlier run left in ``directory``: the manifest, else the progress log, else ``None``."""
+    manifest = os.path.join(directory, MANIFEST)
+    if os.path.exists(manifest):
+        try:
+            return read_manifest(directory)
+        except ValueError as error:
+            raise ValueError(f"write_npy: {error}; pass overwrite=True to replace the directory's shards") from None
+    try:
+        with open(os.path.join(directory, PROGRESS), encoding="utf-8") as file:
+            lines = file.read().split("\n")
+    except FileNotFoundError:
+        return None
+    header = json.loads(lines[0])  # written atomically: whole
+    records = []
+    for line in lines[1:]:
+        try:
+            records.append(json.loads(line))
+        except ValueError:  # the line a killed run was writing
+            continue
+    return _written(header, records, complete=False)
+
+
+def _written(header: dict[str, Any], records: list[dict[str, Any]], complete: bool) -> Written:
+    if header.get("format") != FORMAT:
+        raise ValueError(f"its format is {header.get('format')!r}, not {FORMAT!r}")
+    if header.get("version") != VERSION:
+        raise ValueError(f"it is version {header.get('version')!r} of the format; this lazyseq reads {VERSION}")
+    shards = {}
+    for data in records:
+        try:
+            record = ShardRecord.from_json(data)
+        except (KeyError, TypeError, ValueError):
+            if complete:
+                raise
+            continue  # a progress line garbled by a crash: that shard is redone
+        shards[record.shard] = record
+    return Written(Layout.from_json(header), dict(header.get("parameters", {})), shards, complete)
+
+
+def _header(layout: Layout, parameters: dict[str, Any]) -> dict[str, Any]:
+    return {"format": FORMAT, "version": VERSION, **layout.to_json(), "parameters": parameters}
+
+
+def _line(data: dict[str, Any]) -> str:
+    return json.dumps(data, separators=(",", ":")) + "\n"

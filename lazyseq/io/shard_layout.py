@@ -1,0 +1,263 @@
+"""How ``write_npy`` lays items out on disk: fields, shards of consecutive rows, file names, records.
+
+An item is an array (one field, ``data``), a tuple of arrays (fields ``f0``,
+``f1``, ...) or a dict of arrays (one field per key). Each field gets its own
+set of ``.npy`` files, ``{field}-{shard:05d}.npy``, and shard ``k`` holds
+items ``k * rows_per_shard`` to ``(k + 1) * rows_per_shard - 1`` (the last
+one fewer): what a shard holds depends on the layout alone, never on who
+computed it. Everything here is plain data that turns into the JSON of the
+manifest and back.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from ..views.base import View
+from ..views.chunks import MixedShapes, chunk_to_batch
+
+__all__ = ["BLOCK_BYTES", "Field", "Layout", "ShardFile", "ShardRecord", "read_batch"]
+
+BLOCK_BYTES = 4 * 2**20  # about how much of a shard is computed (and held in memory) at once
+ARRAY_FIELD = "data"  # the name of the one field of array items
+_FIELD_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=-]*")  # a dict key that can be part of a file name
+
+Kind = Literal["array", "tuple", "dict"]
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of the items: its name, dtype and the shape of one row."""
+
+    name: str
+    dtype: np.dtype
+    row_shape: tuple[int, ...]
+
+    @property
+    def row_bytes(self) -> int:
+        return self.dtype.itemsize * math.prod(self.row_shape)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": self.dtype.str, "row_shape": list(self.row_shape)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Field:
+        return cls(str(data["name"]), np.dtype(data["dtype"]), tuple(int(n) for n in data["row_shape"]))
+
+
+@dataclass(frozen=True)
+class ShardFile:
+    """One ``.npy`` file as written: its name in the directory, its size and the CRC-32 of all its bytes."""
+
+    name: str
+    size: int
+    crc32: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "bytes": self.size, "crc32": self.crc32}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ShardFile:
+        return cls(str(data["name"]), int(data["bytes"]), int(data["crc32"]))
+
+
+@dataclass(frozen=True)
+class ShardRecord:
+    """A shard as written: its number, how many rows it holds, and its files (one per field, in field order)."""
+
+    shard: int
+    rows: int
+    files: tuple[ShardFile, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"shard": self.shard, "rows": self.rows, "files": [f.to_json() for f in self.files]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ShardRecord:
+        return cls(int(data["shard"]), int(data["rows"]), tuple(ShardFile.from_json(f) for f in data["files"]))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """``length`` items of ``kind`` with ``fields``, ``rows_per_shard`` to a shard: what decides the files' contents.
+
+    >>> import numpy as np
+    >>> layout = Layout.of_items(np.zeros((1, 3), np.float32), length=10, rows_per_shard=4)
+    >>> layout.shard_count, layout.rows(2), layout.file_name(layout.fields[0], 2)
+    (3, range(8, 10), 'data-00002.npy')
+    """
+
+    kind: Kind
+    fields: tuple[Field, ...]
+    length: int
+    rows_per_shard: int
+
+    @classmethod
+    def of_items(
+        cls, batch: Any, length: int, rows_per_shard: int | None = None, bytes_per_shard: int = 256 * 2**20
+    ) -> Layout:
+        """The layout of ``length`` items like those in ``batch`` (collated; item 0 alone, as :meth:`read` gives it)."""
+        try:
+            kind, names, values = _parts(batch)
+        except TypeError as error:
+            raise TypeError(f"write_npy: item 0: {error}") from None
+        fields = tuple(_field(name, value) for name, value in zip(names, values))
+        if rows_per_shard is None:
+            row_bytes = sum(f.row_bytes for f in fields)
+            rows_per_shard = max(1, bytes_per_shard // row_bytes) if row_bytes else length
+        return cls(kind, fields, length, min(rows_per_shard, length))
+
+    # -- shards ------------------------------------------------------------------
+
+    @property
+    def shard_count(self) -> int:
+        return -(-self.length // self.rows_per_shard)
+
+    def rows(self, shard: int) -> range:
+        """The items that shard ``shard`` holds."""
+        start = shard * self.rows_per_shard
+        return range(start, min(start + self.rows_per_shard, self.length))
+
+    @property
+    def block_rows(self) -> int:
+        """How many rows of a shard are computed at once: one vectorized read of about ``BLOCK_BYTES``."""
+        row_bytes = sum(f.row_bytes for f in self.fields)
+        return max(1, min(self.rows_per_shard, BLOCK_BYTES // max(1, row_bytes)))
+
+    def file_name(self, field: Field, shard: int) -> str:
+        digits = max(5, len(str(self.shard_count - 1)))  # names sort in shard order
+        return f"{field.name}-{shard:0{digits}d}.npy"
+
+    def file_names(self, shard: int) -> list[str]:
+        return [self.file_name(field, shard) for field in self.fields]
+
+    # -- items -------------------------------------------------------------------
+
+    def field_arrays(self, batch: Any, rows: range) -> list[np.ndarray]:
+        """The arrays of each field in ``batch``, the items ``rows`` collated; errors name the items."""
+        what = f"item {rows.start}" if len(rows) == 1 else f"items {rows.start} to {rows[-1]}"
+        try:
+            kind, names, values = _parts(batch)
+        except TypeError as error:
+            raise TypeError(f"{what}: {error}") from None
+        if (kind, names) != (self.kind, [f.name for f in self.fields]):
+            raise TypeError(
+                f"{what} are {_shown(kind, names)}, but item 0 is {_shown(self.kind, [f.name for f in self.fields])}"
+            )
+        arrays = []
+        for field, value in zip(self.fields, values):
+            array = np.asarray(value)
+            name = "" if self.kind == "array" else f" field {field.name!r}:"
+            if array.shape != (len(rows), *field.row_shape):
+                raise ValueError(
+                    f"{what}:{name} rows of shape {array.shape[1:]}, but item 0 has rows of shape {field.row_shape}"
+                )
+            if array.dtype != field.dtype:
+                if not np.can_cast(array.dtype, field.dtype, "safe"):
+                    raise ValueError(
+                        f"{what}:{name} {array.dtype} values, which do not fit the {field.dtype} of item 0: "
+                        "make every item the same dtype (.astype in the pipeline)"
+                    )
+                array = array.astype(field.dtype)
+            arrays.append(array)
+        return arrays
+
+    def read(self, view: View, rows: range) -> list[np.ndarray]:
+        """Items ``rows`` of ``view``, read with one vectorized call, as one array per field."""
+        return self.field_arrays(read_batch(view, rows), rows)
+
+    # -- JSON --------------------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "item": self.kind,
+            "fields": [f.to_json() for f in self.fields],
+            "length": self.length,
+            "rows_per_shard": self.rows_per_shard,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Layout:
+        kind = data["item"]
+        if kind not in ("array", "tuple", "dict"):
+            raise ValueError(f"unknown item kind {kind!r}")
+        fields = tuple(Field.from_json(f) for f in data["fields"])
+        return cls(kind, fields, int(data["length"]), int(data["rows_per_shard"]))
+
+    def differences(self, other: Layout) -> list[str]:
+        """What differs from ``other`` (an earlier run's layout), in words: ``"rows_per_shard: 100, was 50"``."""
+        changes = []
+        names, other_names = [f.name for f in self.fields], [f.name for f in other.fields]
+        if self.kind != other.kind or names != other_names:
+            changes.append(f"items: {_shown(self.kind, names)}, were {_shown(other.kind, other_names)}")
+        else:
+            for new, old in zip(self.fields, other.fields):
+                name = "" if self.kind == "array" else f" of field {new.name!r}"
+                if new.dtype != old.dtype:
+                    changes.append(f"dtype{name}: {new.dtype}, was {old.dtype}")
+                if new.row_shape != old.row_shape:
+                    changes.append(f"row shape{name}: {new.row_shape}, was {old.row_shape}")
+        if self.length != other.length:
+            changes.append(f"length: {self.length}, was {other.length}")
+        if self.rows_per_shard != other.rows_per_shard:
+            changes.append(f"rows_per_shard: {self.rows_per_shard}, was {other.rows_per_shard}")
+        return changes
+
+
+def read_batch(view: View, rows: range) -> Any:
+    """Items ``rows`` of ``view`` collated into one batch, with one vectorized read (``_get_many``)."""
+    try:
+        return chunk_to_batch(view._get_many(rows))
+    except MixedShapes as error:
+        (a, b), (shape_a, shape_b) = error.positions, error.shapes
+        raise ValueError(
+            f"items {rows[a]} and {rows[b]} have different shapes, {shape_a} and {shape_b}: "
+            "every item must have the same shape"
+        ) from None
+
+
+def _parts(batch: Any) -> tuple[Kind, list[str], list[Any]]:
+    """What a batch of items is: its kind, its field names, one value per field."""
+    if isinstance(batch, np.ndarray):
+        return "array", [ARRAY_FIELD], [batch]
+    if isinstance(batch, tuple):
+        return "tuple", [f"f{j}" for j in range(len(batch))], list(batch)
+    if isinstance(batch, Mapping):
+        for key in batch:
+            if not isinstance(key, str) or not _FIELD_NAME.fullmatch(key):
+                raise TypeError(
+                    f"dict keys name the files of their field, so they must be strings of letters, digits and "
+                    f"'_.+=-' (not starting with one of '.+=-'), got {key!r}"
+                )
+        return "dict", list(batch), list(batch.values())
+    raise TypeError(
+        f"items must be arrays or numbers, or tuples or dicts of them, but these collate into a {type(batch).__name__}"
+    )
+
+
+def _field(name: str, value: Any) -> Field:
+    if not isinstance(value, np.ndarray):
+        raise TypeError(
+            f"write_npy: field {name!r} of item 0 collates into a {type(value).__name__}, not an array: items "
+            "must be arrays or numbers, or tuples or dicts of them (not nested)"
+        )
+    if value.dtype.hasobject or value.dtype.fields is not None or value.dtype.itemsize == 0:
+        raise TypeError(
+            f"write_npy: field {name!r} of item 0 holds {value.dtype} values, which a plain .npy file cannot "
+            "store: use numbers, booleans, fixed-width strings or datetimes"
+        )
+    return Field(name, value.dtype, tuple(value.shape[1:]))
+
+
+def _shown(kind: str, names: list[str]) -> str:
+    if kind == "array":
+        return "arrays"
+    if kind == "tuple":
+        return f"tuples of {len(names)}"
+    return f"dicts with keys {names}"

@@ -1,0 +1,251 @@
+"""A pipeline computed once, in parallel, into ``.npy`` shards that later runs memory-map: ``write_npy``.
+
+The shards are the items of a view, :class:`ShardWrites`, whose item ``k``
+writes shard ``k`` and gives its record; ``write_npy`` reads that view through
+:func:`~lazyseq.prefetch`, so the shards are computed by the loader's workers
+(threads, processes, or any backend ``method`` names), each worker writing its
+shards' files itself: only the small records travel back. What a shard holds
+depends on the layout alone (see :mod:`.shard_layout`), so the output does not
+depend on the workers; how a run records its progress and resumes is in
+:mod:`.shard_directory`, how each file is written atomically in
+:mod:`.shard_files`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Iterator
+from typing import Any, NoReturn
+
+import numpy as np
+
+from ..arguments import integer
+from ..loading.options import LoaderOptions, Method
+from ..loading.prefetch import PrefetchView
+from ..progress import progress_bar
+from ..views import errors
+from ..views.base import View
+from ..views.errors import REMOTE_CHAIN, EvaluationError, LoaderFailure, describe_chain
+from ..views.itemtypes import SequenceLike
+from ..views.sources import as_view
+from .npy import open_npy
+from .shard_directory import ProgressLog, finish, prepare
+from .shard_files import matches, npy_header, remove_temporaries, write_npy_files
+from .shard_layout import Layout, ShardRecord, read_batch
+
+__all__ = ["ShardWrites", "write_npy"]
+
+
+class ShardWrites(View[ShardRecord]):
+    """Item ``k`` writes shard ``k`` of ``layout`` into ``directory`` and is its record.
+
+    A shard that ``trusted`` has a record of is only checked: kept if its
+    files on disk have the recorded sizes and checksums, written again if not.
+    After :meth:`abandon`, shards being written in this process (by worker
+    threads) stop at their next block and remove their temporary files.
+    """
+
+    kind = "write_npy"
+
+    def __init__(self, items: View, layout: Layout, directory: str, trusted: dict[int, ShardRecord]) -> None:
+        self._items = items
+        self._parents = (items,)
+        self._layout = layout
+        self._directory = directory
+        self._trusted = trusted
+        self._len = layout.shard_count
+        self._writing = _InProgress()
+
+    def _get(self, i: int) -> ShardRecord:
+        layout, directory = self._layout, self._directory
+        rows = layout.rows(i)
+        names = layout.file_names(i)
+        known = self._trusted.get(i)
+        if known is not None and known.rows == len(rows) and [f.name for f in known.files] == names:
+            if all(matches(directory, file) for file in known.files):
+                return known
+        headers = [npy_header(field, len(rows)) for field in layout.fields]
+        with self._writing:
+            return ShardRecord(i, len(rows), write_npy_files(directory, names, headers, self._blocks(rows)))
+
+    def _blocks(self, rows: range) -> Iterator[list[np.ndarray]]:
+        step = self._layout.block_rows
+        for start in range(rows.start, rows.stop, step):
+            self._writing.check()
+            yield self._layout.read(self._items, range(start, min(start + step, rows.stop)))
+
+    def abandon(self) -> None:
+        """Stop the shards being written in this process, and wait until they have cleaned up."""
+        self._writing.abandon()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_writing": None}  # a worker process has its own
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _writing=_InProgress())
+
+    def _describe(self) -> str:
+        layout = self._layout
+        return f"write_npy({self._directory!r}, {layout.shard_count} shards of {layout.rows_per_shard} rows)"
+
+
+class _InProgress:
+    """How many shards are being written in this process, and whether they should stop."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._stop = False
+        self._changed = threading.Condition()
+
+    def __enter__(self) -> None:
+        with self._changed:
+            self._count += 1
+
+    def __exit__(self, *exc_info: object) -> None:
+        with self._changed:
+            self._count -= 1
+            self._changed.notify_all()
+
+    def check(self) -> None:
+        if self._stop:
+            raise _Abandoned("write_npy stopped: another shard failed")
+
+    def abandon(self) -> None:
+        with self._changed:
+            self._stop = True
+            self._changed.wait_for(lambda: self._count == 0)
+
+
+class _Abandoned(Exception):
+    """Raised in a worker thread's shard once the run has failed elsewhere (nobody reads it)."""
+
+
+def write_npy(
+    seq: SequenceLike[Any],
+    directory: str | os.PathLike,
+    *,
+    rows_per_shard: int | None = None,
+    bytes_per_shard: int = 256 * 2**20,
+    nworkers: int = 0,
+    method: Method = "thread",
+    resume: bool = True,
+    overwrite: bool = False,
+    progress: bool | None = None,
+) -> View[Any]:
+    """Compute every item of ``seq`` once and write them to ``directory`` as ``.npy`` shards; a view of them.
+
+    Items are arrays (or numbers) of one dtype and row shape, or tuples or
+    dicts of them. Each field gets its own set of plain ``.npy`` files, which
+    ``np.load`` reads: ``data-00000.npy, data-00001.npy, ...`` for arrays,
+    ``f0-...``, ``f1-...`` for tuples, one set per key for dicts. Shard ``k``
+    holds items ``k * rows_per_shard`` onwards (``None``: as many rows as fit
+    in ``bytes_per_shard`` bytes, all fields together), so the files are the
+    same byte for byte whatever ``nworkers`` and ``method``. Each shard is
+    computed in vectorized blocks of rows (one ``_get_many`` read per block,
+    as a batch is) by ``nworkers`` threads or processes (see
+    :func:`~lazyseq.prefetch`), which write the files themselves. The first
+    item is also read in the calling process, to learn the layout.
+
+    ``manifest.json``, written last, lists the fields (dtype, row shape),
+    the parameters, and each shard's rows and files with their sizes and
+    CRC-32; :func:`~lazyseq.open_npy` opens the directory through it, and
+    the result is that view. Every file is written under a temporary name,
+    synced to disk and renamed, so a file with a final name is complete.
+
+    A run that stops (an exception, a kill, a power loss) leaves no
+    manifest, but a progress log of the shards it finished. Calling
+    ``write_npy`` again with the same arguments (``nworkers`` and ``method``
+    may differ) keeps the recorded shards whose files still have their
+    recorded size and checksum, redoes the others and removes temporary
+    files; the result is the same as an uninterrupted run's. It assumes the
+    items are the same as before: ``resume=False`` recomputes every shard.
+    A directory written with other parameters (another layout, length or
+    ``rows_per_shard``), or holding files named like shards that no manifest
+    or progress log records, is a ``FileExistsError`` unless
+    ``overwrite=True``, which removes them and writes everything anew. An exception in the pipeline is raised as an
+    :class:`~lazyseq.EvaluationError` naming the shard and the item.
+    ``progress`` shows a bar over the shards (see :mod:`lazyseq.progress`).
+
+    >>> import os, tempfile
+    >>> import numpy as np
+    >>> import lazyseq
+    >>> folder = tempfile.mkdtemp()
+    >>> squares = lazyseq.smap(lambda x: x * x, np.arange(10.0))
+    >>> written = lazyseq.write_npy(squares, folder, rows_per_shard=4, nworkers=2)
+    >>> sorted(os.listdir(folder))
+    ['data-00000.npy', 'data-00001.npy', 'data-00002.npy', 'manifest.json']
+    >>> np.load(os.path.join(folder, "data-00002.npy")), written[3]
+    (array([64., 81.]), np.float64(9.0))
+    """
+    items = as_view(seq)
+    length = items._need_length("write_npy")
+    if length == 0:
+        raise ValueError("write_npy: the sequence is empty, so there is nothing to write")
+    options = LoaderOptions.check("write_npy", nworkers, method)
+    if rows_per_shard is not None:
+        rows_per_shard = integer(rows_per_shard, "write_npy: rows_per_shard", low=1)
+    bytes_per_shard = integer(bytes_per_shard, "write_npy: bytes_per_shard", low=1)
+    directory = os.fspath(directory)
+    try:
+        first = read_batch(items, range(0, 1))
+    except Exception as error:
+        _raise_failure(error, 0, None, directory)
+    layout = Layout.of_items(first, length, rows_per_shard, bytes_per_shard)
+    parameters = {"rows_per_shard": rows_per_shard, "bytes_per_shard": bytes_per_shard}
+    trusted = prepare(directory, layout, parameters, resume, overwrite)
+    writes = ShardWrites(items, layout, directory, trusted)
+    loader: PrefetchView[ShardRecord] = PrefetchView(
+        writes, options, max_buffered=2 * max(1, options.nworkers), shm_size=0
+    )
+    records = []
+    try:
+        with ProgressLog(directory) as log, progress_bar(layout.shard_count, "write_npy", progress, "shard") as bar:
+            shards = iter(loader)
+            for shard in range(layout.shard_count):
+                try:
+                    record = next(shards)
+                except Exception as error:
+                    _raise_failure(error, shard, layout.rows(shard), directory)
+                if record != trusted.get(shard):
+                    log.append(record)
+                records.append(record)
+                bar.update()
+    except BaseException:  # the shards still in progress are of no use: stop them, and leave no temporary file
+        writes.abandon()
+        loader.close()
+        remove_temporaries(directory)
+        raise
+    loader.close()
+    finish(directory, layout, parameters, records)
+    return open_npy(directory)
+
+
+def _raise_failure(error: Exception, shard: int, rows: range | None, directory: str) -> NoReturn:
+    """Raise ``error``, from computing shard ``shard`` (items ``rows``), saying which shard and which item failed."""
+    if isinstance(error, LoaderFailure) or errors.seterr() == "passthrough":
+        error.add_note(f"while writing shard {shard} of {directory}")
+        raise error
+    cause = error.__cause__ if isinstance(error, EvaluationError) and error.__cause__ is not None else error
+    chain = _chain_in_items(cause)
+    item = re.search(r"\[(\d+)\]$", chain.split(" -> ")[0]) if chain else None
+    if item is not None:
+        where = f"item {item.group(1)} ({chain})"
+    elif rows is not None:
+        where = f"items {rows.start} to {rows[-1]}"
+    else:
+        where = "item 0"
+    name = getattr(cause, "type_name", type(cause).__name__)  # a RemoteError stands for another type
+    raise EvaluationError(f"write_npy: shard {shard} of {directory} failed at {where}: {name}: {cause}") from cause
+
+
+def _chain_in_items(error: BaseException) -> str:
+    """The part of an error's chain of views within the items written: ``gather[12] -> smap(f)[3]``."""
+    chain = " -> ".join(
+        part for part in (describe_chain(error.__traceback__), getattr(error, REMOTE_CHAIN, "")) if part
+    )
+    steps = chain.split(" -> ") if chain else []
+    marker = f"{ShardWrites.kind}["
+    starts = [k for k, step in enumerate(steps) if step.startswith(marker)]
+    return " -> ".join(steps[starts[-1] + 1 :] if starts else steps)

@@ -1,0 +1,355 @@
+"""write_npy: shards byte-identical whatever the workers, atomic files, resuming after a kill, open_npy of a directory."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from shard_helpers import contents, pipeline, rows
+
+import lazyseq
+from lazyseq.views.base import View
+
+HELPERS = Path(__file__).resolve().parent / "shard_helpers.py"
+N = 57  # 6 shards of 10 rows, the last one 7
+
+
+def expected(n=N):
+    x = rows(n)
+    return 2 * x + 1, np.arange(n, dtype=np.int32)
+
+
+def temporaries(directory):
+    return [name for name in os.listdir(directory) if name.endswith(".tmp")]
+
+
+@pytest.fixture
+def reference(tmp_path_factory):
+    """An uninterrupted synchronous run, the output every other run must match byte for byte."""
+    directory = tmp_path_factory.mktemp("reference")
+    lazyseq.write_npy(pipeline(N), directory, rows_per_shard=10)
+    return contents(directory)
+
+
+# -- what is written ---------------------------------------------------------------
+
+
+def test_output_is_byte_identical_for_any_workers_and_method(tmp_path, reference):
+    for nworkers, method in [(1, "thread"), (2, "thread"), (1, "process"), (2, "process")]:
+        directory = tmp_path / f"{nworkers}-{method}"
+        lazyseq.write_npy(pipeline(N), directory, rows_per_shard=10, nworkers=nworkers, method=method)
+        assert contents(directory) == reference, (nworkers, method)
+
+
+def test_shards_are_plain_npy_files_and_the_manifest_describes_them(tmp_path):
+    written = lazyseq.write_npy(pipeline(N), tmp_path, rows_per_shard=10)
+    x, index = expected()
+    names = sorted(os.listdir(tmp_path))
+    assert names == [f"f{j}-{k:05d}.npy" for j in (0, 1) for k in range(6)] + ["manifest.json"]
+    for k in range(6):
+        np.testing.assert_array_equal(np.load(tmp_path / f"f0-{k:05d}.npy"), x[10 * k : 10 * k + 10])
+        np.testing.assert_array_equal(np.load(tmp_path / f"f1-{k:05d}.npy"), index[10 * k : 10 * k + 10])
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert {key: manifest[key] for key in manifest if key != "shards"} == {
+        "format": "lazyseq.write_npy",
+        "version": 1,
+        "item": "tuple",
+        "fields": [
+            {"name": "f0", "dtype": "<f8", "row_shape": [4]},
+            {"name": "f1", "dtype": "<i4", "row_shape": []},
+        ],
+        "length": 57,
+        "rows_per_shard": 10,
+        "parameters": {"rows_per_shard": 10, "bytes_per_shard": 256 * 2**20},
+    }
+    assert [shard["rows"] for shard in manifest["shards"]] == [10, 10, 10, 10, 10, 7]
+    last = manifest["shards"][5]
+    assert last["shard"] == 5
+    for field, file in zip(("f0", "f1"), last["files"]):
+        data = (tmp_path / f"{field}-00005.npy").read_bytes()
+        assert file == {"name": f"{field}-00005.npy", "bytes": len(data), "crc32": zlib.crc32(data)}
+    x_read, index_read = lazyseq.batch(written, N)[0]
+    np.testing.assert_array_equal(x_read, x)
+    np.testing.assert_array_equal(index_read, index)
+    assert isinstance(written[3], tuple)
+    assert all(isinstance(part.source, np.memmap) for field in written._parents for part in field._parents)
+
+
+def test_array_items_and_bytes_per_shard(tmp_path):
+    data = np.arange(100 * 6, dtype=np.float32).reshape(100, 6)  # 24 bytes a row
+    written = lazyseq.write_npy(data, tmp_path, bytes_per_shard=24 * 30 + 5)
+    assert sorted(os.listdir(tmp_path)) == [f"data-{k:05d}.npy" for k in range(4)] + ["manifest.json"]
+    assert [len(np.load(tmp_path / f"data-{k:05d}.npy")) for k in range(4)] == [30, 30, 30, 10]
+    np.testing.assert_array_equal(written[:], data)
+    np.testing.assert_array_equal(written.batch(64)[1], data[64:])
+
+
+def test_dict_items_get_one_set_of_files_per_key(tmp_path):
+    items = lazyseq.smap(lambda i: {"image": np.full((2, 3), i, np.uint8), "label": i % 3}, range(25))
+    written = lazyseq.write_npy(items, tmp_path, rows_per_shard=10, nworkers=2)
+    assert sorted(os.listdir(tmp_path)) == (
+        ["image-00000.npy", "image-00001.npy", "image-00002.npy", "label-00000.npy", "label-00001.npy"]
+        + ["label-00002.npy", "manifest.json"]
+    )
+    assert np.load(tmp_path / "image-00002.npy").shape == (5, 2, 3)
+    item = written[12]
+    assert list(item) == ["image", "label"]
+    np.testing.assert_array_equal(item["image"], np.full((2, 3), 12, np.uint8))
+    assert item["label"] == 0
+    batch = written.batch(8)[1]
+    np.testing.assert_array_equal(batch["label"], np.arange(8, 16) % 3)
+    assert batch["image"].shape == (8, 2, 3)
+
+
+def test_numbers_become_one_dimensional_files(tmp_path):
+    written = lazyseq.write_npy(lazyseq.smap(lambda i: i * 0.5, range(7)), tmp_path, rows_per_shard=4)
+    np.testing.assert_array_equal(np.load(tmp_path / "data-00001.npy"), [2.0, 2.5, 3.0])
+    assert written[6] == 3.0
+
+
+class CountingReads(View):
+    """An array's rows that record how they are read."""
+
+    def __init__(self, array):
+        self._array = array
+        self._len = len(array)
+        self.single, self.many = [], []
+
+    def _get(self, i):
+        self.single.append(i)
+        return self._array[i]
+
+    def _get_many(self, idx):
+        self.many.append(idx)
+        return self._array[idx.start : idx.stop]
+
+
+def test_shards_are_read_in_vectorized_blocks(tmp_path, monkeypatch):
+    monkeypatch.setattr("lazyseq.io.shard_layout.BLOCK_BYTES", 4 * 8)  # blocks of 4 rows of 8 bytes
+    source = CountingReads(np.arange(30, dtype=np.float64))
+    lazyseq.write_npy(source, tmp_path, rows_per_shard=10)
+    assert source.single == []
+    assert source.many == [range(0, 1)] + [
+        range(start, min(start + 4, stop)) for stop in (10, 20, 30) for start in range(stop - 10, stop, 4)
+    ]
+
+
+# -- atomic and resumable ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("writer, resumer", [((0, "thread"), (2, "thread")), ((2, "process"), (1, "thread"))])
+def test_a_writer_killed_mid_shard_is_resumed_by_another_worker_count(tmp_path, reference, writer, resumer):
+    nworkers, method = writer
+    child = subprocess.Popen(
+        [sys.executable, str(HELPERS), str(tmp_path), str(N), "34", str(nworkers), method],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its worker processes go down with it, as in a power loss
+    )
+    try:
+        line = child.stdout.readline()
+        assert line == "blocked at 34\n", child.stderr.read()
+        assert temporaries(tmp_path), "the writer was killed between two shards"
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+        child.stdout.close()
+        child.stderr.close()
+    assert "manifest.json" not in os.listdir(tmp_path)
+    computed = []
+    nworkers, method = resumer
+    written = lazyseq.write_npy(
+        pipeline(N, computed=computed), tmp_path, rows_per_shard=10, nworkers=nworkers, method=method
+    )
+    assert contents(tmp_path) == reference
+    assert temporaries(tmp_path) == []
+    if writer == (0, "thread"):  # shards 0 to 2 were finished and recorded before item 34 blocked
+        assert sorted(computed) == [0, *range(30, N)]
+    np.testing.assert_array_equal(written[56][0], expected()[0][56])
+
+
+def test_a_failing_item_is_named_with_its_shard_and_leaves_no_manifest(tmp_path, reference):
+    for nworkers, method in [(0, "thread"), (2, "thread"), (2, "process")]:
+        with pytest.raises(lazyseq.EvaluationError) as info:
+            lazyseq.write_npy(pipeline(N, fail_at=43), tmp_path, rows_per_shard=10, nworkers=nworkers, method=method)
+        assert str(info.value) == (
+            f"write_npy: shard 4 of {tmp_path} failed at item 43 (smap(Transform)[43]): ValueError: row 43 is bad"
+        )
+        assert isinstance(info.value.__cause__, ValueError)
+        names = os.listdir(tmp_path)
+        assert "manifest.json" not in names and "progress.jsonl" in names
+        assert temporaries(tmp_path) == []
+    computed = []
+    lazyseq.write_npy(pipeline(N, computed=computed), tmp_path, rows_per_shard=10)
+    assert contents(tmp_path) == reference
+    assert sorted(computed) == [0, *range(40, N)]  # shards 0 to 3 were done and kept
+
+
+def test_a_failing_first_item_changes_nothing(tmp_path):
+    with pytest.raises(lazyseq.EvaluationError) as info:
+        lazyseq.write_npy(pipeline(N, fail_at=0), tmp_path, rows_per_shard=10)
+    assert str(info.value) == (
+        f"write_npy: shard 0 of {tmp_path} failed at item 0 (smap(Transform)[0]): ValueError: row 0 is bad"
+    )
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_finished_directory_is_checked_not_recomputed(tmp_path, reference):
+    lazyseq.write_npy(pipeline(N), tmp_path, rows_per_shard=10)
+    computed = []
+    lazyseq.write_npy(pipeline(N, computed=computed), tmp_path, rows_per_shard=10, nworkers=2)
+    assert computed == [0]  # the first item, which tells the layout
+    assert contents(tmp_path) == reference
+    lazyseq.write_npy(pipeline(N, computed=computed), tmp_path, rows_per_shard=10, resume=False)
+    assert sorted(computed) == [0, 0, *range(N)]
+    assert contents(tmp_path) == reference
+
+
+def test_a_truncated_shard_is_reported_on_open_and_redone_on_resume(tmp_path, reference):
+    lazyseq.write_npy(pipeline(N), tmp_path, rows_per_shard=10)
+    shard = tmp_path / "f0-00002.npy"
+    size = shard.stat().st_size
+    os.truncate(shard, size - 8)
+    with pytest.raises(ValueError) as info:
+        lazyseq.open_npy(tmp_path)
+    assert str(info.value) == (
+        f"open_npy: {shard} holds {size - 8} bytes, but {tmp_path / 'manifest.json'} says {size}: the shard is "
+        "truncated or was replaced; call write_npy again with the same arguments to redo it"
+    )
+    computed = []
+    lazyseq.write_npy(pipeline(N, computed=computed), tmp_path, rows_per_shard=10)
+    assert sorted(computed) == [0, *range(20, 30)]
+    assert contents(tmp_path) == reference
+
+
+def test_a_corrupt_shard_is_redone_on_resume_and_a_bad_header_reported_on_open(tmp_path, reference):
+    lazyseq.write_npy(pipeline(N), tmp_path, rows_per_shard=10)
+    shard = tmp_path / "f1-00004.npy"
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 0xFF  # same size, same header: only the checksum tells
+    shard.write_bytes(bytes(data))
+    computed = []
+    lazyseq.write_npy(pipeline(N, computed=computed), tmp_path, rows_per_shard=10, nworkers=2)
+    assert sorted(computed) == [0, *range(40, 50)]
+    assert contents(tmp_path) == reference
+    other = tmp_path / "f0-00001.npy"
+    np.save(other, np.zeros((10, 4), np.float32))  # another dtype, so another size too: rewrite the size
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    manifest["shards"][1]["files"][0]["bytes"] = other.stat().st_size
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError) as info:
+        lazyseq.open_npy(tmp_path)
+    assert str(info.value) == (
+        f"open_npy: {other} holds float32 values of shape (10, 4), but {tmp_path / 'manifest.json'} says float64 "
+        "of shape (10, 4): call write_npy again with the same arguments to redo it"
+    )
+
+
+def test_a_missing_shard_is_named_on_open(tmp_path):
+    lazyseq.write_npy(pipeline(N), tmp_path, rows_per_shard=10)
+    os.remove(tmp_path / "f1-00003.npy")
+    with pytest.raises(FileNotFoundError) as info:
+        lazyseq.open_npy(tmp_path)
+    assert str(info.value) == (
+        f"open_npy: {tmp_path / 'f1-00003.npy'} is missing, but {tmp_path / 'manifest.json'} lists it: call "
+        "write_npy again with the same arguments to redo it"
+    )
+
+
+def test_other_parameters_are_refused_unless_overwrite(tmp_path):
+    lazyseq.write_npy(pipeline(N), tmp_path, rows_per_shard=10)
+    with pytest.raises(FileExistsError) as info:
+        lazyseq.write_npy(pipeline(N), tmp_path, rows_per_shard=20)
+    assert str(info.value) == (
+        f"write_npy: {tmp_path} holds shards written with other parameters (rows_per_shard: 20, was 10): pass "
+        "overwrite=True to replace them, or choose another directory"
+    )
+    with pytest.raises(FileExistsError, match=r"\(items: arrays, were tuples of 2; length: 30, was 57\)"):
+        lazyseq.write_npy(rows(30), tmp_path, rows_per_shard=10)
+    with pytest.raises(FileExistsError, match=r"\(dtype of field 'f0': float32, was float64\)"):
+        lazyseq.write_npy(pipeline(N).smap(lambda t: (t[0].astype(np.float32), t[1])), tmp_path, rows_per_shard=10)
+    assert len(os.listdir(tmp_path)) == 13  # untouched
+    written = lazyseq.write_npy(pipeline(N), tmp_path, rows_per_shard=20, overwrite=True)
+    assert sorted(os.listdir(tmp_path)) == [f"f{j}-{k:05d}.npy" for j in (0, 1) for k in range(3)] + ["manifest.json"]
+    np.testing.assert_array_equal(written[45][0], expected()[0][45])
+
+
+def test_shard_files_without_a_manifest_are_not_overwritten(tmp_path):
+    np.save(tmp_path / "data-00000.npy", np.zeros(3))
+    (tmp_path / "notes.txt").write_text("kept")
+    with pytest.raises(FileExistsError) as info:
+        lazyseq.write_npy(np.arange(5.0), tmp_path)
+    assert str(info.value) == (
+        f"write_npy: {tmp_path} holds files named like shards (data-00000.npy) but no manifest.json: pass "
+        "overwrite=True to replace them, or choose another directory"
+    )
+    lazyseq.write_npy(np.arange(5.0), tmp_path, overwrite=True)
+    assert sorted(os.listdir(tmp_path)) == ["data-00000.npy", "manifest.json", "notes.txt"]
+    np.testing.assert_array_equal(np.load(tmp_path / "data-00000.npy"), np.arange(5.0))
+
+
+def test_open_npy_of_a_directory_without_a_finished_run(tmp_path):
+    with pytest.raises(FileNotFoundError) as info:
+        lazyseq.open_npy(tmp_path)
+    assert str(info.value) == (
+        f"open_npy: {tmp_path} has no manifest.json: it was not written by write_npy (open its files with a glob "
+        f"pattern such as {str(tmp_path / '*.npy')!r})"
+    )
+    with pytest.raises(lazyseq.EvaluationError):
+        lazyseq.write_npy(pipeline(N, fail_at=25), tmp_path, rows_per_shard=10)
+    with pytest.raises(FileNotFoundError) as info:
+        lazyseq.open_npy(tmp_path)
+    assert str(info.value) == (
+        f"open_npy: {tmp_path} holds shards of a write_npy run that did not finish (no manifest.json, only "
+        "progress.jsonl): call write_npy again with the same arguments to finish it"
+    )
+
+
+# -- items that cannot be written --------------------------------------------------
+
+
+def test_items_that_change_shape_or_dtype_are_named(tmp_path):
+    def grows(i):
+        return np.zeros(3 if i < 23 else 4)
+
+    with pytest.raises(lazyseq.EvaluationError) as info:
+        lazyseq.write_npy(lazyseq.smap(grows, range(40)), tmp_path / "a", rows_per_shard=10)
+    assert str(info.value) == (
+        f"write_npy: shard 2 of {tmp_path / 'a'} failed at items 20 to 29: ValueError: items 20 and 23 have "
+        "different shapes, (3,) and (4,): every item must have the same shape"
+    )
+
+    def widens(i):
+        return np.zeros(3, np.int8 if i < 15 else np.float32)
+
+    with pytest.raises(lazyseq.EvaluationError) as info:
+        lazyseq.write_npy(lazyseq.smap(widens, range(40)), tmp_path / "b", rows_per_shard=10)
+    assert str(info.value) == (
+        f"write_npy: shard 1 of {tmp_path / 'b'} failed at items 10 to 19: ValueError: items 10 to 19: float32 "
+        "values, which do not fit the int8 of item 0: make every item the same dtype (.astype in the pipeline)"
+    )
+    with pytest.raises(TypeError) as info:
+        lazyseq.write_npy(["a", "b"], tmp_path / "c")
+    assert str(info.value) == (
+        "write_npy: item 0: items must be arrays or numbers, or tuples or dicts of them, but these collate into a list"
+    )
+    with pytest.raises(TypeError, match=r"dict keys name the files of their field, .* got 'a/b'"):
+        lazyseq.write_npy([{"a/b": 1}], tmp_path / "d")
+
+
+def test_arguments_are_checked(tmp_path):
+    with pytest.raises(ValueError, match="write_npy: the sequence is empty, so there is nothing to write"):
+        lazyseq.write_npy([], tmp_path)
+    with pytest.raises(TypeError, match="write_npy needs a length, but cycle view is infinite"):
+        lazyseq.write_npy(lazyseq.cycle([1.0]), tmp_path)
+    with pytest.raises(ValueError, match="write_npy: rows_per_shard must be a positive integer, got 0"):
+        lazyseq.write_npy([1.0], tmp_path, rows_per_shard=0)
+    with pytest.raises(ValueError, match="write_npy: method must be .*, got 'fork'"):
+        lazyseq.write_npy([1.0], tmp_path, method="fork")
+    assert os.listdir(tmp_path) == []
