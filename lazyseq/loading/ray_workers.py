@@ -47,7 +47,7 @@ from .options import LoaderOptions, UnpicklablePipeline, serialize
 from .seeding import seed_this_worker
 from .structure import flatten, rebuild
 
-__all__ = ["RayWorkers", "connect"]
+__all__ = ["RayWorkers", "connect_to_ray"]
 
 RETRIES = 3  # runs of a Ray task after the first, when its worker or node dies
 TASK_SECONDS = 0.05  # work per Ray task: sending one and collecting it costs 1-5 ms (a lease, a push, a reply)
@@ -63,7 +63,7 @@ class InFlight(NamedTuple):
     tasks: list[Hashable]
 
 
-def connect(owner: str) -> None:
+def connect_to_ray(owner: str) -> None:
     """Connect this process to Ray unless it is: ``ray.init()`` joins ``RAY_ADDRESS``, or starts a local Ray."""
     if ray.is_initialized():
         return
@@ -94,7 +94,7 @@ class RayWorkers:
         self._seed = seed
         self._capacity = options.nworkers
         self.closed = False
-        connect(owner)
+        connect_to_ray(owner)
         try:
             self._job = ray.put(job)
         except Exception as error:
