@@ -7,6 +7,8 @@ collect_ignore_glob = [
 ]
 if importlib.util.find_spec("zmq") is None:
     collect_ignore_glob.append("lazyseq/serving/*.py")
+if importlib.util.find_spec("ray") is None:
+    collect_ignore_glob.append("lazyseq/loading/ray_workers.py")
 
 # The command `python -m lazyseq.serve`: importing it as a module would replace the function lazyseq.serve
 collect_ignore = ["lazyseq/serve.py"]

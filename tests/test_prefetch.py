@@ -75,7 +75,7 @@ def test_zero_workers_compute_in_the_reader_and_negative_means_all_cores_but_n()
 
 
 def test_bad_options_are_reported_when_the_view_is_made():
-    with pytest.raises(ValueError, match="prefetch: method must be 'thread' or 'process', got 'fiber'"):
+    with pytest.raises(ValueError, match="prefetch: method must be 'thread', 'process' or 'ray', got 'fiber'"):
         prefetch([1], nworkers=1, method="fiber")
     with pytest.raises(ValueError, match="prefetch: max_buffered must be a positive integer, got 0"):
         prefetch([1], nworkers=1, max_buffered=0)

@@ -134,7 +134,12 @@ class ProgressLog:
 
 
 def finish(directory: str, layout: Layout, parameters: dict[str, Any], records: Iterable[ShardRecord]) -> None:
-    """Write the manifest (atomically, last of all) and remove the progress log."""
+    """Write the manifest (atomically, last of all) and remove the progress log.
+
+    Every shard is written by now: a temporary file left is a worker's that
+    died mid-shard (a Ray node lost, its shard written again elsewhere).
+    """
+    remove_temporaries(directory)
     sync_directory(directory)  # every shard's rename lasts before the manifest's does
     header = json.dumps({**_header(layout, parameters), "shards": []}, indent=1)
     shards = ",\n".join(f"  {json.dumps(record.to_json())}" for record in records)  # one line per shard

@@ -4,7 +4,8 @@ Every file is written under a temporary name in its directory (hidden,
 ending in ``.tmp``), flushed and synced to disk, then renamed to its final
 name. A process killed at any moment leaves a final name holding a complete
 file, or nothing but a temporary file, which the next run removes
-(:func:`remove_temporaries`). Syncing the directory makes the renames before
+(:func:`remove_temporaries`), as does the end of a run that finished after
+losing a worker. Syncing the directory makes the renames before
 it last through a power loss: the manifest does so before its own.
 """
 

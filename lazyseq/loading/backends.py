@@ -2,9 +2,9 @@
 
 A *backend* runs ``job(arg)`` for tasks somewhere else than the reader's
 thread: worker threads (:mod:`.thread_workers`), worker processes
-(:mod:`.process_workers`), or anything that can take a task and give back its
-result. The engine (:mod:`.engine`) talks to it only through
-:class:`WorkerBackend`:
+(:mod:`.process_workers`), Ray tasks (:mod:`.ray_workers`), or anything that
+can take a task and give back its result. The engine (:mod:`.engine`) talks
+to it only through :class:`WorkerBackend`:
 
 - ``submit_many([(task, arg), ...])`` hands tasks over, in the order they are
   wanted. ``task`` is any hashable name the engine chooses; the backend gives
@@ -87,6 +87,10 @@ def start_workers(
         from .thread_workers import ThreadWorkers
 
         return ThreadWorkers(job if cost is None else TimedJob(job, cost), options)
+    if options.method == "ray":
+        from .ray_workers import RayWorkers  # here: Ray is imported only by a loader that uses it
+
+        return RayWorkers(job, options, seed, task_name, cost)
     from .process_workers import ProcessWorkers  # here: multiprocessing is not imported with lazyseq
 
     return ProcessWorkers(job, options, seed, slot_count, slot_bytes, task_name, cost)

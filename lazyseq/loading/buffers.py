@@ -192,6 +192,9 @@ def load_buffers(
     ``with`` block or garbage collection stop the workers; in a process
     forked from yours, the iterator starts workers of its own.
 
+    ``method="ray"`` makes batches as Ray tasks on a cluster, as for
+    :func:`~lazyseq.prefetch`.
+
     Where batches are made follows the same rule as for
     :func:`~lazyseq.prefetch`: with processes, always in the worker
     processes; with threads, batches that take less than ``inline_below``

@@ -34,10 +34,10 @@ __all__ = [
     "serialize",
 ]
 
-Method = Literal["thread", "process"]
+Method = Literal["thread", "process", "ray"]
 StartMethod = Literal["fork", "forkserver", "spawn"]
 
-METHODS = ("thread", "process")
+METHODS = ("thread", "process", "ray")
 INLINE_BELOW = 250e-6  # seconds: about what handing an item over from a worker thread costs on a small VM
 
 
@@ -70,7 +70,7 @@ class LoaderOptions:
     >>> LoaderOptions.check("prefetch", nworkers=2, method="processes")
     Traceback (most recent call last):
     ...
-    ValueError: prefetch: method must be 'thread' or 'process', got 'processes'
+    ValueError: prefetch: method must be 'thread', 'process' or 'ray', got 'processes'
     """
 
     owner: str
@@ -98,7 +98,7 @@ class LoaderOptions:
         if count < 0:  # all available cores but -nworkers
             count = max(1, available_cores() + count)
         if method not in METHODS:
-            raise ValueError(f"{owner}: method must be 'thread' or 'process', got {method!r}")
+            raise ValueError(f"{owner}: method must be 'thread', 'process' or 'ray', got {method!r}")
         if method == "process" and not hasattr(select, "poll"):  # Windows: no poll(), no descriptor passing
             raise NotImplementedError(f"{owner}: method='process' needs a POSIX system (Linux, macOS); use 'thread'")
         if start_method is not None:
@@ -107,6 +107,11 @@ class LoaderOptions:
                 raise ValueError(f"{owner}: start_method must be one of {available} or None, got {start_method!r}")
             if method != "process":
                 raise ValueError(f"{owner}: start_method only applies to method='process'")
+        if start_hook is not None and method == "ray":
+            raise ValueError(
+                f"{owner}: start_hook does not apply to method='ray' (Ray tasks run in whatever worker process "
+                "Ray picks, so no worker is started for it); prepare state lazily in the pipeline instead"
+            )
         if start_hook is not None and not callable(start_hook):
             raise TypeError(f"{owner}: start_hook must be callable, got {type(start_hook).__name__}")
         if start_hook is not None and not _takes_an_argument(start_hook):
@@ -124,6 +129,8 @@ class LoaderOptions:
     @property
     def pickles_pipeline(self) -> bool:
         """Whether workers get the pipeline pickled (not threads, nor forked processes, which inherit it)."""
+        if self.method == "ray":
+            return True
         return self.method == "process" and multiprocessing.get_context(self.start_method).get_start_method() != "fork"
 
 

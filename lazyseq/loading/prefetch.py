@@ -146,7 +146,7 @@ class PrefetchView(View[T_co]):
         options = self._options
         if not options.nworkers:
             return "prefetch(synchronous)"
-        kind = {"thread": "threads", "process": "processes"}[options.method]
+        kind = {"thread": "threads", "process": "processes", "ray": "Ray tasks"}[options.method]
         return f"prefetch({options.nworkers} {kind}, max_buffered={self._max_buffered})"
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -292,6 +292,13 @@ def prefetch(
     (if imported) from ``seed`` and its index (``seed=None``: fresh entropy),
     so no two workers draw the same numbers; :func:`lazyseq.rng` gives
     results that do not depend on the workers at all.
+
+    ``method="ray"`` computes items as Ray tasks on the nodes of the cluster
+    that ``ray.init`` connected to (a local one is started if none is), at
+    most ``nworkers`` in flight, each a run of items sized from their
+    timings (about 50 ms of work): give ``max_buffered`` room for two runs
+    per worker (see the loading guide). The pipeline travels as it does to spawned processes; a memory
+    map by its file name, which every node must see.
 
     Where items are computed: with ``method="process"``, always in the
     worker processes (isolation is why one asks for processes: a crash

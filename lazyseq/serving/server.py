@@ -117,8 +117,9 @@ def serve(
 
     A view (or any sequence) is served by index: each consumer reads the
     items it asks for (indexing, slices, ``shard``...), while ``nworkers``
-    threads or processes (``method``, as for :func:`~lazyseq.prefetch`)
-    compute up to ``max_buffered`` of its next items ahead. An iterable
+    threads, processes or Ray tasks (``method``, as for
+    :func:`~lazyseq.prefetch`) compute up to ``max_buffered`` of its next
+    items ahead. An iterable
     (a generator, a ``load_buffers`` iterator) is served as a stream: each of
     its items goes to exactly one consumer, and one that a consumer received
     but did not use before it died goes to another.

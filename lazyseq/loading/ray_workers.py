@@ -1,0 +1,318 @@
+"""Ray tasks as workers: a loader's items computed on the nodes of a Ray cluster.
+
+A :class:`~lazyseq.loading.backends.WorkerBackend` (see that module for the
+protocol). The pipeline is put in Ray's object store once; a Ray worker
+process loads it at its first task for that loader and keeps it for the next
+ones. At most ``nworkers`` Ray tasks are in flight, each computing a run of
+the loader's tasks: about ``TASK_SECONDS`` of work (one at first, then as
+many as the timings of the first ones say), since a Ray task costs
+milliseconds to send and collect. The others wait here and go out as results
+are collected, so tasks not sent yet can still be dropped when reads jump
+elsewhere. Each Ray task seeds its worker's global random generators from the
+loader's seed and its own number (see :mod:`.seeding`): no two draw the same
+numbers, and a Ray task run again draws what it drew the first time.
+
+A Ray task whose worker or node dies is run again by Ray, on another node if
+need be (up to ``RETRIES`` times), and its results still arrive once. An
+exception in the pipeline comes back as a value, with the worker's traceback
+text; a Ray task that cannot complete (its worker crashed every time) closes
+the loader with :class:`~lazyseq.WorkerDied`.
+
+Each result is watched through its ``concurrent.futures.Future`` (Ray
+completes it from a thread of its own): checking for results costs under a
+microsecond, and :meth:`RayWorkers.fds` is a pipe those completions write to.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import pickle
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from time import perf_counter
+from typing import Any, NamedTuple
+
+import numpy as np
+import ray
+from ray.exceptions import NodeDiedError, TaskCancelledError, WorkerCrashedError
+
+from .backends import Done
+from .failures import LoaderError, WorkerDied, capture, restore
+from .item_cost import ItemCost
+from .messages import CapturedError
+from .options import LoaderOptions, UnpicklablePipeline, serialize
+from .seeding import seed_this_worker
+from .structure import flatten, rebuild
+
+__all__ = ["RayWorkers", "connect_to_ray"]
+
+RETRIES = 3  # runs of a Ray task after the first, when its worker or node dies
+TASK_SECONDS = 0.05  # work per Ray task: sending one and collecting it costs 1-5 ms (a lease, a push, a reply)
+PIPELINES_KEPT = 4  # pipelines a Ray worker process keeps loaded (those of the loaders it served last)
+
+Outcome = tuple[str, Any, Any]  # ("ok", value, seconds), ("error", CapturedError, where), ("load_failed", ...)
+
+
+class InFlight(NamedTuple):
+    """A Ray task sent: the reference to its results, and the loader's tasks it computes."""
+
+    ref: ray.ObjectRef
+    tasks: list[Hashable]
+
+
+def connect_to_ray(owner: str) -> None:
+    """Connect this process to Ray unless it is: ``ray.init()`` joins ``RAY_ADDRESS``, or starts a local Ray."""
+    if ray.is_initialized():
+        return
+    try:
+        ray.init()
+    except Exception as error:
+        raise LoaderError(
+            f"{owner}: could not connect to Ray: {type(error).__name__}: {error}; call ray.init(address=...) "
+            "before making the loader, or set RAY_ADDRESS"
+        ) from error
+
+
+class RayWorkers:
+    """At most ``options.nworkers`` Ray tasks in flight, computing ``job(arg)`` on the nodes of the cluster.
+
+    The seconds each result took go to ``cost``, where given (they also size
+    the runs of tasks sent together).
+    """
+
+    feeds_on_poll = True  # waiting tasks go out as results are collected
+
+    def __init__(
+        self, job: Callable[[Any], Any], options: LoaderOptions, seed: int, task_name: str, cost: ItemCost | None
+    ) -> None:
+        owner = self._owner = options.owner
+        self._task_name = task_name
+        self._cost = cost if cost is not None else ItemCost(0.0)  # 0: timings only, never "compute it here"
+        self._seed = seed
+        self._capacity = options.nworkers
+        self.closed = False
+        connect_to_ray(owner)
+        try:
+            self._job = ray.put(job)
+        except Exception as error:
+            serialize(job, "the pipeline", owner)  # names the view that fails, where cloudpickle fails too
+            raise UnpicklablePipeline(
+                f"{owner}: cannot send the pipeline to Ray: {type(error).__name__}: {error}"
+            ) from error
+        self._remote = _run_remotely.options(max_retries=RETRIES, retry_exceptions=False, scheduling_strategy="SPREAD")
+        self._sent = 0  # Ray tasks sent so far: the next one's number
+        self._backlog: deque[tuple[Hashable, Any]] = deque()  # not sent yet, in order
+        self._queued: set[Hashable] = set()  # the tasks in the backlog
+        self._dropped: set[Hashable] = set()  # in the backlog, no longer wanted
+        self._skipped: list[Done] = []  # dropped tasks, reported as such by the next poll
+        self.running: dict[Future, InFlight] = {}  # in flight, in the order sent
+        self._notify = [-1]  # the write end of the pipe of fds(), once made; Ray's thread writes to it
+        self._notify_lock = threading.Lock()  # so that the pipe is never written after it is closed
+        self._notify_fds = (-1, -1)
+
+    def submit_many(self, tasks: Sequence[tuple[Hashable, Any]]) -> None:
+        """Queue ``(task, arg)`` pairs, and send what fits in ``nworkers`` Ray tasks in flight."""
+        self._backlog.extend(tasks)
+        self._queued.update(task for task, _ in tasks)
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        backlog, running = self._backlog, self.running
+        while backlog and len(running) < self._capacity and not self.closed:
+            free = self._capacity - len(running)
+            count = min(self._per_task(), -(-len(backlog) // free))  # a share for each free slot
+            tasks: list[Hashable] = []
+            args: list = []
+            while backlog and len(tasks) < count:
+                task, arg = backlog.popleft()
+                self._queued.discard(task)
+                if task in self._dropped:
+                    self._dropped.discard(task)
+                    self._skipped.append(Done(task, "skipped", None))
+                    continue
+                tasks.append(task)
+                args.append(arg)
+            if tasks:
+                ref = self._remote.remote((self._job,), args, self._seed, self._sent)
+                future = ref.future()
+                running[future] = InFlight(ref, tasks)
+                future.add_done_callback(functools.partial(_wake, self._notify, self._notify_lock))
+                self._sent += 1
+
+    def _per_task(self) -> int:
+        """How many tasks one Ray task computes: about ``TASK_SECONDS`` of work (one until timings arrive)."""
+        seconds = self._cost.estimate
+        return 1 if seconds is None else max(1, int(TASK_SECONDS / max(seconds, 1e-6)))
+
+    def has_room(self, count: int) -> bool:
+        return True  # results come back through Ray's object store: no slots to run out of
+
+    def cancel(self, task: Hashable) -> None:
+        """Drop ``task`` if it is not sent yet (a "skipped" result says so); one in flight runs to the end."""
+        if task in self._queued:
+            self._dropped.add(task)
+
+    def resume(self, task: Hashable) -> None:
+        """Undo ``cancel``, unless the task was already skipped."""
+        self._dropped.discard(task)
+
+    def fds(self) -> list[int]:
+        """A pipe that a byte is written to as each Ray task completes (made at the first call)."""
+        if self._notify_fds[0] < 0:
+            self._notify_fds = os.pipe()
+            for fd in self._notify_fds:
+                os.set_blocking(fd, False)
+            with self._notify_lock:
+                self._notify[0] = self._notify_fds[1]
+        return [self._notify_fds[0]]
+
+    def poll(self, timeout: float) -> list[Done]:
+        """The results that have arrived, waiting up to ``timeout`` seconds for one; then the next tasks go out."""
+        found, self._skipped = self._skipped, []
+        if self.closed:
+            return found
+        if self._notify_fds[0] >= 0:  # emptied before looking: a Ray task completing after this writes again
+            try:
+                os.read(self._notify_fds[0], 1 << 16)
+            except BlockingIOError:
+                pass
+        self._dispatch()
+        running = self.running
+        if running:
+            done = [future for future in running if future.done()]
+            if not done and not found and timeout > 0:
+                finished, _ = wait(running, timeout, return_when=FIRST_COMPLETED)
+                done = [future for future in running if future in finished]  # in the order sent
+            for future in done:
+                self._receive(future, found)
+        self._dispatch()
+        return found
+
+    def _receive(self, future: Future, found: list[Done]) -> None:
+        tasks = self.running.pop(future).tasks
+        error = future.exception()
+        if isinstance(error, TaskCancelledError):
+            found.extend(Done(task, "skipped", None) for task in tasks)
+            return
+        if isinstance(error, (WorkerCrashedError, NodeDiedError)):
+            self.close()
+            raise WorkerDied(
+                f"{self._owner}: the Ray worker computing {self._task_name} {', '.join(map(str, tasks))} died "
+                f"{RETRIES + 1} times; the last time: {type(error).__name__}: {error}"
+            ) from error
+        if error is not None:
+            self.close()
+            raise LoaderError(
+                f"{self._owner}: Ray could not compute {self._task_name} {', '.join(map(str, tasks))}: "
+                f"{type(error).__name__}: {error}"
+            ) from error
+        outcomes: list[Outcome] = future.result()
+        if outcomes[0][0] == "load_failed":  # no task can run where the pipeline cannot be loaded
+            _, captured, where = outcomes[0]
+            self.close()
+            raise LoaderError(
+                f"{self._owner}: {where} could not load the pipeline; every node needs the modules it uses "
+                "(installed there, or sent with ray.init(runtime_env=...))"
+            ) from restore(captured, where)
+        for task, (status, value, detail) in zip(tasks, outcomes):
+            if status == "ok":
+                self._cost.add(detail)  # the seconds it took
+                found.append(Done(task, "ok", _writable(value)))
+            else:
+                found.append(Done(task, "error", restore(value, detail)))  # detail: where it was raised
+
+    def close(self) -> None:
+        """Cancel the Ray tasks in flight (a running one gets KeyboardInterrupt) and forget the others."""
+        if self.closed:
+            return
+        self.closed = True
+        running, self.running = self.running, {}
+        self._backlog.clear()
+        self._queued.clear()
+        if ray.is_initialized():  # at interpreter exit, Ray may have shut down first
+            for entry in running.values():
+                try:
+                    ray.cancel(entry.ref)
+                except Exception:  # finished already, or its owner is going away
+                    pass
+        del self._job  # the pipeline leaves the object store once no Ray task refers to it
+        with self._notify_lock:
+            self._notify[0] = -1
+        if self._notify_fds[0] >= 0:
+            for fd in self._notify_fds:
+                os.close(fd)
+
+
+def _wake(notify: list[int], lock: threading.Lock, _: Future) -> None:
+    """In Ray's thread, as a Ray task completes: a byte for the pipe of :meth:`RayWorkers.fds`, if it exists."""
+    with lock:
+        if notify[0] >= 0:
+            try:
+                os.write(notify[0], b"r")
+            except OSError:  # full: the reader will look anyway
+                pass
+
+
+def _writable(value: Any) -> Any:
+    """``value`` with arrays of its own: Ray hands arrays over read-only, in its object store."""
+    arrays: list = []
+    skeleton = flatten(value, arrays)
+    if not any(isinstance(a, np.ndarray) and not a.flags.writeable for a in arrays):
+        return value
+    copies = [a.copy() if isinstance(a, np.ndarray) and not a.flags.writeable else a for a in arrays]
+    return rebuild(skeleton, copies)
+
+
+# -- in the Ray worker process -----------------------------------------------------
+
+_loaded: OrderedDict[str, Callable[[Any], Any]] = OrderedDict()  # pipelines by object id, the latest last
+
+
+def _pipeline(ref: ray.ObjectRef) -> Callable[[Any], Any]:
+    key = ref.hex()
+    job = _loaded.get(key)
+    if job is None:
+        job = _loaded[key] = ray.get(ref)
+        if len(_loaded) > PIPELINES_KEPT:
+            _loaded.popitem(last=False)
+    else:
+        _loaded.move_to_end(key)
+    return job
+
+
+@ray.remote
+def _run_remotely(holder: tuple[ray.ObjectRef], args: list, seed: int, number: int) -> list[Outcome]:
+    """The outcome of ``job(arg)`` for each of ``args``, in order; ``number`` counts the loader's Ray tasks.
+
+    The pipeline's reference comes in a tuple, so that Ray hands it over as
+    it is instead of loading the pipeline anew for each Ray task.
+    """
+    try:
+        job = _pipeline(holder[0])
+    except Exception as error:
+        return [("load_failed", _captured(error), _where())]
+    seed_this_worker(seed, number)
+    outcomes: list[Outcome] = []
+    for arg in args:
+        began = perf_counter()
+        try:
+            value = job(arg)
+        except Exception as error:
+            outcomes.append(("error", _captured(error), _where()))
+            continue
+        outcomes.append(("ok", value, perf_counter() - began))
+        del value
+    return outcomes
+
+
+def _captured(error: Exception) -> CapturedError:
+    if isinstance(error, ray.exceptions.RayError) and error.__cause__ is not None:  # what ray.get wrapped
+        return capture(error.__cause__, pickle.dumps)
+    return capture(error, pickle.dumps)
+
+
+def _where() -> str:
+    return f"a Ray worker on node {ray.util.get_node_ip_address()} (pid {os.getpid()})"

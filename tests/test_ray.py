@@ -1,0 +1,331 @@
+"""method="ray": the loaders' items computed as Ray tasks on a local cluster of two nodes (one CPU each).
+
+One cluster serves the whole test session (Ray takes seconds to start); it
+is started by the first test that needs it and shut down at the end.
+"""
+
+import asyncio
+import importlib.util
+import os
+import select
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from loader_helpers import fail_on_seven, square
+from shard_helpers import contents, pipeline
+
+import lazyseq
+
+ray = pytest.importorskip("ray")
+from ray.cluster_utils import Cluster  # noqa: E402  # only where Ray is installed
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
+
+from lazyseq.loading.backends import Done  # noqa: E402
+from lazyseq.loading.options import LoaderOptions  # noqa: E402
+from lazyseq.loading.ray_workers import RayWorkers  # noqa: E402
+
+TESTS = Path(__file__).resolve().parent
+EXAMPLES = TESTS.parent / "examples"
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """A head and a second node with one CPU each, as two machines would be; the tests' modules importable there."""
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        ray.init(
+            address=cluster.address,
+            runtime_env={"env_vars": {"PYTHONPATH": str(TESTS)}},
+            log_to_driver=False,
+        )
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def lazyseq_threads():
+    return [t.name for t in threading.enumerate() if t.name.startswith("lazyseq-")]
+
+
+def record(i):
+    """An item with arrays of several dtypes, a scalar and a string: what Ray sends back must equal a local read."""
+    return {"x": np.arange(6.0).reshape(2, 3) * i, "y": (np.int64(i), f"item {i}"), "mask": np.arange(4) < i % 5}
+
+
+def assert_items_equal(got, expected):
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected):
+        np.testing.assert_equal(a, b)
+        assert a["x"].flags.writeable  # arrays of their own, as with threads and processes
+
+
+def test_prefetch_gives_the_items_of_a_synchronous_read(cluster):
+    items = lazyseq.smap(record, range(40))
+    with lazyseq.prefetch(items, nworkers=2, method="ray", max_buffered=8) as ahead:
+        assert repr(ahead).startswith("prefetch(2 Ray tasks, max_buffered=8)  [len 40]")
+        assert_items_equal(list(ahead), list(items))
+        assert_items_equal(ahead[[5, 30, 2]], [items[5], items[30], items[2]])  # out of order: the right items
+        assert_items_equal([ahead[-1]], [items[-1]])
+
+
+def test_load_buffers_and_evaluate_give_what_a_synchronous_read_gives(cluster):
+    data = lazyseq.smap(square, np.arange(50.0))
+    with lazyseq.load_buffers(lambda: data.batch(10)[3], nworkers=2, method="ray") as batches:
+        for _ in range(6):
+            np.testing.assert_array_equal(next(batches), data.batch(10)[3])
+    got = lazyseq.evaluate(lambda b: np.sqrt(b), data, batch_size=8, nworkers=2, method="ray")
+    np.testing.assert_array_equal(got, lazyseq.evaluate(lambda b: np.sqrt(b), data, batch_size=8))
+
+
+def draw():
+    return np.random.randint(2**62, size=2)
+
+
+def test_every_ray_task_draws_different_random_numbers(cluster):
+    with lazyseq.load_buffers(draw, max_cached=4, nworkers=2, method="ray", seed=0) as batches:
+        drawn = [tuple(next(batches)) for _ in range(30)]
+    assert len(set(drawn)) == 30
+
+
+def test_memory_maps_are_opened_by_path_on_the_nodes(cluster, tmp_path):
+    path = tmp_path / "rows.npy"
+    np.save(path, np.zeros((20, 3)))
+    rows = lazyseq.view(np.load(path, mmap_mode="r"))
+    with lazyseq.prefetch(rows, nworkers=2, method="ray", max_buffered=2) as ahead:
+        assert ahead[0].tolist() == [0.0, 0.0, 0.0]  # the pipeline is in Ray's object store now
+        np.lib.format.open_memmap(path, mode="r+")[10:] = 7.0  # seen by the nodes only if they map the file
+        assert [row[0] for row in ahead[10:13]] == [7.0, 7.0, 7.0]
+
+
+def test_an_error_in_a_task_names_the_item_and_where_it_was_raised(cluster):
+    with lazyseq.prefetch(lazyseq.smap(fail_on_seven, range(12)), nworkers=2, method="ray") as ahead:
+        assert list(ahead[:7]) == list(range(7))
+        with pytest.raises(lazyseq.EvaluationError) as caught:
+            ahead[7]
+        message = "failed to compute prefetch[7] -> smap(fail_on_seven)[7]: ValueError: bad value 7"
+        assert str(caught.value) == message
+        note = caught.value.__cause__.__notes__[0]
+        assert note.startswith("raised in a Ray worker on node ")
+        assert 'in fail_on_seven\n    raise ValueError(f"bad value {x}")' in note
+        assert list(ahead[8:]) == [8, 9, 10, 11]  # the loader goes on
+    with lazyseq.load_buffers(lambda: 1 / 0, nworkers=1, method="ray") as batches:
+        with pytest.raises(
+            lazyseq.EvaluationError, match=r"^failed to compute load_buffers batch 0: ZeroDivisionError"
+        ):
+            next(batches)
+
+
+def test_a_pipeline_the_nodes_cannot_import_is_reported(cluster, tmp_path, monkeypatch):
+    (tmp_path / "only_here.py").write_text("def double(x):\n    return 2 * x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from only_here import double
+
+    with lazyseq.prefetch(lazyseq.smap(double, range(4)), nworkers=1, method="ray") as ahead:
+        with pytest.raises(
+            lazyseq.LoaderError, match=r"^prefetch: a Ray worker on node .* could not load the pipeline"
+        ):
+            ahead[0]
+        assert not ahead.workers_running
+    sys.modules.pop("only_here")
+
+
+@ray.remote(num_cpus=0)
+class Gate:
+    """Counts the tasks that passed it, for a test to wait on."""
+
+    def __init__(self):
+        self.count = 0
+        self.changed = asyncio.Condition()
+
+    async def arrive(self):
+        async with self.changed:
+            self.count += 1
+            self.changed.notify_all()
+
+    async def arrived(self, count=1):
+        async with self.changed:
+            await self.changed.wait_for(lambda: self.count >= count)
+
+
+@pytest.fixture
+def gate(cluster):
+    """A gate on the head node (which no test removes)."""
+    head = ray.get_runtime_context().get_node_id()
+    gate = Gate.options(scheduling_strategy=NodeAffinitySchedulingStrategy(head, soft=False)).remote()
+    yield gate
+    ray.kill(gate)
+
+
+class SpinAfterFirst:
+    """Item 0 is 0; the others pass ``gate``, then run Python for minutes (a cancel interrupts that, not a sleep)."""
+
+    def __init__(self, gate):
+        self.gate = gate
+
+    def __call__(self, i):
+        if i:
+            ray.get(self.gate.arrive.remote())
+        end = time.monotonic() + 300 * (i > 0)
+        while time.monotonic() < end:
+            pass
+        return i
+
+
+def test_close_cancels_the_tasks_in_flight_and_leaves_no_thread(gate):
+    ahead = lazyseq.prefetch(lazyseq.smap(SpinAfterFirst(gate), range(10)), nworkers=2, method="ray")
+    assert ahead[0] == 0
+    in_flight = [entry.ref for entry in ahead._engine.workers.workers.running.values()]
+    assert len(in_flight) == 2
+    ray.get(gate.arrived.remote(2), timeout=60)  # both are running
+    ahead.close()
+    for ref in in_flight:
+        with pytest.raises(ray.exceptions.TaskCancelledError):
+            ray.get(ref, timeout=60)
+    assert not ahead.workers_running
+    assert lazyseq_threads() == []
+
+
+def test_a_descriptor_becomes_readable_when_a_result_arrives(cluster):
+    workers = RayWorkers(square, LoaderOptions.check("serve", 1, "ray"), 0, "item", None)
+    try:
+        fds = workers.fds()
+        workers.submit_many([("three", 3)])
+        assert select.select(fds, [], [], 60)[0] == fds  # what a data server waits on, with its socket
+        assert workers.poll(0) == [Done("three", "ok", 9)]
+        assert select.select(fds, [], [], 0)[0] == []  # emptied by poll
+    finally:
+        workers.close()
+
+
+def test_options_that_do_not_apply_to_ray_are_refused():
+    with pytest.raises(ValueError, match=r"^prefetch: start_hook does not apply to method='ray'"):
+        lazyseq.prefetch(range(3), nworkers=1, method="ray", start_hook=print)
+    with pytest.raises(ValueError, match=r"^load_buffers: start_method only applies to method='process'"):
+        lazyseq.load_buffers(draw, nworkers=1, method="ray", start_method="spawn")
+
+
+# -- a node that dies mid-run ------------------------------------------------------------------------------
+
+
+class StallOn:
+    """Item ``i`` is ``i * i``; on node ``node_id`` it passes ``gate`` and never finishes.
+
+    Elsewhere, items wait until that happened, polling so that their CPU stays taken (a task blocked in
+    ``ray.get`` would lend it to the next): the only CPU left for the next task is on that node.
+    """
+
+    def __init__(self, node_id, gate):
+        self.node_id, self.gate = node_id, gate
+
+    def __call__(self, i):
+        if ray.get_runtime_context().get_node_id() == self.node_id:
+            ray.get(self.gate.arrive.remote())
+            time.sleep(600)
+        arrived, deadline = self.gate.arrived.remote(), time.monotonic() + 120
+        while not ray.wait([arrived], timeout=0)[0]:
+            if time.monotonic() > deadline:
+                raise TimeoutError("no task ran on the node to be removed")
+            time.sleep(0.01)
+        return i * i
+
+
+@ray.remote(num_cpus=1)
+def node_id():
+    return ray.get_runtime_context().get_node_id()
+
+
+@pytest.fixture
+def doomed(cluster):
+    """A third node, with a worker process up there."""
+    node = cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    on_node = NodeAffinitySchedulingStrategy(node.node_id, soft=False)
+    assert ray.get(node_id.options(scheduling_strategy=on_node).remote()) == node.node_id
+    yield node
+    if node in cluster.worker_nodes:
+        cluster.remove_node(node)
+
+
+def test_a_node_removed_mid_run_costs_only_time(cluster, doomed, gate):
+    node = doomed
+    workers = RayWorkers(StallOn(node.node_id, gate), LoaderOptions.check("prefetch", 3, "ray"), 0, "item", None)
+    try:
+        workers.submit_many([(i, i) for i in range(60)])
+        arrived, delivered = gate.arrived.remote(), []
+        while len(delivered) < 60:
+            if arrived is not None and ray.wait([arrived], timeout=0)[0]:
+                cluster.remove_node(node)  # a task is running there: it must run again elsewhere
+                arrived = None
+            delivered += workers.poll(0.5)
+        assert arrived is None, "no task ran on the node that was to be removed"
+        assert sorted(done.task for done in delivered) == list(range(60))  # each exactly once
+        assert all(done.status == "ok" and done.value == done.task**2 for done in delivered)
+    finally:
+        workers.close()
+
+
+# -- write_npy and the per-file example ---------------------------------------------------------------------
+
+
+class PassOn(StallOn):
+    """Items as they are; in Ray workers, as :class:`StallOn` (write_npy reads item 0 here first: it passes)."""
+
+    def __init__(self, node_id, gate):
+        super().__init__(node_id, gate)
+        self.here = os.getpid()
+
+    def __call__(self, item):
+        if os.getpid() != self.here:
+            super().__call__(0)
+        return item
+
+
+def test_write_npy_on_ray_writes_the_same_bytes(cluster, tmp_path):
+    lazyseq.write_npy(pipeline(57), tmp_path / "reference", rows_per_shard=10)
+    lazyseq.write_npy(pipeline(57), tmp_path / "ray", rows_per_shard=10, nworkers=2, method="ray")
+    assert contents(tmp_path / "ray") == contents(tmp_path / "reference")
+
+
+def test_write_npy_on_ray_names_a_failing_item_and_its_shard(cluster, tmp_path):
+    with pytest.raises(lazyseq.EvaluationError) as info:
+        lazyseq.write_npy(pipeline(57, fail_at=43), tmp_path, rows_per_shard=10, nworkers=2, method="ray")
+    assert str(info.value) == (
+        f"write_npy: shard 4 of {tmp_path} failed at item 43 (smap(Transform)[43]): ValueError: row 43 is bad"
+    )
+    assert "manifest.json" not in os.listdir(tmp_path)
+
+
+def test_write_npy_on_ray_survives_a_node_removed_mid_write(cluster, doomed, gate, tmp_path):
+    node = doomed
+
+    def remove_once_a_shard_runs_there():
+        ray.get(gate.arrived.remote(), timeout=120)
+        cluster.remove_node(node)
+
+    lazyseq.write_npy(pipeline(57), tmp_path / "reference", rows_per_shard=10)
+    remover = threading.Thread(target=remove_once_a_shard_runs_there)
+    remover.start()
+    items = pipeline(57).smap(PassOn(node.node_id, gate))
+    lazyseq.write_npy(items, tmp_path / "ray", rows_per_shard=10, nworkers=3, method="ray")
+    remover.join()
+    assert node not in cluster.worker_nodes
+    assert contents(tmp_path / "ray") == contents(tmp_path / "reference")  # no temporary file either
+
+
+def test_the_per_file_example_runs_on_ray(cluster, tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("per_file_workflow", EXAMPLES / "per_file_workflow.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    metadata = example.main(["--method", "ray", "--files", "6", "--folder", str(tmp_path)])
+    assert [row["file"] for row in metadata] == [f"recording_{k:03d}" for k in range(6)]
+    for k, row in enumerate(metadata):
+        signal = np.load(tmp_path / "inputs" / f"recording_{k:03d}.npy")
+        np.testing.assert_array_equal(np.load(row["output"]), example.spectrum(signal))
+    assert f"6 spectra of {example.BINS * 3} values in {tmp_path / 'spectra'}" in capsys.readouterr().out
