@@ -17,7 +17,6 @@ import multiprocessing
 import os
 import select
 import sys
-from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from multiprocessing.connection import wait
 from multiprocessing.reduction import send_handle
@@ -45,6 +44,7 @@ from .messages import (
 from .options import LoaderOptions, serialize
 from .shared_slots import SharedSlots, slot_bytes_for
 from .structure import rebuild
+from .task_queue import Backlog
 from .worker_process import run_worker
 
 __all__ = ["ProcessWorkers"]
@@ -119,10 +119,7 @@ class ProcessWorkers:
                 start_hook = serialize(start_hook, "start_hook", owner)
         self._conns, self._processes = [], []
         self._busy: list[set] = []  # tasks sent to each worker, not answered yet
-        self._backlog: deque = deque()  # (task, arg) not sent yet, in order
-        self._queued: set = set()  # the tasks in the backlog
-        self._dropped: set = set()  # tasks in the backlog no longer wanted
-        self._skipped: list[Done] = []  # dropped tasks, reported as such by the next poll
+        self._backlog = Backlog()  # (task, arg) not sent yet, in order
         self._started: set[int] = set()  # workers that said they are ready
         try:
             with limits_for_workers(context.get_start_method(), options.blas_threads) as inherited:
@@ -165,7 +162,6 @@ class ProcessWorkers:
     def submit_many(self, tasks: Sequence[tuple[Hashable, Any]]) -> None:
         """Queue ``(task, arg)`` pairs, and send what the workers have room for."""
         self._backlog.extend(tasks)
-        self._queued.update(task for task, _ in tasks)
         self._dispatch()
 
     def _dispatch(self) -> None:
@@ -179,12 +175,10 @@ class ProcessWorkers:
             k = min(range(len(busy)), key=lambda w: len(busy[w]))
             if len(busy[k]) >= depth or (k not in batches and len(busy[k]) > depth // 2):
                 break
-            task, arg = backlog.popleft()
-            self._queued.discard(task)
-            if task in self._dropped:
-                self._dropped.discard(task)
-                self._skipped.append(Done(task, "skipped", None))
-                continue
+            entry = backlog.next()
+            if entry is None:  # only cancelled tasks were left
+                break
+            task, arg = entry
             slot = self._slots.take() if self._slots is not None else -1
             busy[k].add(task)
             batches.setdefault(k, []).append(Task(task, arg, slot))
@@ -207,16 +201,15 @@ class ProcessWorkers:
 
     def cancel(self, task: Hashable) -> None:
         """Drop ``task`` if it is still queued here (a "skipped" result says so); one sent runs to the end."""
-        if task in self._queued:
-            self._dropped.add(task)
+        self._backlog.cancel(task)
 
     def resume(self, task: Hashable) -> None:
         """Undo ``cancel``, unless the task was already skipped."""
-        self._dropped.discard(task)
+        self._backlog.resume(task)
 
     def poll(self, timeout: float) -> list[Done]:
         """The results that have arrived, waiting up to ``timeout`` seconds for one; then the next tasks go out."""
-        found, self._skipped = self._skipped, []
+        found = self._backlog.take_skipped()
         events = self._poller.poll(0 if found else timeout * 1000)
         dead = []
         for fd, _ in events:

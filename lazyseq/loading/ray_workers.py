@@ -28,8 +28,7 @@ from __future__ import annotations
 import functools
 import os
 import pickle
-import threading
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from time import perf_counter
@@ -44,8 +43,10 @@ from .failures import LoaderError, WorkerDied, capture, restore
 from .item_cost import ItemCost
 from .messages import CapturedError
 from .options import LoaderOptions, UnpicklablePipeline, serialize
+from .result_signal import ResultSignal
 from .seeding import seed_this_worker
 from .structure import flatten, rebuild
+from .task_queue import Backlog
 
 __all__ = ["RayWorkers", "connect_to_ray"]
 
@@ -104,19 +105,13 @@ class RayWorkers:
             ) from error
         self._remote = _run_remotely.options(max_retries=RETRIES, retry_exceptions=False, scheduling_strategy="SPREAD")
         self._sent = 0  # Ray tasks sent so far: the next one's number
-        self._backlog: deque[tuple[Hashable, Any]] = deque()  # not sent yet, in order
-        self._queued: set[Hashable] = set()  # the tasks in the backlog
-        self._dropped: set[Hashable] = set()  # in the backlog, no longer wanted
-        self._skipped: list[Done] = []  # dropped tasks, reported as such by the next poll
+        self._backlog = Backlog()  # not sent yet, in order
         self.running: dict[Future, InFlight] = {}  # in flight, in the order sent
-        self._notify = [-1]  # the write end of the pipe of fds(), once made; Ray's thread writes to it
-        self._notify_lock = threading.Lock()  # so that the pipe is never written after it is closed
-        self._notify_fds = (-1, -1)
+        self._signal = ResultSignal()  # written to from Ray's thread as each Ray task completes
 
     def submit_many(self, tasks: Sequence[tuple[Hashable, Any]]) -> None:
         """Queue ``(task, arg)`` pairs, and send what fits in ``nworkers`` Ray tasks in flight."""
         self._backlog.extend(tasks)
-        self._queued.update(task for task, _ in tasks)
         self._dispatch()
 
     def _dispatch(self) -> None:
@@ -126,20 +121,18 @@ class RayWorkers:
             count = min(self._per_task(), -(-len(backlog) // free))  # a share for each free slot
             tasks: list[Hashable] = []
             args: list = []
-            while backlog and len(tasks) < count:
-                task, arg = backlog.popleft()
-                self._queued.discard(task)
-                if task in self._dropped:
-                    self._dropped.discard(task)
-                    self._skipped.append(Done(task, "skipped", None))
-                    continue
+            while len(tasks) < count:
+                entry = backlog.next()
+                if entry is None:
+                    break
+                task, arg = entry
                 tasks.append(task)
                 args.append(arg)
             if tasks:
                 ref = self._remote.remote((self._job,), args, self._seed, self._sent)
                 future = ref.future()
                 running[future] = InFlight(ref, tasks)
-                future.add_done_callback(functools.partial(_wake, self._notify, self._notify_lock))
+                future.add_done_callback(functools.partial(_wake, self._signal))
                 self._sent += 1
 
     def _per_task(self) -> int:
@@ -152,33 +145,22 @@ class RayWorkers:
 
     def cancel(self, task: Hashable) -> None:
         """Drop ``task`` if it is not sent yet (a "skipped" result says so); one in flight runs to the end."""
-        if task in self._queued:
-            self._dropped.add(task)
+        self._backlog.cancel(task)
 
     def resume(self, task: Hashable) -> None:
         """Undo ``cancel``, unless the task was already skipped."""
-        self._dropped.discard(task)
+        self._backlog.resume(task)
 
     def fds(self) -> list[int]:
         """A pipe that a byte is written to as each Ray task completes (made at the first call)."""
-        if self._notify_fds[0] < 0:
-            self._notify_fds = os.pipe()
-            for fd in self._notify_fds:
-                os.set_blocking(fd, False)
-            with self._notify_lock:
-                self._notify[0] = self._notify_fds[1]
-        return [self._notify_fds[0]]
+        return self._signal.fds()
 
     def poll(self, timeout: float) -> list[Done]:
         """The results that have arrived, waiting up to ``timeout`` seconds for one; then the next tasks go out."""
-        found, self._skipped = self._skipped, []
+        found = self._backlog.take_skipped()
         if self.closed:
             return found
-        if self._notify_fds[0] >= 0:  # emptied before looking: a Ray task completing after this writes again
-            try:
-                os.read(self._notify_fds[0], 1 << 16)
-            except BlockingIOError:
-                pass
+        self._signal.clear()  # before looking: a Ray task completing after this writes again
         self._dispatch()
         running = self.running
         if running:
@@ -231,7 +213,6 @@ class RayWorkers:
         self.closed = True
         running, self.running = self.running, {}
         self._backlog.clear()
-        self._queued.clear()
         if ray.is_initialized():  # at interpreter exit, Ray may have shut down first
             for entry in running.values():
                 try:
@@ -239,21 +220,12 @@ class RayWorkers:
                 except Exception:  # finished already, or its owner is going away
                     pass
         del self._job  # the pipeline leaves the object store once no Ray task refers to it
-        with self._notify_lock:
-            self._notify[0] = -1
-        if self._notify_fds[0] >= 0:
-            for fd in self._notify_fds:
-                os.close(fd)
+        self._signal.close()
 
 
-def _wake(notify: list[int], lock: threading.Lock, _: Future) -> None:
+def _wake(signal: ResultSignal, _: Future) -> None:
     """In Ray's thread, as a Ray task completes: a byte for the pipe of :meth:`RayWorkers.fds`, if it exists."""
-    with lock:
-        if notify[0] >= 0:
-            try:
-                os.write(notify[0], b"r")
-            except OSError:  # full: the reader will look anyway
-                pass
+    signal.notify()
 
 
 def _writable(value: Any) -> Any:

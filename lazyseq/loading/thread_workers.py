@@ -5,7 +5,6 @@ A :class:`~lazyseq.loading.backends.WorkerBackend` (see that module for the prot
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 from collections.abc import Callable, Hashable, Sequence
@@ -14,6 +13,7 @@ from typing import Any, Literal
 from .backends import Done
 from .failures import LoaderError
 from .options import LoaderOptions
+from .result_signal import ResultSignal
 
 __all__ = ["ThreadWorkers"]
 
@@ -34,12 +34,11 @@ class ThreadWorkers:
         self._tasks: queue.SimpleQueue = queue.SimpleQueue()
         self._results: queue.SimpleQueue = queue.SimpleQueue()
         self._tickets: dict = {}  # task -> its latest _Ticket
-        self._notify = [-1]  # the write end of the pipe of fds(), once made; the threads read it here
-        self._notify_fds = (-1, -1)
+        self._signal = ResultSignal()
         self._threads = [
             threading.Thread(
                 target=_serve,
-                args=(k, job, options.start_hook, self._tasks, self._results, self._notify),
+                args=(k, job, options.start_hook, self._tasks, self._results, self._signal),
                 name=f"lazyseq-{owner}-{k}",
                 daemon=True,
             )
@@ -72,20 +71,11 @@ class ThreadWorkers:
 
     def fds(self) -> list[int]:
         """A pipe the threads write a byte to after each result (made at the first call)."""
-        if self._notify[0] < 0:
-            self._notify_fds = os.pipe()
-            for fd in self._notify_fds:
-                os.set_blocking(fd, False)
-            self._notify[0] = self._notify_fds[1]
-        return [self._notify_fds[0]]
+        return self._signal.fds()
 
     def poll(self, timeout: float) -> list[Done]:
         results = self._results
-        if self._notify[0] >= 0:  # emptied before the queue: a result put after this writes again
-            try:
-                os.read(self._notify_fds[0], 1 << 16)
-            except BlockingIOError:
-                pass
+        self._signal.clear()  # before the queue: a result put after this writes again
         try:
             found: list[tuple[_Ticket, Literal["ok", "error", "skipped", "hook_failed"], Any]] = [
                 results.get(timeout=timeout)
@@ -120,10 +110,7 @@ class ThreadWorkers:
         for thread in self._threads:
             if thread is not current:
                 thread.join(JOIN_SECONDS)
-        write_end, self._notify[0] = self._notify[0], -1
-        if write_end >= 0 and not any(t.is_alive() for t in self._threads if t is not current):
-            for fd in self._notify_fds:  # (a thread still busy in a user function keeps them: it may write)
-                os.close(fd)
+        self._signal.close()
 
 
 class _Ticket:
@@ -149,16 +136,11 @@ def _serve(
     start_hook: Callable[[int], Any] | None,
     tasks: queue.SimpleQueue,
     results: queue.SimpleQueue,
-    notify: list[int],
+    signal: ResultSignal,
 ) -> None:
     def put(entry: tuple) -> None:
         results.put(entry)
-        fd = notify[0]  # read once: close() may set it to -1 meanwhile, never to another descriptor
-        if fd >= 0:
-            try:
-                os.write(fd, b"r")
-            except OSError:  # full (the reader will look anyway) or closed
-                pass
+        signal.notify()
 
     if start_hook is not None:
         try:

@@ -1,0 +1,71 @@
+"""Tasks waiting to be sent to workers, in order; a task cancelled while it waits is skipped, never sent.
+
+Backends that send tasks in their own time (worker processes as their share
+of work runs low, Ray as tasks finish) keep them in a :class:`Backlog`; a
+backend whose worker threads take tasks from a queue themselves has no need.
+
+>>> backlog = Backlog()
+>>> backlog.extend([("a", 1), ("b", 2), ("c", 3)])
+>>> backlog.cancel("b")
+>>> [backlog.next(), backlog.next(), backlog.next()], backlog.take_skipped()
+([('a', 1), ('c', 3), None], [Done(task='b', status='skipped', value=None)])
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Hashable, Iterable
+from typing import Any
+
+from .backends import Done
+
+__all__ = ["Backlog"]
+
+
+class Backlog:
+    """``(task, arg)`` pairs not sent yet; see the module's description."""
+
+    def __init__(self) -> None:
+        self._waiting: deque[tuple[Hashable, Any]] = deque()
+        self._queued: set[Hashable] = set()  # the tasks waiting here
+        self._dropped: set[Hashable] = set()  # waiting here, no longer wanted
+        self._skipped: list[Done] = []  # dropped tasks, to be reported as such
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def extend(self, tasks: Iterable[tuple[Hashable, Any]]) -> None:
+        for task, arg in tasks:
+            self._waiting.append((task, arg))
+            self._queued.add(task)
+
+    def next(self) -> tuple[Hashable, Any] | None:
+        """The next task to send, or ``None``; the cancelled ones before it become "skipped" results."""
+        waiting, dropped = self._waiting, self._dropped
+        while waiting:
+            task, arg = waiting.popleft()
+            self._queued.discard(task)
+            if task not in dropped:
+                return task, arg
+            dropped.discard(task)
+            self._skipped.append(Done(task, "skipped", None))
+        return None
+
+    def cancel(self, task: Hashable) -> None:
+        """Skip ``task`` if it is still waiting here; a task already sent runs to the end."""
+        if task in self._queued:
+            self._dropped.add(task)
+
+    def resume(self, task: Hashable) -> None:
+        """Undo ``cancel``, unless the task was already skipped."""
+        self._dropped.discard(task)
+
+    def take_skipped(self) -> list[Done]:
+        """The "skipped" results not reported yet."""
+        skipped, self._skipped = self._skipped, []
+        return skipped
+
+    def clear(self) -> None:
+        self._waiting.clear()
+        self._queued.clear()
+        self._dropped.clear()
