@@ -44,7 +44,11 @@ class ArraySource(View):
             rows = array[idx.start : idx.stop] if idx.step == 1 else array[idx.start :: idx.step][: len(idx)]
             np.copyto(out, rows)
             return out
-        return array.take(idx, axis=0, out=out)
+        if len(idx) and (idx.min() < 0 or idx.max() >= len(array)):  # positions are checked before they get here
+            raise IndexError(f"positions out of range for an array of length {len(array)}")
+        # mode="clip" on positions known to be valid: with mode="raise", take() writes into a copy of ``out``
+        # and copies that back, for fear of failing half-way
+        return array.take(idx, axis=0, out=out, mode="clip")
 
     def _set(self, i: int, value: Any) -> None:
         self._array[i] = value
