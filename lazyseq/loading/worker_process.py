@@ -4,7 +4,9 @@ A worker seeds its random generators (see :mod:`.seeding`), receives tasks
 over its own connection (see :mod:`.messages`), computes each one and sends
 back either the skeleton of the result (its arrays written into the shared
 slot the task came with) or the pickled result, with the seconds the task took
-(they size each worker's share of the tasks). It ignores SIGINT (the consumer
+(they size each worker's share of the tasks). Results of cheap tasks go back
+several to a write (see :class:`Outbox`): each write wakes the consumer, and a
+wake-up costs more than such a task. It ignores SIGINT (the consumer
 decides what an interrupt means), limits its BLAS threads, and exits on its
 own when the consumer's process goes away.
 """
@@ -69,6 +71,17 @@ def run_worker(conn: Connection, start: WorkerStart) -> None:
         conn.send_bytes(encode(StartFailed(start.index, stage, capture(error))))
         return
     conn.send_bytes(encode(Ready(start.index, os.getpid())))
+    outbox = Outbox(conn.fileno())
+    try:
+        _serve(conn, job, blas, outbox)
+    finally:  # a task that raised SystemExit, say: what was computed before it still arrives
+        try:
+            outbox.send()
+        except OSError:
+            pass
+
+
+def _serve(conn: Connection, job: Any, blas: WorkerLimit, outbox: Outbox) -> None:
     slots = None
     while True:
         try:
@@ -77,7 +90,8 @@ def run_worker(conn: Connection, start: WorkerStart) -> None:
             return
         kind = type(message)
         if kind is RunTasks:
-            for task, arg, slot in message.tasks:
+            tasks = message.tasks
+            for done, (task, arg, slot) in enumerate(tasks, 1):
                 began = perf_counter()
                 try:
                     if slot >= 0 and slots is not None:
@@ -85,37 +99,75 @@ def run_worker(conn: Connection, start: WorkerStart) -> None:
                     else:
                         result = job(arg)
                 except Exception as error:
-                    conn.send_bytes(encode(TaskFailed(task, slot, capture(error))))
+                    outbox.add(encode(TaskFailed(task, slot, capture(error))))
                 else:
-                    _send_result(conn, task, slot, result, slots, perf_counter() - began)
+                    outbox.add(_result_message(task, slot, result, slots, perf_counter() - began))
                     del result
                 if blas.pending:
                     blas.after_task()
+                if outbox.due(len(tasks) - done):
+                    outbox.send()
         elif kind is UseSlots:
             slots = WorkerSlots(recv_handle(conn), message.count, message.slot_bytes)
         elif kind is Stop:
             return
 
 
-def _send_result(
-    conn: Connection, task: Hashable, slot: int, result: Any, slots: WorkerSlots | None, seconds: float
-) -> None:
+def _result_message(task: Hashable, slot: int, result: Any, slots: WorkerSlots | None, seconds: float) -> bytes:
+    """The message that brings ``result`` back: its skeleton if its arrays fit in the slot, else all of it."""
     arrays: list = []
     skeleton = flatten(result, arrays)
     if arrays and slot >= 0 and slots is not None:
         layout = place_in_slot(slots.slot(slot), arrays)
         if layout is not None:
-            conn.send_bytes(encode(SharedResult(task, slot, skeleton, layout, seconds)))
-            return
+            return encode(SharedResult(task, slot, skeleton, layout, seconds))
     needed = layout_of(arrays)[1]
     try:
-        conn.send_bytes(encode(PickledResult(task, slot, result, needed, seconds)))
-    except Exception as error:  # pickling failed before anything was written: the stream is intact
+        return encode(PickledResult(task, slot, result, needed, seconds))
+    except Exception as error:
         message = f"the result cannot be sent from the worker process: {type(error).__name__}: {error}"
         try:
             raise TypeError(message) from error
         except TypeError as wrapped:
-            conn.send_bytes(encode(TaskFailed(task, slot, capture(wrapped))))
+            return encode(TaskFailed(task, slot, capture(wrapped)))
+
+
+class Outbox:
+    """Messages to the consumer not written yet, written together with one system call.
+
+    A result waits here while the worker computes the next task, as long as
+    that is quick (under ``HOLD_SECONDS`` since the oldest message waiting)
+    and the consumer is still owed at least as many tasks as wait here: it
+    then learns of the first half of a run of tasks while the second half is
+    being computed, and sends more before this worker runs out. The framing
+    is :mod:`multiprocessing.connection`'s, so the consumer reads them as
+    messages sent one by one.
+    """
+
+    HOLD_SECONDS = 0.0005
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._frames: list[bytes] = []
+        self._oldest = 0.0
+
+    def add(self, message: bytes) -> None:
+        if not self._frames:
+            self._oldest = perf_counter()
+        size = len(message)
+        header = size.to_bytes(4, "big") if size < 0x7FFFFFFF else b"\xff\xff\xff\xff" + size.to_bytes(8, "big")
+        self._frames += (header, message)
+
+    def due(self, remaining: int) -> bool:
+        """Whether to write now, with ``remaining`` tasks of the current run still to compute."""
+        waiting = len(self._frames) // 2
+        return waiting >= remaining or perf_counter() - self._oldest >= self.HOLD_SECONDS
+
+    def send(self) -> None:
+        data = memoryview(b"".join(self._frames))
+        self._frames.clear()
+        while data:
+            data = data[os.write(self._fd, data) :]
 
 
 def _lower_priority() -> None:
