@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -182,6 +183,29 @@ def test_a_view_computed_by_the_server_workers(nworkers, method):
             got = [remote[i] for i in range(100)]
             assert got == [local[i] for i in range(100)] and type(got[0]) is np.int64
             assert remote[50] == 150 and remote[0] == 0
+
+
+def _thread_name(_: int) -> str:
+    return threading.current_thread().name
+
+
+def _slow_thread_name(_: int) -> str:
+    time.sleep(0.002)
+    return threading.current_thread().name
+
+
+@pytest.mark.parametrize(
+    "func, inline_below, server_thread_computes",
+    [(_thread_name, None, True), (_thread_name, 0, False), (_slow_thread_name, None, False)],
+)
+def test_cheap_items_move_to_the_server_thread_once_timed_in_a_worker(func, inline_below, server_thread_computes):
+    local = lazyseq.smap(func, range(60))
+    with lazyseq.serve(local, LOOPBACK, nworkers=1, inline_below=inline_below) as server:
+        with lazyseq.connect(server.address) as remote:
+            names = list(remote)
+    assert names[0] == "lazyseq-serve-0"  # an item of unknown cost never holds up the server's thread
+    assert (names[-1] == "lazyseq-serve") is server_thread_computes
+    assert set(names) <= {"lazyseq-serve-0", "lazyseq-serve"}
 
 
 def test_a_stream_served_from_another_process(server_process):

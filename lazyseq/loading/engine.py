@@ -62,6 +62,8 @@ class Engine:
     result); ``task_name`` names a task in messages ("item", "batch").
     ``launch()`` makes the workers, at the first task sent to them (default:
     the backend that ``options.method`` names, see :func:`.backends.start_workers`).
+    ``first_in_workers``: items go to the workers until their timings there
+    show they are cheap enough for the reader (see :class:`.item_cost.ItemCost`).
 
     >>> from lazyseq.loading.options import LoaderOptions
     >>> engine = Engine(abs, LoaderOptions.check("example", 2, inline_below=0), capacity=4)
@@ -82,11 +84,12 @@ class Engine:
         slot_bytes: int = 0,
         task_name: str = "task",
         launch: Callable[[], WorkerBackend] | None = None,
+        first_in_workers: bool = False,
     ) -> None:
         self.options = options
         self._generation = _forks[0]
         self.closed = False
-        self.cost = ItemCost(options.inline_below) if options.inline_below else None
+        self.cost = ItemCost(options.inline_below, not first_in_workers) if options.inline_below else None
         launch = launch or functools.partial(
             start_workers,
             job,

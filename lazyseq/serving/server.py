@@ -111,6 +111,7 @@ def serve(
     start_hook: Callable[[int], Any] | None = None,
     start_method: StartMethod | None = None,
     blas_threads: int | None = None,
+    inline_below: float | None = None,
     seed: int | None = None,
 ) -> Server:
     """Serve ``source`` at ``address`` to consumers that :func:`~lazyseq.connect` to it, until ``close()``.
@@ -119,7 +120,13 @@ def serve(
     items it asks for (indexing, slices, ``shard``...), while ``nworkers``
     threads, processes or Ray tasks (``method``, as for
     :func:`~lazyseq.prefetch`) compute up to ``max_buffered`` of its next
-    items ahead. An iterable
+    items ahead (``nworkers=0``: one thread). With threads, items that the
+    workers timed under ``inline_below`` seconds (default 0.25 ms) are then
+    computed by the server's own thread when asked for, as ``prefetch``
+    does: cheaper than handing them over. Such an item that suddenly takes
+    long holds up the server's answers meanwhile, heartbeats included; give
+    ``inline_below=0`` where items may stall for longer than the consumers'
+    ``timeout``. An iterable
     (a generator, a ``load_buffers`` iterator) is served as a stream: each of
     its items goes to exactly one consumer, and one that a consumer received
     but did not use before it died goes to another.
@@ -145,6 +152,6 @@ def serve(
     ...         print(len(remote), remote[1], remote[-1])
     6 [20. 30.] [100. 110.]
     """
-    options = LoaderOptions.check("serve", nworkers, method, start_hook, start_method, blas_threads, 0.0, seed)
+    options = LoaderOptions.check("serve", nworkers, method, start_hook, start_method, blas_threads, inline_below, seed)
     positive(max_buffered, "max_buffered", "serve")
     return Server(source, address, options, max_buffered, curve_keypair, allowed_clients, insecure)
