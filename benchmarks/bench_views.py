@@ -224,6 +224,8 @@ def time_minibatches(paths: list[str], labels: np.ndarray, settings: Settings) -
     shuffled = lazyseq.shuffle(data, seed=3)
     # One epoch of full batches in the shuffle's order, for the contenders that have no shuffle view.
     epoch = shuffled.permutation[: len(data) // BATCH * BATCH].astype(np.intp)
+    first = lazyseq.open_npy(paths[0])  # one file: read with take(), no window over several
+    order_first = order % len(first)
 
     workloads: dict[str, tuple[int, dict[str, Callable[[], Iterable]]]] = {
         "gather + batch -> X": (
@@ -234,6 +236,14 @@ def time_minibatches(paths: list[str], labels: np.ndarray, settings: Settings) -
                     seqtools.gather(seqtools.concatenate(maps), order), BATCH, collate_fn=stack
                 ),
                 "numpy": lambda: numpy_batches(maps, order, BATCH),
+            },
+        ),
+        "gather + batch from one file -> X": (
+            settings.batches,
+            {
+                "lazyseq": lambda: lazyseq.batch(lazyseq.gather(first, order_first), BATCH),
+                "seqtools": lambda: seqtools.batch(seqtools.gather(maps[0], order_first), BATCH, collate_fn=stack),
+                "numpy": lambda: numpy_batches(maps[:1], order_first, BATCH),
             },
         ),
         "shuffle + batch -> X": (
