@@ -208,6 +208,36 @@ def test_cheap_items_move_to_the_server_thread_once_timed_in_a_worker(func, inli
     assert set(names) <= {"lazyseq-serve-0", "lazyseq-serve"}
 
 
+def test_closing_a_consumer_from_another_thread_wakes_its_reader_with_a_clear_error():
+    started, release = threading.Event(), threading.Event()
+
+    def held(i):
+        started.set()
+        release.wait(10)
+        return i
+
+    outcome = []
+
+    def read(remote):
+        try:
+            remote[0]
+        except Exception as error:
+            outcome.append(error)
+
+    with lazyseq.serve(lazyseq.smap(held, range(3)), LOOPBACK, nworkers=1, inline_below=0) as server:
+        remote = lazyseq.connect(server.address)
+        reader = threading.Thread(target=read, args=(remote,))
+        reader.start()
+        assert started.wait(10)
+        remote.close()
+        reader.join(10)
+        release.set()
+    [error] = outcome
+    assert isinstance(error, lazyseq.LoaderError) and type(error).__name__ == "ConnectionClosed"
+    assert str(error) == f"connect: the connection to {server.address} was closed while waiting for item 0"
+    assert lazyseq_threads() == []
+
+
 def test_a_stream_served_from_another_process(server_process):
     server = server_process("counting")
     with lazyseq.connect(server.address) as stream:

@@ -1,7 +1,10 @@
 """A consumer's side of a data server: one socket for data, a heartbeat thread, ``ServerLost`` instead of a hang.
 
 The data socket (a ZeroMQ DEALER named after the consumer, so that the server
-knows it again after a reconnection) is used only by the thread that reads.
+knows it again after a reconnection) is used only by the thread that reads;
+``close()`` from another thread wakes that reader (which raises
+:class:`ConnectionClosed`) and waits for it to let go of the socket before
+closing it.
 A second socket, owned by a small heartbeat thread, pings the server every
 quarter of ``timeout``: the server's answers say it is alive (and which
 instance it is: a server that restarted gets the requests it lost sent again),
@@ -16,14 +19,19 @@ import time
 import weakref
 from typing import Any
 
+from ..loading.failures import LoaderError
 from . import wire
 from .failures import ServerLost
 from .security import key_bytes
 
-__all__ = ["Connection"]
+__all__ = ["Connection", "ConnectionClosed"]
 
 BYE_LINGER_MS = 200
 _SERVER_KINDS = {b"welcome", b"item", b"error", b"failed", b"end", b"synced"}
+
+
+class ConnectionClosed(LoaderError):
+    """A consumer was closed (from another thread, say) while it was waiting for the server."""
 
 
 class Connection:
@@ -59,10 +67,15 @@ class Connection:
         socket = self._socket = self._open(zmq.DEALER, self.name)
         self._poller = zmq.Poller()
         self._poller.register(socket, zmq.POLLIN)
+        self._wake_fd, self._waker_fd = os.pipe()  # close() from another thread wakes a waiting reader
+        self._poller.register(self._wake_fd, zmq.POLLIN)
+        self._using = threading.RLock()  # held while the socket is in use; re-entrant: a signal handler may close
         self.heartbeat = _Heartbeat(self, self.interval)
         self.closed = False
         self.pid = os.getpid()
-        self._finalizer = weakref.finalize(self, _close, self.pid, socket, self.heartbeat, context)
+        self._finalizer = weakref.finalize(
+            self, _close, self.pid, socket, self.heartbeat, context, (self._wake_fd, self._waker_fd)
+        )
         self.server: str | None = None  # the server instance answering, from its welcome
         self.heartbeat.start()
 
@@ -88,12 +101,22 @@ class Connection:
         return socket
 
     def send(self, kind: bytes, header: Any, flags: int = 0) -> None:
-        try:
-            self._socket.send_multipart([wire.TAG, kind, wire.dumps(header)], flags)
-        except self._zmq.Again:
-            raise ServerLost(
-                f"lost the server at {self.address}: could not send to it for {self.timeout:g} s{self._hint()}"
-            ) from None
+        with self._using:
+            if self.closed:
+                raise self._closed(f"sending {kind.decode()!r}")
+            try:
+                self._socket.send_multipart([wire.TAG, kind, wire.dumps(header)], flags)
+            except self._zmq.Again:
+                raise ServerLost(
+                    f"lost the server at {self.address}: could not send to it for {self.timeout:g} s{self._hint()}"
+                ) from None
+            except self._zmq.ZMQError:
+                if self.closed:  # by a signal handler, in the middle
+                    raise self._closed(f"sending {kind.decode()!r}") from None
+                raise
+
+    def _closed(self, doing: str) -> ConnectionClosed:
+        return ConnectionClosed(f"connect: the connection to {self.address} was closed while {doing}")
 
     def _hint(self) -> str:
         if self._curve is not None and self.heartbeat.answers == 0:
@@ -119,10 +142,23 @@ class Connection:
         nothing else for ``2 * interval`` (an answer may have been lost with a
         connection that broke: the caller asks again).
         """
+        with self._using:
+            try:
+                return self._receive(waiting_for)
+            except self._zmq.ZMQError:
+                if self.closed:  # by a signal handler, in the middle
+                    raise self._closed(f"waiting for {waiting_for}") from None
+                raise
+
+    def _receive(self, waiting_for: str) -> tuple[bytes, Any, list]:
         poller, beat = self._poller, self.heartbeat
         quiet_since = time.monotonic()
         while True:
+            if self.closed:
+                raise self._closed(f"waiting for {waiting_for}")
             if poller.poll(int(self.interval * 1000)):
+                if self.closed:  # woken by close() from another thread
+                    raise self._closed(f"waiting for {waiting_for}")
                 frames = self._socket.recv_multipart(copy=False)
                 try:
                     return self._parse(frames)
@@ -151,15 +187,25 @@ class Connection:
         return kind, wire.loads(frames[2].buffer), [f.buffer for f in frames[3:]]
 
     def close(self) -> None:
-        """Say goodbye (the server frees what it held for this consumer) and release the sockets and thread."""
+        """Say goodbye (the server frees what it held for this consumer) and release the sockets and thread.
+
+        From another thread than the one reading, the reader is woken (it
+        raises :class:`ConnectionClosed`) and the sockets are closed once it
+        has let go of them.
+        """
         if self.closed:
             return
         self.closed = True
         try:
-            self.send(b"bye", {}, self._zmq.NOBLOCK)
-        except Exception:  # nobody to say it to
+            os.write(self._waker_fd, b"c")
+        except OSError:
             pass
-        self._finalizer()
+        with self._using:
+            try:
+                self._socket.send_multipart([wire.TAG, b"bye", wire.dumps({})], self._zmq.NOBLOCK)
+            except Exception:  # nobody to say it to
+                pass
+            self._finalizer()
 
 
 class _Heartbeat(threading.Thread):
@@ -230,9 +276,11 @@ class _Heartbeat(threading.Thread):
         os.close(self._waker_fd)
 
 
-def _close(pid: int, socket: Any, heartbeat: _Heartbeat, context: Any) -> None:
+def _close(pid: int, socket: Any, heartbeat: _Heartbeat, context: Any, wake_fds: tuple[int, int]) -> None:
     if os.getpid() != pid:  # a forked child inherited a copy: the sockets and the thread are its parent's
         return
     socket.close(linger=BYE_LINGER_MS)  # a moment for "bye" to leave; the server times out the consumer anyway
     heartbeat.stop()
     context.term()
+    for fd in wake_fds:
+        os.close(fd)
