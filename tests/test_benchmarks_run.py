@@ -70,5 +70,6 @@ def test_shards_benchmark_quick_run():
 def test_ray_benchmark_quick_run():
     pytest.importorskip("ray")
     out = quick_run("bench_ray.py")
+    assert "| 2 Ray tasks vs 2 processes, default max_buffered " in out
     assert "| 2 Ray tasks vs 2 processes, max_buffered=256" in out
     assert "| start-up: two-node cluster + first run's extra" in out

@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from ..arguments import integer
+from ..loading.buffering import Buffering
 from ..loading.options import LoaderOptions, Method
 from ..loading.prefetch import PrefetchView
 from ..progress import progress_bar
@@ -221,9 +222,8 @@ def write_npy(
     # the files it writes itself. Other shards are synced by this process, off the path of the computation.
     writers_sync = sync and options.method == "ray" and options.nworkers > 0
     writes = ShardWrites(items, layout, directory, trusted, sync=writers_sync)
-    loader: PrefetchView[ShardRecord] = PrefetchView(
-        writes, options, max_buffered=2 * max(1, options.nworkers), shm_size=0
-    )
+    ahead = Buffering.resolve(None, options, default=2 * max(1, options.nworkers))  # Ray: two runs per worker
+    loader: PrefetchView[ShardRecord] = PrefetchView(writes, options, ahead, shm_size=0)
     records = []
     try:
         with (
