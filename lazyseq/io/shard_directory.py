@@ -1,7 +1,8 @@
 """What a directory written by ``write_npy`` holds between runs, and how a new run starts from it.
 
 Two files describe the shards, and at most one of them exists once a run has
-started:
+started (a power loss right after a run can bring back the progress log it
+removed: the manifest then wins):
 
 - ``manifest.json``, written last (atomically), once every shard is on disk
   (with ``sync=False``, once every shard is written: see ``write_npy``):
@@ -154,9 +155,7 @@ def finish(
     shards = ",\n".join(f"  {json.dumps(record.to_json())}" for record in records)  # one line per shard
     text = header.replace('"shards": []', f'"shards": [\n{shards}\n ]')
     replace_atomically(os.path.join(directory, MANIFEST), (text + "\n").encode(), sync=sync)
-    os.remove(os.path.join(directory, PROGRESS))
-    if sync:
-        sync_directory(directory)
+    os.remove(os.path.join(directory, PROGRESS))  # not synced: a progress log back after a power loss is ignored
 
 
 def _read_state(directory: str) -> Written | None:
