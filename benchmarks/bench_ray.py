@@ -65,7 +65,7 @@ def main() -> None:
     quick = parser.parse_args().quick
     count, repeats = (200, 1) if quick else (2000, 5)
     contenders = {
-        "ray, default max_buffered": {"nworkers": 2, "method": "ray"},  # two runs per worker
+        "ray, default max_buffered": {"nworkers": 2, "method": "ray"},  # three runs per worker, sized from the timings
         "process, default max_buffered": {"nworkers": 2, "method": "process"},  # 10
         "ray, max_buffered=256": {"nworkers": 2, "method": "ray", "max_buffered": 256},
         "process, max_buffered=256": {"nworkers": 2, "method": "process", "max_buffered": 256},

@@ -49,8 +49,8 @@ def evaluate(
     memory at a time, so ``data`` can be far larger than memory: with
     ``nworkers`` background workers (``method``, see :func:`~lazyseq.prefetch`),
     ``max_buffered`` batches more are computed ahead (``None``: 4, and with
-    ``method="ray"`` room for two runs of batches per worker, each run about
-    50 ms of work: for batches of 50 ms or more, ``2 * nworkers``).
+    ``method="ray"`` room for three runs of batches per worker, each run
+    about 50 ms of work: for batches of 50 ms or more, ``3 * nworkers``).
 
     ``out`` receives the rows instead of new arrays: an array (or memory map)
     of the right shape, the path of a ``.npy`` file to create (the result is

@@ -1,4 +1,4 @@
-"""max_buffered (max_cached) left out: the loader's number for threads and processes, two runs per Ray worker."""
+"""max_buffered (max_cached) left out: the loader's number for threads and processes, three runs per Ray worker."""
 
 import numpy as np
 import pytest
@@ -25,7 +25,7 @@ def test_the_default_for_threads_and_processes_is_a_fixed_number(method):
         assert [buffering.capacity(seconds) for seconds in (None, 1e-6, 1e-3, 1.0)] == [default] * 4
 
 
-def test_the_default_for_ray_is_two_runs_per_worker_sized_from_the_timings():
+def test_the_default_for_ray_is_three_runs_per_worker_sized_from_the_timings():
     assert [run_length(seconds) for seconds in (None, 1.0, 0.05, 0.02, 1e-3, 1e-4, 1e-6, 0.0)] == [
         1,  # not timed yet
         1,
@@ -38,8 +38,8 @@ def test_the_default_for_ray_is_two_runs_per_worker_sized_from_the_timings():
     ]
     buffering = Buffering.resolve(None, options("ray", nworkers=3), default=10)
     assert buffering == Buffering(None, ray_workers=3)
-    assert [buffering.capacity(seconds) for seconds in (None, 1.0, 0.02, 1e-3, 1e-6)] == [6, 6, 12, 300, 1536]
-    assert str(buffering) == "two runs per worker"
+    assert [buffering.capacity(seconds) for seconds in (None, 1.0, 0.02, 1e-3, 1e-6)] == [9, 9, 18, 450, 2304]
+    assert str(buffering) == "three runs per worker"
     no_workers = Buffering.resolve(None, options("ray", nworkers=0), default=10)  # nothing goes to Ray
     assert no_workers == Buffering(10)
 
@@ -58,10 +58,10 @@ def test_the_engine_follows_the_timings_for_ray_only():
     ray = Engine(abs, options("ray"), Buffering(None, ray_workers=2))
     fixed = Engine(abs, options("ray"), 10)
     try:
-        assert (ray.capacity, ray.room(), fixed.capacity) == (4, 4, 10)
+        assert (ray.capacity, ray.room(), fixed.capacity) == (6, 6, 10)
         for engine in (ray, fixed):
             engine.cost.add(1e-3)  # what the Ray workers report for each item
-        assert (ray.capacity, ray.room(), fixed.capacity) == (200, 200, 10)
+        assert (ray.capacity, ray.room(), fixed.capacity) == (300, 300, 10)
     finally:
         ray.close()
         fixed.close()
@@ -74,7 +74,7 @@ def test_the_loaders_resolve_their_defaults_when_made():
     assert lazyseq.prefetch(squares, nworkers=2, max_buffered=3, method="ray")._max_buffered == Buffering(3)
     ahead = lazyseq.prefetch(squares, nworkers=2, method="ray")  # Ray starts only with the first item
     assert ahead._max_buffered == Buffering(None, ray_workers=2)
-    assert repr(ahead).startswith("prefetch(2 Ray tasks, max_buffered=two runs per worker)  [len 5]")
+    assert repr(ahead).startswith("prefetch(2 Ray tasks, max_buffered=three runs per worker)  [len 5]")
     with lazyseq.load_buffers(zeros, nworkers=1) as batches:
         assert repr(batches) == "load_buffers(zeros, max_cached=2)  [0 batches delivered]"
     assert lazyseq.evaluate(np.sqrt, np.arange(9.0) ** 2, batch_size=2, nworkers=2).tolist() == list(range(9))

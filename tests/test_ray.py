@@ -93,7 +93,7 @@ def test_the_default_max_buffered_sends_runs_of_items_sized_from_their_timings(c
     with lazyseq.prefetch(items, nworkers=2, method="ray") as ahead:
         assert list(ahead) == [i * i for i in range(300)]
         engine = ahead._engine
-        assert engine.capacity == 2 * 2 * 256
+        assert engine.capacity == 3 * 2 * 256
         sent_by_default = engine.workers.workers._sent
     with lazyseq.prefetch(items, nworkers=2, method="ray", max_buffered=10) as ahead:
         assert list(ahead) == [i * i for i in range(300)]
@@ -102,7 +102,7 @@ def test_the_default_max_buffered_sends_runs_of_items_sized_from_their_timings(c
     assert sent_by_default <= 10  # one item in each of the first two (not timed yet), then long runs
     with lazyseq.load_buffers(draw, nworkers=2, method="ray") as batches:
         assert len({tuple(next(batches)) for _ in range(20)}) == 20
-        assert batches._engine.capacity == 2 * 2 * 256
+        assert batches._engine.capacity == 3 * 2 * 256
 
 
 def test_every_ray_task_draws_different_random_numbers(cluster):

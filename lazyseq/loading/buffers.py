@@ -195,9 +195,10 @@ def load_buffers(
     forked from yours, the iterator starts workers of its own.
 
     ``method="ray"`` makes batches as Ray tasks on a cluster, as for
-    :func:`~lazyseq.prefetch`, where ``max_cached=None`` leaves room for two
-    runs of batches per worker (each run about 50 ms of work, at most 256
-    batches): for batches of 50 ms or more, ``2 * nworkers`` batches at once.
+    :func:`~lazyseq.prefetch`, where ``max_cached=None`` leaves room for
+    three runs of batches per worker (each run about 50 ms of work, at most
+    256 batches): for batches of 50 ms or more, ``3 * nworkers`` batches at
+    once.
     An explicit ``max_cached`` is always obeyed.
 
     Where batches are made follows the same rule as for

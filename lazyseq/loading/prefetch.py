@@ -301,10 +301,11 @@ def prefetch(
     that ``ray.init`` connected to (a local one is started if none is), at
     most ``nworkers`` in flight, each a run of items sized from their
     timings (about 50 ms of work, at most 256 items). There
-    ``max_buffered=None`` leaves room for two runs per worker (one running,
-    the next ready to go), so up to ``2 * nworkers`` runs of items are
-    computed or held: for items of 1 ms, ``100 * nworkers`` items; for items
-    of 0.2 ms or less, up to ``512 * nworkers`` (see the loading guide). An
+    ``max_buffered=None`` leaves room for three runs per worker (one
+    running, the next ready to go, one being read), so up to
+    ``3 * nworkers`` runs of items are computed or held: for items of 1 ms,
+    ``150 * nworkers`` items; for items of 0.2 ms or less, up to
+    ``768 * nworkers`` (see the loading guide). An
     explicit ``max_buffered`` is always obeyed. The pipeline travels as it
     does to spawned processes; a memory map by its file name, which every
     node must see.

@@ -120,7 +120,7 @@ def serve(
     items it asks for (indexing, slices, ``shard``...), while ``nworkers``
     threads, processes or Ray tasks (``method``, as for
     :func:`~lazyseq.prefetch`) compute up to ``max_buffered`` of its next
-    items ahead (``None``: 10, and with Ray room for two runs per worker, as
+    items ahead (``None``: 10, and with Ray room for three runs per worker, as
     for :func:`~lazyseq.prefetch`). An iterable
     (a generator, a ``load_buffers`` iterator) is served as a stream: each of
     its items goes to exactly one consumer, and one that a consumer received
