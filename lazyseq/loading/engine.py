@@ -58,11 +58,13 @@ Refill = Callable[[], None]
 class Engine:
     """Runs ``job(arg)`` for a loader's tasks, with at most ``capacity`` computed or in progress.
 
-    ``capacity`` is a number of tasks, or a :class:`~lazyseq.loading.buffering.Buffering`
-    that sizes it from the seconds a task takes (timed by the engine). ``start`` counts how many times this loader started workers before (it
-    picks their random seeds). ``slot_count`` and ``slot_bytes`` size the
-    shared-memory pool of process workers (``slot_bytes=0``: from the first
-    result); ``task_name`` names a task in messages ("item", "batch").
+    ``capacity`` is a number of tasks, or a
+    :class:`~lazyseq.loading.buffering.Buffering` that sizes it from the
+    seconds a task takes (timed by the engine). ``start`` counts how many
+    times this loader started workers before (it picks their random seeds).
+    ``slot_count`` and ``slot_bytes`` size the shared-memory pool of process
+    workers (``slot_bytes=0``: from the first result); ``task_name`` names a
+    task in messages ("item", "batch").
     ``launch()`` makes the workers, at the first task sent to them (default:
     the backend that ``options.method`` names, see :func:`.backends.start_workers`).
 
