@@ -2,6 +2,7 @@
 
     python benchmarks/bench_shards.py          # under a minute
     python benchmarks/bench_shards.py --quick  # a few seconds: a smoke test, numbers too rough to quote
+    python benchmarks/bench_shards.py --only-throughput  # workload 2 alone, a few seconds
 
 The data: the 18,000 x 248 float64 samples of the other benchmarks, in four
 memory-mapped ``.npy`` files. Contenders take turns, repeat after repeat; each
@@ -16,8 +17,10 @@ timed from the call to the last file on disk. Ratios use the best repeat.
 2. Write throughput of a cheap pipeline: the rows of the memory maps as they
    are, in 4 MiB shards, written by ``write_npy`` (no workers, and 2 worker
    threads) vs ``np.save`` of the same arrays (in memory), one file per
-   shard, in one process: as it is (the page cache takes the writes) and
-   with each file synced to disk (what ``write_npy`` does for every file).
+   shard, in one process, like for like: ``write_npy(sync=False)`` vs
+   ``np.save`` as it is (neither syncs: the page cache takes the writes),
+   and ``write_npy`` (``sync=True``, the default) vs ``np.save`` with each
+   file synced to disk.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import lazyseq
 ROW_SECONDS = 1e-3  # the expensive transform's cost per row
 SHARD_ROWS = 250  # rows per shard in the expensive workload
 CHEAP_SHARD_BYTES = 4 * 2**20
+THROUGHPUT_REPEATS = 3  # workload 2 repeats this many times more (its runs take milliseconds, and vary)
 
 
 @dataclass(frozen=True)
@@ -190,17 +194,21 @@ def bench_throughput(paths: list[str], settings: Settings, folder: str) -> list[
 
         return run
 
-    def lazy(nworkers: int) -> Run:
-        return lambda target: lazyseq.write_npy(data, target, bytes_per_shard=CHEAP_SHARD_BYTES, nworkers=nworkers)
+    def lazy(nworkers: int, sync: bool) -> Run:
+        return lambda target: lazyseq.write_npy(
+            data, target, bytes_per_shard=CHEAP_SHARD_BYTES, nworkers=nworkers, sync=sync
+        )
 
     runs: dict[str, Run] = {
-        "write_npy, no workers": lazy(0),
-        "write_npy, 2 threads": lazy(2),
+        "write_npy sync=False, no workers": lazy(0, False),
+        "write_npy sync=False, 2 threads": lazy(2, False),
         "np.save": saved(np.save),
+        "write_npy (sync=True), no workers": lazy(0, True),
+        "write_npy (sync=True), 2 threads": lazy(2, True),
         "np.save + fsync": saved(save_synced),
     }
     check_same_shards(runs, folder)
-    timings = measure(runs, folder, settings.repeats + 2)
+    timings = measure(runs, folder, THROUGHPUT_REPEATS * settings.repeats)
     print_timings(
         f"2. Write throughput: {len(data):,} x 248 float64 from the memory maps ({total / 2**20:.0f} MiB), "
         f"{len(arrays)} shards of {rows_per_shard} rows",
@@ -208,8 +216,9 @@ def bench_throughput(paths: list[str], settings: Settings, folder: str) -> list[
         lambda t: f"{total / t.best / 1e9:.2f} GB/s",
     )
     results = []
-    for name in ("write_npy, no workers", "write_npy, 2 threads"):
-        for reference in ("np.save", "np.save + fsync"):
+    for sync, reference in (("sync=False", "np.save"), ("(sync=True)", "np.save + fsync")):
+        for workers in ("no workers", "2 threads"):
+            name = f"write_npy {sync}, {workers}"
             lazy_t, ref_t = timings[name], timings[reference]
             results.append(
                 Result(
@@ -225,14 +234,20 @@ def bench_throughput(paths: list[str], settings: Settings, folder: str) -> list[
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a short run, as a smoke test")
-    settings = QUICK if parser.parse_args().quick else FULL
+    parser.add_argument("--only-throughput", action="store_true", help="workload 2 alone")
+    arguments = parser.parse_args()
+    settings = QUICK if arguments.quick else FULL
     print(f"lazyseq {lazyseq.__version__}, numpy {np.__version__}, {os.cpu_count()} cores")
-    print(f"{settings.repeats} repeats per timing (workload 2: {settings.repeats + 2}), contenders taking turns")
+    print(
+        f"{settings.repeats} repeats per timing (workload 2: {THROUGHPUT_REPEATS * settings.repeats}), "
+        "contenders taking turns"
+    )
     print(f"load average before: {load()}")
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as folder:
         paths, _ = write_samples(folder)
-        results = bench_transform(paths, settings, folder) + bench_throughput(paths, settings, folder)
+        results = [] if arguments.only_throughput else bench_transform(paths, settings, folder)
+        results += bench_throughput(paths, settings, folder)
     print(f"\nload average after: {load()} (on {os.cpu_count()} cores: above that, other programs competed)")
     print(f"\nSummary (markdown), {time.perf_counter() - started:.0f} s in all\n")
     print(summary(results))

@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .loading.options import Method
+from .loading.buffering import BATCHES_AHEAD, Buffering
+from .loading.options import LoaderOptions, Method
 from .nested import describe, flatten, rebuild, skeleton_key
 from .progress import progress_bar
 from .views.itemtypes import SequenceLike
 from .views.sources import as_view
+
+if TYPE_CHECKING:
+    from .loading.prefetch import PrefetchView
 
 __all__ = ["evaluate"]
 
@@ -29,7 +33,7 @@ def evaluate(
     out: Any = None,
     nworkers: int = 0,
     method: Method = "thread",
-    max_buffered: int = 4,
+    max_buffered: int | None = None,
     progress: bool | None = None,
     description: str = "evaluate",
 ) -> Any:
@@ -42,8 +46,11 @@ def evaluate(
     same structure, each array with ``len(data)`` rows; its containers are
     rebuilt by the rule of :mod:`lazyseq.nested` (an ``OrderedDict`` stays
     one, another mapping becomes a dict). Only one batch of inputs is in
-    memory at a time (``nworkers`` batches more with background workers, see
-    :func:`~lazyseq.prefetch`), so ``data`` can be far larger than memory.
+    memory at a time, so ``data`` can be far larger than memory: with
+    ``nworkers`` background workers (``method``, see :func:`~lazyseq.prefetch`),
+    ``max_buffered`` batches more are computed ahead (``None``: 4, and with
+    ``method="ray"`` room for three runs of batches per worker, each run
+    about 50 ms of work: for batches of 50 ms or more, ``3 * nworkers``).
 
     ``out`` receives the rows instead of new arrays: an array (or memory map)
     of the right shape, the path of a ``.npy`` file to create (the result is
@@ -73,11 +80,13 @@ def evaluate(
     batches = items.batch(batch_size)
     outputs = _Outputs(out, n)
     start = 0
-    loader = None
+    loader: PrefetchView[Any] | None = None
     if nworkers:
-        from .loading.prefetch import prefetch
+        from .loading.prefetch import PrefetchView  # here: the loading machinery only when used
 
-        batches = loader = prefetch(batches, nworkers=nworkers, method=method, max_buffered=max_buffered)
+        options = LoaderOptions.check("evaluate", nworkers, method)
+        ahead = Buffering.resolve(max_buffered, options, BATCHES_AHEAD)
+        batches = loader = PrefetchView(batches, options, ahead, shm_size=0)
     try:
         with progress_bar(len(batches), description, progress) as bar:
             for k, batch in enumerate(batches):

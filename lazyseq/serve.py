@@ -63,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--address", default="tcp://127.0.0.1:5557")
     parser.add_argument("--nworkers", type=int, default=0)
     parser.add_argument("--method", choices=["thread", "process", "ray"], default="thread")
-    parser.add_argument("--max-buffered", type=int, default=10)
+    parser.add_argument("--max-buffered", type=int, default=None)
     parser.add_argument("--keys", help="a directory with server.key_secret and clients/*.key (CURVE)")
     parser.add_argument("--insecure", action="store_true", help="allow a public address without CURVE keys")
     args = parser.parse_args(argv)

@@ -50,8 +50,13 @@ def contents(directory):
     }
 
 
-if __name__ == "__main__":  # a writer to kill: python shard_helpers.py DIRECTORY N BLOCK_AT NWORKERS METHOD
-    directory, n, block_at, nworkers, method = sys.argv[1:]
+if __name__ == "__main__":  # a writer to kill: python shard_helpers.py DIRECTORY N BLOCK_AT NWORKERS METHOD SYNC
+    directory, n, block_at, nworkers, method, sync = sys.argv[1:]
     lazyseq.write_npy(
-        pipeline(int(n), block_at=int(block_at)), directory, rows_per_shard=10, nworkers=int(nworkers), method=method
+        pipeline(int(n), block_at=int(block_at)),
+        directory,
+        rows_per_shard=10,
+        nworkers=int(nworkers),
+        method=method,
+        sync=sync == "sync",
     )

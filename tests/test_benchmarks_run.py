@@ -63,11 +63,13 @@ def test_server_benchmark_quick_run():
 def test_shards_benchmark_quick_run():
     out = quick_run("bench_shards.py")
     assert "| 1. 1 ms/row transform, write_npy 2 processes vs two independent processes" in out
-    assert "| 2. cheap pipeline, write_npy, 2 threads vs np.save + fsync" in out
+    assert "| 2. cheap pipeline, write_npy sync=False, no workers vs np.save " in out
+    assert "| 2. cheap pipeline, write_npy (sync=True), 2 threads vs np.save + fsync" in out
 
 
 def test_ray_benchmark_quick_run():
     pytest.importorskip("ray")
     out = quick_run("bench_ray.py")
+    assert "| 2 Ray tasks vs 2 processes, default max_buffered " in out
     assert "| 2 Ray tasks vs 2 processes, max_buffered=256" in out
     assert "| start-up: two-node cluster + first run's extra" in out

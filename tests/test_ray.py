@@ -88,6 +88,23 @@ def draw():
     return np.random.randint(2**62, size=2)
 
 
+def test_the_default_max_buffered_sends_runs_of_items_sized_from_their_timings(cluster):
+    items = lazyseq.smap(square, range(300))  # microseconds each: runs of 256 at most
+    with lazyseq.prefetch(items, nworkers=2, method="ray") as ahead:
+        assert list(ahead) == [i * i for i in range(300)]
+        engine = ahead._engine
+        assert engine.capacity == 3 * 2 * 256
+        sent_by_default = engine.workers.workers._sent
+    with lazyseq.prefetch(items, nworkers=2, method="ray", max_buffered=10) as ahead:
+        assert list(ahead) == [i * i for i in range(300)]
+        assert ahead._engine.capacity == 10  # obeyed: Ray tasks of 5 items at most
+        assert ahead._engine.workers.workers._sent >= 300 // 5
+    assert sent_by_default <= 10  # one item in each of the first two (not timed yet), then long runs
+    with lazyseq.load_buffers(draw, nworkers=2, method="ray") as batches:
+        assert len({tuple(next(batches)) for _ in range(20)}) == 20
+        assert batches._engine.capacity == 3 * 2 * 256
+
+
 def test_every_ray_task_draws_different_random_numbers(cluster):
     with lazyseq.load_buffers(draw, max_cached=4, nworkers=2, method="ray", seed=0) as batches:
         drawn = [tuple(next(batches)) for _ in range(30)]

@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import zlib
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 from shard_helpers import contents, pipeline, rows
 
 import lazyseq
+import lazyseq.io.shard_sync
 from lazyseq.views.base import View
 
 HELPERS = Path(__file__).resolve().parent / "shard_helpers.py"
@@ -142,11 +144,18 @@ def test_shards_are_read_in_vectorized_blocks(tmp_path, monkeypatch):
 # -- atomic and resumable ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("writer, resumer", [((0, "thread"), (2, "thread")), ((2, "process"), (1, "thread"))])
+@pytest.mark.parametrize(
+    "writer, resumer",
+    [
+        ((0, "thread", "sync"), (2, "thread")),
+        ((2, "process", "sync"), (1, "thread")),
+        ((0, "thread", "-"), (0, "thread")),
+    ],
+)
 def test_a_writer_killed_mid_shard_is_resumed_by_another_worker_count(tmp_path, reference, writer, resumer):
-    nworkers, method = writer
+    nworkers, method, sync = writer
     child = subprocess.Popen(
-        [sys.executable, str(HELPERS), str(tmp_path), str(N), "34", str(nworkers), method],
+        [sys.executable, str(HELPERS), str(tmp_path), str(N), "34", str(nworkers), method, sync],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -169,7 +178,7 @@ def test_a_writer_killed_mid_shard_is_resumed_by_another_worker_count(tmp_path, 
     )
     assert contents(tmp_path) == reference
     assert temporaries(tmp_path) == []
-    if writer == (0, "thread"):  # shards 0 to 2 were finished and recorded before item 34 blocked
+    if writer[:2] == (0, "thread"):  # shards 0 to 2 were finished and recorded before item 34 blocked
         assert sorted(computed) == [0, *range(30, N)]
     np.testing.assert_array_equal(written[56][0], expected()[0][56])
 
@@ -189,6 +198,94 @@ def test_a_failing_item_is_named_with_its_shard_and_leaves_no_manifest(tmp_path,
     lazyseq.write_npy(pipeline(N, computed=computed), tmp_path, rows_per_shard=10)
     assert contents(tmp_path) == reference
     assert sorted(computed) == [0, *range(40, N)]  # shards 0 to 3 were done and kept
+
+
+class FileEvents:
+    """Records, in order, each file synced to disk and each rename, by file name (Linux: through /proc)."""
+
+    def __init__(self, monkeypatch):
+        self.events = []
+        real_fsync, real_replace = os.fsync, os.replace
+
+        def fsync(descriptor):
+            real_fsync(descriptor)
+            self.events.append(("sync", os.path.basename(os.readlink(f"/proc/self/fd/{descriptor}"))))
+
+        def replace(source, target):
+            real_replace(source, target)
+            self.events.append(("rename", os.path.basename(target)))
+
+        monkeypatch.setattr(os, "fsync", fsync)
+        monkeypatch.setattr(os, "replace", replace)
+
+    def synced(self):
+        return [name for what, name in self.events if what == "sync"]
+
+    def before_manifest(self):
+        """The files synced before the manifest got its name, and after the last shard did."""
+        end = self.events.index(("rename", "manifest.json"))
+        renames = [k for k, (what, name) in enumerate(self.events[:end]) if what == "rename" and "-" in name]
+        last_shard = max(renames, default=0)
+        synced = {name for what, name in self.events[:end] if what == "sync"}
+        after_last_shard = {name for what, name in self.events[last_shard:end] if what == "sync"}
+        return synced, after_last_shard
+
+
+on_linux = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="file names of descriptors through /proc")
+
+
+@on_linux
+@pytest.mark.parametrize("nworkers", [0, 2])
+def test_every_shard_is_synced_before_the_manifest_and_sync_false_syncs_nothing(tmp_path, reference, nworkers):
+    shards = [f"f{j}-{k:05d}.npy" for j in (0, 1) for k in range(6)]
+    events = FileEvents(monkeypatch := pytest.MonkeyPatch())
+    try:
+        lazyseq.write_npy(pipeline(N), tmp_path / "synced", rows_per_shard=10, nworkers=nworkers)
+        synced, after_last_shard = events.before_manifest()
+        assert set(shards) <= synced
+        assert "synced" in after_last_shard  # the directory: every rename lasts before the manifest's
+        events.events.clear()
+        lazyseq.write_npy(pipeline(N), tmp_path / "unsynced", rows_per_shard=10, nworkers=nworkers, sync=False)
+        assert events.synced() == []
+        events.events.clear()
+        computed = []  # a run that syncs keeps the shards of one that did not, and syncs them
+        lazyseq.write_npy(pipeline(N, computed=computed), tmp_path / "unsynced", rows_per_shard=10, nworkers=nworkers)
+        assert computed == [0]
+        synced, after_last_shard = events.before_manifest()
+        assert set(shards) <= synced and "unsynced" in after_last_shard
+    finally:
+        monkeypatch.undo()
+    assert contents(tmp_path / "synced") == contents(tmp_path / "unsynced") == reference
+
+
+def lazyseq_threads():
+    return [thread.name for thread in threading.enumerate() if thread.name.startswith("lazyseq-")]
+
+
+@pytest.mark.parametrize("nworkers", [0, 2])
+@pytest.mark.parametrize("error", [ValueError, KeyboardInterrupt])
+def test_a_failing_write_leaves_no_thread(tmp_path, monkeypatch, nworkers, error):
+    seen = set()  # the names of the threads that computed checksums and synced files
+    crc32 = zlib.crc32
+    monkeypatch.setattr(
+        "lazyseq.io.shard_files.zlib.crc32", lambda *a: seen.add(threading.current_thread().name) or crc32(*a)
+    )
+    sync_file = lazyseq.io.shard_sync.sync_file
+    monkeypatch.setattr(
+        "lazyseq.io.shard_sync.sync_file", lambda path: seen.add(threading.current_thread().name) or sync_file(path)
+    )
+
+    def row(i):  # 320 kB: large enough for a thread of its own to compute the checksum
+        if i == 5:
+            raise error(f"row {i} is bad")
+        return np.full(40_000, i, np.float64)
+
+    expected = lazyseq.EvaluationError if error is ValueError else KeyboardInterrupt
+    with pytest.raises(expected):
+        lazyseq.write_npy(lazyseq.smap(row, range(8)), tmp_path, rows_per_shard=2, nworkers=nworkers)
+    assert lazyseq_threads() == []
+    assert "manifest.json" not in os.listdir(tmp_path) and temporaries(tmp_path) == []
+    assert {"lazyseq-write_npy-sync", "lazyseq-crc32_0"} <= seen
 
 
 def test_a_failing_first_item_changes_nothing(tmp_path):

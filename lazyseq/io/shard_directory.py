@@ -1,16 +1,19 @@
 """What a directory written by ``write_npy`` holds between runs, and how a new run starts from it.
 
 Two files describe the shards, and at most one of them exists once a run has
-started:
+started (a power loss right after a run can bring back the progress log it
+removed: the manifest then wins):
 
-- ``manifest.json``, written last (atomically), once every shard is on disk:
+- ``manifest.json``, written last (atomically), once every shard is on disk
+  (with ``sync=False``, once every shard is written: see ``write_npy``):
   the layout (item kind, fields with dtype and row shape, length, rows per
   shard), the parameters of the call, and one record per shard (rows, and per
   file its size and CRC-32). Its presence means the directory is complete.
 - ``progress.jsonl`` while a run is under way: its first line is the layout
   and parameters (written atomically, with the records carried over from the
   run before), then one line is appended per shard once that shard's files
-  have their final names and are on disk. A run killed mid-line leaves a last
+  have their final names (they may not be on disk yet: a power loss can
+  leave a recorded file short, or empty). A run killed mid-line leaves a last
   line cut short, which the next run ignores (that shard is redone).
 
 A record is never trusted blindly: a new run checks each recorded file's size
@@ -28,8 +31,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import IO, Any
 
-from .shard_files import remove_temporaries, replace_atomically, sync_directory
+from .shard_files import remove_temporaries, replace_atomically
 from .shard_layout import Layout, ShardRecord
+from .shard_sync import sync_directory
 
 __all__ = ["MANIFEST", "PROGRESS", "ProgressLog", "Written", "finish", "prepare", "read_manifest"]
 
@@ -72,14 +76,15 @@ def read_manifest(directory: str) -> Written:
 
 
 def prepare(
-    directory: str, layout: Layout, parameters: dict[str, Any], resume: bool, overwrite: bool
+    directory: str, layout: Layout, parameters: dict[str, Any], resume: bool, overwrite: bool, sync: bool
 ) -> dict[int, ShardRecord]:
     """Ready ``directory`` for a run of ``layout``; the records of an earlier run to check and keep.
 
     Refuses (``FileExistsError``) a directory holding shards of other
     parameters, or shard files it has no record of, unless ``overwrite``,
-    which removes them. On return no manifest claims the directory complete,
-    no temporary file is left, and the progress log holds ``layout``.
+    which removes them. On return no manifest claims the directory complete
+    (``sync``: even after a power loss), no temporary file is left, and the
+    progress log holds ``layout``.
     """
     os.makedirs(directory, exist_ok=True)
     previous = None if overwrite else _read_state(directory)
@@ -105,11 +110,12 @@ def prepare(
     trusted = previous.records if previous is not None and resume else {}
     remove_temporaries(directory)
     lines = [_header(layout, parameters)] + [record.to_json() for _, record in sorted(trusted.items())]
-    replace_atomically(os.path.join(directory, PROGRESS), "".join(_line(x) for x in lines).encode())
+    replace_atomically(os.path.join(directory, PROGRESS), "".join(_line(x) for x in lines).encode(), sync=sync)
     manifest = os.path.join(directory, MANIFEST)
     if os.path.exists(manifest):
         os.remove(manifest)
-        sync_directory(directory)
+        if sync:
+            sync_directory(directory)
     return trusted
 
 
@@ -133,20 +139,23 @@ class ProgressLog:
         self.close()
 
 
-def finish(directory: str, layout: Layout, parameters: dict[str, Any], records: Iterable[ShardRecord]) -> None:
+def finish(
+    directory: str, layout: Layout, parameters: dict[str, Any], records: Iterable[ShardRecord], sync: bool
+) -> None:
     """Write the manifest (atomically, last of all) and remove the progress log.
 
-    Every shard is written by now: a temporary file left is a worker's that
-    died mid-shard (a Ray node lost, its shard written again elsewhere).
+    Every shard is written by now (``sync``: and its files synced to disk): a
+    temporary file left is a worker's that died mid-shard (a Ray node lost,
+    its shard written again elsewhere).
     """
     remove_temporaries(directory)
-    sync_directory(directory)  # every shard's rename lasts before the manifest's does
+    if sync:
+        sync_directory(directory)  # every shard's rename lasts before the manifest's does
     header = json.dumps({**_header(layout, parameters), "shards": []}, indent=1)
     shards = ",\n".join(f"  {json.dumps(record.to_json())}" for record in records)  # one line per shard
     text = header.replace('"shards": []', f'"shards": [\n{shards}\n ]')
-    replace_atomically(os.path.join(directory, MANIFEST), (text + "\n").encode())
-    os.remove(os.path.join(directory, PROGRESS))
-    sync_directory(directory)
+    replace_atomically(os.path.join(directory, MANIFEST), (text + "\n").encode(), sync=sync)
+    os.remove(os.path.join(directory, PROGRESS))  # not synced: a progress log back after a power loss is ignored
 
 
 def _read_state(directory: str) -> Written | None:

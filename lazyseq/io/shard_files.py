@@ -1,12 +1,19 @@
 """Files that appear whole or not at all: a shard's ``.npy`` files, the manifest, checksums.
 
 Every file is written under a temporary name in its directory (hidden,
-ending in ``.tmp``), flushed and synced to disk, then renamed to its final
-name. A process killed at any moment leaves a final name holding a complete
-file, or nothing but a temporary file, which the next run removes
-(:func:`remove_temporaries`), as does the end of a run that finished after
-losing a worker. Syncing the directory makes the renames before
-it last through a power loss: the manifest does so before its own.
+ending in ``.tmp``), then renamed to its final name once complete. A process
+killed at any moment leaves a final name holding a complete file, or nothing
+but a temporary file, which the next run removes (:func:`remove_temporaries`),
+as does the end of a run that finished after losing a worker. What lasts
+through a power loss is what was synced to disk (see :mod:`.shard_sync`): a
+file synced before its rename, or after it (a shard's files are synced in the
+background, while the next shards are computed), and the renames before a
+sync of the directory; the manifest is synced before its own rename, after
+everything it lists.
+
+A shard's CRC-32 is computed in a thread of its own while the shard is
+written: ``zlib.crc32`` and a file's ``write`` both release the GIL on large
+buffers, so on two cores the checksum costs little more than the write.
 """
 
 from __future__ import annotations
@@ -15,13 +22,15 @@ import io
 import os
 import re
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from typing import BinaryIO
 
 import numpy as np
 
 from .shard_layout import Field, ShardFile
+from .shard_sync import sync_directory
 
 __all__ = [
     "checksum",
@@ -29,13 +38,13 @@ __all__ = [
     "npy_header",
     "remove_temporaries",
     "replace_atomically",
-    "sync_directory",
     "temporary_name",
     "write_npy_files",
 ]
 
 _TEMPORARY = re.compile(r"\..+\.[0-9a-f]{8}\.tmp")
 _READ_SIZE = 8 * 2**20
+_CHECKSUM_APART_ABOVE = 256 * 2**10  # bytes: smaller buffers cost more to hand over than to sum here
 
 
 def npy_header(field: Field, rows: int) -> bytes:
@@ -70,39 +79,40 @@ def remove_temporaries(directory: str) -> None:
                 pass
 
 
-def sync_directory(directory: str) -> None:
-    """Make the renames and removals in ``directory`` durable (POSIX; elsewhere a rename is all there is)."""
-    if os.name != "posix":
-        return
-    descriptor = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
+def replace_atomically(path: str, data: bytes, *, sync: bool = True) -> None:
+    """Write ``data`` as the file ``path``, which holds its old contents or the new ones, never a mix.
 
-
-def replace_atomically(path: str, data: bytes) -> None:
-    """Write ``data`` as the file ``path``, which holds its old contents or the new ones, never a mix."""
+    ``sync``: the file and its directory are synced to disk, so that the new
+    contents last through a power loss; without, through the end of the process.
+    """
     temporary = temporary_name(path)
     try:
         with open(temporary, "wb") as file:
             file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
+            if sync:
+                file.flush()
+                os.fsync(file.fileno())
         os.replace(temporary, path)
     except BaseException:
         _remove_quietly(temporary)
         raise
-    sync_directory(os.path.dirname(path) or ".")
+    if sync:
+        sync_directory(os.path.dirname(path) or ".")
 
 
 def write_npy_files(
-    directory: str, names: Sequence[str], headers: Sequence[bytes], blocks: Iterator[list[np.ndarray]]
+    directory: str,
+    names: Sequence[str],
+    headers: Sequence[bytes],
+    blocks: Iterator[list[np.ndarray]],
+    *,
+    sync: bool,
 ) -> tuple[ShardFile, ...]:
     """Write one ``.npy`` file per field, each ``headers[j]`` then the rows of field ``j`` of every block.
 
-    The files get their final ``names`` together, once all of them are complete
-    and on disk; an exception on the way removes every temporary file. The
+    The files get their final ``names`` together, once all of them are
+    complete (``sync``: and on disk, else the caller syncs them later, or not
+    at all); an exception on the way removes every temporary file. The
     directory is not synced here (once per file would cost as much as the
     files): whoever relies on the renames lasting syncs it once, after all of
     them (the manifest is written so).
@@ -112,22 +122,24 @@ def write_npy_files(
     try:
         with ExitStack() as stack:
             files = [stack.enter_context(open(t, "wb")) for t in temporaries]
-            sums = [_Checksum(file) for file in files]
-            for summed, header in zip(sums, headers):
-                summed.write(header)
+            summed = _Checksums(files, stack)
+            for j, header in enumerate(headers):
+                summed.write(j, header)
             for arrays in blocks:
-                for summed, array in zip(sums, arrays):
-                    summed.write(_bytes_of(array))
-            for file in files:
-                file.flush()
-                os.fsync(file.fileno())
+                for j, array in enumerate(arrays):
+                    summed.write(j, _bytes_of(array))
+            summed.wait()
+            if sync:
+                for file in files:
+                    file.flush()
+                    os.fsync(file.fileno())
         for temporary, path in zip(temporaries, paths):
             os.replace(temporary, path)
     except BaseException:
         for temporary in temporaries:
             _remove_quietly(temporary)
         raise
-    return tuple(ShardFile(name, s.size, s.crc32) for name, s in zip(names, sums))
+    return tuple(ShardFile(name, size, crc) for name, size, crc in zip(names, summed.sizes, summed.crcs))
 
 
 def checksum(path: str) -> tuple[int, int]:
@@ -153,18 +165,44 @@ def matches(directory: str, expected: ShardFile) -> bool:
         return False
 
 
-class _Checksum:
-    """Writes to ``file``, keeping the size and CRC-32 of everything written."""
+class _Checksums:
+    """Writes to ``files``, keeping the size and CRC-32 of everything written to each.
 
-    def __init__(self, file: BinaryIO) -> None:
-        self.write_through: Callable[[bytes | memoryview], object] = file.write
-        self.size = 0
-        self.crc32 = 0
+    From the first large buffer on, the CRC-32s are computed by a thread of
+    their own (joined when ``stack`` closes), each buffer's while this thread
+    writes it and makes the next; at most two buffers wait for theirs.
+    :meth:`wait` before reading :attr:`crcs`.
+    """
 
-    def write(self, data: bytes | memoryview) -> None:
-        self.crc32 = zlib.crc32(data, self.crc32)
-        self.size += len(data)
-        self.write_through(data)
+    def __init__(self, files: Sequence[BinaryIO], stack: ExitStack) -> None:
+        self._files = files
+        self._stack = stack
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: Future[None] | None = None
+        self.sizes = [0] * len(files)
+        self.crcs = [0] * len(files)
+
+    def write(self, j: int, data: bytes | memoryview) -> None:
+        """Write ``data`` to file ``j``."""
+        self.sizes[j] += len(data)
+        if self._pool is None:
+            if len(data) < _CHECKSUM_APART_ABOVE:
+                self._add(j, data)
+                self._files[j].write(data)
+                return
+            self._pool = self._stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="lazyseq-crc32"))
+        self.wait()
+        self._pending = self._pool.submit(self._add, j, data)  # which holds on to the buffer until it is summed
+        self._files[j].write(data)
+
+    def _add(self, j: int, data: bytes | memoryview) -> None:
+        self.crcs[j] = zlib.crc32(data, self.crcs[j])
+
+    def wait(self) -> None:
+        """Wait until every buffer written so far is summed."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
 
 
 def _bytes_of(array: np.ndarray) -> memoryview:

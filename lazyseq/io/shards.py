@@ -8,7 +8,7 @@ shards' files itself: only the small records travel back. What a shard holds
 depends on the layout alone (see :mod:`.shard_layout`), so the output does not
 depend on the workers; how a run records its progress and resumes is in
 :mod:`.shard_directory`, how each file is written atomically in
-:mod:`.shard_files`.
+:mod:`.shard_files`, and how the files reach the disk in :mod:`.shard_sync`.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from ..arguments import integer
+from ..loading.buffering import Buffering
 from ..loading.options import LoaderOptions, Method
 from ..loading.prefetch import PrefetchView
 from ..progress import progress_bar
@@ -34,6 +35,7 @@ from .npy import open_npy
 from .shard_directory import ProgressLog, finish, prepare
 from .shard_files import matches, npy_header, remove_temporaries, write_npy_files
 from .shard_layout import Layout, ShardRecord, read_batch
+from .shard_sync import Syncer, sync_file
 
 __all__ = ["ShardWrites", "write_npy"]
 
@@ -43,18 +45,23 @@ class ShardWrites(View[ShardRecord]):
 
     A shard that ``trusted`` has a record of is only checked: kept if its
     files on disk have the recorded sizes and checksums, written again if not.
+    With ``sync``, a shard's files are synced to disk before its record is
+    given (else whoever reads the records syncs them, or nobody does).
     After :meth:`abandon`, shards being written in this process (by worker
     threads) stop at their next block and remove their temporary files.
     """
 
     kind = "write_npy"
 
-    def __init__(self, items: View, layout: Layout, directory: str, trusted: dict[int, ShardRecord]) -> None:
+    def __init__(
+        self, items: View, layout: Layout, directory: str, trusted: dict[int, ShardRecord], *, sync: bool
+    ) -> None:
         self._items = items
         self._parents = (items,)
         self._layout = layout
         self._directory = directory
         self._trusted = trusted
+        self._sync = sync
         self._len = layout.shard_count
         self._writing = _InProgress()
 
@@ -65,10 +72,14 @@ class ShardWrites(View[ShardRecord]):
         known = self._trusted.get(i)
         if known is not None and known.rows == len(rows) and [f.name for f in known.files] == names:
             if all(matches(directory, file) for file in known.files):
+                if self._sync:  # an earlier run may have ended before syncing it
+                    for file in known.files:
+                        sync_file(os.path.join(directory, file.name))
                 return known
         headers = [npy_header(field, len(rows)) for field in layout.fields]
         with self._writing:
-            return ShardRecord(i, len(rows), write_npy_files(directory, names, headers, self._blocks(rows)))
+            files = write_npy_files(directory, names, headers, self._blocks(rows), sync=self._sync)
+        return ShardRecord(i, len(rows), files)
 
     def _blocks(self, rows: range) -> Iterator[list[np.ndarray]]:
         step = self._layout.block_rows
@@ -132,6 +143,7 @@ def write_npy(
     method: Method = "thread",
     resume: bool = True,
     overwrite: bool = False,
+    sync: bool = True,
     progress: bool | None = None,
 ) -> View[Any]:
     """Compute every item of ``seq`` once and write them to ``directory`` as ``.npy`` shards; a view of them.
@@ -151,8 +163,19 @@ def write_npy(
     ``manifest.json``, written last, lists the fields (dtype, row shape),
     the parameters, and each shard's rows and files with their sizes and
     CRC-32; :func:`~lazyseq.open_npy` opens the directory through it, and
-    the result is that view. Every file is written under a temporary name,
-    synced to disk and renamed, so a file with a final name is complete.
+    the result is that view. Every file is written under a temporary name
+    and renamed once complete, so a process killed at any point leaves
+    complete files under final names. With ``sync=True`` (the default) the
+    manifest lasts through a power loss, and so does everything it lists: it
+    is written once every shard's files, and the directory, are synced to
+    disk (by this process, in the background while the next shards are
+    computed; with ``method="ray"``, by the worker that wrote them, before
+    renaming them). ``sync=False`` syncs nothing, files or directory, and
+    writes as fast as the page cache takes the data: a killed process loses
+    nothing (the page cache survives it) and a resumed run still finds and
+    redoes incomplete shards, but after a power loss (or a crash of the
+    machine) the manifest may describe shards whose data never reached the
+    disk.
 
     A run that stops (an exception, a kill, a power loss) leaves no
     manifest, but a progress log of the shards it finished. Calling
@@ -194,14 +217,20 @@ def write_npy(
         _raise_failure(error, 0, None, directory)
     layout = Layout.of_items(first, length, rows_per_shard, bytes_per_shard)
     parameters = {"rows_per_shard": rows_per_shard, "bytes_per_shard": bytes_per_shard}
-    trusted = prepare(directory, layout, parameters, resume, overwrite)
-    writes = ShardWrites(items, layout, directory, trusted)
-    loader: PrefetchView[ShardRecord] = PrefetchView(
-        writes, options, max_buffered=2 * max(1, options.nworkers), shm_size=0
-    )
+    trusted = prepare(directory, layout, parameters, resume, overwrite, sync)
+    # A Ray worker may run on another machine, whose cache a sync by name from here would not reach: it syncs
+    # the files it writes itself. Other shards are synced by this process, off the path of the computation.
+    writers_sync = sync and options.method == "ray" and options.nworkers > 0
+    writes = ShardWrites(items, layout, directory, trusted, sync=writers_sync)
+    ahead = Buffering.resolve(None, options, default=2 * max(1, options.nworkers))  # Ray: two runs per worker
+    loader: PrefetchView[ShardRecord] = PrefetchView(writes, options, ahead, shm_size=0)
     records = []
     try:
-        with ProgressLog(directory) as log, progress_bar(layout.shard_count, "write_npy", progress, "shard") as bar:
+        with (
+            ProgressLog(directory) as log,
+            Syncer(directory) as syncer,
+            progress_bar(layout.shard_count, "write_npy", progress, "shard") as bar,
+        ):
             shards = iter(loader)
             for shard in range(layout.shard_count):
                 try:
@@ -210,15 +239,18 @@ def write_npy(
                     _raise_failure(error, shard, layout.rows(shard), directory)
                 if record != trusted.get(shard):
                     log.append(record)
+                if sync and not writers_sync:
+                    syncer.add(file.name for file in record.files)
                 records.append(record)
                 bar.update()
+            syncer.wait()
     except BaseException:  # the shards still in progress are of no use: stop them, and leave no temporary file
         writes.abandon()
         loader.close()
         remove_temporaries(directory)
         raise
     loader.close()
-    finish(directory, layout, parameters, records)
+    finish(directory, layout, parameters, records, sync)
     return open_npy(directory)
 
 

@@ -13,9 +13,10 @@ from ..nested import map_leaves
 from ..views.errors import REMOTE_CHAIN, EvaluationError, seterr
 from ..views.itemtypes import T
 from .backends import Done
+from .buffering import BATCHES_CACHED, Buffering
 from .engine import Engine
 from .jobs import CallFunction
-from .options import LoaderOptions, Method, StartMethod, positive
+from .options import LoaderOptions, Method, StartMethod
 from .structure import flatten, layout_of, shape_key, signature
 
 __all__ = ["BufferLoader", "load_buffers"]
@@ -28,10 +29,10 @@ class BufferLoader(Iterator[T], Generic[T]):
     ends), and so does garbage collection.
     """
 
-    def __init__(self, func: Callable[[], T], max_cached: int, options: LoaderOptions, copy: bool) -> None:
+    def __init__(self, func: Callable[[], T], max_cached: int | None, options: LoaderOptions, copy: bool) -> None:
         if not callable(func):
             raise TypeError(f"load_buffers: func must be callable, got {type(func).__name__}")
-        self._max_cached = positive(max_cached, "max_cached", "load_buffers")
+        self._max_cached = Buffering.resolve(max_cached, options, BATCHES_CACHED, "max_cached")
         if options.nworkers < 1:
             raise ValueError("load_buffers: nworkers must be at least 1 (or negative: all cores but -nworkers)")
         self._func = func
@@ -43,7 +44,8 @@ class BufferLoader(Iterator[T], Generic[T]):
         self._lock = threading.Lock()
         self.closed = False
         # With threads the consumer holds the last batch it got; with processes its slot counts among max_cached.
-        self._ahead = max(1, self._max_cached - 1) if options.method == "thread" else self._max_cached
+        size = self._max_cached.size
+        self._ahead = Buffering(max(1, size - 1)) if options.method == "thread" and size else self._max_cached
         self._options = options
         self._starts = 0  # each start of the workers gets new random seeds
         self._engine = self._start()
@@ -54,7 +56,7 @@ class BufferLoader(Iterator[T], Generic[T]):
             self._options,
             self._ahead,
             start=self._starts,
-            slot_count=self._max_cached,
+            slot_count=self._max_cached.size or 0,  # processes: one shared-memory slot per batch
             task_name="batch",
         )
         self._starts += 1
@@ -74,7 +76,7 @@ class BufferLoader(Iterator[T], Generic[T]):
 
     def _upcoming(self) -> list[tuple[int, None]]:
         """The batches for the workers to start on while the reader makes a slow first one."""
-        return [(next(self._tasks), None) for _ in range(self._ahead)]
+        return [(next(self._tasks), None) for _ in range(self._engine.capacity)]
 
     def __next__(self) -> T:
         with self._lock:
@@ -152,7 +154,7 @@ def _raise_failure(error: BaseException, number: int) -> NoReturn:
 
 def load_buffers(
     func: Callable[[], T],
-    max_cached: int = 2,
+    max_cached: int | None = None,
     nworkers: int = 1,
     method: Method = "thread",
     start_hook: Callable[[int], Any] | None = None,
@@ -168,7 +170,7 @@ def load_buffers(
     dict of arrays, with the same shapes and dtypes every time (a batch that
     differs from the first is a ``ValueError``). Batches are yielded as they
     complete, in no set order; up to ``max_cached`` of them exist at once,
-    the one being read included.
+    the one being read included (``None``: 2, and for Ray see below).
 
     With ``method="process"`` workers write each batch in place into one of
     ``max_cached`` shared-memory slots, sized from the first batch and reused
@@ -193,7 +195,11 @@ def load_buffers(
     forked from yours, the iterator starts workers of its own.
 
     ``method="ray"`` makes batches as Ray tasks on a cluster, as for
-    :func:`~lazyseq.prefetch`.
+    :func:`~lazyseq.prefetch`, where ``max_cached=None`` leaves room for
+    three runs of batches per worker (each run about 50 ms of work, at most
+    256 batches): for batches of 50 ms or more, ``3 * nworkers`` batches at
+    once.
+    An explicit ``max_cached`` is always obeyed.
 
     Where batches are made follows the same rule as for
     :func:`~lazyseq.prefetch`: with processes, always in the worker

@@ -10,7 +10,8 @@ and reads whichever is done first. The engine owns everything else:
   :class:`~lazyseq.loading.options.LoaderOptions`);
 - the tasks in flight and the results not read yet, and how many more may be
   sent (:meth:`room`: refills go out in bulk, one message waking a worker for
-  several tasks);
+  several tasks; how many in all is :attr:`capacity`, which for Ray by default
+  follows the items' timings, see :mod:`~lazyseq.loading.buffering`);
 - waiting, with a check that the workers are alive at least every
   ``POLL_SECONDS`` (:meth:`wait_for` in order, :meth:`next_done` in order of
   completion);
@@ -33,6 +34,7 @@ from time import perf_counter
 from typing import Any
 
 from .backends import DeferredWorkers, Done, WorkerBackend, start_workers
+from .buffering import Buffering
 from .item_cost import FIRST_ONLY_ABOVE, ItemCost, start_if_slow
 from .options import LoaderOptions
 from .seeding import base_seed
@@ -56,10 +58,13 @@ Refill = Callable[[], None]
 class Engine:
     """Runs ``job(arg)`` for a loader's tasks, with at most ``capacity`` computed or in progress.
 
-    ``start`` counts how many times this loader started workers before (it
-    picks their random seeds). ``slot_count`` and ``slot_bytes`` size the
-    shared-memory pool of process workers (``slot_bytes=0``: from the first
-    result); ``task_name`` names a task in messages ("item", "batch").
+    ``capacity`` is a number of tasks, or a
+    :class:`~lazyseq.loading.buffering.Buffering` that sizes it from the
+    seconds a task takes (timed by the engine). ``start`` counts how many
+    times this loader started workers before (it picks their random seeds).
+    ``slot_count`` and ``slot_bytes`` size the shared-memory pool of process
+    workers (``slot_bytes=0``: from the first result); ``task_name`` names a
+    task in messages ("item", "batch").
     ``launch()`` makes the workers, at the first task sent to them (default:
     the backend that ``options.method`` names, see :func:`.backends.start_workers`).
     ``first_in_workers``: items go to the workers until their timings there
@@ -77,7 +82,7 @@ class Engine:
         self,
         job: Callable[[Any], Any],
         options: LoaderOptions,
-        capacity: int,
+        capacity: int | Buffering,
         *,
         start: int = 0,
         slot_count: int = 0,
@@ -89,7 +94,8 @@ class Engine:
         self.options = options
         self._generation = _forks[0]
         self.closed = False
-        self.cost = ItemCost(options.inline_below, not first_in_workers) if options.inline_below else None
+        timed = options.inline_below or options.method == "ray"  # Ray sizes its runs of tasks from the timings
+        self.cost = ItemCost(options.inline_below, not first_in_workers) if timed else None
         launch = launch or functools.partial(
             start_workers,
             job,
@@ -102,8 +108,7 @@ class Engine:
         )
         self.workers = DeferredWorkers(launch)
         self._job = job
-        self.capacity = capacity
-        self._refill = max(1, capacity // 2)
+        self.buffering = capacity if isinstance(capacity, Buffering) else Buffering(capacity)
         self.ready: dict[Hashable, Done] = {}  # in order of arrival
         self.pending: set[Hashable] = set()  # sent to the workers
         self.cancelled: set[Hashable] = set()  # pending, no longer wanted
@@ -131,10 +136,16 @@ class Engine:
         """Whether ``task`` is done or on its way."""
         return task in self.ready or task in self.pending
 
+    @property
+    def capacity(self) -> int:
+        """How many tasks may be computed or in progress now."""
+        return self.buffering.capacity(None if self.cost is None else self.cost.estimate)
+
     def room(self) -> int:
-        """How many more tasks to send now: 0 until a refill is worth a message."""
-        room = self.capacity - len(self.ready) - len(self.pending) + len(self.cancelled)
-        if room < self._refill and self.pending:
+        """How many more tasks to send now: 0 until a refill (half the capacity) is worth a message."""
+        capacity = self.capacity
+        room = capacity - len(self.ready) - len(self.pending) + len(self.cancelled)
+        if room < max(1, capacity // 2) and self.pending:
             return 0
         return max(room, 0)
 

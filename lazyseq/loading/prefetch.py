@@ -14,9 +14,10 @@ from ..views.base import View
 from ..views.itemtypes import SequenceLike, T, T_co
 from ..views.sources import as_view
 from .backends import Done
+from .buffering import ITEMS_AHEAD, Buffering
 from .engine import Engine
 from .jobs import ReadItem
-from .options import LoaderOptions, Method, StartMethod, positive, serialize
+from .options import LoaderOptions, Method, StartMethod, serialize
 
 __all__ = ["PrefetchIterator", "PrefetchView", "ReadOrder", "prefetch"]
 
@@ -26,14 +27,15 @@ class PrefetchView(View[T_co]):
 
     The view guesses the next items from the last two reads (ascending by
     default, or any constant step) and keeps up to ``max_buffered`` of them
-    computed or in progress. Reads that follow no step fetch only what is asked.
+    computed or in progress (see :mod:`~lazyseq.loading.buffering`). Reads
+    that follow no step fetch only what is asked.
     """
 
     kind = "prefetch"
     _items_like_parents = True
 
-    def __init__(self, parent: View, options: LoaderOptions, max_buffered: int, shm_size: int) -> None:
-        self._max_buffered = positive(max_buffered, "max_buffered", "prefetch")
+    def __init__(self, parent: View, options: LoaderOptions, max_buffered: Buffering, shm_size: int) -> None:
+        self._max_buffered = max_buffered
         self._shm_size = integer(shm_size, "prefetch: shm_size", low=0)
         self._parent = parent
         self._parents = (parent,)
@@ -45,7 +47,7 @@ class PrefetchView(View[T_co]):
                 serialize(options.start_hook, "start_hook", "prefetch")
         self._lock = threading.RLock()
         self._engine: Engine | None = None
-        self._order = ReadOrder(self._len, self._max_buffered)  # each start of the workers begins a new one
+        self._order = ReadOrder(self._len, max_buffered.capacity(None))  # each start of the workers begins a new one
         self._starts = 0  # how many times workers were started: each start gets new random seeds
 
     # -- lifetime ---------------------------------------------------------------
@@ -56,12 +58,12 @@ class PrefetchView(View[T_co]):
             self._options,
             self._max_buffered,
             start=self._starts,
-            slot_count=self._max_buffered + 2,  # the items being read hold one or two
+            slot_count=(self._max_buffered.size or 0) + 2,  # the items being read hold one or two (processes)
             slot_bytes=self._shm_size,
             task_name="item",
         )
         self._starts += 1
-        self._engine, self._order = engine, ReadOrder(self._len, self._max_buffered)
+        self._engine, self._order = engine, ReadOrder(self._len, engine.capacity)
         return engine
 
     def close(self) -> None:
@@ -118,6 +120,7 @@ class PrefetchView(View[T_co]):
     def _read(self, engine: Engine, order: ReadOrder, i: int) -> Done:
         steady = order.read(i)
         engine.collect_early()
+        order.capacity = engine.capacity  # for Ray by default, it follows the items' timings
         if not steady or order.frontier is None:
             ahead = order.expected(i) if steady else range(0)
             engine.keep_only(ahead, i)
@@ -208,7 +211,7 @@ class ReadOrder:
 
     def __init__(self, length: int | None, capacity: int) -> None:
         self._length = length
-        self._capacity = capacity
+        self.capacity = capacity  # how many items are expected ahead
         self.last = -1  # reads start out assumed to be ascending
         self.step = 1
         self.frontier: int | None = None  # the next item to send while reads go on at this step
@@ -246,7 +249,7 @@ class ReadOrder:
 
     def _stop(self, i: int) -> int:
         """Where the items expected after ``i`` end (exclusive), within the view."""
-        stop = i + self.step * (self._capacity + 1)
+        stop = i + self.step * (self.capacity + 1)
         n = self._length
         return stop if n is None else max(-1, min(n, stop))
 
@@ -255,7 +258,7 @@ def prefetch(
     sequence: SequenceLike[T],
     nworkers: int = 0,
     method: Method = "thread",
-    max_buffered: int = 10,
+    max_buffered: int | None = None,
     start_hook: Callable[[int], Any] | None = None,
     shm_size: int = 0,
     start_method: StartMethod | None = None,
@@ -266,7 +269,8 @@ def prefetch(
     """A view of ``sequence`` whose next items are computed ahead by background workers.
 
     ``nworkers`` threads or processes (``method``) compute up to
-    ``max_buffered`` items ahead of the reader, delivered in order. It is a
+    ``max_buffered`` items ahead of the reader (``None``: 10, and for Ray
+    see below), delivered in order. It is a
     view like any other (``len``, negative indices, slices and gathers that
     read through it, errors naming the item); reading in order is the fast
     path, and any other order still gets the right items. ``nworkers=0``
@@ -296,9 +300,15 @@ def prefetch(
     ``method="ray"`` computes items as Ray tasks on the nodes of the cluster
     that ``ray.init`` connected to (a local one is started if none is), at
     most ``nworkers`` in flight, each a run of items sized from their
-    timings (about 50 ms of work): give ``max_buffered`` room for two runs
-    per worker (see the loading guide). The pipeline travels as it does to spawned processes; a memory
-    map by its file name, which every node must see.
+    timings (about 50 ms of work, at most 256 items). There
+    ``max_buffered=None`` leaves room for three runs per worker (one
+    running, the next ready to go, one being read), so up to
+    ``3 * nworkers`` runs of items are computed or held: for items of 1 ms,
+    ``150 * nworkers`` items; for items of 0.2 ms or less, up to
+    ``768 * nworkers`` (see the loading guide). An
+    explicit ``max_buffered`` is always obeyed. The pipeline travels as it
+    does to spawned processes; a memory map by its file name, which every
+    node must see.
 
     Where items are computed: with ``method="process"``, always in the
     worker processes (isolation is why one asks for processes: a crash
@@ -327,4 +337,4 @@ def prefetch(
     options = LoaderOptions.check(
         "prefetch", nworkers, method, start_hook, start_method, blas_threads, inline_below, seed
     )
-    return PrefetchView(as_view(sequence), options, max_buffered, shm_size)
+    return PrefetchView(as_view(sequence), options, Buffering.resolve(max_buffered, options, ITEMS_AHEAD), shm_size)

@@ -4,11 +4,11 @@ A :class:`~lazyseq.loading.backends.WorkerBackend` (see that module for the
 protocol). The pipeline is put in Ray's object store once; a Ray worker
 process loads it at its first task for that loader and keeps it for the next
 ones. At most ``nworkers`` Ray tasks are in flight, each computing a run of
-the loader's tasks: about ``TASK_SECONDS`` of work (one at first, then as
-many as the timings of the first ones say), since a Ray task costs
-milliseconds to send and collect. The others wait here and go out as results
-are collected, so tasks not sent yet can still be dropped when reads jump
-elsewhere. Each Ray task seeds its worker's global random generators from the
+the loader's tasks: about 50 ms of work (one at first, then as many as the
+timings of the first ones say, see :func:`.buffering.run_length`), since a
+Ray task costs milliseconds to send and collect. The others wait here and go
+out as results are collected, so tasks not sent yet can still be dropped
+when reads jump elsewhere. Each Ray task seeds its worker's global random generators from the
 loader's seed and its own number (see :mod:`.seeding`): no two draw the same
 numbers, and a Ray task run again draws what it drew the first time.
 
@@ -39,6 +39,7 @@ import ray
 from ray.exceptions import NodeDiedError, TaskCancelledError, WorkerCrashedError
 
 from .backends import Done
+from .buffering import run_length
 from .failures import LoaderError, WorkerDied, capture, restore
 from .item_cost import ItemCost
 from .messages import CapturedError
@@ -51,7 +52,6 @@ from .task_queue import Backlog
 __all__ = ["RayWorkers", "connect_to_ray"]
 
 RETRIES = 3  # runs of a Ray task after the first, when its worker or node dies
-TASK_SECONDS = 0.05  # work per Ray task: sending one and collecting it costs 1-5 ms (a lease, a push, a reply)
 PIPELINES_KEPT = 4  # pipelines a Ray worker process keeps loaded (those of the loaders it served last)
 
 Outcome = tuple[str, Any, Any]  # ("ok", value, seconds), ("error", CapturedError, where), ("load_failed", ...)
@@ -118,7 +118,7 @@ class RayWorkers:
         backlog, running = self._backlog, self.running
         while backlog and len(running) < self._capacity and not self.closed:
             free = self._capacity - len(running)
-            count = min(self._per_task(), -(-len(backlog) // free))  # a share for each free slot
+            count = min(run_length(self._cost.estimate), -(-len(backlog) // free))  # a share for each free slot
             tasks: list[Hashable] = []
             args: list = []
             while len(tasks) < count:
@@ -134,11 +134,6 @@ class RayWorkers:
                 running[future] = InFlight(ref, tasks)
                 future.add_done_callback(functools.partial(_wake, self._signal))
                 self._sent += 1
-
-    def _per_task(self) -> int:
-        """How many tasks one Ray task computes: about ``TASK_SECONDS`` of work (one until timings arrive)."""
-        seconds = self._cost.estimate
-        return 1 if seconds is None else max(1, int(TASK_SECONDS / max(seconds, 1e-6)))
 
     def has_room(self, count: int) -> bool:
         return True  # results come back through Ray's object store: no slots to run out of

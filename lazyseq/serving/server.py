@@ -12,7 +12,8 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from ..loading.options import LoaderOptions, Method, StartMethod, positive
+from ..loading.buffering import ITEMS_AHEAD, Buffering
+from ..loading.options import LoaderOptions, Method, StartMethod
 from ..views.base import View
 from ..views.sources import as_view
 from .security import check_address
@@ -33,7 +34,7 @@ class Server:
         source: Any,
         address: str,
         options: LoaderOptions,
-        max_buffered: int,
+        max_buffered: Buffering,
         curve_keypair: tuple[Any, Any] | None,
         allowed_clients: Iterable[Any] | None,
         insecure: bool,
@@ -49,7 +50,7 @@ class Server:
         self._finalizer = weakref.finalize(self, _stop_in, os.getpid(), self._loop.stop)
 
     @staticmethod
-    def _service_for(source: Any, options: LoaderOptions, max_buffered: int) -> ViewService | StreamService:
+    def _service_for(source: Any, options: LoaderOptions, max_buffered: Buffering) -> ViewService | StreamService:
         if isinstance(source, View) or (isinstance(source, Sequence) and not isinstance(source, (str, bytes))):
             return ViewService(as_view(source), options, max_buffered)
         if isinstance(source, Iterable):
@@ -58,7 +59,7 @@ class Server:
                     "serve: an iterable is served as it comes, by one reader; nworkers only applies to a view "
                     "(give the iterable its own workers, e.g. with load_buffers)"
                 )
-            return StreamService(source, max_buffered, MAX_WANTED)
+            return StreamService(source, max_buffered.capacity(None), MAX_WANTED)  # no workers: a number
         raise TypeError(f"serve: source must be a view, a sequence or an iterable, got {type(source).__name__}")
 
     # -- lifetime -------------------------------------------------------------------------
@@ -104,7 +105,7 @@ def serve(
     *,
     nworkers: int = 0,
     method: Method = "thread",
-    max_buffered: int = 10,
+    max_buffered: int | None = None,
     curve_keypair: tuple[Any, Any] | None = None,
     allowed_clients: Iterable[Any] | None = None,
     insecure: bool = False,
@@ -120,13 +121,14 @@ def serve(
     items it asks for (indexing, slices, ``shard``...), while ``nworkers``
     threads, processes or Ray tasks (``method``, as for
     :func:`~lazyseq.prefetch`) compute up to ``max_buffered`` of its next
-    items ahead (``nworkers=0``: one thread). With threads, items that the
-    workers timed under ``inline_below`` seconds (default 0.25 ms) are then
-    computed by the server's own thread when asked for, as ``prefetch``
-    does: cheaper than handing them over. Such an item that suddenly takes
-    long holds up the server's answers meanwhile, heartbeats included; give
-    ``inline_below=0`` where items may stall for longer than the consumers'
-    ``timeout``. An iterable
+    items ahead (``None``: 10, and with Ray room for three runs per worker, as
+    for :func:`~lazyseq.prefetch`; ``nworkers=0``: one thread). With threads,
+    items that the workers timed under ``inline_below`` seconds (default
+    0.25 ms) are then computed by the server's own thread when asked for, as
+    ``prefetch`` does: cheaper than handing them over. Such an item that
+    suddenly takes long holds up the server's answers meanwhile, heartbeats
+    included; give ``inline_below=0`` where items may stall for longer than
+    the consumers' ``timeout``. An iterable
     (a generator, a ``load_buffers`` iterator) is served as a stream: each of
     its items goes to exactly one consumer, and one that a consumer received
     but did not use before it died goes to another.
@@ -153,5 +155,5 @@ def serve(
     6 [20. 30.] [100. 110.]
     """
     options = LoaderOptions.check("serve", nworkers, method, start_hook, start_method, blas_threads, inline_below, seed)
-    positive(max_buffered, "max_buffered", "serve")
-    return Server(source, address, options, max_buffered, curve_keypair, allowed_clients, insecure)
+    ahead = Buffering.resolve(max_buffered, options, ITEMS_AHEAD)
+    return Server(source, address, options, ahead, curve_keypair, allowed_clients, insecure)

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from ..loading.backends import Done
+from ..loading.buffering import Buffering
 from ..loading.engine import Engine
 from ..loading.failures import LoaderError
 from ..loading.jobs import ReadItem
@@ -52,7 +53,7 @@ class ViewService:
 
     kind = "view"
 
-    def __init__(self, view: View, options: LoaderOptions, max_buffered: int, send: Send | None = None) -> None:
+    def __init__(self, view: View, options: LoaderOptions, max_buffered: Buffering, send: Send | None = None) -> None:
         self.view = view
         if not options.nworkers:  # one thread computes, so that the server's own thread goes on answering
             options = dataclasses.replace(options, nworkers=1, method="thread")
@@ -121,7 +122,7 @@ class ViewService:
                 self.options,
                 self.max_buffered,
                 start=self._starts,
-                slot_count=2 * self.max_buffered + 4,
+                slot_count=2 * (self.max_buffered.size or 0) + 4,
                 task_name="item",
                 first_in_workers=True,
             )
@@ -161,7 +162,9 @@ class ViewService:
         ahead = len(reads.held) - len(reads.waiting)
         wanted = []
         j = max(reads.frontier, reads.last + 1)
-        while ahead < self.max_buffered and (n is None or j < n):
+        engine = self._engine
+        limit = self.max_buffered.capacity(None) if engine is None else engine.capacity  # Ray: from the timings
+        while ahead < limit and (n is None or j < n):
             if j not in reads.held:
                 wanted.append(j)
                 ahead += 1

@@ -9,6 +9,7 @@ real usage.
 
 from __future__ import annotations
 
+import tempfile
 from typing import Any, assert_type
 
 import numpy as np
@@ -118,6 +119,17 @@ def loaders() -> None:
             assert_type(count, int)
     with lazyseq.load_buffers(zeros, max_cached=2, nworkers=1) as loader:
         assert_type(next(loader), np.ndarray)
+    with lazyseq.prefetch(words, nworkers=1, max_buffered=None) as default_ahead:  # None: the method's default
+        assert_type(default_ahead[0], str)
+    with lazyseq.load_buffers(zeros, max_cached=None, nworkers=1) as default_cached:
+        assert_type(next(default_cached), np.ndarray)
+    assert_type(lazyseq.evaluate(np.asarray, [1.0, 2.0], nworkers=1, max_buffered=None), Any)
+
+
+def shards() -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        written = lazyseq.write_npy([1.0, 2.0], folder, sync=False)
+        assert_type(written, View[Any])
 
 
 def rejected() -> None:
@@ -131,4 +143,6 @@ def rejected() -> None:
     lazyseq.prefetch(words, nworkers=1, method="processes")  # type: ignore[arg-type]  # method is "thread" or "process"
     lazyseq.load_buffers(lambda: 0, start_method="fork-server")  # type: ignore[arg-type]
     lazyseq.evaluate(len, words, method="threads")  # type: ignore[arg-type]
+    lazyseq.prefetch(words, nworkers=1, max_buffered="auto")  # type: ignore[arg-type]  # a number, or None
+    lazyseq.write_npy(words, "out", sync="no")  # type: ignore[arg-type]  # sync is a bool
     lazyseq.view(5)  # type: ignore[call-overload]  # not a sequence

@@ -1,0 +1,80 @@
+"""max_buffered (max_cached) left out: the loader's number for threads and processes, three runs per Ray worker."""
+
+import numpy as np
+import pytest
+
+import lazyseq
+from lazyseq.loading.buffering import Buffering, run_length
+from lazyseq.loading.engine import Engine
+from lazyseq.loading.options import LoaderOptions
+
+
+def zeros():
+    return np.zeros(3)
+
+
+def options(method, nworkers=2, owner="prefetch"):
+    return LoaderOptions.check(owner, nworkers, method)
+
+
+@pytest.mark.parametrize("method", ["thread", "process"])
+def test_the_default_for_threads_and_processes_is_a_fixed_number(method):
+    for default in (10, 4, 2):  # prefetch and serve, evaluate, load_buffers
+        buffering = Buffering.resolve(None, options(method), default)
+        assert buffering == Buffering(default)
+        assert [buffering.capacity(seconds) for seconds in (None, 1e-6, 1e-3, 1.0)] == [default] * 4
+
+
+def test_the_default_for_ray_is_three_runs_per_worker_sized_from_the_timings():
+    assert [run_length(seconds) for seconds in (None, 1.0, 0.05, 0.02, 1e-3, 1e-4, 1e-6, 0.0)] == [
+        1,  # not timed yet
+        1,
+        1,
+        2,
+        50,  # about 50 ms of work
+        256,  # at most 256 items
+        256,
+        256,
+    ]
+    buffering = Buffering.resolve(None, options("ray", nworkers=3), default=10)
+    assert buffering == Buffering(None, ray_workers=3)
+    assert [buffering.capacity(seconds) for seconds in (None, 1.0, 0.02, 1e-3, 1e-6)] == [9, 9, 18, 450, 2304]
+    assert str(buffering) == "three runs per worker"
+    no_workers = Buffering.resolve(None, options("ray", nworkers=0), default=10)  # nothing goes to Ray
+    assert no_workers == Buffering(10)
+
+
+@pytest.mark.parametrize("method", ["thread", "process", "ray"])
+def test_an_explicit_number_is_obeyed(method):
+    for given in (1, 10, 256):
+        assert Buffering.resolve(given, options(method), default=10).capacity(1e-6) == given
+    with pytest.raises(ValueError, match="^prefetch: max_buffered must be a positive integer, got 0$"):
+        Buffering.resolve(0, options(method), default=10)
+    with pytest.raises(ValueError, match="^load_buffers: max_cached must be a positive integer, got -1$"):
+        Buffering.resolve(-1, options(method, owner="load_buffers"), 2, "max_cached")
+
+
+def test_the_engine_follows_the_timings_for_ray_only():
+    ray = Engine(abs, options("ray"), Buffering(None, ray_workers=2))
+    fixed = Engine(abs, options("ray"), 10)
+    try:
+        assert (ray.capacity, ray.room(), fixed.capacity) == (6, 6, 10)
+        for engine in (ray, fixed):
+            engine.cost.add(1e-3)  # what the Ray workers report for each item
+        assert (ray.capacity, ray.room(), fixed.capacity) == (300, 300, 10)
+    finally:
+        ray.close()
+        fixed.close()
+
+
+def test_the_loaders_resolve_their_defaults_when_made():
+    squares = lazyseq.smap(np.square, np.arange(5))
+    assert lazyseq.prefetch(squares, nworkers=2)._max_buffered == Buffering(10)
+    assert lazyseq.prefetch(squares, nworkers=2, method="process")._max_buffered == Buffering(10)
+    assert lazyseq.prefetch(squares, nworkers=2, max_buffered=3, method="ray")._max_buffered == Buffering(3)
+    ahead = lazyseq.prefetch(squares, nworkers=2, method="ray")  # Ray starts only with the first item
+    assert ahead._max_buffered == Buffering(None, ray_workers=2)
+    assert repr(ahead).startswith("prefetch(2 Ray tasks, max_buffered=three runs per worker)  [len 5]")
+    with lazyseq.load_buffers(zeros, nworkers=1) as batches:
+        assert repr(batches) == "load_buffers(zeros, max_cached=2)  [0 batches delivered]"
+    assert lazyseq.evaluate(np.sqrt, np.arange(9.0) ** 2, batch_size=2, nworkers=2).tolist() == list(range(9))
