@@ -104,7 +104,9 @@ def raw_server(batch: int) -> None:
 class ServerProcess:
     def __init__(self, kind: str, directory: str, batch: int, count: int, keys: str | None = None) -> None:
         command = [sys.executable, __file__, "--serve", kind, "--data", directory]
-        command += ["--batch", str(batch), "--count", str(count)] + ([f"--keys={keys}"] if keys else [])  # a key may start with "-"
+        command += ["--batch", str(batch), "--count", str(count)] + (
+            [f"--keys={keys}"] if keys else []
+        )  # a key may start with "-"
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
         self.address = self.process.stdout.readline().strip()
 
