@@ -56,11 +56,8 @@ class ItemCost:
     >>> cost.inline
     False
     >>> cautious = ItemCost(inline_below=1e-3, start_inline=False)
-    >>> cautious.inline, cautious.add(4e-3), cautious.inline  # timed in a worker first, then in the reader
+    >>> cautious.inline, cautious.add(2e-4), cautious.inline  # timed in a worker first
     (False, None, True)
-    >>> cautious = ItemCost(inline_below=1e-3, start_inline=False)
-    >>> cautious.add(0.05), cautious.inline  # far too slow for the reader to try
-    (None, False)
     """
 
     def __init__(self, inline_below: float, start_inline: bool = True) -> None:
@@ -68,7 +65,6 @@ class ItemCost:
         self.estimate: float | None = None
         self.count = 0
         self.inline = inline_below > 0 and start_inline
-        self._first_in_worker = inline_below > 0 and not start_inline
         self.untimed = 0  # items the reader may compute next without timing them
         self._last = self._before_last = 0.0
 
@@ -84,10 +80,6 @@ class ItemCost:
             median = max(min(last, before), min(max(last, before), seconds))
             estimate += SMOOTHING * (median - estimate)
         self.estimate = estimate
-        if self._first_in_worker:  # the reader times the next items itself, unless this one was far too slow
-            self._first_in_worker = False
-            self.inline = estimate <= FIRST_ONLY_ABOVE * self.inline_below
-            return
         if self.inline:
             if estimate > (FIRST_ONLY_ABOVE if self.count == 1 else 2) * self.inline_below:
                 self.inline = False
