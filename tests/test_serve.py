@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -185,29 +184,6 @@ def test_a_view_computed_by_the_server_workers(nworkers, method):
             assert remote[50] == 150 and remote[0] == 0
 
 
-def _thread_name(_: int) -> str:
-    return threading.current_thread().name
-
-
-def _slow_thread_name(_: int) -> str:
-    time.sleep(0.002)
-    return threading.current_thread().name
-
-
-@pytest.mark.parametrize(
-    "func, inline_below, server_thread_computes",
-    [(_thread_name, None, True), (_thread_name, 0, False), (_slow_thread_name, None, False)],
-)
-def test_cheap_items_move_to_the_server_thread_once_timed_in_a_worker(func, inline_below, server_thread_computes):
-    local = lazyseq.smap(func, range(60))
-    with lazyseq.serve(local, LOOPBACK, nworkers=1, inline_below=inline_below) as server:
-        with lazyseq.connect(server.address) as remote:
-            names = list(remote)
-    assert names[0] == "lazyseq-serve-0"  # an item of unknown cost never holds up the server's thread
-    assert (names[-1] == "lazyseq-serve") is server_thread_computes
-    assert set(names) <= {"lazyseq-serve-0", "lazyseq-serve"}
-
-
 def test_closing_a_consumer_from_another_thread_wakes_its_reader_with_a_clear_error():
     started, release = threading.Event(), threading.Event()
 
@@ -224,7 +200,7 @@ def test_closing_a_consumer_from_another_thread_wakes_its_reader_with_a_clear_er
         except Exception as error:
             outcome.append(error)
 
-    with lazyseq.serve(lazyseq.smap(held, range(3)), LOOPBACK, nworkers=1, inline_below=0) as server:
+    with lazyseq.serve(lazyseq.smap(held, range(3)), LOOPBACK, nworkers=1) as server:
         remote = lazyseq.connect(server.address)
         reader = threading.Thread(target=read, args=(remote,))
         reader.start()

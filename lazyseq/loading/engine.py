@@ -67,8 +67,6 @@ class Engine:
     task in messages ("item", "batch").
     ``launch()`` makes the workers, at the first task sent to them (default:
     the backend that ``options.method`` names, see :func:`.backends.start_workers`).
-    ``first_in_workers``: items go to the workers until their timings there
-    show they are cheap enough for the reader (see :class:`.item_cost.ItemCost`).
 
     >>> from lazyseq.loading.options import LoaderOptions
     >>> engine = Engine(abs, LoaderOptions.check("example", 2, inline_below=0), capacity=4)
@@ -89,13 +87,12 @@ class Engine:
         slot_bytes: int = 0,
         task_name: str = "task",
         launch: Callable[[], WorkerBackend] | None = None,
-        first_in_workers: bool = False,
     ) -> None:
         self.options = options
         self._generation = _forks[0]
         self.closed = False
         timed = options.inline_below or options.method == "ray"  # Ray sizes its runs of tasks from the timings
-        self.cost = ItemCost(options.inline_below, not first_in_workers) if timed else None
+        self.cost = ItemCost(options.inline_below) if timed else None
         launch = launch or functools.partial(
             start_workers,
             job,

@@ -55,16 +55,13 @@ class ItemCost:
     >>> cost.add(0.05)  # slow again: the workers take over
     >>> cost.inline
     False
-    >>> cautious = ItemCost(inline_below=1e-3, start_inline=False)
-    >>> cautious.inline, cautious.add(2e-4), cautious.inline  # timed in a worker first
-    (False, None, True)
     """
 
-    def __init__(self, inline_below: float, start_inline: bool = True) -> None:
+    def __init__(self, inline_below: float) -> None:
         self.inline_below = inline_below
         self.estimate: float | None = None
         self.count = 0
-        self.inline = inline_below > 0 and start_inline
+        self.inline = inline_below > 0
         self.untimed = 0  # items the reader may compute next without timing them
         self._last = self._before_last = 0.0
 

@@ -112,7 +112,6 @@ def serve(
     start_hook: Callable[[int], Any] | None = None,
     start_method: StartMethod | None = None,
     blas_threads: int | None = None,
-    inline_below: float | None = None,
     seed: int | None = None,
 ) -> Server:
     """Serve ``source`` at ``address`` to consumers that :func:`~lazyseq.connect` to it, until ``close()``.
@@ -122,13 +121,7 @@ def serve(
     threads, processes or Ray tasks (``method``, as for
     :func:`~lazyseq.prefetch`) compute up to ``max_buffered`` of its next
     items ahead (``None``: 10, and with Ray room for three runs per worker, as
-    for :func:`~lazyseq.prefetch`; ``nworkers=0``: one thread). With threads,
-    items that the workers timed under ``inline_below`` seconds (default
-    0.25 ms) are then computed by the server's own thread when asked for, as
-    ``prefetch`` does: cheaper than handing them over. Such an item that
-    suddenly takes long holds up the server's answers meanwhile, heartbeats
-    included; give ``inline_below=0`` where items may stall for longer than
-    the consumers' ``timeout``. An iterable
+    for :func:`~lazyseq.prefetch`; ``nworkers=0``: one thread). An iterable
     (a generator, a ``load_buffers`` iterator) is served as a stream: each of
     its items goes to exactly one consumer, and one that a consumer received
     but did not use before it died goes to another.
@@ -154,6 +147,6 @@ def serve(
     ...         print(len(remote), remote[1], remote[-1])
     6 [20. 30.] [100. 110.]
     """
-    options = LoaderOptions.check("serve", nworkers, method, start_hook, start_method, blas_threads, inline_below, seed)
+    options = LoaderOptions.check("serve", nworkers, method, start_hook, start_method, blas_threads, 0.0, seed)
     ahead = Buffering.resolve(max_buffered, options, ITEMS_AHEAD)
     return Server(source, address, options, ahead, curve_keypair, allowed_clients, insecure)

@@ -5,13 +5,6 @@ by one :class:`~lazyseq.loading.engine.Engine` shared by every consumer (the
 same workers as ``prefetch``), as tasks named ``(consumer, index)``. While a
 consumer reads in order, up to ``max_buffered`` of its next items are computed
 ahead of its requests; a consumer that jumps elsewhere drops those.
-
-Items that the workers timed as cheap (under ``inline_below``, as
-``prefetch`` with threads decides) are computed by the server's thread itself
-when asked for: handing them to a worker thread and back would cost more than
-computing them, with the GIL changing hands several times per item. The first
-items always go to the workers, so an item of unknown cost never holds up the
-server's thread.
 """
 
 from __future__ import annotations
@@ -56,7 +49,7 @@ class ViewService:
     def __init__(self, view: View, options: LoaderOptions, max_buffered: Buffering, send: Send | None = None) -> None:
         self.view = view
         if not options.nworkers:  # one thread computes, so that the server's own thread goes on answering
-            options = dataclasses.replace(options, nworkers=1, method="thread")
+            options = dataclasses.replace(options, nworkers=1, method="thread", inline_below=0.0)
         self.options = options
         self.max_buffered = max_buffered
         self.send: Send = send if send is not None else _not_connected
@@ -97,11 +90,9 @@ class ViewService:
         key = (consumer, i)
         if key in engine.ready:
             self._deliver(consumer, reads, i, engine.ready.pop(key))
-        elif engine.inline and key not in engine.pending:
-            self._deliver(consumer, reads, i, self._compute_here(engine, key, i))
         else:
             self._submit(engine, self._hold(engine, consumer, reads, [i]))
-        if reads.steady and not engine.inline:
+        if reads.steady:
             self._compute_ahead(consumer, reads)
 
     def forget(self, consumer: bytes) -> None:
@@ -124,18 +115,9 @@ class ViewService:
                 start=self._starts,
                 slot_count=2 * (self.max_buffered.size or 0) + 4,
                 task_name="item",
-                first_in_workers=True,
             )
             self._starts += 1
         return engine
-
-    @staticmethod
-    def _compute_here(engine: Engine, key: tuple[bytes, int], i: int) -> Done:
-        """Item ``i`` computed in the server's thread (timed: the workers take over if it turns out costly)."""
-        try:
-            return Done(key, "ok", engine.compute_here(i))
-        except Exception as error:
-            return Done(key, "error", error)
 
     def _submit(self, engine: Engine, tasks: list) -> None:
         try:
