@@ -136,6 +136,9 @@ class Engine:
     @property
     def capacity(self) -> int:
         """How many tasks may be computed or in progress now."""
+        size = self.buffering.size
+        if size is not None:  # a number: the common case, read at every refill
+            return size
         return self.buffering.capacity(None if self.cost is None else self.cost.estimate)
 
     def room(self) -> int:
