@@ -156,6 +156,9 @@ def test_keyboard_interrupt_stops_the_loader_at_once(method):
             time.sleep(1)  # the consumer does not wait for this item
         return x
 
+    # what an interrupt does here must not have been changed by anything before (a handler, a blocked signal)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
     ahead = prefetch(lazyseq.smap(interrupt, range(6)), nworkers=1, method=method, start_method=None)
     with pytest.raises(KeyboardInterrupt):
         ahead[3]  # the first item asked for: the reader is waiting for it when the interrupt comes
