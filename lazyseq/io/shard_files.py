@@ -170,7 +170,7 @@ class _Checksums:
 
     From the first large buffer on, the CRC-32s are computed by a thread of
     their own (joined when ``stack`` closes), each buffer's while this thread
-    writes it and makes the next; at most two buffers wait for theirs.
+    writes it and makes the next; at most one buffer waits for its own.
     :meth:`wait` before reading :attr:`crcs`.
     """
 

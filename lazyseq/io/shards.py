@@ -187,7 +187,8 @@ def write_npy(
     A directory written with other parameters (another layout, length or
     ``rows_per_shard``), or holding files named like shards that no manifest
     or progress log records, is a ``FileExistsError`` unless
-    ``overwrite=True``, which removes them and writes everything anew. An exception in the pipeline is raised as an
+    ``overwrite=True``, which removes them and writes everything anew. An
+    exception in the pipeline is raised as an
     :class:`~lazyseq.EvaluationError` naming the shard and the item.
     ``progress`` shows a bar over the shards (see :mod:`lazyseq.progress`).
 
@@ -222,7 +223,7 @@ def write_npy(
     # the files it writes itself. Other shards are synced by this process, off the path of the computation.
     writers_sync = sync and options.method == "ray" and options.nworkers > 0
     writes = ShardWrites(items, layout, directory, trusted, sync=writers_sync)
-    ahead = Buffering.resolve(None, options, default=2 * max(1, options.nworkers))  # Ray: two runs per worker
+    ahead = Buffering.resolve(None, options, default=2 * max(1, options.nworkers))  # Ray: three runs per worker
     loader: PrefetchView[ShardRecord] = PrefetchView(writes, options, ahead, shm_size=0)
     records = []
     try:

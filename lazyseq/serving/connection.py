@@ -17,6 +17,8 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ..loading.failures import LoaderError
@@ -101,18 +103,25 @@ class Connection:
         return socket
 
     def send(self, kind: bytes, header: Any, flags: int = 0) -> None:
-        with self._using:
-            if self.closed:
-                raise self._closed(f"sending {kind.decode()!r}")
+        with self._socket_in_use(f"sending {kind.decode()!r}"):
             try:
                 self._socket.send_multipart([wire.TAG, kind, wire.dumps(header)], flags)
             except self._zmq.Again:
                 raise ServerLost(
                     f"lost the server at {self.address}: could not send to it for {self.timeout:g} s{self._hint()}"
                 ) from None
+
+    @contextmanager
+    def _socket_in_use(self, doing: str) -> Iterator[None]:
+        """Hold the socket for ``doing``; ``ConnectionClosed`` if it is closed before or (by a signal handler) during."""
+        with self._using:
+            if self.closed:
+                raise self._closed(doing)
+            try:
+                yield
             except self._zmq.ZMQError:
-                if self.closed:  # by a signal handler, in the middle
-                    raise self._closed(f"sending {kind.decode()!r}") from None
+                if self.closed:
+                    raise self._closed(doing) from None
                 raise
 
     def _closed(self, doing: str) -> ConnectionClosed:
@@ -142,20 +151,13 @@ class Connection:
         nothing else for ``2 * interval`` (an answer may have been lost with a
         connection that broke: the caller asks again).
         """
-        with self._using:
-            try:
-                return self._receive(waiting_for)
-            except self._zmq.ZMQError:
-                if self.closed:  # by a signal handler, in the middle
-                    raise self._closed(f"waiting for {waiting_for}") from None
-                raise
+        with self._socket_in_use(f"waiting for {waiting_for}"):
+            return self._receive(waiting_for)
 
     def _receive(self, waiting_for: str) -> tuple[bytes, Any, list]:
         poller, beat = self._poller, self.heartbeat
         quiet_since = time.monotonic()
         while True:
-            if self.closed:
-                raise self._closed(f"waiting for {waiting_for}")
             if poller.poll(int(self.interval * 1000)):
                 if self.closed:  # woken by close() from another thread
                     raise self._closed(f"waiting for {waiting_for}")
@@ -170,7 +172,7 @@ class Connection:
                 return b"restarted", {}, []
             if now - quiet_since > 2 * self.interval and now - beat.last_answer < self.interval * 1.5:
                 return b"silent", {}, []
-            silent = time.monotonic() - beat.last_answer
+            silent = now - beat.last_answer
             if silent > self.timeout:
                 raise ServerLost(
                     f"lost the server at {self.address}: no answer for {silent:.1f} s (timeout={self.timeout:g}) "
