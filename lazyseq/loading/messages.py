@@ -4,18 +4,28 @@ Consumer to worker: :class:`RunTasks` (tasks to compute, in order),
 :class:`UseSlots` (the shared-memory pool; its file descriptor follows on the
 connection), :class:`Stop`. Worker to consumer: :class:`Ready` once started,
 :class:`StartFailed` if starting failed, then one of :class:`SharedResult`,
-:class:`PickledResult` or :class:`TaskFailed` per task. All travel pickled
-(plain pickle, protocol 5) over the worker's own pipe.
+:class:`PickledResult` or :class:`TaskFailed` per task. They travel over the
+worker's own pipe as :func:`encode` writes them.
 
->>> import pickle
->>> message = RunTasks([Task(task=3, arg=3, slot=-1)])
->>> pickle.loads(pickle.dumps(message)).tasks[0].arg
-3
+The two messages sent for every task have a packed form, as they cost the
+consumer's thread more to pickle than a cheap task costs to compute: tasks
+numbered by ``int`` (those of both loaders) as 64-bit integers, and a result
+in a slot as its numbers plus its pickled skeleton and layout (no class to
+look up by name). Everything else is plain pickle (protocol 5).
+
+>>> message = RunTasks([Task(task=3, arg=3, slot=-1), Task(task=4, arg=4, slot=0)])
+>>> encode(message)[:1], decode(encode(message)) == message
+(b't', True)
+>>> done = SharedResult(task=7, slot=2, skeleton=("a", 0), layout=[("<f8", (4, 2), 0)], seconds=0.25)
+>>> encode(done)[:1], decode(encode(done)) == done
+(b's', True)
 """
 
 from __future__ import annotations
 
 import pickle
+import struct
+from array import array
 from typing import Any, NamedTuple
 
 __all__ = [
@@ -35,12 +45,68 @@ __all__ = [
 ]
 
 
+_PICKLED = 0x80  # the first byte of every pickle of protocol 2 or later
+_TASKS_OWN_ARG = ord("t")  # RunTasks of int tasks, each its own arg (prefetch: task i reads item i)
+_TASKS_NO_ARG = ord("n")  # RunTasks of int tasks, arg None (load_buffers)
+_SHARED = ord("s")  # SharedResult of an int task
+_NUMBERS = struct.Struct("<qqd")  # a SharedResult's task, slot and seconds
+_INT64 = (-(1 << 63), 1 << 63)
+
+
 def encode(message: tuple) -> bytes:
-    """A message as bytes for the pipe: plain pickle (multiprocessing's own pickler costs microseconds more)."""
+    """A message as bytes for the pipe: packed (see the module's description), else plain pickle.
+
+    Plain pickle: multiprocessing's own pickler costs microseconds more.
+    """
+    kind = type(message)
+    if kind is RunTasks:
+        packed = _pack_tasks(message.tasks)
+        if packed is not None:
+            return packed
+    elif kind is SharedResult and type(message.task) is int and _INT64[0] <= message.task < _INT64[1]:
+        shape = pickle.dumps((message.skeleton, message.layout), protocol=5)
+        return bytes((_SHARED,)) + _NUMBERS.pack(message.task, message.slot, message.seconds) + shape
     return pickle.dumps(message, protocol=5)
 
 
-decode = pickle.loads
+def decode(raw: bytes | bytearray) -> Any:
+    """The message that :func:`encode` gave ``raw`` for."""
+    tag = raw[0]
+    if tag == _PICKLED:
+        return pickle.loads(raw)
+    if tag == _SHARED:
+        task, slot, seconds = _NUMBERS.unpack_from(raw, 1)
+        skeleton, layout = pickle.loads(memoryview(raw)[1 + _NUMBERS.size :])
+        return SharedResult(task, slot, skeleton, layout, seconds)
+    if tag in (_TASKS_OWN_ARG, _TASKS_NO_ARG):
+        numbers = array("q")
+        numbers.frombytes(memoryview(raw)[1:])
+        tasks, slots = numbers[::2], numbers[1::2]
+        if tag == _TASKS_OWN_ARG:
+            return RunTasks([Task(task, task, slot) for task, slot in zip(tasks, slots)])
+        return RunTasks([Task(task, None, slot) for task, slot in zip(tasks, slots)])
+    raise ValueError(f"unknown message kind {tag:#x}")
+
+
+def _pack_tasks(tasks: list[Task]) -> bytes | None:
+    """``tasks`` packed, or None if they are not all ints (each its own arg, or with arg None)."""
+    own_arg = no_arg = True
+    numbers = array("q")
+    try:
+        for task, arg, slot in tasks:
+            if type(task) is not int:
+                return None
+            own_arg = own_arg and type(arg) is int and arg == task
+            no_arg = no_arg and arg is None
+            numbers.append(task)
+            numbers.append(slot)
+    except OverflowError:  # beyond 64 bits
+        return None
+    if own_arg:
+        return bytes((_TASKS_OWN_ARG,)) + numbers.tobytes()
+    if no_arg:
+        return bytes((_TASKS_NO_ARG,)) + numbers.tobytes()
+    return None
 
 
 class WorkerStart(NamedTuple):
