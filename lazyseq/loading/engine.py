@@ -28,8 +28,7 @@ from __future__ import annotations
 import functools
 import os
 import weakref
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from time import perf_counter
 from typing import Any
 
@@ -154,8 +153,11 @@ class Engine:
     def submit(self, tasks: Sequence[tuple[Hashable, Any]]) -> None:
         """Send ``(task, arg)`` pairs to the workers, in the order they are wanted."""
         if tasks:
-            with self._closing_on_failure():
+            try:
                 self.workers.submit_many(tasks)
+            except BaseException as error:
+                self.failed(error)
+                raise
             self.pending.update(task for task, _ in tasks)
 
     def refill(self, next_tasks: Callable[[int], Sequence[tuple[Hashable, Any]]]) -> None:
@@ -227,8 +229,11 @@ class Engine:
 
     def collect(self, timeout: float) -> None:
         """Move the results that have arrived into :attr:`ready`, waiting up to ``timeout`` for one."""
-        with self._closing_on_failure():
+        try:  # not a context manager: this runs at every read
             found = self.workers.poll(timeout)
+        except BaseException as error:
+            self.failed(error)
+            raise
         pending, cancelled, ready = self.pending, self.cancelled, self.ready
         for done in found:
             pending.discard(done.task)
@@ -279,14 +284,6 @@ class Engine:
         """
         if not isinstance(error, Exception) or self.workers.closed:
             self.close()
-
-    @contextmanager
-    def _closing_on_failure(self) -> Iterator[None]:
-        try:
-            yield
-        except BaseException as error:
-            self.failed(error)
-            raise
 
     def close(self) -> None:
         """Stop the workers and forget every result; idempotent."""

@@ -170,10 +170,13 @@ class ProcessWorkers:
         if not backlog:
             return
         depth = self._depth()
+        held = [len(tasks) for tasks in busy]
+        if min(held) > depth // 2:  # every worker has enough: the common case, decided without a loop
+            return
         batches: dict[int, list] = {}
         while backlog:
-            k = min(range(len(busy)), key=lambda w: len(busy[w]))
-            if len(busy[k]) >= depth or (k not in batches and len(busy[k]) > depth // 2):
+            k = held.index(min(held))
+            if held[k] >= depth or (k not in batches and held[k] > depth // 2):
                 break
             entry = backlog.next()
             if entry is None:  # only cancelled tasks were left
@@ -181,6 +184,7 @@ class ProcessWorkers:
             task, arg = entry
             slot = self._slots.take() if self._slots is not None else -1
             busy[k].add(task)
+            held[k] += 1
             batches.setdefault(k, []).append(Task(task, arg, slot))
         for k, batch in batches.items():
             try:
