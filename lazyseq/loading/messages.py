@@ -58,12 +58,11 @@ def encode(message: tuple) -> bytes:
 
     Plain pickle: multiprocessing's own pickler costs microseconds more.
     """
-    kind = type(message)
-    if kind is RunTasks:
+    if isinstance(message, RunTasks):
         packed = _pack_tasks(message.tasks)
         if packed is not None:
             return packed
-    elif kind is SharedResult and type(message.task) is int and _INT64[0] <= message.task < _INT64[1]:
+    elif isinstance(message, SharedResult) and type(message.task) is int and _INT64[0] <= message.task < _INT64[1]:
         shape = pickle.dumps((message.skeleton, message.layout), protocol=5)
         return bytes((_SHARED,)) + _NUMBERS.pack(message.task, message.slot, message.seconds) + shape
     return pickle.dumps(message, protocol=5)

@@ -31,6 +31,7 @@ __all__ = [
     "new_rows",
     "pad_chunk",
     "scatter",
+    "writing",
     "writing_into",
 ]
 
@@ -56,6 +57,11 @@ def new_rows(shape: tuple, dtype: np.dtype) -> np.ndarray:
             _output.used = start + nbytes
             return np.ndarray(shape, dtype, buffer=buffer, offset=start)
     return np.empty(shape, dtype)
+
+
+def writing() -> bool:
+    """Whether :func:`new_rows` places arrays in an output buffer now (see :func:`writing_into`)."""
+    return getattr(_output, "buffer", None) is not None
 
 
 @contextmanager

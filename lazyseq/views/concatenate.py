@@ -53,7 +53,7 @@ class ConcatenateView(View):
         last = flat[-1]._len if flat else 0
         self._len = None if last is None else starts[-1] + last
         self._arrays = _same_kind_arrays(flat)
-        self._window = None if self._arrays is None else RowWindow.over(self._arrays)
+        self._window = None if self._arrays is None else RowWindow.over(self._arrays, _sources(flat))
 
     def _locate(self, i: int) -> tuple[int, int]:
         p = bisect_right(self._bounds, i)
@@ -133,6 +133,13 @@ def _shapes_differ(a: tuple | None, b: tuple | None) -> bool:
     if a[0] == "array":
         return a[2] != b[2]
     return len(a[1]) != len(b[1]) or any(_shapes_differ(x, y) for x, y in zip(a[1], b[1]))
+
+
+def _sources(parts: list[View]) -> list[np.ndarray]:
+    """The arrays as given to the array views among ``parts``: memory maps that remember their file."""
+    from .sources import ArraySource
+
+    return [p.source for p in parts if isinstance(p, ArraySource)]
 
 
 def _same_kind_arrays(parts: list[View]) -> list[np.ndarray] | None:

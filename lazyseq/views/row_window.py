@@ -26,6 +26,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .chunks import new_rows, writing
+from .file_window import FileWindow
+
 __all__ = ["RowWindow"]
 
 _OUTSIDE = -(1 << 62)  # an offset far below any window: numpy raises IndexError for it, whatever is added
@@ -43,17 +46,30 @@ class RowWindow:
     """Gathers rows of C-contiguous arrays of one dtype and row shape, by position in their concatenation."""
 
     def __init__(
-        self, window: np.ndarray, first: np.ndarray, starts: np.ndarray, row_bytes: int, item: np.dtype
+        self,
+        sources: Sequence[np.ndarray],
+        window: np.ndarray,
+        first: np.ndarray,
+        starts: np.ndarray,
+        row_bytes: int,
+        item: np.dtype,
     ) -> None:
+        self._sources = sources
         self._window = window
         self._first = first
         self._starts = starts
         self._row_bytes = row_bytes
         self._item = item  # dtype of one row: (dtype, row shape), so that the result views as (n, *row shape)
+        self._files: np.ndarray | None = None  # see _file_window
+        self._files_tried = False
+        self._file_first = first  # like _first, for _files: the element of row 0 of each part (at position 0)
 
     @classmethod
-    def over(cls, arrays: Sequence[np.ndarray]) -> RowWindow | None:
-        """A window over ``arrays`` (non-empty, end to end), or None where their layout does not allow one."""
+    def over(cls, arrays: Sequence[np.ndarray], sources: Sequence[np.ndarray] = ()) -> RowWindow | None:
+        """A window over ``arrays`` (non-empty, end to end), or None where their layout does not allow one.
+
+        ``sources``: the arrays as given, memory maps that remember their file (see :meth:`rows`).
+        """
         first = arrays[0]
         if first.dtype.hasobject or not all(a.flags.c_contiguous and a.size for a in arrays):
             return None  # object arrays hold references: numpy must copy them item by item
@@ -82,10 +98,37 @@ class RowWindow:
         offsets = np.array(addresses, dtype=np.intp) - low - starts[:-1] * row_bytes
         first_rows = np.concatenate([[_OUTSIDE], offsets, [_OUTSIDE]]).astype(np.intp)
         item = np.dtype((first.dtype, first.shape[1:])) if first.ndim > 1 else first.dtype
-        return cls(window, first_rows, starts, row_bytes, item)
+        return cls(sources, window, first_rows, starts, row_bytes, item)
 
     def rows(self, positions: np.ndarray) -> np.ndarray:
-        """A new array of the rows at ``positions`` (``intp``) of the arrays end to end."""
-        offsets = self._first[self._starts.searchsorted(positions, side="right")]
+        """A new array of the rows at ``positions`` (``intp``) of the arrays end to end.
+
+        While a batch is being built in given memory (see
+        :func:`~lazyseq.views.chunks.writing_into`), rows of memory-mapped
+        files are gathered straight into it, through a
+        :class:`~lazyseq.views.file_window.FileWindow`.
+        """
+        parts = self._starts.searchsorted(positions, side="right")
+        if writing():
+            files = self._file_window()
+            if files is not None:
+                total = self._starts[-1]
+                if len(positions) and (positions.min() < 0 or positions.max() >= total):
+                    raise IndexError(f"positions out of range for {total} rows")
+                out = new_rows((len(positions),), files.dtype)
+                # mode="clip" on positions checked above: mode="raise" would write into a copy of ``out``
+                return files.take(self._file_first[parts] + positions, out=out, mode="clip").view(self._item)
+        offsets = self._first[parts]
         offsets += positions * self._row_bytes
         return self._window[offsets].view(self._item)
+
+    def _file_window(self) -> np.ndarray | None:
+        """The files behind the arrays mapped side by side (made at the first call), or None where they cannot be."""
+        if not self._files_tried:
+            window = FileWindow.over(self._sources) if self._sources else None
+            if window is not None:
+                shifted = np.array(window.first, dtype=np.intp) - self._starts[:-1]
+                self._file_first = np.concatenate([[0], shifted, [0]]).astype(np.intp)
+                self._files = window.array
+            self._files_tried = True
+        return self._files

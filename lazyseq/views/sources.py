@@ -94,6 +94,9 @@ def _reopened_source(
 ) -> ArraySource:
     raw = np.memmap(filename, dtype=np.uint8, mode=mode, offset=first, shape=(length,))
     array = np.ndarray.__new__(np.memmap, shape, dtype, buffer=raw, offset=start, strides=strides)
+    # what np.memmap sets on its views: the map remembers its file again (if sent on, or for a FileWindow)
+    array._mmap, array.filename = raw._mmap, raw.filename  # type: ignore[attr-defined]  # numpy's own attribute
+    array.offset, array.mode = raw.offset, raw.mode
     return ArraySource(array)
 
 

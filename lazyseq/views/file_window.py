@@ -1,0 +1,174 @@
+"""The rows of several memory-mapped files as one C-contiguous array: the files mapped again, side by side.
+
+numpy's ``take`` gathers rows into memory it is given (``out=``) only from a
+C-contiguous array; a fancy index always makes a new array. The strided window
+of :mod:`.row_window` is not contiguous, so a batch gathered through it is
+made in new memory, then copied where it is wanted (a worker process's shared
+slot): for a 0.5 MiB batch that copy costs about as much as the gather.
+
+This module maps the files behind memory-mapped arrays a second time, into one
+reserved range of addresses, each at a page boundary chosen so that every row
+of every file starts a whole number of rows after the first row of the first
+file. Over that range, one ``np.void`` element per row, the rows of all the
+files are elements of one C-contiguous array, and ``np.take`` writes a batch
+straight into its destination. The pages are the page cache's, shared with
+the first mapping: no data is read or copied to build it.
+
+The range between the files stays reserved and unreadable (``PROT_NONE``):
+code that read the whole array would crash, not read garbage, so the array
+stays private to :class:`~lazyseq.views.row_window.RowWindow`, which reads
+only elements computed from valid positions. Linux only (the flags are
+Linux's); elsewhere, and when the files cannot be aligned, there is no such
+window and batches are gathered as before.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import mmap
+import os
+import sys
+import weakref
+from collections.abc import Sequence
+
+import numpy as np
+
+from .sources import memmap_location
+
+__all__ = ["FileWindow"]
+
+PAGE = mmap.PAGESIZE
+MAX_SLACK = 1 << 26  # address space given up per file to align it (lcm of page and row size): 64 MiB at most
+_PROT_NONE, _PROT_READ = 0, 1
+_MAP_SHARED, _MAP_PRIVATE, _MAP_FIXED, _MAP_ANONYMOUS, _MAP_NORESERVE = 0x01, 0x02, 0x10, 0x20, 0x4000
+_FAILED = ctypes.c_void_p(-1).value
+
+
+def _libc() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        libc.munmap.restype = ctypes.c_int
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+_LIBC = _libc()
+
+
+class _Reservation:
+    """A range of addresses, unmapped (with whatever was mapped into it) when this object goes away."""
+
+    def __init__(self, libc: ctypes.CDLL, size: int) -> None:
+        flags = _MAP_PRIVATE | _MAP_ANONYMOUS | _MAP_NORESERVE
+        address = libc.mmap(None, size, _PROT_NONE, flags, -1, 0)
+        if address in (None, _FAILED):
+            raise OSError(ctypes.get_errno(), "cannot reserve address space")
+        self.address, self.size = address, size
+        self._finalizer = weakref.finalize(self, libc.munmap, address, size)
+
+    def map_file(self, libc: ctypes.CDLL, address: int, length: int, path: str, offset: int) -> None:
+        """Map ``length`` bytes of the file at ``path`` from ``offset`` (a page boundary) read-only at ``address``."""
+        if address < self.address or address + -(-length // PAGE) * PAGE > self.address + self.size:
+            raise OSError(f"{path} would be mapped outside the reserved range")  # never: the range is sized for it
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            got = libc.mmap(address, length, _PROT_READ, _MAP_SHARED | _MAP_FIXED, fd, offset)
+        finally:
+            os.close(fd)
+        if got != address:
+            raise OSError(ctypes.get_errno(), f"cannot map {path}")
+
+
+class _Interface:
+    """An ``__array_interface__`` over the reserved range, keeping the reservation alive."""
+
+    def __init__(self, interface: dict, reservation: _Reservation) -> None:
+        self.__array_interface__ = interface
+        self.reservation = reservation
+
+
+class FileWindow:
+    """``array``: one ``np.void`` element per row of the files; ``first[p]``: the element of part ``p``'s row 0."""
+
+    def __init__(self, array: np.ndarray, first: list[int]) -> None:
+        self.array = array
+        self.first = first
+
+    @classmethod
+    def over(cls, arrays: Sequence[np.ndarray]) -> FileWindow | None:
+        """A window over the files behind ``arrays`` (C-contiguous memory maps, one row size), or None."""
+        if _LIBC is None:
+            return None
+        row_bytes = arrays[0].itemsize * math.prod(arrays[0].shape[1:])
+        places = []
+        for a in arrays:
+            where = memmap_location(a) if a.flags.c_contiguous else None
+            if where is None or where[1] not in ("r", "r+"):  # copy-on-write maps may differ from their file
+                return None
+            filename, _, first_byte, length = where[:4]
+            if length != a.nbytes:
+                return None
+            places.append((os.fspath(filename), first_byte, length))
+        slack = math.lcm(PAGE, row_bytes)
+        if row_bytes <= 0 or slack > MAX_SLACK:
+            return None
+        # each file: up to a page to reach a boundary, the slack to align it, its pages (the last one whole)
+        size = sum(first % PAGE + length + slack + 2 * PAGE for _, first, length in places)
+        try:
+            window = cls._map(places, row_bytes, size)
+        except OSError:  # a file gone or unreadable, or no room: the strided window serves
+            return None
+        if window is None:
+            return None
+        for a, first in zip(arrays, window.first):  # the files hold what the maps show: same bytes at both ends
+            ends = window.array[[first, first + len(a) - 1]]
+            if ends.tobytes() != a[[0, -1]].tobytes():
+                return None
+        return window
+
+    @classmethod
+    def _map(cls, places: list, row_bytes: int, size: int) -> FileWindow | None:
+        libc = _LIBC
+        assert libc is not None
+        reservation = _Reservation(libc, size)
+        free = -(-reservation.address // PAGE) * PAGE  # the first address not used yet
+        origin = -1  # address of the first file's row 0
+        first_rows = []
+        for path, first_byte, length in places:
+            lead = first_byte % PAGE  # the file is mapped from the page its rows start in
+            if origin < 0:
+                address = free
+                origin = address + lead
+            else:
+                address = _aligned_page(free, origin - lead, row_bytes)
+                if address is None:
+                    return None
+            reservation.map_file(libc, address, lead + length, path, first_byte - lead)
+            first_rows.append((address + lead - origin) // row_bytes)
+            free = address + lead + length
+        interface = {
+            "data": (origin, True),  # read-only
+            "shape": ((free - origin) // row_bytes,),
+            "typestr": f"|V{row_bytes}",
+            "version": 3,
+        }
+        return cls(np.asarray(_Interface(interface, reservation)), first_rows)
+
+
+def _aligned_page(low: int, target: int, row_bytes: int) -> int | None:
+    """The first page boundary ``x >= low`` with ``x = target`` modulo ``row_bytes``, or None if there is none."""
+    g = math.gcd(PAGE, row_bytes)
+    if target % g:  # a page boundary is a multiple of g: so is anything it is congruent to
+        return None
+    base = -(-low // PAGE) * PAGE
+    # base + PAGE * k = target (mod row_bytes): solve for k modulo row_bytes / g
+    m = row_bytes // g
+    k = ((target - base) // g * pow(PAGE // g, -1, m)) % m if m > 1 else 0
+    return base + PAGE * k
