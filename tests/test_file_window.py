@@ -3,6 +3,7 @@
 import gc
 import os
 import pickle
+import subprocess
 import sys
 
 import numpy as np
@@ -112,3 +113,17 @@ def test_process_workers_deliver_the_rows_of_several_files(tmp_path, start_metho
     with lazyseq.prefetch(view, nworkers=2, method="process", start_method=start_method) as ahead:
         got = [batch.copy() for batch in ahead]
     assert np.concatenate(got).tobytes() == whole[positions].tobytes()  # random bits: NaNs among them
+
+
+def test_a_file_cut_short_since_it_was_mapped_gives_no_window_and_no_crash(tmp_path):
+    paths = write_parts(str(tmp_path), np.float64, (248,), (500, 300))
+    script = f"""
+import numpy as np
+from lazyseq.views.file_window import FileWindow
+arrays = [np.load(p, mmap_mode="r") for p in {paths!r}]
+with open({paths[1]!r}, "r+b") as file:
+    file.truncate(4096)
+print(FileWindow.over(arrays))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "None\n", "")

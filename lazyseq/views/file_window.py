@@ -17,9 +17,10 @@ the first mapping: no data is read or copied to build it.
 The range between the files stays reserved and unreadable (``PROT_NONE``):
 code that read the whole array would crash, not read garbage, so the array
 stays private to :class:`~lazyseq.views.row_window.RowWindow`, which reads
-only elements computed from valid positions. Linux only (the flags are
-Linux's); elsewhere, and when the files cannot be aligned, there is no such
-window and batches are gathered as before.
+only elements computed from valid positions. Linux on x86-64 and ARM64 only
+(the flags are Linux's); elsewhere, and where the files cannot be aligned, or
+are shorter than their maps, or no longer hold what the maps show, there is
+no such window and batches are gathered as before.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import ctypes
 import math
 import mmap
 import os
+import platform
 import sys
 import weakref
 from collections.abc import Sequence
@@ -40,13 +42,14 @@ __all__ = ["FileWindow"]
 
 PAGE = mmap.PAGESIZE
 MAX_SLACK = 1 << 26  # address space given up per file to align it (lcm of page and row size): 64 MiB at most
-_PROT_NONE, _PROT_READ = 0, 1
-_MAP_SHARED, _MAP_PRIVATE, _MAP_FIXED, _MAP_ANONYMOUS, _MAP_NORESERVE = 0x01, 0x02, 0x10, 0x20, 0x4000
+_PROT_NONE = 0
+_MAP_FIXED = 0x10  # Linux's value on the machines below (Python's mmap module does not name it)
+_MACHINES = ("x86_64", "aarch64")
 _FAILED = ctypes.c_void_p(-1).value
 
 
 def _libc() -> ctypes.CDLL | None:
-    if not sys.platform.startswith("linux"):
+    if not sys.platform.startswith("linux") or platform.machine() not in _MACHINES:
         return None
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -66,8 +69,7 @@ class _Reservation:
     """A range of addresses, unmapped (with whatever was mapped into it) when this object goes away."""
 
     def __init__(self, libc: ctypes.CDLL, size: int) -> None:
-        flags = _MAP_PRIVATE | _MAP_ANONYMOUS | _MAP_NORESERVE
-        address = libc.mmap(None, size, _PROT_NONE, flags, -1, 0)
+        address = libc.mmap(None, size, _PROT_NONE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
         if address in (None, _FAILED):
             raise OSError(ctypes.get_errno(), "cannot reserve address space")
         self.address, self.size = address, size
@@ -79,7 +81,9 @@ class _Reservation:
             raise OSError(f"{path} would be mapped outside the reserved range")  # never: the range is sized for it
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         try:
-            got = libc.mmap(address, length, _PROT_READ, _MAP_SHARED | _MAP_FIXED, fd, offset)
+            if os.fstat(fd).st_size < offset + length:  # shorter now: reading past its end would crash (SIGBUS)
+                raise OSError(f"{path} is shorter than its memory map")
+            got = libc.mmap(address, length, mmap.PROT_READ, mmap.MAP_SHARED | _MAP_FIXED, fd, offset)
         finally:
             os.close(fd)
         if got != address:
