@@ -110,6 +110,10 @@ class ProcessWorkers:
         self._slots: SharedSlots | None = None
         self.closed = False
         context = multiprocessing.get_context(options.start_method)
+        # Every worker seeds numpy's global generator first thing; numpy imports numpy.random at first use, which
+        # takes 15-25 ms. Imported here, once for the program, forked workers find it imported.
+        import numpy.random  # noqa: F401
+
         start_hook: Any = options.start_hook
         sent_job: Any = job
         if options.pickles_pipeline:  # a forked worker inherits the objects themselves
