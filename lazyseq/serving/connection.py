@@ -17,8 +17,6 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from ..loading.failures import LoaderError
@@ -103,26 +101,13 @@ class Connection:
         return socket
 
     def send(self, kind: bytes, header: Any, flags: int = 0) -> None:
-        with self._socket_in_use(f"sending {kind.decode()!r}"):
+        with _InUse(self, "sending", kind):
             try:
                 self._socket.send_multipart([wire.TAG, kind, wire.dumps(header)], flags)
             except self._zmq.Again:
                 raise ServerLost(
                     f"lost the server at {self.address}: could not send to it for {self.timeout:g} s{self._hint()}"
                 ) from None
-
-    @contextmanager
-    def _socket_in_use(self, doing: str) -> Iterator[None]:
-        """Hold the socket for ``doing``; ``ConnectionClosed`` if it is closed before or (by a signal handler) during."""
-        with self._using:
-            if self.closed:
-                raise self._closed(doing)
-            try:
-                yield
-            except self._zmq.ZMQError:
-                if self.closed:
-                    raise self._closed(doing) from None
-                raise
 
     def _closed(self, doing: str) -> ConnectionClosed:
         return ConnectionClosed(f"connect: the connection to {self.address} was closed while {doing}")
@@ -151,21 +136,26 @@ class Connection:
         nothing else for ``2 * interval`` (an answer may have been lost with a
         connection that broke: the caller asks again).
         """
-        with self._socket_in_use(f"waiting for {waiting_for}"):
+        with _InUse(self, "waiting for", waiting_for):
             return self._receive(waiting_for)
 
     def _receive(self, waiting_for: str) -> tuple[bytes, Any, list]:
-        poller, beat = self._poller, self.heartbeat
+        poller, beat, again = self._poller, self.heartbeat, self._zmq.Again
         quiet_since = time.monotonic()
         while True:
-            if poller.poll(int(self.interval * 1000)):
-                if self.closed:  # woken by close() from another thread
-                    raise self._closed(f"waiting for {waiting_for}")
-                frames = self._socket.recv_multipart(copy=False)
+            try:  # a message that has arrived already (read ahead): no poll
+                frames = self._socket.recv_multipart(self._zmq.NOBLOCK, copy=False)
+            except again:
+                frames = None
+            if frames is not None:
                 try:
                     return self._parse(frames)
                 except wire.ProtocolError:
                     continue  # not from a lazyseq server: ignored
+            if poller.poll(int(self.interval * 1000)):
+                if self.closed:  # woken by close() from another thread
+                    raise self._closed(f"waiting for {waiting_for}")
+                continue
             now = time.monotonic()
             if beat.server is not None and self.server is not None and beat.server != self.server:
                 self.server = beat.server
@@ -208,6 +198,39 @@ class Connection:
             except Exception:  # nobody to say it to
                 pass
             self._finalizer()
+
+
+class _InUse:
+    """Holds the connection's socket while it is used for ``doing`` ``what``.
+
+    ``ConnectionClosed`` if it is closed before or (by a signal handler)
+    during that. A class, not a generator: it runs at every read, often
+    after the reader slept, when every line of code costs cache misses.
+    """
+
+    __slots__ = ("connection", "doing", "what")
+
+    def __init__(self, connection: Connection, doing: str, what: bytes | str) -> None:
+        self.connection, self.doing, self.what = connection, doing, what
+
+    def __enter__(self) -> None:
+        connection = self.connection
+        connection._using.acquire()
+        if connection.closed:
+            connection._using.release()
+            raise connection._closed(self._describe())
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, _: object) -> None:
+        connection = self.connection
+        try:
+            if isinstance(error, connection._zmq.ZMQError) and connection.closed:
+                raise connection._closed(self._describe()) from None
+        finally:
+            connection._using.release()
+
+    def _describe(self) -> str:
+        what = self.what
+        return f"{self.doing} {what.decode()!r}" if isinstance(what, bytes) else f"{self.doing} {what}"
 
 
 class _Heartbeat(threading.Thread):

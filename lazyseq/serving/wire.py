@@ -56,9 +56,12 @@ class ProtocolError(ValueError):
     """A message that does not follow the protocol: malformed, truncated, or not what was expected."""
 
 
+_JSON = json.JSONEncoder(separators=(",", ":"), allow_nan=False)  # one for all: json.dumps makes one per call
+
+
 def dumps(header: Any) -> bytes:
     """A header as the bytes of its frame."""
-    return json.dumps(header, separators=(",", ":"), allow_nan=False).encode()
+    return _JSON.encode(header).encode()
 
 
 def loads(frame: bytes | memoryview) -> Any:
