@@ -20,6 +20,7 @@ import lazyseq
 zmq = pytest.importorskip("zmq")
 
 from lazyseq.serving import wire  # noqa: E402
+from lazyseq.serving.connection import Connection  # noqa: E402
 
 TESTS = Path(__file__).parent
 LOOPBACK = "tcp://127.0.0.1:0"
@@ -359,6 +360,8 @@ def test_garbage_is_logged_and_the_server_goes_on(caplog):
         rogue.send_multipart([wire.TAG, b"launch", b"{}"])
         rogue.send_multipart([wire.TAG, b"get", b'{"req": "x", "index": 1}'])
         rogue.send_multipart([wire.TAG, b"get", b"{}", b"extra"])
+        rogue.send_multipart([wire.TAG, b"get", b'{"req": 0, "index": 1, "count": 0}'])
+        rogue.send_multipart([wire.TAG, b"get", b'{"req": 0, "index": 1, "count": 257}'])
         rogue.send_multipart([wire.TAG, b"sync", b"{}"])  # answered once the messages before it were read
         assert rogue.recv_multipart() == [wire.TAG, b"synced", b"{}"]
         rogue.send_multipart([wire.TAG, b"get", b"[" * 200_000])  # over the size limit: cut off by ZeroMQ
@@ -373,6 +376,61 @@ def test_garbage_is_logged_and_the_server_goes_on(caplog):
         "unknown request b'launch'",
         "'get' needs integers 'req' and 'index'",
         "a 'get' request carries no buffers",
+        "'get' needs a 'count' from 1 to 256, if any",
+        "'get' needs a 'count' from 1 to 256, if any",
+    ]
+
+
+def test_a_get_for_several_items_gets_one_answer_each():
+    with lazyseq.serve(lazyseq.smap(lambda i: np.full(2, i), range(10)), LOOPBACK) as server:
+        context = zmq.Context()
+        client = context.socket(zmq.DEALER)
+        client.setsockopt(zmq.LINGER, 0)
+        client.connect(server.address)
+        client.send_multipart([wire.TAG, b"get", wire.dumps({"req": 5, "index": 7, "count": 4})])
+        answers = []
+        for _ in range(4):
+            _, kind, header, *buffers = client.recv_multipart()
+            header = wire.loads(header)
+            value = wire.decode(header.pop("tree"), buffers) if kind == b"item" else None
+            answers.append((kind, header, None if value is None else value.tolist()))
+        client.close()
+        context.term()
+    answers.sort(key=lambda answer: answer[1]["req"])  # the error is known at once, the items once computed
+    assert answers[:3] == [(b"item", {"req": 5 + k, "index": 7 + k}, [7 + k] * 2) for k in range(3)]
+    assert answers[3] == (
+        b"error",
+        {
+            "req": 8,
+            "index": 10,
+            "type": "IndexError",
+            "message": "index 10 out of range for the served view of length 10",
+            "chain": "",
+            "traceback": "",
+        },
+        None,
+    )
+
+
+def test_a_consumer_reading_in_order_asks_for_the_next_items_in_runs(monkeypatch):
+    sent = []
+    original = Connection.send
+
+    def record(self, kind, header, flags=0):
+        if kind == b"get":
+            sent.append(dict(header))
+        original(self, kind, header, flags)
+
+    monkeypatch.setattr(Connection, "send", record)
+    with lazyseq.serve(range(10), LOOPBACK) as server, lazyseq.connect(server.address, ahead=4) as remote:
+        assert [remote[i] for i in range(10)] == list(range(10))
+        assert remote[3] == 3  # out of order: that item alone
+    assert sent == [
+        {"req": 0, "index": 0, "count": 5},  # the item read, and the 4 after it
+        {"req": 5, "index": 5, "count": 2},  # read 2: 2 items ahead left, 2 more asked for
+        {"req": 7, "index": 7, "count": 2},
+        {"req": 9, "index": 9},  # the last one
+        {"req": 10, "index": 3},
     ]
 
 

@@ -23,8 +23,10 @@ RECENT = 256  # stream items remembered as handed out: sent again after a lost c
 class RemoteView(View):
     """The items of a view served by :func:`~lazyseq.serve`, read by index over a socket.
 
-    While it is read in order, the next ``ahead`` items are asked for before
-    they are needed; any other order still gets the right items, one round
+    While it is read in order, up to ``ahead`` of the next items are asked
+    for before they are needed, in runs (one request for several items, once
+    half of those asked for ahead have been read); any other order still gets
+    the right items, one round
     trip each. A server that restarts at the same address within ``timeout``
     is asked again for what was lost; one that stays away raises
     :class:`~lazyseq.ServerLost`.
@@ -64,9 +66,11 @@ class RemoteView(View):
                 del self._arrived[j]
             for j in [j for j in self._asking if j not in wanted]:
                 del self._asked[self._asking.pop(j)]
-            for j in wanted:
-                if j not in self._arrived and j not in self._asking:
-                    self._ask(j)
+            missing = [j for j in wanted if j not in self._arrived and j not in self._asking]
+            # Read in order, the items ahead are asked for in runs, once half of them have been used: one request
+            # every few reads rather than one per read (each costs the reader a send).
+            if missing and (missing[0] == i or len(wanted) - len(missing) - 1 <= self._ahead // 2):
+                self._ask(missing)
             while i not in self._arrived:
                 self._receive_one(i)
             status, value = self._arrived.pop(i)
@@ -83,11 +87,20 @@ class RemoteView(View):
         self._connection, self._lock = connection, threading.Lock()
         self._asked, self._asking, self._arrived, self._last = {}, {}, {}, -1
 
-    def _ask(self, i: int) -> None:
-        req = self._next_req
-        self._next_req += 1
-        self._asked[req], self._asking[i] = i, req
-        self._connection.send(b"get", {"req": req, "index": i})
+    def _ask(self, indices: list[int]) -> None:
+        """Ask for ``indices`` (ascending), one request per run of consecutive ones."""
+        start = 0
+        for k in range(1, len(indices) + 1):
+            if k == len(indices) or indices[k] != indices[k - 1] + 1 or k - start == wire.MAX_COUNT:
+                first, count, req = indices[start], k - start, self._next_req
+                self._next_req += count
+                for offset in range(count):
+                    self._asked[req + offset], self._asking[first + offset] = first + offset, req + offset
+                header = {"req": req, "index": first}
+                if count > 1:
+                    header["count"] = count
+                self._connection.send(b"get", header)
+                start = k
 
     def _receive_one(self, i: int) -> None:
         kind, header, buffers = self._connection.receive(waiting_for=f"item {i}")
@@ -239,8 +252,9 @@ def connect(
     """Connect to a :func:`~lazyseq.serve` server: a view of what it serves, or an iterator over its stream.
 
     A served view comes back as a :class:`RemoteView`: ``len``, indexing,
-    slices and every combinator work on it, reads in order keep ``ahead``
-    requests in flight, and ``shard(remote, rank, world_size)`` splits it
+    slices and every combinator work on it, reads in order keep up to
+    ``ahead`` items asked for ahead of use (asked in runs, once half of them
+    have been read), and ``shard(remote, rank, world_size)`` splits it
     between trainers. A served stream comes back as a :class:`RemoteStream`,
     whose items no other consumer gets. A server that does not answer for
     ``timeout`` seconds raises :class:`~lazyseq.ServerLost` naming the

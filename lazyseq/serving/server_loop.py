@@ -14,16 +14,18 @@ and dropped, and the server goes on serving everyone else.
 
 Messages (frames: tag ``lazyseq/1``, kind, JSON header, buffers):
 
-=========================  =====================================================================
-consumer -> server         server -> consumer
-=========================  =====================================================================
-``hello``                  ``welcome``: what is served (view: length and label; stream)
-``get`` {req, index}       ``item`` {req, index, tree} + buffers, or ``error`` / ``failed``
-``next`` {more, ack}       ``item`` {seq, tree} + buffers, ``error`` {seq, ...}, or ``end``
-``sync``                   ``synced``: every message sent before it has been acted on
-``ping`` {client, timeout} ``pong`` {server}: from a second socket, the consumer's heartbeat
-``bye``                    (nothing: what the server held for that consumer is freed)
-=========================  =====================================================================
+=============================  =================================================================
+consumer -> server             server -> consumer
+=============================  =================================================================
+``hello``                      ``welcome``: what is served (view: length and label; stream)
+``get`` {req, index}           ``item`` {req, index, tree} + buffers, or ``error`` / ``failed``
+``get`` {req, index, count}    the same for items ``index`` to ``index + count - 1``, one answer
+                               each, as requests ``req`` to ``req + count - 1``
+``next`` {more, ack}           ``item`` {seq, tree} + buffers, ``error`` {seq, ...}, or ``end``
+``sync``                       ``synced``: every message sent before it has been acted on
+``ping`` {client, timeout}     ``pong`` {server}: from a second socket, the consumer's heartbeat
+``bye``                        (nothing: what the server held for that consumer is freed)
+=============================  =================================================================
 
 A consumer that sends nothing (heartbeats included) for its ``timeout`` is
 taken for dead: what the server held for it is freed, and the stream items it

@@ -67,11 +67,19 @@ class ViewService:
     # -- requests --------------------------------------------------------------------
 
     def handle(self, consumer: bytes, kind: bytes, header: Any) -> None:
+        """A ``get``: item ``index`` as request ``req``, or ``count`` items from there, requests ``req`` onwards."""
         if kind != b"get":
             raise wire.ProtocolError(f"a served view answers 'get', not {kind!r}")
         if type(header) is not dict or type(header.get("req")) is not int or type(header.get("index")) is not int:
             raise wire.ProtocolError("'get' needs integers 'req' and 'index'")
+        count = header.get("count", 1)
+        if type(count) is not int or not 1 <= count <= wire.MAX_COUNT:
+            raise wire.ProtocolError(f"'get' needs a 'count' from 1 to {wire.MAX_COUNT}, if any")
         req, i = header["req"], header["index"]
+        for k in range(count):
+            self._get(consumer, req + k, i + k)
+
+    def _get(self, consumer: bytes, req: int, i: int) -> None:
         n = self.view._len
         if i < 0 or (n is not None and i >= n):
             self.send(consumer, b"error", {"req": req, "index": i, **_index_error(i, n)}, [])

@@ -49,6 +49,7 @@ __all__ = ["MAX_DEPTH", "TAG", "ProtocolError", "decode", "dumps", "encode", "lo
 TAG = b"lazyseq/1"  # the first frame of every message: which protocol, which version
 MAX_DEPTH = 64  # nesting deeper than this is refused, on both sides
 MAX_INT_BITS = 4096  # larger ints are refused (JSON parsers stop at about 4,300 digits)
+MAX_COUNT = 256  # items one 'get' may ask for
 _MAX_DTYPE_CHARS = 32
 
 
