@@ -88,8 +88,10 @@ def test_no_window_where_the_maps_may_differ_from_the_files(tmp_path):
     assert FileWindow.over([np.load(p, mmap_mode="c") for p in paths]) is None  # copy-on-write
     arrays = [np.load(p, mmap_mode="r") for p in paths]
     assert FileWindow.over(arrays) is not None
-    os.replace(paths[0], paths[0] + ".old")  # the file at that name now holds other rows
-    np.save(paths[0], np.full((5, 3), -1.0))
+    os.replace(paths[0], paths[0] + ".old")  # another file at that name, its first and last rows the same
+    changed = np.load(paths[0] + ".old")
+    changed[2] = -1.0
+    np.save(paths[0], changed)
     assert FileWindow.over(arrays) is None
 
 

@@ -18,9 +18,11 @@ The range between the files stays reserved and unreadable (``PROT_NONE``):
 code that read the whole array would crash, not read garbage, so the array
 stays private to :class:`~lazyseq.views.row_window.RowWindow`, which reads
 only elements computed from valid positions. Linux on x86-64 and ARM64 only
-(the flags are Linux's); elsewhere, and where the files cannot be aligned, or
-are shorter than their maps, or no longer hold what the maps show, there is
-no such window and batches are gathered as before.
+(the flags are Linux's). Each file is opened by name, and must be the very
+file mapped first (same device and inode, from ``/proc/self/maps``): one
+replaced since is not used. Elsewhere, and where the files cannot be aligned,
+are shorter than their maps, or are not the files mapped first, there is no
+such window and batches are gathered as before.
 """
 
 from __future__ import annotations
@@ -75,13 +77,19 @@ class _Reservation:
         self.address, self.size = address, size
         self._finalizer = weakref.finalize(self, libc.munmap, address, size)
 
-    def map_file(self, libc: ctypes.CDLL, address: int, length: int, path: str, offset: int) -> None:
-        """Map ``length`` bytes of the file at ``path`` from ``offset`` (a page boundary) read-only at ``address``."""
+    def map_file(self, libc: ctypes.CDLL, address: int, length: int, path: str, offset: int, identity: tuple) -> None:
+        """Map ``length`` bytes of the file at ``path`` from ``offset`` (a page boundary) read-only at ``address``.
+
+        ``identity``: the ``(major, minor, inode)`` the file must have, that of the file mapped first.
+        """
         if address < self.address or address + -(-length // PAGE) * PAGE > self.address + self.size:
             raise OSError(f"{path} would be mapped outside the reserved range")  # never: the range is sized for it
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         try:
-            if os.fstat(fd).st_size < offset + length:  # shorter now: reading past its end would crash (SIGBUS)
+            stat = os.fstat(fd)
+            if (os.major(stat.st_dev), os.minor(stat.st_dev), stat.st_ino) != identity:
+                raise OSError(f"{path} is not the file mapped first: it was replaced since")
+            if stat.st_size < offset + length:  # shorter now: reading past its end would crash (SIGBUS)
                 raise OSError(f"{path} is shorter than its memory map")
             got = libc.mmap(address, length, mmap.PROT_READ, mmap.MAP_SHARED | _MAP_FIXED, fd, offset)
         finally:
@@ -111,20 +119,22 @@ class FileWindow:
         if _LIBC is None:
             return None
         row_bytes = arrays[0].itemsize * math.prod(arrays[0].shape[1:])
+        mapped_files = _MappedFiles()
         places = []
         for a in arrays:
             where = memmap_location(a) if a.flags.c_contiguous else None
             if where is None or where[1] not in ("r", "r+"):  # copy-on-write maps may differ from their file
                 return None
             filename, _, first_byte, length = where[:4]
-            if length != a.nbytes:
+            identity = mapped_files.get(a.__array_interface__["data"][0])
+            if length != a.nbytes or identity is None:
                 return None
-            places.append((os.fspath(filename), first_byte, length))
+            places.append((os.fspath(filename), first_byte, length, identity))
         slack = math.lcm(PAGE, row_bytes)
         if row_bytes <= 0 or slack > MAX_SLACK:
             return None
         # each file: up to a page to reach a boundary, the slack to align it, its pages (the last one whole)
-        size = sum(first % PAGE + length + slack + 2 * PAGE for _, first, length in places)
+        size = sum(first % PAGE + length + slack + 2 * PAGE for _, first, length, _ in places)
         try:
             window = cls._map(places, row_bytes, size)
         except OSError:  # a file gone or unreadable, or no room: the strided window serves
@@ -145,7 +155,7 @@ class FileWindow:
         free = -(-reservation.address // PAGE) * PAGE  # the first address not used yet
         origin = -1  # address of the first file's row 0
         first_rows = []
-        for path, first_byte, length in places:
+        for path, first_byte, length, identity in places:
             lead = first_byte % PAGE  # the file is mapped from the page its rows start in
             if origin < 0:
                 address = free
@@ -154,7 +164,7 @@ class FileWindow:
                 address = _aligned_page(free, origin - lead, row_bytes)
                 if address is None:
                     return None
-            reservation.map_file(libc, address, lead + length, path, first_byte - lead)
+            reservation.map_file(libc, address, lead + length, path, first_byte - lead, identity)
             first_rows.append((address + lead - origin) // row_bytes)
             free = address + lead + length
         interface = {
@@ -164,6 +174,33 @@ class FileWindow:
             "version": 3,
         }
         return cls(np.asarray(_Interface(interface, reservation)), first_rows)
+
+
+class _MappedFiles:
+    """Which file is mapped at an address of this process: ``(major, minor, inode)``, from ``/proc/self/maps``."""
+
+    def __init__(self) -> None:
+        self._maps: list[tuple[int, int, tuple[int, int, int]]] | None = None
+
+    def get(self, address: int) -> tuple[int, int, int] | None:
+        if self._maps is None:
+            self._maps = []
+            try:
+                with open("/proc/self/maps") as maps:
+                    lines = maps.read().splitlines()
+            except OSError:
+                return None
+            for line in lines:  # "start-end perms offset major:minor inode path"
+                fields = line.split(maxsplit=5)
+                if len(fields) < 6 or fields[4] == "0":
+                    continue
+                start, end = (int(x, 16) for x in fields[0].split("-"))
+                major, minor = (int(x, 16) for x in fields[3].split(":"))
+                self._maps.append((start, end, (major, minor, int(fields[4]))))
+        for start, end, identity in self._maps:
+            if start <= address < end:
+                return identity
+        return None
 
 
 def _aligned_page(low: int, target: int, row_bytes: int) -> int | None:
