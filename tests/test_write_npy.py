@@ -288,6 +288,21 @@ def test_a_failing_write_leaves_no_thread(tmp_path, monkeypatch, nworkers, error
     assert {"lazyseq-write_npy-sync", "lazyseq-crc32_0"} <= seen
 
 
+@pytest.mark.parametrize(("nworkers", "most"), [(0, 1), (2, 2)])
+def test_the_checksum_threads_serve_every_shard_and_stop_at_the_end(tmp_path, monkeypatch, nworkers, most):
+    threads = []  # the thread objects themselves: a thread's ident may be reused once it has ended
+    crc32 = zlib.crc32
+    monkeypatch.setattr(
+        "lazyseq.io.shard_files.zlib.crc32", lambda *a: threads.append(threading.current_thread()) or crc32(*a)
+    )
+    rows = lazyseq.smap(lambda i: np.full(40_000, i, np.float64), range(12))  # 320 kB: summed apart
+    written = lazyseq.write_npy(rows, tmp_path, rows_per_shard=2, nworkers=nworkers, sync=False)
+    assert [int(row[0]) for row in written] == list(range(12))
+    summing = {id(thread) for thread in threads if thread.name.startswith("lazyseq-crc32")}
+    assert 1 <= len(summing) <= most  # for 6 shards
+    assert lazyseq_threads() == []
+
+
 def test_a_failing_first_item_changes_nothing(tmp_path):
     with pytest.raises(lazyseq.EvaluationError) as info:
         lazyseq.write_npy(pipeline(N, fail_at=0), tmp_path, rows_per_shard=10)

@@ -33,7 +33,7 @@ from ..views.itemtypes import SequenceLike
 from ..views.sources import as_view
 from .npy import open_npy
 from .shard_directory import ProgressLog, finish, prepare
-from .shard_files import matches, npy_header, remove_temporaries, write_npy_files
+from .shard_files import ChecksumThreads, matches, npy_header, remove_temporaries, write_npy_files
 from .shard_layout import Layout, ShardRecord, read_batch
 from .shard_sync import Syncer, sync_file
 
@@ -54,7 +54,14 @@ class ShardWrites(View[ShardRecord]):
     kind = "write_npy"
 
     def __init__(
-        self, items: View, layout: Layout, directory: str, trusted: dict[int, ShardRecord], *, sync: bool
+        self,
+        items: View,
+        layout: Layout,
+        directory: str,
+        trusted: dict[int, ShardRecord],
+        *,
+        sync: bool,
+        writers: int = 1,
     ) -> None:
         self._items = items
         self._parents = (items,)
@@ -64,6 +71,7 @@ class ShardWrites(View[ShardRecord]):
         self._sync = sync
         self._len = layout.shard_count
         self._writing = _InProgress()
+        self._checksums = ChecksumThreads(writers)  # up to one per thread of this process writing shards
 
     def _get(self, i: int) -> ShardRecord:
         layout, directory = self._layout, self._directory
@@ -78,7 +86,9 @@ class ShardWrites(View[ShardRecord]):
                 return known
         headers = [npy_header(field, len(rows)) for field in layout.fields]
         with self._writing:
-            files = write_npy_files(directory, names, headers, self._blocks(rows), sync=self._sync)
+            files = write_npy_files(
+                directory, names, headers, self._blocks(rows), sync=self._sync, checksums=self._checksums
+            )
         return ShardRecord(i, len(rows), files)
 
     def _blocks(self, rows: range) -> Iterator[list[np.ndarray]]:
@@ -90,6 +100,10 @@ class ShardWrites(View[ShardRecord]):
     def abandon(self) -> None:
         """Stop the shards being written in this process, and wait until they have cleaned up."""
         self._writing.abandon()
+
+    def close(self) -> None:
+        """Stop this process's checksum threads (the shards are written)."""
+        self._checksums.close()
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_writing": None}  # a worker process has its own
@@ -222,7 +236,8 @@ def write_npy(
     # A Ray worker may run on another machine, whose cache a sync by name from here would not reach: it syncs
     # the files it writes itself. Other shards are synced by this process, off the path of the computation.
     writers_sync = sync and options.method == "ray" and options.nworkers > 0
-    writes = ShardWrites(items, layout, directory, trusted, sync=writers_sync)
+    writers = options.nworkers if options.method == "thread" else 1  # threads of one process writing at once
+    writes = ShardWrites(items, layout, directory, trusted, sync=writers_sync, writers=max(1, writers))
     ahead = Buffering.resolve(None, options, default=2 * max(1, options.nworkers))  # Ray: three runs per worker
     loader: PrefetchView[ShardRecord] = PrefetchView(writes, options, ahead, shm_size=0)
     records = []
@@ -248,9 +263,11 @@ def write_npy(
     except BaseException:  # the shards still in progress are of no use: stop them, and leave no temporary file
         writes.abandon()
         loader.close()
+        writes.close()
         remove_temporaries(directory)
         raise
     loader.close()
+    writes.close()
     finish(directory, layout, parameters, records, sync)
     return open_npy(directory)
 
