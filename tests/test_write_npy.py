@@ -2,6 +2,7 @@
 
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from shard_helpers import contents, pipeline, rows
 
 import lazyseq
 import lazyseq.io.shard_sync
+from lazyseq.io.shard_files import ChecksumThreads
 from lazyseq.views.base import View
 
 HELPERS = Path(__file__).resolve().parent / "shard_helpers.py"
@@ -300,6 +302,26 @@ def test_the_checksum_threads_serve_every_shard_and_stop_at_the_end(tmp_path, mo
     assert [int(row[0]) for row in written] == list(range(12))
     summing = {id(thread) for thread in threads if thread.name.startswith("lazyseq-crc32")}
     assert 1 <= len(summing) <= most  # for 6 shards
+    assert lazyseq_threads() == []
+
+
+def test_checksum_threads_are_kept_only_by_the_process_that_made_them():
+    threads = ChecksumThreads(2)
+    read, write = os.pipe()
+    pid = os.fork()  # before any thread starts
+    if pid == 0:
+        os.write(write, b"none" if threads.pool() is None else b"pool")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 4) == b"none"
+    os.close(read)
+    os.close(write)
+    copy = pickle.loads(pickle.dumps(threads))  # as a worker process gets it
+    assert (copy.size, copy.pool()) == (2, None)
+    try:
+        assert threads.pool() is threads.pool()
+    finally:
+        threads.close()
     assert lazyseq_threads() == []
 
 

@@ -170,35 +170,39 @@ def matches(directory: str, expected: ShardFile) -> bool:
 
 
 class ChecksumThreads:
-    """Threads that compute the CRC-32s of the shards one process writes, kept from one shard to the next.
+    """Threads that compute the CRC-32s of the shards this process writes, kept from one shard to the next.
 
     Started at first use, up to ``size`` (one per thread writing shards at
     once), and stopped by :meth:`close`. Starting a thread for each shard
-    instead costs about 0.3 ms, a tenth of writing a 4 MiB shard. A process
-    forked from the one that started them starts its own.
+    instead costs about 0.3 ms, a tenth of writing a 4 MiB shard. Only the
+    process that made this object, which closes it, keeps threads: in a
+    forked child, or in a worker process that unpickled it (a Ray worker may
+    unpickle one per task, and nobody would close them), :meth:`pool` is
+    None, and each shard starts and joins a thread of its own.
     """
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, owner: bool = True) -> None:
         self.size = size
+        self._owner = os.getpid() if owner else -1
         self._pool: ThreadPoolExecutor | None = None
-        self._pid = 0
         self._lock = threading.Lock()
 
-    def pool(self) -> ThreadPoolExecutor:
+    def pool(self) -> ThreadPoolExecutor | None:
+        if os.getpid() != self._owner:
+            return None
         with self._lock:
-            if self._pool is None or self._pid != os.getpid():  # none yet, or its threads are the parent's
+            if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.size, thread_name_prefix="lazyseq-crc32")
-                self._pid = os.getpid()
             return self._pool
 
-    def __reduce__(self) -> tuple:  # to another process: none of these threads, the same size
-        return (ChecksumThreads, (self.size,))
+    def __reduce__(self) -> tuple:  # to another process: no threads kept there
+        return (ChecksumThreads, (self.size, False))
 
     def close(self) -> None:
         """Stop the threads (once they have finished what they were given)."""
         with self._lock:
             pool, self._pool = self._pool, None
-        if pool is not None and self._pid == os.getpid():
+        if pool is not None and os.getpid() == self._owner:
             pool.shutdown()
 
 
@@ -229,8 +233,9 @@ class _Checksums:
                 self._add(j, data)
                 self._files[j].write(data)
                 return
-            if self._threads is not None:
-                self._pool = self._threads.pool()
+            shared = self._threads.pool() if self._threads is not None else None
+            if shared is not None:
+                self._pool = shared
             else:
                 self._pool = self._stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="lazyseq-crc32"))
         self.wait()
