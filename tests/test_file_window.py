@@ -82,6 +82,14 @@ def test_positions_outside_the_rows_raise_index_error(tmp_path):
         assert window.rows(np.array([12, 0], dtype=np.intp)).tolist() == [arrays[2][6].tolist(), arrays[0][0].tolist()]
 
 
+def test_no_window_over_more_files_than_the_mappings_allowed_can_spare(tmp_path, monkeypatch):
+    arrays = [np.load(p, mmap_mode="r") for p in write_parts(str(tmp_path), np.float64, (3,), (5, 4, 2))]
+    monkeypatch.setattr("lazyseq.views.file_window._max_map_count", lambda: 48)  # room for 3 files
+    assert FileWindow.over(arrays) is not None
+    monkeypatch.setattr("lazyseq.views.file_window._max_map_count", lambda: 47)
+    assert FileWindow.over(arrays) is None
+
+
 def test_no_window_where_the_maps_may_differ_from_the_files(tmp_path):
     paths = write_parts(str(tmp_path), np.float64, (3,), (5, 4))
     assert FileWindow.over([np.load(p) for p in paths]) is None  # in memory: no file

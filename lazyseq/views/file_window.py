@@ -116,7 +116,7 @@ class FileWindow:
     @classmethod
     def over(cls, arrays: Sequence[np.ndarray]) -> FileWindow | None:
         """A window over the files behind ``arrays`` (C-contiguous memory maps, one row size), or None."""
-        if _LIBC is None:
+        if _LIBC is None or 2 * len(arrays) > _max_map_count() // 8:  # a mapping per file and per gap
             return None
         row_bytes = arrays[0].itemsize * math.prod(arrays[0].shape[1:])
         mapped_files = _MappedFiles()
@@ -174,6 +174,15 @@ class FileWindow:
             "version": 3,
         }
         return cls(np.asarray(_Interface(interface, reservation)), first_rows)
+
+
+def _max_map_count() -> int:
+    """How many mappings a process may have: a window leaves most of them to everything else."""
+    try:
+        with open("/proc/sys/vm/max_map_count") as limit:
+            return int(limit.read())
+    except (OSError, ValueError):
+        return 65530  # Linux's default
 
 
 class _MappedFiles:
