@@ -21,8 +21,9 @@ only elements computed from valid positions. Linux on x86-64 and ARM64 only
 (the flags are Linux's). Each file is opened by name, and must be the very
 file mapped first (same device and inode, from ``/proc/self/maps``): one
 replaced since is not used. Elsewhere, and where the files cannot be aligned,
-are shorter than their maps, or are not the files mapped first, there is no
-such window and batches are gathered as before.
+are shorter than their maps, are not the files mapped first, or are too many
+(each takes two of the mappings a process may have), there is no such window
+and batches are gathered as before.
 """
 
 from __future__ import annotations
