@@ -101,11 +101,9 @@ def _pack_tasks(tasks: list[Task]) -> bytes | None:
             numbers.append(slot)
     except OverflowError:  # beyond 64 bits
         return None
-    if own_arg:
-        return bytes((_TASKS_OWN_ARG,)) + numbers.tobytes()
-    if no_arg:
-        return bytes((_TASKS_NO_ARG,)) + numbers.tobytes()
-    return None
+    if not (own_arg or no_arg):
+        return None
+    return bytes((_TASKS_OWN_ARG if own_arg else _TASKS_NO_ARG,)) + numbers.tobytes()
 
 
 class WorkerStart(NamedTuple):

@@ -26,10 +26,9 @@ class RemoteView(View):
     While it is read in order, up to ``ahead`` of the next items are asked
     for before they are needed, in runs (one request for several items, once
     half of those asked for ahead have been read); any other order still gets
-    the right items, one round
-    trip each. A server that restarts at the same address within ``timeout``
-    is asked again for what was lost; one that stays away raises
-    :class:`~lazyseq.ServerLost`.
+    the right items, one round trip each. A server that restarts at the same
+    address within ``timeout`` is asked again for what was lost; one that
+    stays away raises :class:`~lazyseq.ServerLost`.
     """
 
     kind = "served"

@@ -49,7 +49,7 @@ class ViewService:
     def __init__(self, view: View, options: LoaderOptions, max_buffered: Buffering, send: Send | None = None) -> None:
         self.view = view
         if not options.nworkers:  # one thread computes, so that the server's own thread goes on answering
-            options = dataclasses.replace(options, nworkers=1, method="thread", inline_below=0.0)
+            options = dataclasses.replace(options, nworkers=1, method="thread")
         self.options = options
         self.max_buffered = max_buffered
         self.send: Send = send if send is not None else _not_connected

@@ -60,9 +60,8 @@ class RowWindow:
         self._starts = starts
         self._row_bytes = row_bytes
         self._item = item  # dtype of one row: (dtype, row shape), so that the result views as (n, *row shape)
-        self._files: np.ndarray | None = None  # see _file_window
+        self._files: tuple[np.ndarray, np.ndarray] | None = None  # see _file_window
         self._files_tried = False
-        self._file_first = first  # like _first, for _files: the element of row 0 of each part (at position 0)
 
     @classmethod
     def over(cls, arrays: Sequence[np.ndarray], sources: Sequence[np.ndarray] = ()) -> RowWindow | None:
@@ -112,23 +111,26 @@ class RowWindow:
         if writing():
             files = self._file_window()
             if files is not None:
+                rows, first = files
                 total = self._starts[-1]
                 if len(positions) and (positions.min() < 0 or positions.max() >= total):
                     raise IndexError(f"positions out of range for {total} rows")
-                out = new_rows((len(positions),), files.dtype)
+                out = new_rows((len(positions),), rows.dtype)
                 # mode="clip" on positions checked above: mode="raise" would write into a copy of ``out``
-                return files.take(self._file_first[parts] + positions, out=out, mode="clip").view(self._item)
+                return rows.take(first[parts] + positions, out=out, mode="clip").view(self._item)
         offsets = self._first[parts]
         offsets += positions * self._row_bytes
         return self._window[offsets].view(self._item)
 
-    def _file_window(self) -> np.ndarray | None:
-        """The files behind the arrays mapped side by side (made at the first call), or None where they cannot be."""
+    def _file_window(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The files behind the arrays mapped side by side, made at the first call, or None where they cannot be.
+
+        With, like ``_first`` for the strided window, the element where part ``p``'s row 0 would be at ``p + 1``.
+        """
         if not self._files_tried:
             window = FileWindow.over(self._sources) if self._sources else None
             if window is not None:
                 shifted = np.array(window.first, dtype=np.intp) - self._starts[:-1]
-                self._file_first = np.concatenate([[0], shifted, [0]]).astype(np.intp)
-                self._files = window.array
+                self._files = window.array, np.concatenate([[0], shifted, [0]]).astype(np.intp)
             self._files_tried = True
         return self._files
