@@ -18,11 +18,9 @@ timed from the call to the last file on disk. Ratios use the best repeat.
    are, in 4 MiB shards, written by ``write_npy`` (no workers, and 2 worker
    threads) vs ``np.save`` of the same arrays (in memory), one file per
    shard, in one process, like for like: ``write_npy(sync=False)`` vs
-   ``np.save`` as it is (neither syncs: the page cache takes the writes) and
-   vs ``np.save`` followed by ``zlib.crc32`` of the same array (the CRC-32
-   ``write_npy`` keeps of every shard for its manifest), one after the other
-   in one thread, not synced either; and ``write_npy`` (``sync=True``, the
-   default) vs ``np.save`` with each file synced to disk.
+   ``np.save`` as it is (neither syncs: the page cache takes the writes), and
+   ``write_npy`` (``sync=True``, the default) vs ``np.save`` with each file
+   synced to disk.
 """
 
 from __future__ import annotations
@@ -35,7 +33,6 @@ import shutil
 import statistics
 import tempfile
 import time
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -93,12 +90,6 @@ def save_synced(path: str, array: np.ndarray) -> None:
         np.save(file, array)
         file.flush()
         os.fsync(file.fileno())
-
-
-def save_checksummed(path: str, array: np.ndarray) -> None:
-    """``np.save``, then the CRC-32 of the array's bytes, as ``write_npy`` keeps of every shard (not synced)."""
-    np.save(path, array)
-    zlib.crc32(np.ascontiguousarray(array))
 
 
 # -- 1. an expensive transform --------------------------------------------------------------------
@@ -212,7 +203,6 @@ def bench_throughput(paths: list[str], settings: Settings, folder: str) -> list[
         "write_npy sync=False, no workers": lazy(0, False),
         "write_npy sync=False, 2 threads": lazy(2, False),
         "np.save": saved(np.save),
-        "np.save + crc32": saved(save_checksummed),
         "write_npy (sync=True), no workers": lazy(0, True),
         "write_npy (sync=True), 2 threads": lazy(2, True),
         "np.save + fsync": saved(save_synced),
@@ -226,7 +216,7 @@ def bench_throughput(paths: list[str], settings: Settings, folder: str) -> list[
         lambda t: f"{total / t.best / 1e9:.2f} GB/s",
     )
     results = []
-    references = (("sync=False", "np.save"), ("sync=False", "np.save + crc32"), ("(sync=True)", "np.save + fsync"))
+    references = (("sync=False", "np.save"), ("(sync=True)", "np.save + fsync"))
     for sync, reference in references:
         for workers in ("no workers", "2 threads"):
             name = f"write_npy {sync}, {workers}"

@@ -2,7 +2,6 @@
 
 import json
 import os
-import pickle
 import signal
 import subprocess
 import sys
@@ -16,7 +15,7 @@ from shard_helpers import contents, pipeline, rows
 
 import lazyseq
 import lazyseq.io.shard_sync
-from lazyseq.io.shard_files import ChecksumThreads
+from lazyseq.io.checksum import Sum64
 from lazyseq.views.base import View
 
 HELPERS = Path(__file__).resolve().parent / "shard_helpers.py"
@@ -61,7 +60,7 @@ def test_shards_are_plain_npy_files_and_the_manifest_describes_them(tmp_path):
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert {key: manifest[key] for key in manifest if key != "shards"} == {
         "format": "lazyseq.write_npy",
-        "version": 1,
+        "version": 2,
         "item": "tuple",
         "fields": [
             {"name": "f0", "dtype": "<f8", "row_shape": [4]},
@@ -76,7 +75,7 @@ def test_shards_are_plain_npy_files_and_the_manifest_describes_them(tmp_path):
     assert last["shard"] == 5
     for field, file in zip(("f0", "f1"), last["files"]):
         data = (tmp_path / f"{field}-00005.npy").read_bytes()
-        assert file == {"name": f"{field}-00005.npy", "bytes": len(data), "crc32": zlib.crc32(data)}
+        assert file == {"name": f"{field}-00005.npy", "bytes": len(data), "sum64": Sum64(data).hexdigest()}
     x_read, index_read = lazyseq.batch(written, N)[0]
     np.testing.assert_array_equal(x_read, x)
     np.testing.assert_array_equal(index_read, index)
@@ -267,17 +266,13 @@ def lazyseq_threads():
 @pytest.mark.parametrize("nworkers", [0, 2])
 @pytest.mark.parametrize("error", [ValueError, KeyboardInterrupt])
 def test_a_failing_write_leaves_no_thread(tmp_path, monkeypatch, nworkers, error):
-    seen = set()  # the names of the threads that computed checksums and synced files
-    crc32 = zlib.crc32
-    monkeypatch.setattr(
-        "lazyseq.io.shard_files.zlib.crc32", lambda *a: seen.add(threading.current_thread().name) or crc32(*a)
-    )
+    seen = set()  # the names of the threads that synced files
     sync_file = lazyseq.io.shard_sync.sync_file
     monkeypatch.setattr(
         "lazyseq.io.shard_sync.sync_file", lambda path: seen.add(threading.current_thread().name) or sync_file(path)
     )
 
-    def row(i):  # 320 kB: large enough for a thread of its own to compute the checksum
+    def row(i):
         if i == 5:
             raise error(f"row {i} is bad")
         return np.full(40_000, i, np.float64)
@@ -287,42 +282,7 @@ def test_a_failing_write_leaves_no_thread(tmp_path, monkeypatch, nworkers, error
         lazyseq.write_npy(lazyseq.smap(row, range(8)), tmp_path, rows_per_shard=2, nworkers=nworkers)
     assert lazyseq_threads() == []
     assert "manifest.json" not in os.listdir(tmp_path) and temporaries(tmp_path) == []
-    assert {"lazyseq-write_npy-sync", "lazyseq-crc32_0"} <= seen
-
-
-@pytest.mark.parametrize(("nworkers", "most"), [(0, 1), (2, 2)])
-def test_the_checksum_threads_serve_every_shard_and_stop_at_the_end(tmp_path, monkeypatch, nworkers, most):
-    threads = []  # the thread objects themselves: a thread's ident may be reused once it has ended
-    crc32 = zlib.crc32
-    monkeypatch.setattr(
-        "lazyseq.io.shard_files.zlib.crc32", lambda *a: threads.append(threading.current_thread()) or crc32(*a)
-    )
-    rows = lazyseq.smap(lambda i: np.full(40_000, i, np.float64), range(12))  # 320 kB: summed apart
-    written = lazyseq.write_npy(rows, tmp_path, rows_per_shard=2, nworkers=nworkers, sync=False)
-    assert [int(row[0]) for row in written] == list(range(12))
-    summing = {id(thread) for thread in threads if thread.name.startswith("lazyseq-crc32")}
-    assert 1 <= len(summing) <= most  # for 6 shards
-    assert lazyseq_threads() == []
-
-
-def test_checksum_threads_are_kept_only_by_the_process_that_made_them():
-    threads = ChecksumThreads(2)
-    read, write = os.pipe()
-    pid = os.fork()  # before any thread starts
-    if pid == 0:
-        os.write(write, b"none" if threads.pool() is None else b"pool")
-        os._exit(0)
-    os.waitpid(pid, 0)
-    assert os.read(read, 4) == b"none"
-    os.close(read)
-    os.close(write)
-    copy = pickle.loads(pickle.dumps(threads))  # as a worker process gets it
-    assert (copy.size, copy.pool()) == (2, None)
-    try:
-        assert threads.pool() is threads.pool()
-    finally:
-        threads.close()
-    assert lazyseq_threads() == []
+    assert "lazyseq-write_npy-sync" in seen
 
 
 def test_a_failing_first_item_changes_nothing(tmp_path):
@@ -383,6 +343,35 @@ def test_a_corrupt_shard_is_redone_on_resume_and_a_bad_header_reported_on_open(t
         f"open_npy: {other} holds float32 values of shape (10, 4), but {tmp_path / 'manifest.json'} says float64 "
         "of shape (10, 4): call write_npy again with the same arguments to redo it"
     )
+
+
+def test_a_directory_written_by_version_1_with_crc32s_is_read_and_resumed(tmp_path, reference):
+    lazyseq.write_npy(pipeline(N), tmp_path, rows_per_shard=10)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    manifest["version"] = 1
+    for shard in manifest["shards"]:
+        for file in shard["files"]:
+            del file["sum64"]
+            file["crc32"] = zlib.crc32((tmp_path / file["name"]).read_bytes())
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    x, index = expected()
+    np.testing.assert_array_equal(lazyseq.batch(lazyseq.open_npy(tmp_path), N)[0][0], x)
+    shard = tmp_path / "f1-00004.npy"
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 0xFF  # found by its CRC-32
+    shard.write_bytes(bytes(data))
+    computed = []
+    lazyseq.write_npy(pipeline(N, computed=computed), tmp_path, rows_per_shard=10)
+    assert sorted(computed) == [0, *range(40, 50)]
+    shards = {name: digest for name, digest in reference.items() if name != "manifest.json"}
+    assert {name: digest for name, digest in contents(tmp_path).items() if name != "manifest.json"} == shards
+    rewritten = json.loads((tmp_path / "manifest.json").read_text())
+    assert rewritten["version"] == 2
+    assert [sorted(file) for file in rewritten["shards"][3]["files"]] == [["bytes", "crc32", "name"]] * 2  # kept
+    assert [sorted(file) for file in rewritten["shards"][4]["files"]] == [["bytes", "name", "sum64"]] * 2  # redone
+    computed.clear()
+    lazyseq.write_npy(pipeline(N, computed=computed), tmp_path, rows_per_shard=10)
+    assert computed == [0]
 
 
 def test_a_missing_shard_is_named_on_open(tmp_path):

@@ -8,7 +8,7 @@ removed: the manifest then wins):
   (with ``sync=False``, once every shard is written: see ``write_npy``):
   the layout (item kind, fields with dtype and row shape, length, rows per
   shard), the parameters of the call, and one record per shard (rows, and per
-  file its size and CRC-32). Its presence means the directory is complete.
+  file its size and checksum). Its presence means the directory is complete.
 - ``progress.jsonl`` while a run is under way: its first line is the layout
   and parameters (written atomically, with the records carried over from the
   run before), then one line is appended per shard once that shard's files
@@ -40,7 +40,8 @@ __all__ = ["MANIFEST", "PROGRESS", "ProgressLog", "Written", "finish", "prepare"
 MANIFEST = "manifest.json"
 PROGRESS = "progress.jsonl"
 FORMAT = "lazyseq.write_npy"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)  # version 1 recorded CRC-32s instead of the checksums of .checksum
 _SHARD_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=-]*-[0-9]{5,}\.npy")
 
 
@@ -184,8 +185,10 @@ def _read_state(directory: str) -> Written | None:
 def _written(header: dict[str, Any], records: list[dict[str, Any]], complete: bool) -> Written:
     if header.get("format") != FORMAT:
         raise ValueError(f"its format is {header.get('format')!r}, not {FORMAT!r}")
-    if header.get("version") != VERSION:
-        raise ValueError(f"it is version {header.get('version')!r} of the format; this lazyseq reads {VERSION}")
+    if header.get("version") not in READABLE_VERSIONS:
+        raise ValueError(
+            f"it is version {header.get('version')!r} of the format; this lazyseq reads versions 1 and {VERSION}"
+        )
     shards = {}
     for data in records:
         try:

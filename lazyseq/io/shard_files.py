@@ -11,9 +11,9 @@ background, while the next shards are computed), and the renames before a
 sync of the directory; the manifest is synced before its own rename, after
 everything it lists.
 
-A shard's CRC-32 is computed in a thread of its own while the shard is
-written: ``zlib.crc32`` and a file's ``write`` both release the GIL on large
-buffers, so on two cores the checksum costs little more than the write.
+A file's checksum (:mod:`.checksum`) is computed by the thread that writes
+it, buffer by buffer, just before each buffer is written: numpy sums it at
+memory speed, while it is still in the processor's caches.
 """
 
 from __future__ import annotations
@@ -21,21 +21,17 @@ from __future__ import annotations
 import io
 import os
 import re
-import threading
 import zlib
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
-from typing import BinaryIO
 
 import numpy as np
 
+from .checksum import Sum64, file_sum64
 from .shard_layout import Field, ShardFile
 from .shard_sync import sync_directory
 
 __all__ = [
-    "ChecksumThreads",
-    "checksum",
     "matches",
     "npy_header",
     "remove_temporaries",
@@ -46,7 +42,6 @@ __all__ = [
 
 _TEMPORARY = re.compile(r"\..+\.[0-9a-f]{8}\.tmp")
 _READ_SIZE = 8 * 2**20
-_CHECKSUM_APART_ABOVE = 256 * 2**10  # bytes: smaller buffers cost more to hand over than to sum here
 
 
 def npy_header(field: Field, rows: int) -> bytes:
@@ -109,7 +104,6 @@ def write_npy_files(
     blocks: Iterator[list[np.ndarray]],
     *,
     sync: bool,
-    checksums: ChecksumThreads | None = None,
 ) -> tuple[ShardFile, ...]:
     """Write one ``.npy`` file per field, each ``headers[j]`` then the rows of field ``j`` of every block.
 
@@ -118,21 +112,26 @@ def write_npy_files(
     at all); an exception on the way removes every temporary file. The
     directory is not synced here (once per file would cost as much as the
     files): whoever relies on the renames lasting syncs it once, after all of
-    them (the manifest is written so). CRC-32s of large buffers are computed
-    by a thread of ``checksums`` (default: one started for these files).
+    them (the manifest is written so).
     """
     paths = [os.path.join(directory, name) for name in names]
     temporaries = [temporary_name(path) for path in paths]
+    sums = [Sum64() for _ in names]
+    sizes = [0] * len(names)
+
+    def write(j: int, data: bytes | memoryview) -> None:
+        sums[j].add(data)
+        sizes[j] += len(data)
+        files[j].write(data)
+
     try:
         with ExitStack() as stack:
             files = [stack.enter_context(open(t, "wb")) for t in temporaries]
-            summed = _Checksums(files, stack, checksums)
             for j, header in enumerate(headers):
-                summed.write(j, header)
+                write(j, header)
             for arrays in blocks:
                 for j, array in enumerate(arrays):
-                    summed.write(j, _bytes_of(array))
-            summed.wait()
+                    write(j, _bytes_of(array))
             if sync:
                 for file in files:
                     file.flush()
@@ -143,19 +142,7 @@ def write_npy_files(
         for temporary in temporaries:
             _remove_quietly(temporary)
         raise
-    return tuple(ShardFile(name, size, crc) for name, size, crc in zip(names, summed.sizes, summed.crcs))
-
-
-def checksum(path: str) -> tuple[int, int]:
-    """The size and CRC-32 of the file ``path``."""
-    crc, size = 0, 0
-    buffer = bytearray(_READ_SIZE)
-    view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as file:
-        while count := file.readinto(buffer):
-            crc = zlib.crc32(view[:count], crc)
-            size += count
-    return size, crc
+    return tuple(ShardFile(name, size, f"sum64:{summed.hexdigest()}") for name, size, summed in zip(names, sizes, sums))
 
 
 def matches(directory: str, expected: ShardFile) -> bool:
@@ -164,92 +151,20 @@ def matches(directory: str, expected: ShardFile) -> bool:
     try:
         if os.stat(path).st_size != expected.size:
             return False
-        return checksum(path) == (expected.size, expected.crc32)
+        if expected.checksum.startswith("crc32:"):  # recorded by version 1 of the format
+            return _crc32_of(path) == expected.checksum
+        size, summed = file_sum64(path)
+        return (size, f"sum64:{summed}") == (expected.size, expected.checksum)
     except FileNotFoundError:
         return False
 
 
-class ChecksumThreads:
-    """Threads that compute the CRC-32s of the shards this process writes, kept from one shard to the next.
-
-    Started at first use, up to ``size`` (one per thread writing shards at
-    once), and stopped by :meth:`close`. Starting a thread for each shard
-    instead costs about 0.3 ms, a tenth of writing a 4 MiB shard. Only the
-    process that made this object, which closes it, keeps threads: in a
-    forked child, or in a worker process that unpickled it (a Ray worker may
-    unpickle one per task, and nobody would close them), :meth:`pool` is
-    None, and each shard starts and joins a thread of its own.
-    """
-
-    def __init__(self, size: int, owner: bool = True) -> None:
-        self.size = size
-        self._owner = os.getpid() if owner else -1
-        self._pool: ThreadPoolExecutor | None = None
-        self._lock = threading.Lock()
-
-    def pool(self) -> ThreadPoolExecutor | None:
-        if os.getpid() != self._owner:
-            return None
-        with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.size, thread_name_prefix="lazyseq-crc32")
-            return self._pool
-
-    def __reduce__(self) -> tuple:  # to another process: no threads kept there
-        return (ChecksumThreads, (self.size, False))
-
-    def close(self) -> None:
-        """Stop the threads (once they have finished what they were given)."""
-        with self._lock:
-            pool, self._pool = self._pool, None
-        if pool is not None and os.getpid() == self._owner:
-            pool.shutdown()
-
-
-class _Checksums:
-    """Writes to ``files``, keeping the size and CRC-32 of everything written to each.
-
-    From the first large buffer on, the CRC-32s are computed by another
-    thread (one of ``threads``, or one started for these files and joined
-    when ``stack`` closes), each buffer's while this thread writes it and
-    makes the next; at most one buffer waits for its own. :meth:`wait`
-    before reading :attr:`crcs`.
-    """
-
-    def __init__(self, files: Sequence[BinaryIO], stack: ExitStack, threads: ChecksumThreads | None = None) -> None:
-        self._files = files
-        self._stack = stack
-        self._threads = threads
-        self._pool: ThreadPoolExecutor | None = None
-        self._pending: Future[None] | None = None
-        self.sizes = [0] * len(files)
-        self.crcs = [0] * len(files)
-
-    def write(self, j: int, data: bytes | memoryview) -> None:
-        """Write ``data`` to file ``j``."""
-        self.sizes[j] += len(data)
-        if self._pool is None:
-            if len(data) < _CHECKSUM_APART_ABOVE:
-                self._add(j, data)
-                self._files[j].write(data)
-                return
-            shared = self._threads.pool() if self._threads is not None else None
-            if shared is not None:
-                self._pool = shared
-            else:
-                self._pool = self._stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="lazyseq-crc32"))
-        self.wait()
-        self._pending = self._pool.submit(self._add, j, data)  # which holds on to the buffer until it is summed
-        self._files[j].write(data)
-
-    def _add(self, j: int, data: bytes | memoryview) -> None:
-        self.crcs[j] = zlib.crc32(data, self.crcs[j])
-
-    def wait(self) -> None:
-        """Wait until every buffer written so far is summed."""
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            pending.result()
+def _crc32_of(path: str) -> str:
+    crc = 0
+    with open(path, "rb") as file:
+        while chunk := file.read(_READ_SIZE):
+            crc = zlib.crc32(chunk, crc)
+    return f"crc32:{crc:08x}"
 
 
 def _bytes_of(array: np.ndarray) -> memoryview:

@@ -53,18 +53,25 @@ class Field:
 
 @dataclass(frozen=True)
 class ShardFile:
-    """One ``.npy`` file as written: its name in the directory, its size and the CRC-32 of all its bytes."""
+    """One ``.npy`` file as written: its name in the directory, its size, and the checksum of all its bytes.
+
+    ``checksum`` names its kind: ``"sum64:"`` and 32 hexadecimal digits (see
+    :mod:`.checksum`), or, in a manifest written by version 1 of the format,
+    ``"crc32:"`` and the 8 of ``zlib.crc32``.
+    """
 
     name: str
     size: int
-    crc32: int
+    checksum: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "bytes": self.size, "crc32": self.crc32}
+        kind, digits = self.checksum.split(":")
+        return {"name": self.name, "bytes": self.size, kind: digits if kind == "sum64" else int(digits, 16)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ShardFile:
-        return cls(str(data["name"]), int(data["bytes"]), int(data["crc32"]))
+        checksum = f"sum64:{data['sum64']}" if "sum64" in data else f"crc32:{int(data['crc32']):08x}"
+        return cls(str(data["name"]), int(data["bytes"]), checksum)
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from ..views.itemtypes import SequenceLike
 from ..views.sources import as_view
 from .npy import open_npy
 from .shard_directory import ProgressLog, finish, prepare
-from .shard_files import ChecksumThreads, matches, npy_header, remove_temporaries, write_npy_files
+from .shard_files import matches, npy_header, remove_temporaries, write_npy_files
 from .shard_layout import Layout, ShardRecord, read_batch
 from .shard_sync import Syncer, sync_file
 
@@ -61,7 +61,6 @@ class ShardWrites(View[ShardRecord]):
         trusted: dict[int, ShardRecord],
         *,
         sync: bool,
-        writers: int = 1,
     ) -> None:
         self._items = items
         self._parents = (items,)
@@ -71,7 +70,6 @@ class ShardWrites(View[ShardRecord]):
         self._sync = sync
         self._len = layout.shard_count
         self._writing = _InProgress()
-        self._checksums = ChecksumThreads(writers)  # up to one per thread of this process writing shards
 
     def _get(self, i: int) -> ShardRecord:
         layout, directory = self._layout, self._directory
@@ -86,9 +84,7 @@ class ShardWrites(View[ShardRecord]):
                 return known
         headers = [npy_header(field, len(rows)) for field in layout.fields]
         with self._writing:
-            files = write_npy_files(
-                directory, names, headers, self._blocks(rows), sync=self._sync, checksums=self._checksums
-            )
+            files = write_npy_files(directory, names, headers, self._blocks(rows), sync=self._sync)
         return ShardRecord(i, len(rows), files)
 
     def _blocks(self, rows: range) -> Iterator[list[np.ndarray]]:
@@ -100,10 +96,6 @@ class ShardWrites(View[ShardRecord]):
     def abandon(self) -> None:
         """Stop the shards being written in this process, and wait until they have cleaned up."""
         self._writing.abandon()
-
-    def close(self) -> None:
-        """Stop this process's checksum threads (the shards are written)."""
-        self._checksums.close()
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_writing": None}  # a worker process has its own
@@ -176,7 +168,8 @@ def write_npy(
 
     ``manifest.json``, written last, lists the fields (dtype, row shape),
     the parameters, and each shard's rows and files with their sizes and
-    CRC-32; :func:`~lazyseq.open_npy` opens the directory through it, and
+    checksums (two 64-bit sums of each file's words, see
+    :mod:`lazyseq.io.checksum`); :func:`~lazyseq.open_npy` opens the directory through it, and
     the result is that view. Every file is written under a temporary name
     and renamed once complete, so a process killed at any point leaves
     complete files under final names. With ``sync=True`` (the default) the
@@ -236,8 +229,7 @@ def write_npy(
     # A Ray worker may run on another machine, whose cache a sync by name from here would not reach: it syncs
     # the files it writes itself. Other shards are synced by this process, off the path of the computation.
     writers_sync = sync and options.method == "ray" and options.nworkers > 0
-    writers = options.nworkers if options.method == "thread" else 1  # threads of one process writing at once
-    writes = ShardWrites(items, layout, directory, trusted, sync=writers_sync, writers=max(1, writers))
+    writes = ShardWrites(items, layout, directory, trusted, sync=writers_sync)
     ahead = Buffering.resolve(None, options, default=2 * max(1, options.nworkers))  # Ray: three runs per worker
     loader: PrefetchView[ShardRecord] = PrefetchView(writes, options, ahead, shm_size=0)
     records = []
@@ -263,11 +255,9 @@ def write_npy(
     except BaseException:  # the shards still in progress are of no use: stop them, and leave no temporary file
         writes.abandon()
         loader.close()
-        writes.close()
         remove_temporaries(directory)
         raise
     loader.close()
-    writes.close()
     finish(directory, layout, parameters, records, sync)
     return open_npy(directory)
 

