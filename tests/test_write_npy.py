@@ -142,6 +142,22 @@ def test_shards_are_read_in_vectorized_blocks(tmp_path, monkeypatch):
     ]
 
 
+def test_rows_that_arrays_hold_are_written_from_where_they_are(tmp_path, monkeypatch):
+    monkeypatch.setattr("lazyseq.io.shard_layout.BLOCK_BYTES", 4 * 8)  # blocks of 4 rows of 8 bytes
+    for k, part in enumerate(np.split(np.arange(30, dtype=np.float64), [10, 22])):
+        np.save(tmp_path / f"part-{k}.npy", part)
+    source = lazyseq.open_npy(sorted(str(p) for p in tmp_path.glob("part-*.npy")))[1:]
+    copies = []
+    many = type(source)._get_many
+    monkeypatch.setattr(type(source), "_get_many", lambda self, idx: copies.append(idx) or many(self, idx))
+    written = lazyseq.write_npy(source, tmp_path / "out", rows_per_shard=10)
+    assert copies == [range(0, 1), range(8, 10), range(20, 24)]  # the first item, and blocks across two files
+    np.testing.assert_array_equal(
+        np.concatenate([np.load(p) for p in sorted((tmp_path / "out").glob("*.npy"))]), np.arange(1, 30)
+    )
+    assert len(written) == 29
+
+
 # -- atomic and resumable ----------------------------------------------------------
 
 

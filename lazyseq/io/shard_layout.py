@@ -176,8 +176,13 @@ class Layout:
         return arrays
 
     def read(self, view: View, rows: range) -> list[np.ndarray]:
-        """Items ``rows`` of ``view``, read with one vectorized call, as one array per field."""
-        return self.field_arrays(read_batch(view, rows), rows)
+        """Items ``rows`` of ``view``, read with one vectorized call, as one array per field.
+
+        Rows that an array holds as they are (``open_npy``, an array, slices
+        and concatenations of them) are given as that array, not copied.
+        """
+        stored = view._stored_rows(rows) if self.kind == "array" else None
+        return self.field_arrays(read_batch(view, rows) if stored is None else stored, rows)
 
     # -- JSON --------------------------------------------------------------------
 

@@ -70,6 +70,16 @@ class View(Fluent[T_co], Sequence[T_co]):
         """
         return self._get(i)
 
+    def _stored_rows(self, rows: range) -> np.ndarray | None:
+        """Items ``rows`` (valid, in order, step 1) as the array that holds them, read-only and not copied.
+
+        None (the default) where they are not rows of one array as they
+        stand: only array sources, and views that pass their rows through
+        unchanged, have them. A reader that only copies the items somewhere
+        (``write_npy``) then reads them where they are.
+        """
+        return None
+
     def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         """The (parent, index) pairs that item ``i`` is read from."""
         return ()

@@ -95,6 +95,14 @@ class ConcatenateView(View):
             return parts[0]._get_many(idx) if parts else []
         return scatter(pieces, positions, len(idx))
 
+    def _stored_rows(self, rows: range) -> np.ndarray | None:
+        if not rows:
+            return None
+        (part, first), (last_part, _) = self._locate(rows.start), self._locate(rows.stop - 1)
+        if part != last_part:
+            return None
+        return self._parents[part]._stored_rows(range(first, first + len(rows)))
+
     def _set(self, i: int, value: Any) -> None:
         p, j = self._locate(i)
         self._parents[p]._set(j, value)

@@ -49,6 +49,12 @@ class GatherView(View):
     def _get_many(self, idx: Positions) -> Any:
         return self._parent._get_many(compose(self._positions, idx))
 
+    def _stored_rows(self, rows: range) -> np.ndarray | None:
+        positions = compose(self._positions, rows)
+        if type(positions) is not range or positions.step != 1:
+            return None
+        return self._parent._stored_rows(positions)
+
     def _set(self, i: int, value: Any) -> None:
         self._parent._set(self._position(i), value)
 

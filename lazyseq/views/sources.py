@@ -50,6 +50,11 @@ class ArraySource(View):
         # and copies that back, for fear of failing half-way
         return array.take(idx, axis=0, out=out, mode="clip")
 
+    def _stored_rows(self, rows: range) -> np.ndarray:
+        stored = self._array[rows.start : rows.stop].view()
+        stored.flags.writeable = False
+        return stored
+
     def _set(self, i: int, value: Any) -> None:
         self._array[i] = value
 
