@@ -14,6 +14,7 @@ from ..views.collate import CollateView
 from ..views.concatenate import ConcatenateView
 from ..views.sources import ArraySource
 from .shard_directory import MANIFEST, read_manifest
+from .shard_files import npy_header
 from .shard_layout import Field, ShardFile
 
 __all__ = ["open_npy"]
@@ -115,6 +116,11 @@ def _open_shard(directory: str, file: ShardFile, field: Field, rows: int, manife
             f"replaced; {redo}"
         )
     shape = (rows, *field.row_shape)
+    header = npy_header(field, rows)
+    if size > len(header):  # np.memmap maps no empty array
+        with open(path, "rb") as opened:
+            if opened.read(len(header)) == header:  # as write_npy writes it: nothing left to check
+                return np.memmap(opened, field.dtype, "r", offset=len(header), shape=shape)
     try:
         _check_npy_magic(path)
         array = np.load(path, mmap_mode="r")
