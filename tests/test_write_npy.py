@@ -2,6 +2,7 @@
 
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -388,6 +389,85 @@ def test_a_directory_written_by_version_1_with_crc32s_is_read_and_resumed(tmp_pa
     computed.clear()
     lazyseq.write_npy(pipeline(N, computed=computed), tmp_path, rows_per_shard=10)
     assert computed == [0]
+
+
+def test_a_record_with_a_garbled_checksum_is_refused_or_redone(tmp_path, reference):
+    lazyseq.write_npy(pipeline(N), tmp_path, rows_per_shard=10)
+    manifest_path = tmp_path / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["shards"][2]["files"][0]["sum64"] = "ab:cd"
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(ValueError) as info:
+        lazyseq.open_npy(tmp_path)
+    assert str(info.value) == (
+        f"open_npy: {manifest_path} is not a write_npy manifest: ValueError: the checksum of f0-00002.npy is "
+        "'ab:cd', not 32 hexadecimal digits"
+    )
+    del manifest["shards"][2]["files"][0]["sum64"]
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(ValueError) as info:
+        lazyseq.open_npy(tmp_path)
+    assert str(info.value) == (
+        f"open_npy: {manifest_path} is not a write_npy manifest: ValueError: the record of f0-00002.npy has no checksum"
+    )
+
+
+def test_a_garbled_record_in_the_progress_log_is_redone(tmp_path, reference):
+    lazyseq.write_npy(pipeline(N), tmp_path, rows_per_shard=10)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    manifest["shards"][3]["files"][1]["sum64"] = 12
+    header = {key: value for key, value in manifest.items() if key != "shards"}
+    lines = [json.dumps(header)] + [json.dumps(shard) for shard in manifest["shards"]]
+    (tmp_path / "progress.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp_path / "manifest.json").unlink()
+    computed = []
+    lazyseq.write_npy(pipeline(N, computed=computed), tmp_path, rows_per_shard=10)
+    assert sorted(computed) == [0, *range(30, 40)]
+    assert contents(tmp_path) == reference
+
+
+def test_a_directory_of_an_unknown_version_is_refused(tmp_path):
+    lazyseq.write_npy(pipeline(N), tmp_path, rows_per_shard=10)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    manifest["version"] = 3
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError) as info:
+        lazyseq.open_npy(tmp_path)
+    assert str(info.value) == (
+        f"open_npy: {tmp_path / 'manifest.json'} is not a write_npy manifest: ValueError: it is version 3 of the "
+        "format; this lazyseq reads versions 1 and 2"
+    )
+
+
+def test_shards_open_as_memory_maps_that_travel_like_np_load_s(tmp_path):
+    written = lazyseq.write_npy(pipeline(N), tmp_path, rows_per_shard=10)
+    for field in written._parents:
+        for part in field._parents:
+            loaded = np.load(part.source.filename, mmap_mode="r")
+            assert (part.source.filename, part.source.offset, part.source.mode) == (
+                loaded.filename,
+                loaded.offset,
+                loaded.mode,
+            )
+            travelled = pickle.loads(pickle.dumps(part))
+            assert isinstance(travelled.source, np.memmap)
+            np.testing.assert_array_equal(travelled.source, loaded)
+    x, index = expected()
+    np.testing.assert_array_equal(lazyseq.batch(written, N)[0][1], index)
+
+
+def test_a_shard_cut_short_under_a_manifest_that_agrees_is_named_on_open(tmp_path):
+    lazyseq.write_npy(pipeline(N), tmp_path, rows_per_shard=10)
+    shard = tmp_path / "f0-00001.npy"
+    os.truncate(shard, shard.stat().st_size - 8)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    manifest["shards"][1]["files"][0]["bytes"] = shard.stat().st_size
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError) as info:
+        lazyseq.open_npy(tmp_path)
+    message = str(info.value)
+    assert message.startswith(f"open_npy: {shard} has a header that cannot be read (")
+    assert message.endswith("); call write_npy again with the same arguments to redo it")
 
 
 def test_a_missing_shard_is_named_on_open(tmp_path):

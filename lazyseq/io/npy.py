@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import math
 import os
 import zipfile
 from collections.abc import Sequence
@@ -117,7 +118,8 @@ def _open_shard(directory: str, file: ShardFile, field: Field, rows: int, manife
         )
     shape = (rows, *field.row_shape)
     header = npy_header(field, rows)
-    if size > len(header):  # np.memmap maps no empty array
+    data_bytes = rows * field.dtype.itemsize * math.prod(field.row_shape)
+    if size == len(header) + data_bytes and data_bytes:  # np.memmap maps no empty array
         with open(path, "rb") as opened:
             if opened.read(len(header)) == header:  # as write_npy writes it: nothing left to check
                 return np.memmap(opened, field.dtype, "r", offset=len(header), shape=shape)

@@ -186,8 +186,9 @@ def _written(header: dict[str, Any], records: list[dict[str, Any]], complete: bo
     if header.get("format") != FORMAT:
         raise ValueError(f"its format is {header.get('format')!r}, not {FORMAT!r}")
     if header.get("version") not in READABLE_VERSIONS:
+        readable = " and ".join(str(v) for v in READABLE_VERSIONS)
         raise ValueError(
-            f"it is version {header.get('version')!r} of the format; this lazyseq reads versions 1 and {VERSION}"
+            f"it is version {header.get('version')!r} of the format; this lazyseq reads versions {readable}"
         )
     shards = {}
     for data in records:

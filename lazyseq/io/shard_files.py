@@ -21,13 +21,12 @@ from __future__ import annotations
 import io
 import os
 import re
-import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 
 import numpy as np
 
-from .checksum import Sum64, file_sum64
+from .checksum import Sum64, file_crc32, file_sum64
 from .shard_layout import Field, ShardFile
 from .shard_sync import sync_directory
 
@@ -41,7 +40,6 @@ __all__ = [
 ]
 
 _TEMPORARY = re.compile(r"\..+\.[0-9a-f]{8}\.tmp")
-_READ_SIZE = 8 * 2**20
 
 
 def npy_header(field: Field, rows: int) -> bytes:
@@ -116,22 +114,19 @@ def write_npy_files(
     """
     paths = [os.path.join(directory, name) for name in names]
     temporaries = [temporary_name(path) for path in paths]
-    sums = [Sum64() for _ in names]
-    sizes = [0] * len(names)
-
-    def write(j: int, data: bytes | memoryview) -> None:
-        sums[j].add(data)
-        sizes[j] += len(data)
-        files[j].write(data)
-
+    sums = [Sum64(header) for header in headers]
+    sizes = [len(header) for header in headers]
     try:
         with ExitStack() as stack:
             files = [stack.enter_context(open(t, "wb")) for t in temporaries]
-            for j, header in enumerate(headers):
-                write(j, header)
+            for file, header in zip(files, headers):
+                file.write(header)
             for arrays in blocks:
                 for j, array in enumerate(arrays):
-                    write(j, _bytes_of(array))
+                    data = _bytes_of(array)
+                    sums[j].add(data)  # while the bytes are in the processor's caches
+                    sizes[j] += len(data)
+                    files[j].write(data)
             if sync:
                 for file in files:
                     file.flush()
@@ -142,7 +137,7 @@ def write_npy_files(
         for temporary in temporaries:
             _remove_quietly(temporary)
         raise
-    return tuple(ShardFile(name, size, f"sum64:{summed.hexdigest()}") for name, size, summed in zip(names, sizes, sums))
+    return tuple(ShardFile(name, size, summed.hexdigest()) for name, size, summed in zip(names, sizes, sums))
 
 
 def matches(directory: str, expected: ShardFile) -> bool:
@@ -151,20 +146,10 @@ def matches(directory: str, expected: ShardFile) -> bool:
     try:
         if os.stat(path).st_size != expected.size:
             return False
-        if expected.checksum.startswith("crc32:"):  # recorded by version 1 of the format
-            return _crc32_of(path) == expected.checksum
-        size, summed = file_sum64(path)
-        return (size, f"sum64:{summed}") == (expected.size, expected.checksum)
+        summed = file_crc32 if expected.kind == "crc32" else file_sum64  # CRC-32: recorded by version 1
+        return summed(path) == (expected.size, expected.checksum)
     except FileNotFoundError:
         return False
-
-
-def _crc32_of(path: str) -> str:
-    crc = 0
-    with open(path, "rb") as file:
-        while chunk := file.read(_READ_SIZE):
-            crc = zlib.crc32(chunk, crc)
-    return f"crc32:{crc:08x}"
 
 
 def _bytes_of(array: np.ndarray) -> memoryview:

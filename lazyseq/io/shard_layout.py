@@ -27,6 +27,7 @@ __all__ = ["BLOCK_BYTES", "Field", "Layout", "ShardFile", "ShardRecord", "read_b
 BLOCK_BYTES = 4 * 2**20  # about how much of a shard is computed (and held in memory) at once
 ARRAY_FIELD = "data"  # the name of the one field of array items
 _FIELD_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=-]*")  # a dict key that can be part of a file name
+_SUM64 = re.compile(r"[0-9a-f]{32}")
 
 Kind = Literal["array", "tuple", "dict"]
 
@@ -55,23 +56,31 @@ class Field:
 class ShardFile:
     """One ``.npy`` file as written: its name in the directory, its size, and the checksum of all its bytes.
 
-    ``checksum`` names its kind: ``"sum64:"`` and 32 hexadecimal digits (see
-    :mod:`.checksum`), or, in a manifest written by version 1 of the format,
-    ``"crc32:"`` and the 8 of ``zlib.crc32``.
+    ``checksum`` is hexadecimal digits of the kind ``kind`` names: ``"sum64"``
+    (32 digits, see :mod:`.checksum`), or, in records written by version 1 of
+    the format, ``"crc32"`` (8 digits of ``zlib.crc32``; a number in JSON).
     """
 
     name: str
     size: int
     checksum: str
+    kind: str = "sum64"
 
     def to_json(self) -> dict[str, Any]:
-        kind, digits = self.checksum.split(":")
-        return {"name": self.name, "bytes": self.size, kind: digits if kind == "sum64" else int(digits, 16)}
+        value = self.checksum if self.kind == "sum64" else int(self.checksum, 16)
+        return {"name": self.name, "bytes": self.size, self.kind: value}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ShardFile:
-        checksum = f"sum64:{data['sum64']}" if "sum64" in data else f"crc32:{int(data['crc32']):08x}"
-        return cls(str(data["name"]), int(data["bytes"]), checksum)
+        name, size = str(data["name"]), int(data["bytes"])
+        if "sum64" in data:
+            digits = data["sum64"]
+            if not isinstance(digits, str) or not _SUM64.fullmatch(digits):
+                raise ValueError(f"the checksum of {name} is {digits!r}, not 32 hexadecimal digits")
+            return cls(name, size, digits)
+        if "crc32" in data:
+            return cls(name, size, f"{int(data['crc32']):08x}", "crc32")
+        raise ValueError(f"the record of {name} has no checksum")
 
 
 @dataclass(frozen=True)

@@ -169,8 +169,8 @@ def write_npy(
     ``manifest.json``, written last, lists the fields (dtype, row shape),
     the parameters, and each shard's rows and files with their sizes and
     checksums (two 64-bit sums of each file's words, see
-    :mod:`lazyseq.io.checksum`); :func:`~lazyseq.open_npy` opens the directory through it, and
-    the result is that view. Every file is written under a temporary name
+    :mod:`lazyseq.io.checksum`); :func:`~lazyseq.open_npy` opens the
+    directory through it, and the result is that view. Every file is written under a temporary name
     and renamed once complete, so a process killed at any point leaves
     complete files under final names. With ``sync=True`` (the default) the
     manifest lasts through a power loss, and so does everything it lists: it
