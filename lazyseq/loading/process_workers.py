@@ -1,21 +1,21 @@
 """Worker processes, as seen from the consumer: tasks out over pipes, results back through shared slots.
 
-The consumer's thread does all the bookkeeping itself (no helper thread): it
-keeps the tasks it was given in a backlog, sends each worker about
-``QUEUED_SECONDS`` of work at a time (at least two tasks: the one it computes
-and the next; with a free shared-memory slot when there is one), and sends
-more whenever it collects results, so that whichever worker is free first
-takes the next task: a worker that runs slower (on a busier core, or given
-costlier items) gets fewer. Cheap tasks thus go out several to a message.
-Every wait also watches the workers' process sentinels, so a worker that dies
-is noticed at once.
+The consumer's thread does the bookkeeping: it keeps the tasks it was given
+in a backlog, sends each worker about ``QUEUED_SECONDS`` of work at a time (at
+least two tasks: the one it computes and the next; with a free shared-memory
+slot when there is one), and sends more whenever it collects results, so that
+whichever worker is free first takes the next task: a worker that runs slower
+(on a busier core, or given costlier items) gets fewer. Cheap tasks thus go
+out several to a message. What the workers send back is read and decoded as
+it arrives by a thread of its own (:mod:`.message_reader`), which also
+watches the workers' process sentinels, so a worker that dies is noticed at
+once.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
-import select
 import sys
 from collections.abc import Callable, Hashable, Sequence
 from multiprocessing.connection import wait
@@ -28,6 +28,7 @@ from .backends import Done
 from .blas_limits import limits_for_workers
 from .failures import LoaderError, WorkerDied, exit_description, restore
 from .item_cost import ItemCost
+from .message_reader import EXITED, MessageReader, Unreadable
 from .messages import (
     PickledResult,
     Ready,
@@ -38,7 +39,6 @@ from .messages import (
     Task,
     UseSlots,
     WorkerStart,
-    decode,
     encode,
 )
 from .options import LoaderOptions, serialize
@@ -52,7 +52,6 @@ __all__ = ["ProcessWorkers"]
 STOP_SECONDS = 0.5  # grace for workers to finish their task after "stop", before SIGTERM
 QUEUED_SECONDS = 0.002  # work each worker holds: the granularity with which the workers share the tasks
 MIN_DEPTH = 2  # tasks a worker holds at least: the one it computes and the next, so that it never waits for one
-READ_BYTES = 1 << 16  # below malloc's mmap threshold: a larger read buffer costs more than it saves
 
 
 def check_main_module(start_method: str, owner: str) -> None:
@@ -108,6 +107,7 @@ class ProcessWorkers:
         self._slot_count = slot_count
         self._slot_bytes = slot_bytes
         self._slots: SharedSlots | None = None
+        self._reader: MessageReader | None = None
         self.closed = False
         context = multiprocessing.get_context(options.start_method)
         # Every worker seeds numpy's global generator first thing; numpy imports numpy.random at first use, which
@@ -143,15 +143,15 @@ class ProcessWorkers:
         except BaseException:
             self.close()
             raise
-        # One poll object for every wait (multiprocessing's wait() builds a selector per call); results are
-        # read as raw bytes, so that the messages that have arrived from a worker take one system call.
-        self._sentinels = {p.sentinel: k for k, p in enumerate(self._processes)}
-        self._conn_fds = {conn.fileno(): k for k, conn in enumerate(self._conns)}
-        self._conn_fds_by_worker = [conn.fileno() for conn in self._conns]
-        self._unread = [bytearray() for _ in self._conns]  # bytes of messages not complete yet
-        self._poller = select.poll()
-        for fd in [*self._conn_fds, *self._sentinels]:
-            self._poller.register(fd, select.POLLIN)
+        try:
+            self._reader = MessageReader(
+                [conn.fileno() for conn in self._conns],
+                [p.sentinel for p in self._processes],
+                name=f"lazyseq-{owner}-reader",
+            )
+        except BaseException:
+            self.close()
+            raise
         if slot_bytes:
             try:
                 self._make_slots(slot_bytes)
@@ -218,52 +218,26 @@ class ProcessWorkers:
     def poll(self, timeout: float) -> list[Done]:
         """The results that have arrived, waiting up to ``timeout`` seconds for one; then the next tasks go out."""
         found = self._backlog.take_skipped()
-        events = self._poller.poll(0 if found else timeout * 1000)
-        dead = []
-        for fd, _ in events:
-            k = self._conn_fds.get(fd)
-            if k is not None:
-                self._drain(k, found)
+        reader = self._reader
+        assert reader is not None, "poll() after close()"
+        arrived = reader.take(0 if found else timeout)
+        exited = []
+        for k, message in arrived:
+            if message is EXITED:
+                exited.append(k)
+            elif type(message) is Unreadable:
+                self.close()
+                raise LoaderError(f"{self._owner}: {message}") from message.__cause__
             else:
-                dead.append(self._sentinels[fd])
-        for k in dead:
+                self._receive(k, message, found)
+        for k in exited:
             self._died(k)
         self._dispatch()
         return found
 
     def fds(self) -> list[int]:
-        """The pipes from the workers and their sentinels: readable when a result or a death is waiting."""
-        return [*self._conn_fds, *self._sentinels]
-
-    def _drain(self, k: int, found: list) -> None:
-        """Read what worker ``k`` sent, all messages of it in one system call where they fit."""
-        try:
-            chunk = os.read(self._conn_fds_by_worker[k], READ_BYTES)
-        except OSError:
-            return  # the sentinel says why
-        pending = self._unread[k]
-        pending += chunk
-        # multiprocessing's framing: a 4-byte big-endian length, or -1 then an 8-byte length
-        start, end, messages = 0, len(pending), []
-        while end - start >= 4:
-            size = int.from_bytes(pending[start : start + 4], "big", signed=True)
-            header = 4
-            if size == -1:
-                if end - start < 12:
-                    break
-                size, header = int.from_bytes(pending[start + 4 : start + 12], "big"), 12
-            if end - start < header + size:
-                break
-            messages.append(pending[start + header : start + header + size])
-            start += header + size
-        del pending[:start]  # before anything can fail: a message is never read twice
-        for raw in messages:
-            try:
-                message = decode(raw)
-            except Exception as error:
-                self.close()
-                raise LoaderError(f"{self._owner}: a message from worker process {k} could not be read") from error
-            self._receive(k, message, found)
+        """Descriptors that become readable when a result or a death is waiting."""
+        return [] if self._reader is None else self._reader.fds()
 
     def _receive(self, k: int, message: Any, found: list[Done]) -> None:
         kind = type(message)
@@ -325,6 +299,8 @@ class ProcessWorkers:
         if self.closed:
             return
         self.closed = True
+        if self._reader is not None:
+            self._reader.close()
         for conn in self._conns:
             try:
                 conn.send_bytes(encode(Stop()))

@@ -1,0 +1,133 @@
+import os
+import select
+import threading
+
+import numpy as np
+import pytest
+
+import lazyseq
+from lazyseq.loading import message_reader
+from lazyseq.loading.message_reader import EXITED, MessageReader, Unreadable
+from lazyseq.loading.messages import Ready, Task, TaskFailed, encode
+
+
+def framed(message) -> bytes:
+    data = encode(message)
+    return len(data).to_bytes(4, "big") + data
+
+
+class FakeWorkers:
+    """Two "workers": a pipe each for their messages, and a pipe each whose closing stands for the process's exit."""
+
+    def __init__(self):
+        self.pipes = [os.pipe() for _ in range(2)]
+        self.lives = [os.pipe() for _ in range(2)]
+        self.reader = MessageReader([r for r, _ in self.pipes], [r for r, _ in self.lives], "lazyseq-test-reader")
+
+    def send(self, k, data):
+        os.write(self.pipes[k][1], data)
+
+    def exit(self, k):
+        os.close(self.lives[k][1])
+
+    def close(self):
+        self.reader.close()
+        for r, w in self.pipes:
+            os.close(r)
+            os.close(w)
+        for r, w in self.lives:
+            os.close(r)
+            try:
+                os.close(w)
+            except OSError:  # already closed by exit()
+                pass
+
+
+@pytest.fixture
+def workers():
+    made = FakeWorkers()
+    yield made
+    made.close()
+    assert [t.name for t in threading.enumerate() if t.name.startswith("lazyseq-")] == []
+
+
+def in_background(monkeypatch, reader):
+    """From the next take on, the reader's thread reads (as it does for a consumer away between reads)."""
+    monkeypatch.setattr(message_reader, "BACKGROUND_ABOVE", -1.0)
+    monkeypatch.setattr(message_reader, "FOREGROUND_BELOW", -1.0)
+    assert reader.take(0) == []  # the first take only starts the clock
+    assert reader.take(0) == []
+
+
+def test_the_consumer_reads_messages_in_order_split_anywhere_and_then_the_exit(workers):
+    assert workers.reader.take(0) == []
+    data = framed(Ready(0, 123)) + framed(Task(1, 1, -1)) + framed(Task(2, 2, 3))
+    workers.send(0, data[:3])
+    assert workers.reader.take(0) == []  # not a whole message yet
+    workers.send(1, framed(Task(9, None, 0)))
+    workers.send(0, data[3:20])
+    workers.send(0, data[20:])
+    workers.exit(0)
+    taken = []
+    while (0, EXITED) not in taken:
+        taken += workers.reader.take(10.0)
+    assert [pair for pair in taken if pair[0] == 1] == [(1, Task(9, None, 0))]
+    assert [pair for pair in taken if pair[0] == 0] == [
+        (0, Ready(0, 123)),
+        (0, Task(1, 1, -1)),
+        (0, Task(2, 2, 3)),
+        (0, EXITED),
+    ]
+    assert workers.reader.take(0) == []  # an exit is reported once
+
+
+def test_a_consumer_away_between_reads_finds_them_read_by_the_thread(workers, monkeypatch):
+    in_background(monkeypatch, workers.reader)
+    signal = workers.reader.fds()[0]
+    workers.send(1, framed(Task(4, 4, 0)) + framed(TaskFailed(5, -1, None)))
+    workers.exit(1)
+    arrived = []
+    while len(arrived) < 3:
+        assert select.select([signal], [], [], 10.0)[0] == [signal]  # the thread read them: it says so
+        arrived += workers.reader.take(0)
+    assert arrived == [(1, Task(4, 4, 0)), (1, TaskFailed(5, -1, None)), (1, EXITED)]
+
+
+def test_bytes_that_are_not_a_message_are_reported_and_reading_goes_on(workers):
+    workers.send(0, (3).to_bytes(4, "big") + b"zzz" + framed(Ready(0, 123)))
+    taken = []
+    while len(taken) < 2:
+        taken += workers.reader.take(1.0)
+    (k, error), ready = taken
+    assert (k, type(error), str(error)) == (0, Unreadable, "a message from worker process 0 could not be read")
+    assert str(error.__cause__) == "unknown message kind 0x7a"
+    assert ready == (0, Ready(0, 123))
+
+
+def test_the_away_time_policy():
+    away = message_reader.AwayTime()
+    # one read after a training step of 5 ms is enough to read in the background; 8 back to back, to stop
+    changes = [away.returned(seconds) for seconds in [0.005] * 4 + [1e-6] * 10]
+    assert changes == [True, False, False, False] + [False] * 8 + [True, False]
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_process_loaders_read_by_either_side_give_every_item_and_report_a_death(monkeypatch, background):
+    if background:
+        monkeypatch.setattr(message_reader, "BACKGROUND_ABOVE", -1.0)
+        monkeypatch.setattr(message_reader, "FOREGROUND_BELOW", -1.0)
+    data = lazyseq.smap(lambda i: np.full(3, i), range(40))
+    with lazyseq.prefetch(data, nworkers=2, method="process", inline_below=0) as ahead:
+        assert [int(item[0]) for item in ahead] == list(range(40))
+    with lazyseq.prefetch(lazyseq.smap(dies_at_7, range(20)), nworkers=2, method="process") as ahead:
+        with pytest.raises(lazyseq.WorkerDied) as info:
+            list(ahead)
+    message = str(info.value)
+    assert message.startswith("prefetch: worker process ") and "died with exit code 3 while computing item" in message
+    assert [t.name for t in threading.enumerate() if t.name.startswith("lazyseq-")] == []
+
+
+def dies_at_7(i):
+    if i == 7:
+        os._exit(3)
+    return i
