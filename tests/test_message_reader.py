@@ -79,6 +79,7 @@ def test_the_consumer_reads_messages_in_order_split_anywhere_and_then_the_exit(w
         (0, EXITED),
     ]
     assert workers.reader.take(0) == []  # an exit is reported once
+    assert "lazyseq-test-reader" not in [t.name for t in threading.enumerate()]  # a consumer that only reads: no thread
 
 
 def test_a_consumer_away_between_reads_finds_them_read_by_the_thread(workers, monkeypatch):

@@ -92,9 +92,9 @@ class MessageReader:
 
     :meth:`take` gives ``(k, message)`` pairs in the order they arrived (a
     message is :data:`EXITED` once the worker's process ended, or an
-    :class:`Unreadable` error). The thread, named ``name``, is started at
-    once and waits until the consumer goes away; :meth:`close` stops it. The
-    pipes stay open (they belong to the caller).
+    :class:`Unreadable` error). The thread, named ``name``, starts the first
+    time the consumer goes away (a loop that only reads never has one);
+    :meth:`close` stops it. The pipes stay open (they belong to the caller).
     """
 
     def __init__(self, pipes: Sequence[int], sentinels: Sequence[int], name: str) -> None:
@@ -112,7 +112,6 @@ class MessageReader:
         self._stopping = threading.Event()
         self._wake_read, self._wake_write = os.pipe()
         self._thread = threading.Thread(target=self._run, args=([*pipes, *sentinels],), name=name, daemon=True)
-        self._thread.start()
 
     def take(self, timeout: float) -> list[tuple[int, Any]]:
         """What arrived, waiting up to ``timeout`` seconds for something if nothing has."""
@@ -137,7 +136,7 @@ class MessageReader:
         self._stopping.set()
         self._background.set()  # out of its wait
         os.write(self._wake_write, b"s")
-        if threading.current_thread() is not self._thread:
+        if self._thread.ident is not None and threading.current_thread() is not self._thread:
             self._thread.join()
         os.close(self._wake_read)
         os.close(self._wake_write)
@@ -146,6 +145,8 @@ class MessageReader:
     def _switch(self, background: bool) -> None:
         if background:
             self._background.set()
+            if self._thread.ident is None:
+                self._thread.start()
         else:
             self._background.clear()
             os.write(self._wake_write, b"f")  # out of its poll, into its wait
