@@ -32,6 +32,21 @@ def temporaries(directory):
     return [name for name in os.listdir(directory) if name.endswith(".tmp")]
 
 
+def edit_manifest(directory, change):
+    """``change(manifest)`` applied to the manifest of ``directory``, as a damaged or an older one would be."""
+    path = directory / "manifest.json"
+    manifest = json.loads(path.read_text())
+    change(manifest)
+    path.write_text(json.dumps(manifest))
+
+
+def open_error(directory):
+    """The message of the ValueError that opening ``directory`` raises."""
+    with pytest.raises(ValueError) as info:
+        lazyseq.open_npy(directory)
+    return str(info.value)
+
+
 @pytest.fixture
 def reference(tmp_path_factory):
     """An uninterrupted synchronous run, the output every other run must match byte for byte."""
@@ -351,12 +366,8 @@ def test_a_corrupt_shard_is_redone_on_resume_and_a_bad_header_reported_on_open(t
     assert contents(tmp_path) == reference
     other = tmp_path / "f0-00001.npy"
     np.save(other, np.zeros((10, 4), np.float32))  # another dtype, so another size too: rewrite the size
-    manifest = json.loads((tmp_path / "manifest.json").read_text())
-    manifest["shards"][1]["files"][0]["bytes"] = other.stat().st_size
-    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(ValueError) as info:
-        lazyseq.open_npy(tmp_path)
-    assert str(info.value) == (
+    edit_manifest(tmp_path, lambda manifest: manifest["shards"][1]["files"][0].update(bytes=other.stat().st_size))
+    assert open_error(tmp_path) == (
         f"open_npy: {other} holds float32 values of shape (10, 4), but {tmp_path / 'manifest.json'} says float64 "
         "of shape (10, 4): call write_npy again with the same arguments to redo it"
     )
@@ -364,13 +375,15 @@ def test_a_corrupt_shard_is_redone_on_resume_and_a_bad_header_reported_on_open(t
 
 def test_a_directory_written_by_version_1_with_crc32s_is_read_and_resumed(tmp_path, reference):
     lazyseq.write_npy(pipeline(N), tmp_path, rows_per_shard=10)
-    manifest = json.loads((tmp_path / "manifest.json").read_text())
-    manifest["version"] = 1
-    for shard in manifest["shards"]:
-        for file in shard["files"]:
-            del file["sum64"]
-            file["crc32"] = zlib.crc32((tmp_path / file["name"]).read_bytes())
-    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+
+    def as_version_1(manifest):
+        manifest["version"] = 1
+        for shard in manifest["shards"]:
+            for file in shard["files"]:
+                del file["sum64"]
+                file["crc32"] = zlib.crc32((tmp_path / file["name"]).read_bytes())
+
+    edit_manifest(tmp_path, as_version_1)
     x, index = expected()
     np.testing.assert_array_equal(lazyseq.batch(lazyseq.open_npy(tmp_path), N)[0][0], x)
     shard = tmp_path / "f1-00004.npy"
@@ -393,23 +406,11 @@ def test_a_directory_written_by_version_1_with_crc32s_is_read_and_resumed(tmp_pa
 
 def test_a_record_with_a_garbled_checksum_is_refused_or_redone(tmp_path, reference):
     lazyseq.write_npy(pipeline(N), tmp_path, rows_per_shard=10)
-    manifest_path = tmp_path / "manifest.json"
-    manifest = json.loads(manifest_path.read_text())
-    manifest["shards"][2]["files"][0]["sum64"] = "ab:cd"
-    manifest_path.write_text(json.dumps(manifest))
-    with pytest.raises(ValueError) as info:
-        lazyseq.open_npy(tmp_path)
-    assert str(info.value) == (
-        f"open_npy: {manifest_path} is not a write_npy manifest: ValueError: the checksum of f0-00002.npy is "
-        "'ab:cd', not 32 hexadecimal digits"
-    )
-    del manifest["shards"][2]["files"][0]["sum64"]
-    manifest_path.write_text(json.dumps(manifest))
-    with pytest.raises(ValueError) as info:
-        lazyseq.open_npy(tmp_path)
-    assert str(info.value) == (
-        f"open_npy: {manifest_path} is not a write_npy manifest: ValueError: the record of f0-00002.npy has no checksum"
-    )
+    not_a_manifest = f"open_npy: {tmp_path / 'manifest.json'} is not a write_npy manifest: ValueError: "
+    edit_manifest(tmp_path, lambda manifest: manifest["shards"][2]["files"][0].update(sum64="ab:cd"))
+    assert open_error(tmp_path) == not_a_manifest + "the checksum of f0-00002.npy is 'ab:cd', not 32 hexadecimal digits"
+    edit_manifest(tmp_path, lambda manifest: manifest["shards"][2]["files"][0].pop("sum64"))
+    assert open_error(tmp_path) == not_a_manifest + "the record of f0-00002.npy has no checksum"
 
 
 def test_a_garbled_record_in_the_progress_log_is_redone(tmp_path, reference):
@@ -428,12 +429,8 @@ def test_a_garbled_record_in_the_progress_log_is_redone(tmp_path, reference):
 
 def test_a_directory_of_an_unknown_version_is_refused(tmp_path):
     lazyseq.write_npy(pipeline(N), tmp_path, rows_per_shard=10)
-    manifest = json.loads((tmp_path / "manifest.json").read_text())
-    manifest["version"] = 3
-    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(ValueError) as info:
-        lazyseq.open_npy(tmp_path)
-    assert str(info.value) == (
+    edit_manifest(tmp_path, lambda manifest: manifest.update(version=3))
+    assert open_error(tmp_path) == (
         f"open_npy: {tmp_path / 'manifest.json'} is not a write_npy manifest: ValueError: it is version 3 of the "
         "format; this lazyseq reads versions 1 and 2"
     )
@@ -460,12 +457,8 @@ def test_a_shard_cut_short_under_a_manifest_that_agrees_is_named_on_open(tmp_pat
     lazyseq.write_npy(pipeline(N), tmp_path, rows_per_shard=10)
     shard = tmp_path / "f0-00001.npy"
     os.truncate(shard, shard.stat().st_size - 8)
-    manifest = json.loads((tmp_path / "manifest.json").read_text())
-    manifest["shards"][1]["files"][0]["bytes"] = shard.stat().st_size
-    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(ValueError) as info:
-        lazyseq.open_npy(tmp_path)
-    message = str(info.value)
+    edit_manifest(tmp_path, lambda manifest: manifest["shards"][1]["files"][0].update(bytes=shard.stat().st_size))
+    message = open_error(tmp_path)
     assert message.startswith(f"open_npy: {shard} has a header that cannot be read (")
     assert message.endswith("); call write_npy again with the same arguments to redo it")
 
