@@ -145,7 +145,7 @@ class MessageReader:
     def _switch(self, background: bool) -> None:
         if background:
             self._background.set()
-            if self._thread.ident is None:
+            if self._thread.ident is None and not self._stopping.is_set():
                 self._thread.start()
         else:
             self._background.clear()
