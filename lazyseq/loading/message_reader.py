@@ -111,6 +111,7 @@ class MessageReader:
         self._background = threading.Event()  # set while the thread is to read
         self._stopping = threading.Event()
         self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_write, False)  # a full pipe wakes the thread all the same
         self._thread = threading.Thread(target=self._run, args=([*pipes, *sentinels],), name=name, daemon=True)
 
     def take(self, timeout: float) -> list[tuple[int, Any]]:
@@ -135,7 +136,7 @@ class MessageReader:
             return
         self._stopping.set()
         self._background.set()  # out of its wait
-        os.write(self._wake_write, b"s")
+        self._wake()
         if self._thread.ident is not None and threading.current_thread() is not self._thread:
             self._thread.join()
         os.close(self._wake_read)
@@ -149,7 +150,13 @@ class MessageReader:
                 self._thread.start()
         else:
             self._background.clear()
-            os.write(self._wake_write, b"f")  # out of its poll, into its wait
+            self._wake()  # out of its poll, into its wait
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_write, b"w")
+        except BlockingIOError:
+            pass
 
     def _run(self, fds: list[int]) -> None:
         watch = _Watch([*fds, self._wake_read])
