@@ -1,3 +1,5 @@
+import gc
+import multiprocessing
 import os
 import select
 import threading
@@ -132,3 +134,28 @@ def dies_at_7(i):
     if i == 7:
         os._exit(3)
     return i
+
+
+def test_the_thread_of_a_process_loader_ends_with_it_closed_collected_or_interrupted(monkeypatch):
+    monkeypatch.setattr(message_reader, "BACKGROUND_ABOVE", -1.0)
+    monkeypatch.setattr(message_reader, "FOREGROUND_BELOW", -1.0)
+    gc.collect()
+    fds = len(os.listdir(f"/proc/{os.getpid()}/fd"))
+    data = lazyseq.smap(lambda i: np.full(3, i), range(100))
+    ahead = lazyseq.prefetch(data, nworkers=2, method="process", inline_below=0)
+    items = iter(ahead)
+    assert [int(next(items)[0]) for _ in range(3)] == [0, 1, 2]
+    assert [t.name for t in threading.enumerate() if t.name.endswith("-reader")] == ["lazyseq-prefetch-reader"]
+    del items, ahead
+    gc.collect()
+    assert [t.name for t in threading.enumerate() if t.name.startswith("lazyseq-")] == []
+    with pytest.raises(KeyboardInterrupt):
+        with lazyseq.prefetch(data, nworkers=2, method="process", inline_below=0) as ahead:
+            items = iter(ahead)
+            for _ in range(5):
+                next(items)  # not kept: its slot is released once read
+            raise KeyboardInterrupt
+    assert [t.name for t in threading.enumerate() if t.name.startswith("lazyseq-")] == []
+    assert multiprocessing.active_children() == []
+    gc.collect()
+    assert len(os.listdir(f"/proc/{os.getpid()}/fd")) <= fds
