@@ -5,7 +5,9 @@ read many items at once (``_get_many``, vectorized where it can be), how to
 write one (``_set``) and where item ``i`` comes from (``_sources``). A view
 whose items are batches it builds itself may also say how to build one in
 memory it is given (``_get_into``; a loader's worker process passes the
-shared-memory slot the item goes to, which saves a copy of every batch). Keys,
+shared-memory slot the item goes to, which saves a copy of every batch), and
+a view whose consecutive items are rows of an array as they stand may give
+them without a copy (``_stored_rows``; ``write_npy`` writes them from there). Keys,
 bounds, negative indices, slices, index arrays, errors and ``repr`` are handled
 here, once, for every view.
 """
