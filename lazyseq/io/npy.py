@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import glob
-import math
 import os
 import zipfile
 from collections.abc import Sequence
@@ -118,7 +117,7 @@ def _open_shard(directory: str, file: ShardFile, field: Field, rows: int, manife
         )
     shape = (rows, *field.row_shape)
     header = npy_header(field, rows)
-    data_bytes = rows * field.dtype.itemsize * math.prod(field.row_shape)
+    data_bytes = rows * field.row_bytes
     if size == len(header) + data_bytes and data_bytes:  # np.memmap maps no empty array
         with open(path, "rb") as opened:
             if opened.read(len(header)) == header:  # as write_npy writes it: nothing left to check

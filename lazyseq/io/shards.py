@@ -54,13 +54,7 @@ class ShardWrites(View[ShardRecord]):
     kind = "write_npy"
 
     def __init__(
-        self,
-        items: View,
-        layout: Layout,
-        directory: str,
-        trusted: dict[int, ShardRecord],
-        *,
-        sync: bool,
+        self, items: View, layout: Layout, directory: str, trusted: dict[int, ShardRecord], *, sync: bool
     ) -> None:
         self._items = items
         self._parents = (items,)
@@ -170,14 +164,14 @@ def write_npy(
     the parameters, and each shard's rows and files with their sizes and
     checksums (two 64-bit sums of each file's words, see
     :mod:`lazyseq.io.checksum`); :func:`~lazyseq.open_npy` opens the
-    directory through it, and the result is that view. Every file is written under a temporary name
-    and renamed once complete, so a process killed at any point leaves
-    complete files under final names. With ``sync=True`` (the default) the
-    manifest lasts through a power loss, and so does everything it lists: it
-    is written once every shard's files, and the directory, are synced to
-    disk (by this process, in the background while the next shards are
-    computed; with ``method="ray"``, by the worker that wrote them, before
-    renaming them). ``sync=False`` syncs nothing, files or directory, and
+    directory through it, and the result is that view. Every file is
+    written under a temporary name and renamed once complete, so a process
+    killed at any point leaves complete files under final names. With
+    ``sync=True`` (the default) the manifest lasts through a power loss, and
+    so does everything it lists: it is written once every shard's files, and
+    the directory, are synced to disk (by this process, in the background
+    while the next shards are computed; with ``method="ray"``, by the worker
+    that wrote them, before renaming them). ``sync=False`` syncs nothing, files or directory, and
     writes as fast as the page cache takes the data: a killed process loses
     nothing (the page cache survives it) and a resumed run still finds and
     redoes incomplete shards, but after a power loss (or a crash of the

@@ -219,7 +219,7 @@ class ProcessWorkers:
         """The results that have arrived, waiting up to ``timeout`` seconds for one; then the next tasks go out."""
         found = self._backlog.take_skipped()
         reader = self._reader
-        assert reader is not None, "poll() after close()"
+        assert reader is not None, "poll() on workers that failed to start"
         arrived = reader.take(0 if found else timeout)
         exited = []
         for k, message in arrived:

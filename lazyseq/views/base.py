@@ -7,9 +7,9 @@ whose items are batches it builds itself may also say how to build one in
 memory it is given (``_get_into``; a loader's worker process passes the
 shared-memory slot the item goes to, which saves a copy of every batch), and
 a view whose consecutive items are rows of an array as they stand may give
-them without a copy (``_stored_rows``; ``write_npy`` writes them from there). Keys,
-bounds, negative indices, slices, index arrays, errors and ``repr`` are handled
-here, once, for every view.
+them without a copy (``_stored_rows``; ``write_npy`` writes them from there).
+Keys, bounds, negative indices, slices, index arrays, errors and ``repr`` are
+handled here, once, for every view.
 """
 
 from __future__ import annotations
