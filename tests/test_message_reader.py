@@ -53,10 +53,15 @@ def workers():
     assert [t.name for t in threading.enumerate() if t.name.startswith("lazyseq-")] == []
 
 
-def in_background(monkeypatch, reader):
-    """From the next take on, the reader's thread reads (as it does for a consumer away between reads)."""
+def always_background(monkeypatch):
+    """Every reader's thread reads from a consumer's second take on, however briefly it stays away."""
     monkeypatch.setattr(message_reader, "BACKGROUND_ABOVE", -1.0)
     monkeypatch.setattr(message_reader, "FOREGROUND_BELOW", -1.0)
+
+
+def in_background(monkeypatch, reader):
+    """From the next take on, the reader's thread reads (as it does for a consumer away between reads)."""
+    always_background(monkeypatch)
     assert reader.take(0) == []  # the first take only starts the clock
     assert reader.take(0) == []
 
@@ -117,8 +122,7 @@ def test_the_away_time_policy():
 @pytest.mark.parametrize("background", [False, True])
 def test_process_loaders_read_by_either_side_give_every_item_and_report_a_death(monkeypatch, background):
     if background:
-        monkeypatch.setattr(message_reader, "BACKGROUND_ABOVE", -1.0)
-        monkeypatch.setattr(message_reader, "FOREGROUND_BELOW", -1.0)
+        always_background(monkeypatch)
     data = lazyseq.smap(lambda i: np.full(3, i), range(40))
     with lazyseq.prefetch(data, nworkers=2, method="process", inline_below=0) as ahead:
         assert [int(item[0]) for item in ahead] == list(range(40))
@@ -137,8 +141,7 @@ def dies_at_7(i):
 
 
 def test_the_thread_of_a_process_loader_ends_with_it_closed_collected_or_interrupted(monkeypatch):
-    monkeypatch.setattr(message_reader, "BACKGROUND_ABOVE", -1.0)
-    monkeypatch.setattr(message_reader, "FOREGROUND_BELOW", -1.0)
+    always_background(monkeypatch)
     gc.collect()
     fds = len(os.listdir(f"/proc/{os.getpid()}/fd"))
     data = lazyseq.smap(lambda i: np.full(3, i), range(100))
