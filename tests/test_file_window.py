@@ -76,7 +76,7 @@ def test_positions_outside_the_rows_raise_index_error(tmp_path):
     arrays = [np.load(p, mmap_mode="r") for p in paths]
     window = RowWindow.over([np.asarray(a) for a in arrays], arrays)
     with writing_into(np.zeros(4096, np.uint8)):
-        for bad in ([-1], [13], [1000], [5, 13]):
+        for bad in ([-1], [13], [1000], [5, 13], [1 << 61], [-(1 << 61)]):
             with pytest.raises(IndexError, match="^positions out of range for 13 rows$"):
                 window.rows(np.array(bad, dtype=np.intp))
         assert window.rows(np.array([12, 0], dtype=np.intp)).tolist() == [arrays[2][6].tolist(), arrays[0][0].tolist()]

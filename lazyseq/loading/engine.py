@@ -142,7 +142,8 @@ class Engine:
 
     def room(self) -> int:
         """How many more tasks to send now: 0 until a refill (half the capacity) is worth a message."""
-        capacity = self.capacity
+        size = self.buffering.size
+        capacity = size if size is not None else self.capacity
         room = capacity - len(self.ready) - len(self.pending) + len(self.cancelled)
         if room < max(1, capacity // 2) and self.pending:
             return 0
@@ -248,17 +249,24 @@ class Engine:
             self.collect(0.0)
 
     def wait_for(self, task: Hashable, arg: Any, refill: Refill | None = None) -> Done:
-        """The outcome of ``task`` (sent again if the workers skipped it); ``refill()`` runs after each wait."""
+        """The outcome of ``task`` (sent again if the workers skipped it); ``refill()`` runs before each wait.
+
+        A task that arrived already is taken at once; what else arrived is
+        collected then too, for workers that get their next tasks only then.
+        """
         ready = self.ready
+        if task in ready:
+            self.collect_early()
+            return ready.pop(task)
         if task in self.cancelled:  # wanted after all
             self.workers.resume(task)
             self.cancelled.discard(task)
         while task not in ready:
             if task not in self.pending:  # skipped after a cancel that came too late
                 self.submit([(task, arg)])
-            self.collect(POLL_SECONDS)
             if refill is not None:
                 refill()
+            self.collect(POLL_SECONDS)
         return ready.pop(task)
 
     def next_done(self, refill: Refill) -> Done:

@@ -119,7 +119,6 @@ class PrefetchView(View[T_co]):
 
     def _read(self, engine: Engine, order: ReadOrder, i: int) -> Done:
         steady = order.read(i)
-        engine.collect_early()
         order.capacity = engine.capacity  # for Ray by default, it follows the items' timings
         if not steady or order.frontier is None:
             ahead = order.expected(i) if steady else range(0)
@@ -128,7 +127,6 @@ class PrefetchView(View[T_co]):
         if not engine.holds(i):
             engine.submit([(i, i)])  # before the items expected next, so that it is computed first
         refill = functools.partial(self._refill, engine, order, i)
-        refill()
         done = engine.wait_for(i, i, refill)
         refill()
         return done

@@ -144,8 +144,14 @@ class WorkerSlots:
         self.slot_bytes = slot_bytes
         self._map = mmap.mmap(fd, count * slot_bytes)
         os.close(fd)
-        self._bytes = np.frombuffer(self._map, dtype=np.uint8)
+        memory = np.frombuffer(self._map, dtype=np.uint8)
+        self._slots = [memory[k * slot_bytes : (k + 1) * slot_bytes] for k in range(count)]
+        self._address = memory.ctypes.data
 
     def slot(self, slot: int) -> np.ndarray:
-        start = slot * self.slot_bytes
-        return self._bytes[start : start + self.slot_bytes]
+        """The bytes of ``slot``."""
+        return self._slots[slot]
+
+    def address(self, slot: int) -> int:
+        """Where ``slot`` begins in this process's memory."""
+        return self._address + slot * self.slot_bytes

@@ -32,6 +32,7 @@ from .file_window import FileWindow
 __all__ = ["RowWindow"]
 
 _OUTSIDE = -(1 << 62)  # an offset far below any window: numpy raises IndexError for it, whatever is added
+_lowest = np.minimum.reduce
 
 
 class _Interface:
@@ -112,12 +113,13 @@ class RowWindow:
             files = self._file_window()
             if files is not None:
                 rows, first = files
-                total = self._starts[-1]
-                if len(positions) and (positions.min() < 0 or positions.max() >= total):
-                    raise IndexError(f"positions out of range for {total} rows")
+                where = first[parts]
+                where += positions
+                if len(where) and _lowest(where) < 0:  # a position outside every file (see _file_window)
+                    raise IndexError(f"positions out of range for {self._starts[-1]} rows")
                 out = new_rows((len(positions),), rows.dtype)
                 # mode="clip" on positions checked above: mode="raise" would write into a copy of ``out``
-                return rows.take(first[parts] + positions, out=out, mode="clip").view(self._item)
+                return rows.take(where, out=out, mode="clip").view(self._item)
         offsets = self._first[parts]
         offsets += positions * self._row_bytes
         return self._window[offsets].view(self._item)
@@ -125,12 +127,13 @@ class RowWindow:
     def _file_window(self) -> tuple[np.ndarray, np.ndarray] | None:
         """The files behind the arrays mapped side by side, made at the first call, or None where they cannot be.
 
-        With, like ``_first`` for the strided window, the element where part ``p``'s row 0 would be at ``p + 1``.
+        With, like ``_first`` for the strided window, the element where part ``p``'s row 0 would be at ``p + 1``;
+        positions before and after all parts get an element below zero.
         """
         if not self._files_tried:
             window = FileWindow.over(self._sources) if self._sources else None
             if window is not None:
                 shifted = np.array(window.first, dtype=np.intp) - self._starts[:-1]
-                self._files = window.array, np.concatenate([[0], shifted, [0]]).astype(np.intp)
+                self._files = window.array, np.concatenate([[_OUTSIDE], shifted, [_OUTSIDE]]).astype(np.intp)
             self._files_tried = True
         return self._files
