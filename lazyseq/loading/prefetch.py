@@ -48,6 +48,7 @@ class PrefetchView(View[T_co]):
         self._lock = threading.RLock()
         self._engine: Engine | None = None
         self._order = ReadOrder(self._len, max_buffered.capacity(None))  # each start of the workers begins a new one
+        self._send_ahead: Callable[[], None] = _nothing  # sends the next expected items (see _start)
         self._starts = 0  # how many times workers were started: each start gets new random seeds
 
     # -- lifetime ---------------------------------------------------------------
@@ -63,7 +64,8 @@ class PrefetchView(View[T_co]):
             task_name="item",
         )
         self._starts += 1
-        self._engine, self._order = engine, ReadOrder(self._len, engine.capacity)
+        self._engine, self._order = engine, ReadOrder(self._len, engine.capacity, engine.holds)
+        self._send_ahead = functools.partial(engine.refill, self._order.advance)
         return engine
 
     def close(self) -> None:
@@ -118,24 +120,20 @@ class PrefetchView(View[T_co]):
                 order.frontier = max(cast("set[int]", engine.pending)) + 1
 
     def _read(self, engine: Engine, order: ReadOrder, i: int) -> Done:
+        """Item ``i`` from the workers; the next expected items are sent, up to ``max_buffered`` in all."""
         steady = order.read(i)
-        order.capacity = engine.capacity  # for Ray by default, it follows the items' timings
+        if engine.buffering.size is None:  # for Ray by default, the capacity follows the items' timings
+            order.capacity = engine.capacity
         if not steady or order.frontier is None:
             ahead = order.expected(i) if steady else range(0)
             engine.keep_only(ahead, i)
             order.frontier = i + order.step if len(ahead) else None
         if not engine.holds(i):
             engine.submit([(i, i)])  # before the items expected next, so that it is computed first
-        refill = functools.partial(self._refill, engine, order, i)
-        done = engine.wait_for(i, i, refill)
-        refill()
+        send_ahead = self._send_ahead
+        done = engine.wait_for(i, i, send_ahead)
+        send_ahead()
         return done
-
-    @staticmethod
-    def _refill(engine: Engine, order: ReadOrder, i: int) -> None:
-        """Send the next expected items, up to ``max_buffered`` computed or in progress."""
-        if order.frontier is not None:
-            engine.refill(functools.partial(order.advance, i, holds=engine.holds))
 
     def __iter__(self) -> PrefetchIterator[T_co]:
         return PrefetchIterator(self)
@@ -200,16 +198,22 @@ class PrefetchIterator(Generic[T_co]):
 class ReadOrder:
     """Which items the reader will want next, guessed from the last two reads.
 
+    ``holds(i)`` says whether item ``i`` is computed or on its way already.
+
     >>> order = ReadOrder(length=100, capacity=3)
     >>> [order.read(i) for i in (0, 2, 4)]  # ascending by default; a step of 2 is steady from the third read
     [True, False, True]
     >>> list(order.expected(4))
     [6, 8, 10]
+    >>> order.frontier = 6
+    >>> order.advance(room=2), order.frontier  # the tasks to send after the read of item 4
+    ([(6, 6), (8, 8)], 10)
     """
 
-    def __init__(self, length: int | None, capacity: int) -> None:
+    def __init__(self, length: int | None, capacity: int, holds: Callable[[int], bool] = lambda i: False) -> None:
         self._length = length
         self.capacity = capacity  # how many items are expected ahead
+        self._holds = holds
         self.last = -1  # reads start out assumed to be ascending
         self.step = 1
         self.frontier: int | None = None  # the next item to send while reads go on at this step
@@ -230,10 +234,13 @@ class ReadOrder:
         stop = self._stop(i) if self.step == 1 else i + 1
         return [(j, j) for j in range(i + 1, stop)]
 
-    def advance(self, i: int, room: int, *, holds: Callable[[int], bool]) -> list[tuple[int, int]]:
-        """Up to ``room`` tasks for the expected items not held yet, moving the frontier past them."""
-        step, stop, frontier = self.step, self._stop(i), self.frontier
-        assert frontier is not None, "advance() while no items are expected"
+    def advance(self, room: int) -> list[tuple[int, int]]:
+        """Up to ``room`` tasks for the items expected after the last read and not held yet, moving the frontier."""
+        frontier = self.frontier
+        if frontier is None:  # reads follow no step: nothing is expected
+            return []
+        i, step, holds = self.last, self.step, self._holds
+        stop = self._stop(i)
         if (frontier - (i + step)) * step < 0:  # fell behind the reader
             frontier = i + step
         tasks = []
@@ -250,6 +257,10 @@ class ReadOrder:
         stop = i + self.step * (self.capacity + 1)
         n = self._length
         return stop if n is None else max(-1, min(n, stop))
+
+
+def _nothing() -> None:
+    pass
 
 
 def prefetch(
