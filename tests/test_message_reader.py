@@ -89,6 +89,20 @@ def test_the_consumer_reads_messages_in_order_split_anywhere_and_then_the_exit(w
     assert "lazyseq-test-reader" not in [t.name for t in threading.enumerate()]  # a consumer that only reads: no thread
 
 
+def test_the_long_length_form_and_a_read_that_ends_inside_a_message(workers):
+    long_form = encode(Task(7, 7, 1))
+    long_form = b"\xff\xff\xff\xff" + len(long_form).to_bytes(8, "big") + long_form  # as written for 2 GiB and more
+    data = framed(Ready(0, 5)) + long_form + framed(Task(8, 8, 2))
+    for cut in (2, 6, len(framed(Ready(0, 5))) + 7, len(data) - 1):  # in a length, in a long length, in a message
+        assert workers.reader.take(0) == []
+        workers.send(0, data[:cut])
+        taken = workers.reader.take(10.0)
+        workers.send(0, data[cut:])
+        while len(taken) < 3:
+            taken += workers.reader.take(10.0)
+        assert taken == [(0, Ready(0, 5)), (0, Task(7, 7, 1)), (0, Task(8, 8, 2))]
+
+
 def test_a_consumer_away_between_reads_finds_them_read_by_the_thread(workers, monkeypatch):
     in_background(monkeypatch, workers.reader)
     signal = workers.reader.fds()[0]

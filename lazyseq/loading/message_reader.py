@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import select
+import struct
 import threading
 from collections.abc import Iterable, Sequence
 from time import perf_counter
@@ -30,6 +31,8 @@ from .result_signal import ResultSignal
 
 __all__ = ["EXITED", "AwayTime", "MessageReader", "Unreadable"]
 
+_SIZE = struct.Struct(">i")  # a message's length, or -1: then the length follows in 8 bytes
+_LONG_SIZE = struct.Struct(">Q")
 READ_BYTES = 1 << 16  # below malloc's mmap threshold: a larger read buffer costs more than it saves
 EXITED = "exited"  # what ``take`` gives for a worker whose process ended
 BACKGROUND_ABOVE = 0.001  # seconds the consumer stays away between reads (smoothed), from which the thread reads
@@ -210,20 +213,26 @@ class MessageReader:
         if not chunk:
             return False
         pending = self._unread[k]
-        pending += chunk
-        start, end, messages = 0, len(pending), []
+        data: bytes | bytearray = chunk  # the common case: the read holds whole messages, nothing came before
+        if pending:
+            pending += chunk
+            data = pending
+        start, end, messages = 0, len(data), []
         while end - start >= 4:
-            size = int.from_bytes(pending[start : start + 4], "big", signed=True)
+            (size,) = _SIZE.unpack_from(data, start)
             header = 4
             if size == -1:
                 if end - start < 12:
                     break
-                size, header = int.from_bytes(pending[start + 4 : start + 12], "big"), 12
+                (size,), header = _LONG_SIZE.unpack_from(data, start + 4), 12
             if end - start < header + size:
                 break
-            messages.append(pending[start + header : start + header + size])
+            messages.append(data[start + header : start + header + size])
             start += header + size
-        del pending[:start]  # before anything can fail: a message is never read twice
+        if data is pending:  # before anything can fail: a message is never read twice
+            del pending[:start]
+        elif start < end:
+            pending += chunk[start:]
         for raw in messages:
             try:
                 message: Any = decode(raw)
