@@ -23,6 +23,7 @@ look up by name). Everything else is plain pickle (protocol 5).
 
 from __future__ import annotations
 
+import os
 import pickle
 import struct
 from array import array
@@ -32,6 +33,8 @@ __all__ = [
     "CapturedError",
     "decode",
     "encode",
+    "frame_header",
+    "write_all",
     "StartFailed",
     "PickledResult",
     "Ready",
@@ -85,6 +88,25 @@ def decode(raw: bytes | bytearray) -> Any:
             return RunTasks([Task(task, task, slot) for task, slot in zip(tasks, slots)])
         return RunTasks([Task(task, None, slot) for task, slot in zip(tasks, slots)])
     raise ValueError(f"unknown message kind {tag:#x}")
+
+
+def frame_header(size: int) -> bytes:
+    """What goes before a message of ``size`` bytes on the pipe, as :mod:`multiprocessing.connection` frames it.
+
+    A 4-byte big-endian length, or ``-1`` then an 8-byte one. Either side
+    reads it with ``Connection.recv_bytes`` or :mod:`.message_reader`.
+
+    >>> frame_header(5), frame_header(2**31)
+    (b'\\x00\\x00\\x00\\x05', b'\\xff\\xff\\xff\\xff\\x00\\x00\\x00\\x00\\x80\\x00\\x00\\x00')
+    """
+    return size.to_bytes(4, "big") if size < 0x7FFFFFFF else b"\xff\xff\xff\xff" + size.to_bytes(8, "big")
+
+
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    """Write all of ``data`` to ``fd`` (a pipe may take a large write in parts)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _pack_tasks(tasks: list[Task]) -> bytes | None:

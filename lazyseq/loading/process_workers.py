@@ -40,6 +40,8 @@ from .messages import (
     UseSlots,
     WorkerStart,
     encode,
+    frame_header,
+    write_all,
 )
 from .options import LoaderOptions, serialize
 from .shared_slots import SharedSlots, slot_bytes_for
@@ -191,8 +193,9 @@ class ProcessWorkers:
             held[k] += 1
             batches.setdefault(k, []).append(Task(task, arg, slot))
         for k, batch in batches.items():
+            message = encode(RunTasks(batch))
             try:
-                self._conns[k].send_bytes(encode(RunTasks(batch)))
+                write_all(self._conns[k].fileno(), frame_header(len(message)) + message)
             except OSError:  # the worker is gone: say so, not "broken pipe"
                 self._died(k)
 

@@ -38,6 +38,8 @@ from .messages import (
     WorkerStart,
     decode,
     encode,
+    frame_header,
+    write_all,
 )
 from .seeding import seed_this_worker
 from .shared_slots import WorkerSlots
@@ -154,9 +156,7 @@ class Outbox:
     def add(self, message: bytes) -> None:
         if not self._frames:
             self._oldest = perf_counter()
-        size = len(message)
-        header = size.to_bytes(4, "big") if size < 0x7FFFFFFF else b"\xff\xff\xff\xff" + size.to_bytes(8, "big")
-        self._frames += (header, message)
+        self._frames += (frame_header(len(message)), message)
 
     def due(self, remaining: int) -> bool:
         """Whether to write now, with ``remaining`` tasks of the current run still to compute."""
@@ -164,10 +164,9 @@ class Outbox:
         return waiting >= remaining or perf_counter() - self._oldest >= self.HOLD_SECONDS
 
     def send(self) -> None:
-        data = memoryview(b"".join(self._frames))
+        data = b"".join(self._frames)
         self._frames.clear()
-        while data:
-            data = data[os.write(self._fd, data) :]
+        write_all(self._fd, data)
 
 
 def _lower_priority() -> None:
