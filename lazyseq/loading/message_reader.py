@@ -22,7 +22,7 @@ import os
 import select
 import struct
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from time import perf_counter
 from typing import Any
 
@@ -98,9 +98,19 @@ class MessageReader:
     :class:`Unreadable` error). The thread, named ``name``, starts the first
     time the consumer goes away (a loop that only reads never has one);
     :meth:`close` stops it. The pipes stay open (they belong to the caller).
+    ``unpack(k, message)``, if given, is what ``take`` gives for a decoded
+    message: it runs in whichever thread reads, so that a consumer away
+    between reads finds that work done too.
     """
 
-    def __init__(self, pipes: Sequence[int], sentinels: Sequence[int], name: str) -> None:
+    def __init__(
+        self,
+        pipes: Sequence[int],
+        sentinels: Sequence[int],
+        name: str,
+        unpack: Callable[[int, Any], Any] | None = None,
+    ) -> None:
+        self._unpack = unpack
         self._worker_of_pipe = {fd: k for k, fd in enumerate(pipes)}
         self._worker_of_sentinel = {fd: k for k, fd in enumerate(sentinels)}
         self._unread = [bytearray() for _ in pipes]  # bytes of messages not complete yet
@@ -233,9 +243,12 @@ class MessageReader:
             del pending[:start]
         elif start < end:
             pending += chunk[start:]
+        unpack = self._unpack
         for raw in messages:
             try:
                 message: Any = decode(raw)
+                if unpack is not None:
+                    message = unpack(k, message)
             except Exception as error:
                 message = Unreadable(f"a message from worker process {k} could not be read")
                 message.__cause__ = error

@@ -6,10 +6,11 @@ least two tasks: the one it computes and the next; with a free shared-memory
 slot when there is one), and sends more whenever it collects results, so that
 whichever worker is free first takes the next task: a worker that runs slower
 (on a busier core, or given costlier items) gets fewer. Cheap tasks thus go
-out several to a message. What the workers send back is read and decoded as
-it arrives by a thread of its own (:mod:`.message_reader`), which also
-watches the workers' process sentinels, so a worker that dies is noticed at
-once.
+out several to a message. What the workers send back is read and decoded,
+and a result in a slot made into its value (the slot leased, its arrays
+built), by the consumer as it waits or, while it is away between reads, by a
+thread of its own (:mod:`.message_reader`), which also watches the workers'
+process sentinels, so a worker that dies is noticed at once.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import sys
 from collections.abc import Callable, Hashable, Sequence
 from multiprocessing.connection import wait
 from multiprocessing.reduction import send_handle
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -79,6 +80,15 @@ def check_main_module(start_method: str, owner: str) -> None:
             f"but it came from {main.__file__!r}, which is not a file they can read; save the script "
             "to a file, or use start_method='fork' or method='thread'"
         )
+
+
+class _InSlot(NamedTuple):
+    """A :class:`~.messages.SharedResult` read: its value, whose arrays are views of its leased slot."""
+
+    task: Any
+    slot: int
+    value: Any
+    seconds: float
 
 
 class ProcessWorkers:
@@ -150,6 +160,7 @@ class ProcessWorkers:
                 [conn.fileno() for conn in self._conns],
                 [p.sentinel for p in self._processes],
                 name=f"lazyseq-{owner}-reader",
+                unpack=self._unpack,
             )
         except BaseException:
             self.close()
@@ -255,12 +266,9 @@ class ProcessWorkers:
             raise LoaderError(f"{self._owner}: worker process {k} could not start: {message.stage} failed") from error
         task, slot = message.task, message.slot
         self._busy[k].discard(task)
-        if kind is SharedResult:
-            assert self._slots is not None  # a result in a slot: the slots exist
+        if kind is _InSlot:
             self._cost.add(message.seconds)
-            holder = self._slots.lease(slot)
-            arrays = [np.ndarray(shape, dtype, buffer=holder, offset=offset) for dtype, shape, offset in message.layout]
-            found.append(Done(task, "ok", rebuild(message.skeleton, arrays)))
+            found.append(Done(task, "ok", message.value))
             return
         if slot >= 0:
             assert self._slots is not None
@@ -273,6 +281,16 @@ class ProcessWorkers:
         else:  # TaskFailed
             where = f"worker process {k} (pid {self._processes[k].pid})"
             found.append(Done(task, "error", restore(message.error, where)))
+
+    def _unpack(self, k: int, message: Any) -> Any:
+        """A result in a slot as the value it holds, from the thread that read it (see :class:`.MessageReader`)."""
+        if type(message) is not SharedResult:
+            return message
+        slots = self._slots
+        assert slots is not None, "a result in a slot before the slots exist"  # they go to the workers after
+        holder = slots.lease(message.slot)
+        arrays = [np.ndarray(shape, dtype, buffer=holder, offset=offset) for dtype, shape, offset in message.layout]
+        return _InSlot(message.task, message.slot, rebuild(message.skeleton, arrays), message.seconds)
 
     def _make_slots(self, slot_bytes: int) -> None:
         self._slots = SharedSlots(self._slot_count, slot_bytes, self._owner)
