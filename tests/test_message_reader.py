@@ -21,10 +21,12 @@ def framed(message) -> bytes:
 class FakeWorkers:
     """Two "workers": a pipe each for their messages, and a pipe each whose closing stands for the process's exit."""
 
-    def __init__(self):
+    def __init__(self, unpack=None):
         self.pipes = [os.pipe() for _ in range(2)]
         self.lives = [os.pipe() for _ in range(2)]
-        self.reader = MessageReader([r for r, _ in self.pipes], [r for r, _ in self.lives], "lazyseq-test-reader")
+        self.reader = MessageReader(
+            [r for r, _ in self.pipes], [r for r, _ in self.lives], "lazyseq-test-reader", unpack=unpack
+        )
 
     def send(self, k, data):
         os.write(self.pipes[k][1], data)
@@ -124,6 +126,32 @@ def test_bytes_that_are_not_a_message_are_reported_and_reading_goes_on(workers):
     assert (k, type(error), str(error)) == (0, Unreadable, "a message from worker process 0 could not be read")
     assert str(error.__cause__) == "unknown message kind 0x7a"
     assert ready == (0, Ready(0, 123))
+
+
+def test_messages_are_unpacked_by_whichever_thread_reads_them(monkeypatch):
+    threads = []
+
+    def unpack(k, message):
+        threads.append(threading.current_thread().name)
+        if message.task == 13:
+            raise ValueError("no slot 13")
+        return (k, message.task * 10)
+
+    workers = FakeWorkers(unpack)
+    try:
+        workers.send(0, framed(Task(1, 1, 0)))
+        assert workers.reader.take(10.0) == [(0, (0, 10))]
+        in_background(monkeypatch, workers.reader)
+        workers.send(1, framed(Task(13, 13, 0)) + framed(Task(2, 2, 0)))
+        arrived = []
+        while len(arrived) < 2:
+            select.select([workers.reader.fds()[0]], [], [], 10.0)
+            arrived += workers.reader.take(0)
+        (k, error), second = arrived
+        assert (k, type(error), str(error.__cause__), second) == (1, Unreadable, "no slot 13", (1, (1, 20)))
+        assert threads == ["MainThread", "lazyseq-test-reader", "lazyseq-test-reader"]
+    finally:
+        workers.close()
 
 
 def test_the_away_time_policy():
