@@ -199,7 +199,10 @@ def test_the_thread_of_a_process_loader_ends_with_it_closed_collected_or_interru
             items = iter(ahead)
             for _ in range(5):
                 next(items)  # not kept: its slot is released once read
+            reader = ahead._engine.workers.workers._reader
+            assert select.select([reader.fds()[0]], [], [], 10.0)[0]  # the thread read results ahead: slots leased
             raise KeyboardInterrupt
+    del reader  # ``ahead`` lives on (the test's frame, the exception's traceback): it must hold no slot
     assert [t.name for t in threading.enumerate() if t.name.startswith("lazyseq-")] == []
     assert multiprocessing.active_children() == []
     gc.collect()

@@ -144,7 +144,10 @@ class MessageReader:
         return [*self._signal.fds(), *self._worker_of_pipe, *self._worker_of_sentinel]
 
     def close(self) -> None:
-        """Stop the thread and wait for it (unless this is that thread, which touches no descriptor once stopped)."""
+        """Stop the thread and wait for it (unless this is that thread, which touches no descriptor once stopped).
+
+        Messages read and not taken are dropped (and with them what ``unpack`` made of them: leased slots).
+        """
         if self._stopping.is_set():
             return
         self._stopping.set()
@@ -155,6 +158,7 @@ class MessageReader:
         os.close(self._wake_read)
         os.close(self._wake_write)
         self._signal.close()
+        self._inbox = []
 
     def _switch(self, background: bool) -> None:
         if background:

@@ -72,6 +72,8 @@ class PrefetchView(View[T_co]):
         """Stop the workers and drop the items computed ahead; reading again starts them anew."""
         with self._lock:
             engine, self._engine = self._engine, None
+            # Nothing keeps the stopped engine (and what it had read ahead) while the view lives on.
+            self._send_ahead, self._order = _nothing, ReadOrder(self._len, self._order.capacity)
             if engine is not None:
                 engine.close()
 
