@@ -142,8 +142,7 @@ class Engine:
 
     def room(self) -> int:
         """How many more tasks to send now: 0 until a refill (half the capacity) is worth a message."""
-        size = self.buffering.size
-        capacity = size if size is not None else self.capacity
+        capacity = self.capacity
         room = capacity - len(self.ready) - len(self.pending) + len(self.cancelled)
         if room < max(1, capacity // 2) and self.pending:
             return 0

@@ -124,8 +124,7 @@ class PrefetchView(View[T_co]):
     def _read(self, engine: Engine, order: ReadOrder, i: int) -> Done:
         """Item ``i`` from the workers; the next expected items are sent, up to ``max_buffered`` in all."""
         steady = order.read(i)
-        if engine.buffering.size is None:  # for Ray by default, the capacity follows the items' timings
-            order.capacity = engine.capacity
+        order.capacity = engine.capacity  # for Ray by default, it follows the items' timings
         if not steady or order.frontier is None:
             ahead = order.expected(i) if steady else range(0)
             engine.keep_only(ahead, i)

@@ -117,7 +117,6 @@ class ProcessWorkers:
         self._cost = cost if cost is not None else ItemCost(0.0)  # 0: timings only, never "compute it here"
         self._task_name = task_name
         self._slot_count = slot_count
-        self._slot_bytes = slot_bytes
         self._slots: SharedSlots | None = None
         self._reader: MessageReader | None = None
         self.closed = False
@@ -204,11 +203,15 @@ class ProcessWorkers:
             held[k] += 1
             batches.setdefault(k, []).append(Task(task, arg, slot))
         for k, batch in batches.items():
-            message = encode(RunTasks(batch))
             try:
-                write_all(self._conns[k].fileno(), frame_header(len(message)) + message)
+                self._send(k, RunTasks(batch))
             except OSError:  # the worker is gone: say so, not "broken pipe"
                 self._died(k)
+
+    def _send(self, k: int, message: tuple) -> None:
+        """Write ``message`` to worker ``k``'s pipe, framed as the worker reads it."""
+        data = encode(message)
+        write_all(self._conns[k].fileno(), frame_header(len(data)) + data)
 
     def _depth(self) -> int:
         """How many tasks a worker should hold: about ``QUEUED_SECONDS`` of work, at least ``MIN_DEPTH``."""
@@ -294,8 +297,8 @@ class ProcessWorkers:
 
     def _make_slots(self, slot_bytes: int) -> None:
         self._slots = SharedSlots(self._slot_count, slot_bytes, self._owner)
-        for conn, process in zip(self._conns, self._processes):
-            conn.send_bytes(encode(UseSlots(self._slot_count, slot_bytes)))
+        for k, (conn, process) in enumerate(zip(self._conns, self._processes)):
+            self._send(k, UseSlots(self._slot_count, slot_bytes))
             send_handle(conn, self._slots.fd, process.pid)
 
     def _died(self, k: int) -> None:
@@ -322,10 +325,10 @@ class ProcessWorkers:
         self.closed = True
         if self._reader is not None:
             self._reader.close()
-        for conn in self._conns:
+        for k in range(len(self._conns)):
             try:
-                conn.send_bytes(encode(Stop()))
-            except (OSError, ValueError):
+                self._send(k, Stop())
+            except OSError:  # the worker is gone already
                 pass
         alive = [p for p in self._processes if p.is_alive()]
         if alive:

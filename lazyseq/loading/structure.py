@@ -26,13 +26,13 @@ def layout_of(arrays: list[np.ndarray]) -> tuple[list[tuple[np.dtype, tuple, int
     return layout, offset
 
 
-def place_in_slot(slot: np.ndarray, arrays: list[np.ndarray], address: int | None = None) -> list | None:
-    """Put ``arrays`` in ``slot`` (bytes, at ``address`` if known); their ``(dtype, shape, offset)`` each, or None if they do not fit.
+def place_in_slot(slot: np.ndarray, address: int, arrays: list[np.ndarray]) -> list | None:
+    """Put ``arrays`` in ``slot`` (bytes, at ``address``); their ``(dtype, shape, offset)`` each, or None if they do not fit.
 
     Arrays already written in the slot (see :func:`lazyseq.views.chunks.writing_into`)
     stay where they are; the others are copied after them.
     """
-    base, size = slot.ctypes.data if address is None else address, len(slot)
+    base, size = address, len(slot)
     # dtypes travel as their short string where it says everything: it pickles ten times faster
     placed: list = [None] * len(arrays)
     free = 0

@@ -120,7 +120,7 @@ def _result_message(task: Hashable, slot: int, result: Any, slots: WorkerSlots |
     arrays: list = []
     skeleton = flatten(result, arrays)
     if arrays and slot >= 0 and slots is not None:
-        layout = place_in_slot(slots.slot(slot), arrays, slots.address(slot))
+        layout = place_in_slot(slots.slot(slot), slots.address(slot), arrays)
         if layout is not None:
             return encode(SharedResult(task, slot, skeleton, layout, seconds))
     needed = layout_of(arrays)[1]
