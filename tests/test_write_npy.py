@@ -158,6 +158,21 @@ def test_shards_are_read_in_vectorized_blocks(tmp_path, monkeypatch):
     ]
 
 
+def test_with_worker_threads_every_shard_is_written_by_a_worker(tmp_path):
+    # A shard is never cheap enough to be computed by the caller while the workers wait (the first one was).
+    threads = {}
+
+    def record(i):
+        threads.setdefault(threading.current_thread().name, []).append(i)
+        return np.full(3, i, dtype=np.int64)
+
+    lazyseq.write_npy(lazyseq.smap(record, range(40)), tmp_path, rows_per_shard=10, nworkers=2)
+    caller = threads.pop(threading.current_thread().name)
+    assert caller == [0]  # the first item alone, read to learn the layout
+    assert sorted(i for rows in threads.values() for i in rows) == list(range(40))
+    assert all(name.startswith("lazyseq-write_npy-") for name in threads)
+
+
 def test_rows_that_arrays_hold_are_written_from_where_they_are(tmp_path, monkeypatch):
     monkeypatch.setattr("lazyseq.io.shard_layout.BLOCK_BYTES", 4 * 8)  # blocks of 4 rows of 8 bytes
     for k, part in enumerate(np.split(np.arange(30, dtype=np.float64), [10, 22])):

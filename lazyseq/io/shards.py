@@ -208,7 +208,7 @@ def write_npy(
     length = items._need_length("write_npy")
     if length == 0:
         raise ValueError("write_npy: the sequence is empty, so there is nothing to write")
-    options = LoaderOptions.check("write_npy", nworkers, method)
+    options = LoaderOptions.check("write_npy", nworkers, method, inline_below=0)  # a shard is never cheap
     if rows_per_shard is not None:
         rows_per_shard = integer(rows_per_shard, "write_npy: rows_per_shard", low=1)
     bytes_per_shard = integer(bytes_per_shard, "write_npy: bytes_per_shard", low=1)
