@@ -18,6 +18,7 @@ memory speed, while it is still in the processor's caches.
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import re
@@ -42,6 +43,7 @@ __all__ = [
 _TEMPORARY = re.compile(r"\..+\.[0-9a-f]{8}\.tmp")
 
 
+@functools.lru_cache(maxsize=256)  # most shards of a directory hold as many rows: one header for all of them
 def npy_header(field: Field, rows: int) -> bytes:
     """The ``.npy`` header of ``rows`` rows of ``field``, as ``np.save`` writes it (version 1.0 where it fits)."""
     header = {
