@@ -1,10 +1,13 @@
 """What a user asking for worker processes gets: distinct random states, isolation, clean forks, clear deaths."""
 
+import contextlib
 import functools
 import gc
 import multiprocessing
 import os
 import random
+import select
+import signal
 import subprocess
 import sys
 import textwrap
@@ -208,6 +211,54 @@ def test_spawned_workers_of_a_script_fed_on_stdin_say_why_they_cannot_start(star
         timeout=120,
     )
     assert fork.stdout.strip() == "[0, 2, 4, 6, 8, 10, 12, 14, 16, 18]"
+
+
+READING_STDIN_SCRIPT = textwrap.dedent(
+    """
+    import sys, threading, time
+    import numpy as np
+    import lazyseq
+
+    def main_thread_reads_stdin():
+        main = threading.main_thread()
+        with open(f"/proc/self/task/{main.native_id}/stat") as stat:
+            sleeping = stat.read().rpartition(")")[2].split()[0] == "S"
+        return sleeping and sys._current_frames()[main.ident].f_lineno == READ_LINE
+
+    def load():
+        while not main_thread_reads_stdin():  # blocked in readline, holding the lock of sys.stdin
+            time.sleep(0.001)
+        with lazyseq.prefetch(lazyseq.view(np.arange(10.0)), nworkers=2, method="process",
+                              start_method="fork") as ahead:
+            print("loaded", sum(ahead), flush=True)
+
+    thread = threading.Thread(target=load)
+    thread.start()
+    READ_LINE = sys._getframe().f_lineno + 1
+    line = sys.stdin.readline()
+    thread.join()
+    print("read", line.strip(), flush=True)
+    """
+)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="finds the reading thread through /proc")
+def test_workers_forked_while_another_thread_reads_stdin_start(tmp_path):
+    # multiprocessing closes stdin in a new worker: a forked one inherited its lock held by the reading thread.
+    script = tmp_path / "reading_stdin.py"
+    script.write_text(READING_STDIN_SCRIPT)
+    command = [sys.executable, str(script)]
+    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    with subprocess.Popen(command, **pipes, text=True, start_new_session=True) as p:
+        try:
+            ready, _, _ = select.select([p.stdout], [], [], 60)
+            assert ready, "the loader started while another thread read stdin never delivered"
+            assert p.stdout.readline() == "loaded 45.0\n"
+            out, err = p.communicate("go\n", timeout=60)
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # its workers too, had they hung
+                os.killpg(p.pid, signal.SIGKILL)
+    assert (out, err, p.returncode) == ("read go\n", "", 0)
 
 
 class FailsWhenUnpickled:

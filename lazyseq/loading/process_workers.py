@@ -28,6 +28,7 @@ import numpy as np
 from .backends import Done
 from .blas_limits import limits_for_workers
 from .failures import LoaderError, WorkerDied, exit_description, restore
+from .forked_stdin import forking_workers
 from .item_cost import ItemCost
 from .message_reader import EXITED, MessageReader, Unreadable
 from .messages import (
@@ -137,7 +138,7 @@ class ProcessWorkers:
         self._backlog = Backlog()  # (task, arg) not sent yet, in order
         self._started: set[int] = set()  # workers that said they are ready
         try:
-            with limits_for_workers(context.get_start_method(), options.blas_threads) as inherited:
+            with limits_for_workers(context.get_start_method(), options.blas_threads) as inherited, forking_workers():
                 for k in range(options.nworkers):
                     mine, theirs = context.Pipe(duplex=True)
                     process = context.Process(  # type: ignore[attr-defined]  # the stubs give it to subclasses only
