@@ -22,6 +22,7 @@ from typing import Any
 from ..loading.failures import LoaderError
 from . import wire
 from .failures import ServerLost
+from .frames import DONTWAIT, receive_frames, send_frames
 from .security import key_bytes
 
 __all__ = ["Connection", "ConnectionClosed"]
@@ -103,7 +104,7 @@ class Connection:
     def send(self, kind: bytes, header: Any, flags: int = 0) -> None:
         with _InUse(self, "sending", kind):
             try:
-                self._socket.send_multipart([wire.TAG, kind, wire.dumps(header)], flags)
+                send_frames(self._socket, [wire.TAG, kind, wire.dumps(header)], flags)
             except self._zmq.Again:
                 raise ServerLost(
                     f"lost the server at {self.address}: could not send to it for {self.timeout:g} s{self._hint()}"
@@ -144,7 +145,7 @@ class Connection:
         quiet_since = time.monotonic()
         while True:
             try:  # a message that has arrived already (read ahead): no poll
-                frames = self._socket.recv_multipart(self._zmq.NOBLOCK, copy=False)
+                frames = receive_frames(self._socket, DONTWAIT)
             except again:
                 frames = None
             if frames is not None:

@@ -42,6 +42,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from . import wire
+from .frames import DONTWAIT, receive_frames, send_frames
 from .security import ZAP_ENDPOINT, ClientCheck, key_bytes
 
 if TYPE_CHECKING:
@@ -156,7 +157,7 @@ class ServerLoop:
                 if router in ready:
                     for _ in range(MAX_REQUESTS_AT_ONCE):  # then results get their turn
                         try:
-                            frames = router.recv_multipart(zmq.NOBLOCK, copy=False)
+                            frames = receive_frames(router, DONTWAIT)
                         except zmq.Again:
                             break
                         self._receive(frames)
@@ -181,7 +182,7 @@ class ServerLoop:
         import zmq
 
         try:
-            self._router.send_multipart([consumer, wire.TAG, kind, wire.dumps(header), *buffers], copy=False)
+            send_frames(self._router, [consumer, wire.TAG, kind, wire.dumps(header), *buffers], copy=False)
         except zmq.ZMQError as error:  # the consumer is gone: what it asked for is dropped
             log.debug("could not send to consumer %s: %s", consumer.hex(), error)
         except ValueError as error:  # wire.encode lets nothing through that JSON refuses: a bug

@@ -1,0 +1,47 @@
+"""The frames of one message sent or received with little Python: every item a server sends goes through here.
+
+pyzmq's ``send_multipart`` and ``recv_multipart`` combine their flags as enum
+members and, after each frame received, ask the socket whether more follow (an
+option read through an enum too): about forty lines of Python per message, as
+many as the rest of a consumer's read of an item. These pass the flags as plain
+integers and read ``Frame.more`` of the frame just received. The module does
+not import zmq (``import lazyseq`` must not): the flags are libzmq's values.
+
+>>> import zmq
+>>> context = zmq.Context()
+>>> a, b = context.socket(zmq.PAIR), context.socket(zmq.PAIR)
+>>> _ = a.bind("inproc://frames"), b.connect("inproc://frames")
+>>> send_frames(a, [b"kind", b"header", memoryview(b"data")], copy=False)
+>>> [frame.bytes for frame in receive_frames(b, 0)]
+[b'kind', b'header', b'data']
+>>> a.close(); b.close(); context.term()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["DONTWAIT", "SNDMORE", "receive_frames", "send_frames"]
+
+DONTWAIT = 1  # ZMQ_DONTWAIT (zmq.NOBLOCK)
+SNDMORE = 2  # ZMQ_SNDMORE
+
+
+def send_frames(socket: Any, frames: Sequence[Any], flags: int = 0, *, copy: bool = True) -> None:
+    """Send ``frames`` (bytes, buffers) as one message; ``copy=False``: large buffers are sent from where they are."""
+    more = flags | SNDMORE
+    send = socket.send
+    for frame in frames[:-1]:
+        send(frame, more, copy=copy)
+    send(frames[-1], flags, copy=copy)
+
+
+def receive_frames(socket: Any, flags: int) -> list[Any]:
+    """The frames (``zmq.Frame``, not copied) of the next message; ``zmq.Again`` with ``DONTWAIT`` if none is there."""
+    frame = socket.recv(flags, copy=False)
+    frames = [frame]
+    while frame.more:  # the rest of a message arrives with its first frame
+        frame = socket.recv(flags, copy=False)
+        frames.append(frame)
+    return frames

@@ -1,0 +1,38 @@
+"""The frames of a message sent and received as pyzmq's multipart helpers would, with libzmq's flag values."""
+
+import pytest
+
+zmq = pytest.importorskip("zmq")
+
+from lazyseq.serving.frames import DONTWAIT, SNDMORE, receive_frames, send_frames  # noqa: E402
+
+
+@pytest.fixture
+def pair():
+    context = zmq.Context()
+    a, b = context.socket(zmq.PAIR), context.socket(zmq.PAIR)
+    a.bind("inproc://test-frames")
+    b.connect("inproc://test-frames")
+    yield a, b
+    a.close(linger=0)
+    b.close(linger=0)
+    context.term()
+
+
+def test_the_flags_are_libzmqs():
+    assert (DONTWAIT, SNDMORE) == (zmq.DONTWAIT, zmq.SNDMORE) == (zmq.NOBLOCK, zmq.SNDMORE)
+
+
+def test_messages_keep_their_frames_and_their_boundaries(pair):
+    a, b = pair
+    send_frames(a, [b"one"])
+    send_frames(a, [b"two", bytearray(b"three"), memoryview(b"four")], copy=False)
+    send_frames(b, [b"back", b"again"], DONTWAIT)
+    assert [f.bytes for f in receive_frames(b, 0)] == [b"one"]
+    assert [f.bytes for f in receive_frames(b, DONTWAIT)] == [b"two", b"three", b"four"]
+    assert [f.bytes for f in receive_frames(a, 0)] == [b"back", b"again"]
+
+
+def test_nothing_to_receive_without_waiting_is_again(pair):
+    with pytest.raises(zmq.Again):
+        receive_frames(pair[1], DONTWAIT)
