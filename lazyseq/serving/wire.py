@@ -58,6 +58,7 @@ class ProtocolError(ValueError):
 
 
 _JSON = json.JSONEncoder(separators=(",", ":"), allow_nan=False)  # one for all: json.dumps makes one per call
+_JSON_DECODER = json.JSONDecoder()  # given text: json.loads of bytes first guesses their encoding
 
 
 def dumps(header: Any) -> bytes:
@@ -68,7 +69,7 @@ def dumps(header: Any) -> bytes:
 def loads(frame: bytes | memoryview) -> Any:
     """A header from the bytes of its frame; :class:`ProtocolError` if it is not JSON."""
     try:
-        return json.loads(bytes(frame))
+        return _JSON_DECODER.decode(str(frame, "utf-8"))
     except (ValueError, RecursionError) as error:  # not JSON, not UTF-8, an int too long to convert...
         raise ProtocolError(f"a header is not valid JSON ({error})") from None
 
