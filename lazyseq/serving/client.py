@@ -58,13 +58,15 @@ class RemoteView(View):
             self._connect_here()
         with self._lock:
             n = self._len
-            stop = i + 1 if i != self._last + 1 else i + 1 + self._ahead
+            in_order = i == self._last + 1  # then every item asked for or arrived is still wanted
+            stop = i + 1 + self._ahead if in_order else i + 1
             wanted = range(i, stop if n is None else min(n, stop))
             self._last = i
-            for j in [j for j in self._arrived if j not in wanted]:  # a jump: the items read ahead are not needed
-                del self._arrived[j]
-            for j in [j for j in self._asking if j not in wanted]:
-                del self._asked[self._asking.pop(j)]
+            if not in_order:  # a jump: the items read ahead are not needed
+                for j in [j for j in self._arrived if j not in wanted]:
+                    del self._arrived[j]
+                for j in [j for j in self._asking if j not in wanted]:
+                    del self._asked[self._asking.pop(j)]
             missing = [j for j in wanted if j not in self._arrived and j not in self._asking]
             # Read in order, the items ahead are asked for in runs, once half of them have been used: one request
             # every few reads rather than one per read (each costs the reader a send).
