@@ -84,7 +84,9 @@ class ViewService:
         if i < 0 or (n is not None and i >= n):
             self.send(consumer, b"error", {"req": req, "index": i, **_index_error(i, n)}, [])
             return
-        reads = self._reads.setdefault(consumer, _Reads())
+        reads = self._reads.get(consumer)
+        if reads is None:
+            reads = self._reads[consumer] = _Reads()
         waiting = reads.waiting.setdefault(i, [])
         if req in waiting:  # asked again after a silence: answered once
             return
