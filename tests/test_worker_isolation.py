@@ -261,6 +261,58 @@ def test_workers_forked_while_another_thread_reads_stdin_start(tmp_path):
     assert (out, err, p.returncode) == ("read go\n", "", 0)
 
 
+DRAWING_SCRIPT = textwrap.dedent(
+    """
+    import os, sys, threading
+    import numpy as np
+    import lazyseq
+
+    if sys.argv[1] == "torch":
+        import torch
+
+        def draw():
+            torch.randn(10**7)
+    else:
+        def draw():
+            np.random.standard_normal(10**7)
+
+    drawing = threading.Event()
+
+    def keep_drawing():  # holds the generator's lock nearly all the time
+        while True:
+            drawing.set()
+            draw()
+
+    threading.Thread(target=keep_drawing, daemon=True).start()
+    drawing.wait()
+    for _ in range(3):
+        with lazyseq.prefetch(lazyseq.view(np.arange(10.0)), nworkers=2, method="process",
+                              start_method="fork") as ahead:
+            print(sum(ahead), flush=True)
+    os._exit(0)  # not waiting for the drawing thread
+    """
+)
+
+
+@pytest.mark.parametrize("library", ["numpy", "torch"])
+def test_workers_forked_while_another_thread_draws_random_numbers_start(tmp_path, library):
+    # Each worker seeds the global generators: a forked one inherited their locks held by the drawing thread.
+    if library == "torch":
+        pytest.importorskip("torch")
+    script = tmp_path / "drawing.py"
+    script.write_text(DRAWING_SCRIPT)
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    with subprocess.Popen([sys.executable, str(script), library], **pipes, text=True, start_new_session=True) as p:
+        try:
+            out, err = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"workers forked while another thread draws from {library}'s generator never delivered")
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # its workers too, had they hung
+                os.killpg(p.pid, signal.SIGKILL)
+    assert (out, err, p.returncode) == ("45.0\n" * 3, "", 0)
+
+
 class FailsWhenUnpickled:
     """A part of a pipeline that raises as a spawned worker unpickles it."""
 

@@ -28,7 +28,7 @@ import numpy as np
 from .backends import Done
 from .blas_limits import limits_for_workers
 from .failures import LoaderError, WorkerDied, exit_description, restore
-from .forked_stdin import forking_workers
+from .fork_safety import forking_workers
 from .item_cost import ItemCost
 from .message_reader import EXITED, MessageReader, Unreadable
 from .messages import (

@@ -1,0 +1,85 @@
+"""What a forked worker must not inherit from the consumer's other threads: locks they hold.
+
+A forked child is a copy of the process with one thread, the one that forked:
+a lock another thread held at that moment is held in the child forever, and
+the worker waits on it alive, so that nothing reports it. Two such locks are
+taken by every worker process, before any of the user's code runs:
+
+- ``sys.stdin``'s, which multiprocessing closes in each new worker (opening
+  it again on ``os.devnull``), and which a thread blocked reading standard
+  input holds (``input()``, a script waiting for Enter while a server or a
+  loader runs in another thread). The child leaves the parent's stream
+  object alone (it is kept, never closed) and gets its own on ``os.devnull``.
+- the locks of numpy's global random generator and, if it is imported,
+  torch's default one, which each worker takes to seed them, and which a
+  thread drawing from them (``np.random.standard_normal``, ``torch.randn``)
+  holds. The thread that forks takes numpy's first (waiting for a draw in
+  progress to end), and both processes release it after the fork. Torch's
+  lock cannot be held from Python: the thread that forks reads the
+  generator's state, which waits for a draw in progress to end, and keeps the
+  GIL from then until the fork, so that a thread drawing in a Python loop
+  cannot start its next draw before it (a draw made without the GIL in
+  between, by native code looping on its own, is not covered).
+
+(The standard streams' own locks need nothing: multiprocessing flushes them
+in the forking thread before it forks.) Only processes that
+:func:`forking_workers` forks are concerned; workers started with ``spawn``
+or ``forkserver`` begin in a new interpreter, with nothing locked.
+
+>>> with forking_workers():
+...     pass  # start worker processes here
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+__all__ = ["forking_workers"]
+
+_local = threading.local()  # in a forked child, the thread that forked lives on with its values
+_kept: list[Any] = []  # a forked worker's inherited stdin: closing or collecting it would take its lock
+
+
+@contextmanager
+def forking_workers() -> Iterator[None]:
+    """Within the block, processes forked by this thread inherit no lock held by another thread (see above)."""
+    _local.forking = True
+    try:
+        yield
+    finally:
+        _local.forking = False
+
+
+def _random_lock() -> Any:
+    return np.random.mtrand._rand._bit_generator.lock  # what np.random.seed, randint, ... hold while they run
+
+
+def _before_fork() -> None:
+    if getattr(_local, "forking", False):
+        _random_lock().acquire()
+        torch = sys.modules.get("torch")
+        if torch is not None and hasattr(torch, "default_generator"):
+            torch.default_generator.get_state()  # waits for a draw in progress (see above)
+
+
+def _in_parent() -> None:
+    if getattr(_local, "forking", False):
+        _random_lock().release()
+
+
+def _in_child() -> None:
+    if getattr(_local, "forking", False):
+        _random_lock().release()
+        if sys.stdin is not None:
+            _kept.append(sys.stdin)
+            sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115  # multiprocessing closes it next
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_in_parent, after_in_child=_in_child)
