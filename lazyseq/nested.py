@@ -53,15 +53,18 @@ def is_plain_array(x: Any) -> bool:
 
     An array of Python objects holds references, not data: copied as bytes
     into shared memory, they would mean nothing in another process, so it is
-    a value.
+    a value. So is an instance of a subclass of ``ndarray`` other than a
+    memory map (a masked array, a matrix): its bytes alone would lose what
+    the subclass adds (a mask), silently.
 
     >>> import numpy as np
     >>> is_plain_array(np.zeros(3)), is_plain_array(np.array(["a"])), is_plain_array(np.array([None]))
     (True, True, False)
-    >>> is_plain_array([1.0, 2.0])
-    False
+    >>> is_plain_array(np.ma.masked_array([1.0, 2.0], mask=[False, True])), is_plain_array([1.0, 2.0])
+    (False, False)
     """
-    return isinstance(x, np.ndarray) and not x.dtype.hasobject
+    kind = type(x)
+    return (kind is np.ndarray or kind is np.memmap) and not x.dtype.hasobject
 
 
 def flatten(tree: Any, leaves: list, is_leaf: Callable[[Any], bool] | None = None) -> tuple:

@@ -89,8 +89,11 @@ def test_a_plain_array_of_any_dtype_but_object_is_the_default_leaf():
     class Marked(np.ndarray):
         pass
 
-    marked = np.zeros(2).view(Marked)  # an ndarray subclass (a memory map, say) is a leaf too
-    assert flatten([marked], leaves := []) == ("l", [("a", 0)]) and leaves[0] is marked
+    mapped = np.zeros(2).view(np.memmap)
+    assert flatten([mapped], leaves := []) == ("l", [("a", 0)]) and leaves[0] is mapped  # a memory map is data
+    for whole in (np.zeros(2).view(Marked), np.ma.masked_array([1.0, 2.0], mask=[False, True])):
+        # Its bytes alone would lose what the subclass adds: a value, kept as it is.
+        assert flatten([whole], leaves := []) == ("l", [("v", whole)]) and leaves == []
 
 
 def test_dict_subclasses_become_dicts_and_ordered_dict_subclasses_ordered_dicts():
