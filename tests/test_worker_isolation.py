@@ -313,6 +313,30 @@ def test_workers_forked_while_another_thread_draws_random_numbers_start(tmp_path
     assert (out, err, p.returncode) == ("45.0\n" * 3, "", 0)
 
 
+CHILD_EXITS_SCRIPT = textwrap.dedent(
+    """
+    import os, sys
+    import numpy as np
+    import lazyseq
+
+    with lazyseq.prefetch(lazyseq.view(np.arange(100.0)), nworkers=2, method="process") as ahead:
+        first = ahead[0]
+        child = os.fork()
+        if child == 0:
+            sys.exit(0)  # multiprocessing stops the children it knows of at exit: not its parent's workers
+        os.waitpid(child, 0)
+        print(first, ahead[50], flush=True)
+    """
+)
+
+
+def test_a_forked_child_that_exits_normally_leaves_the_parents_workers_running(tmp_path):
+    script = tmp_path / "child_exits.py"
+    script.write_text(CHILD_EXITS_SCRIPT)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert (done.stdout, done.stderr, done.returncode) == ("0.0 50.0\n", "", 0)
+
+
 class FailsWhenUnpickled:
     """A part of a pipeline that raises as a spawned worker unpickles it."""
 

@@ -1,4 +1,4 @@
-"""What a forked worker must not inherit from the consumer's other threads: locks they hold.
+"""What a fork must not carry over: locks held by other threads into a worker, workers into a forked child.
 
 A forked child is a copy of the process with one thread, the one that forked:
 a lock another thread held at that moment is held in the child forever, and
@@ -26,25 +26,34 @@ in the forking thread before it forks.) Only processes that
 :func:`forking_workers` forks are concerned; workers started with ``spawn``
 or ``forkserver`` begin in a new interpreter, with nothing locked.
 
+The other way round, a process forked from one with worker processes (by
+``os.fork()``, by another library) inherits multiprocessing's list of the
+children it must stop when it exits: a child that ended with ``sys.exit``
+terminated its parent's workers. Workers noted by :func:`started_worker` are
+struck from that list in every forked child: they are its parent's.
+
 >>> with forking_workers():
 ...     pass  # start worker processes here
 """
 
 from __future__ import annotations
 
+import multiprocessing.process
 import os
 import sys
 import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
-__all__ = ["forking_workers"]
+__all__ = ["forking_workers", "started_worker"]
 
 _local = threading.local()  # in a forked child, the thread that forked lives on with its values
 _kept: list[Any] = []  # a forked worker's inherited stdin: closing or collecting it would take its lock
+_workers: weakref.WeakSet[Any] = weakref.WeakSet()  # the worker processes this process started
 
 
 @contextmanager
@@ -55,6 +64,11 @@ def forking_workers() -> Iterator[None]:
         yield
     finally:
         _local.forking = False
+
+
+def started_worker(process: multiprocessing.process.BaseProcess) -> None:
+    """Note a worker process this process started (see above)."""
+    _workers.add(process)
 
 
 def _random_lock() -> Any:
@@ -75,6 +89,10 @@ def _in_parent() -> None:
 
 
 def _in_child() -> None:
+    children = getattr(multiprocessing.process, "_children", None)  # what multiprocessing stops at exit
+    if isinstance(children, set):
+        children.difference_update(_workers)
+    _workers.clear()
     if getattr(_local, "forking", False):
         _random_lock().release()
         if sys.stdin is not None:

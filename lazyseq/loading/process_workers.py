@@ -28,7 +28,7 @@ import numpy as np
 from .backends import Done
 from .blas_limits import limits_for_workers
 from .failures import LoaderError, WorkerDied, exit_description, restore
-from .fork_safety import forking_workers
+from .fork_safety import forking_workers, started_worker
 from .item_cost import ItemCost
 from .message_reader import EXITED, MessageReader, Unreadable
 from .messages import (
@@ -148,6 +148,7 @@ class ProcessWorkers:
                         daemon=True,
                     )
                     process.start()
+                    started_worker(process)
                     theirs.close()
                     self._conns.append(mine)
                     self._processes.append(process)
