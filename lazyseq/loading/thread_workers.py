@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, Literal
 
@@ -104,12 +105,15 @@ class ThreadWorkers:
         if self.closed:
             return
         self.closed = True
+        for ticket in list(self._tickets.values()):  # queued tasks are skipped: the threads go straight to the end
+            ticket.move("queued", "cancelled")
         for _ in self._threads:
             self._tasks.put(None)
         current = threading.current_thread()
+        deadline = time.monotonic() + JOIN_SECONDS  # one wait for them all, not one each
         for thread in self._threads:
             if thread is not current:
-                thread.join(JOIN_SECONDS)
+                thread.join(max(0.0, deadline - time.monotonic()))
         self._signal.close()
 
 
