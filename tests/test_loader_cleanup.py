@@ -1,9 +1,11 @@
 """Nothing is left behind: no thread, no child process, no shared memory, no file descriptor."""
 
+import functools
 import gc
 import multiprocessing
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -81,3 +83,38 @@ def test_an_error_in_a_worker_leaves_nothing(clean):
         with prefetch(lazyseq.smap(broken, range(10)), nworkers=2, method=method) as ahead:
             with pytest.raises(lazyseq.EvaluationError):
                 list(ahead)
+
+
+@pytest.mark.parametrize("method", ["thread", "process"])
+def test_load_buffers_closed_by_another_thread_ends_the_iteration_waiting_in_it(clean, method):
+    # The waiting thread went on polling the closed descriptors, spinning, and wrote into reused descriptor numbers.
+    release = multiprocessing.Event() if method == "process" else threading.Event()  # the worker process is killed
+    batches = lazyseq.load_buffers(functools.partial(wait_then_zeros, release), nworkers=1, method=method)
+    ended = []
+
+    def read():
+        try:
+            for _ in batches:
+                pass
+        except BaseException as error:  # noqa: BLE001  # what the reader saw, whatever it is
+            ended.append(error)
+        else:
+            ended.append("StopIteration")
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    deadline = time.monotonic() + 60
+    while not batches._engine.pending and time.monotonic() < deadline:  # the reader waits for the first batch
+        time.sleep(0.001)
+    closer = threading.Thread(target=batches.close)
+    closer.start()
+    if method == "thread":  # a worker thread cannot be stopped: its batch ends once released
+        release.set()
+    closer.join()
+    reader.join(60)
+    assert ended == ["StopIteration"]
+
+
+def wait_then_zeros(release):
+    release.wait()
+    return np.zeros(4)

@@ -99,6 +99,8 @@ class BufferLoader(Iterator[T], Generic[T]):
                     done = engine.next_done(self._refill)
                 self._refill()
             except BaseException as error:
+                if isinstance(error, Exception) and self._closed_meanwhile():
+                    raise StopIteration from None
                 engine.failed(error)
                 if engine.closed:
                     self.close()
@@ -125,6 +127,10 @@ class BufferLoader(Iterator[T], Generic[T]):
                 f"load_buffers: batch {number} is {signature(skeleton, layout_of(arrays)[0])}, but the first "
                 f"batch was {self._first}; func must return batches of fixed shapes and dtypes"
             )
+
+    def _closed_meanwhile(self) -> bool:
+        """Whether another thread closed the iterator while this one waited in it (its iteration ends then)."""
+        return self.closed
 
     def close(self) -> None:
         """Stop the workers. Idempotent; iteration ends afterwards."""

@@ -34,6 +34,7 @@ from typing import Any
 
 from .backends import DeferredWorkers, Done, WorkerBackend, start_workers
 from .buffering import Buffering
+from .failures import LoaderClosed
 from .item_cost import FIRST_ONLY_ABOVE, ItemCost, start_if_slow
 from .options import LoaderOptions
 from .seeding import base_seed
@@ -261,6 +262,7 @@ class Engine:
             self.workers.resume(task)
             self.cancelled.discard(task)
         while task not in ready:
+            self._check_open()
             if task not in self.pending:  # skipped after a cancel that came too late
                 self.submit([(task, arg)])
             if refill is not None:
@@ -274,11 +276,16 @@ class Engine:
         if ready:
             self.collect_early()
         while not ready:
+            self._check_open()
             if not self.pending:
                 raise RuntimeError(f"{self.options.owner}: waiting for a result while no task is on its way")
             self.collect(POLL_SECONDS)
             refill()
         return ready.pop(next(iter(ready)))
+
+    def _check_open(self) -> None:
+        if self.closed:  # by another thread, while this one waited
+            raise LoaderClosed(f"{self.options.owner}: the loader was closed while a result was awaited")
 
     # -- closing -------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from ..views import errors
 from ..views.errors import REMOTE_CHAIN, EvaluationError, describe_chain
 from .messages import CapturedError
 
-__all__ = ["LoaderError", "RemoteError", "WorkerDied", "capture", "exit_description", "restore"]
+__all__ = ["LoaderClosed", "LoaderError", "RemoteError", "WorkerDied", "capture", "exit_description", "restore"]
 
 
 class LoaderError(errors.LoaderFailure, RuntimeError):
@@ -44,6 +44,10 @@ class WorkerDied(LoaderError):
     >>> issubclass(lazyseq.WorkerDied, RuntimeError)
     True
     """
+
+
+class LoaderClosed(LoaderError):
+    """A loader closed by another thread while this one waited for a result (``load_buffers``: its iteration ends)."""
 
 
 class RemoteError(EvaluationError):

@@ -9,7 +9,8 @@ by a thread that reads while it is away: it then finds its results decoded.
 :class:`MessageReader` does both, and :class:`AwayTime` picks, from how long
 the consumer stays away between two calls of :meth:`MessageReader.take`.
 Either way, whoever reads holds one lock, so messages are read once and in
-order; a worker whose process ended is reported after everything it sent.
+order (closing takes it too: a consumer reading in another thread is done with
+the descriptors before they are closed, and reads nothing after); a worker whose process ended is reported after everything it sent.
 
 Messages are framed as :mod:`multiprocessing.connection` frames them (a
 4-byte big-endian length, or -1 then an 8-byte length), so a worker may write
@@ -116,7 +117,7 @@ class MessageReader:
         self._unread = [bytearray() for _ in pipes]  # bytes of messages not complete yet
         self._gone: set[int] = set()  # pipes closed and sentinels reported: watched no more
         self._inbox: list[tuple[int, Any]] = []
-        self._lock = threading.Lock()  # held by whoever reads the pipes, or takes the inbox
+        self._lock = threading.RLock()  # held by whoever reads the pipes or takes the inbox (or closes)
         self._watch = _Watch([*pipes, *sentinels])  # the consumer's
         self._away = AwayTime()
         self._left = 0.0  # when take() last returned
@@ -128,11 +129,13 @@ class MessageReader:
         self._thread = threading.Thread(target=self._run, args=([*pipes, *sentinels],), name=name, daemon=True)
 
     def take(self, timeout: float) -> list[tuple[int, Any]]:
-        """What arrived, waiting up to ``timeout`` seconds for something if nothing has."""
-        if self._left and self._away.returned(perf_counter() - self._left):
-            self._switch(self._away.background)
-        self._signal.clear()  # before reading: what the thread reads after this notifies again
+        """What arrived, waiting up to ``timeout`` seconds for something if nothing has; nothing once closed."""
         with self._lock:
+            if self._stopping.is_set():  # closed, perhaps from another thread: its descriptors are not ours now
+                return []
+            if self._left and self._away.returned(perf_counter() - self._left):
+                self._switch(self._away.background)
+            self._signal.clear()  # before reading: what the thread reads after this notifies again
             if not self._inbox:
                 self._read_ready(self._watch, timeout)
             taken, self._inbox = self._inbox, []
@@ -155,10 +158,11 @@ class MessageReader:
         self._wake()
         if self._thread.ident is not None and threading.current_thread() is not self._thread:
             self._thread.join()
-        os.close(self._wake_read)
-        os.close(self._wake_write)
-        self._signal.close()
-        self._inbox = []
+        with self._lock:  # a consumer reading in another thread is done with the descriptors (within its timeout)
+            os.close(self._wake_read)
+            os.close(self._wake_write)
+            self._signal.close()
+            self._inbox = []
 
     def _switch(self, background: bool) -> None:
         if background:

@@ -185,7 +185,7 @@ class ProcessWorkers:
     def _dispatch(self) -> None:
         """Send queued tasks to the least busy workers, topping up those down to half their share; one message each."""
         backlog, busy = self._backlog, self._busy
-        if not backlog:
+        if not backlog or self.closed:
             return
         depth = self._depth()
         held = [len(tasks) for tasks in busy]
@@ -236,6 +236,8 @@ class ProcessWorkers:
 
     def poll(self, timeout: float) -> list[Done]:
         """The results that have arrived, waiting up to ``timeout`` seconds for one; then the next tasks go out."""
+        if self.closed:  # by another thread, while this one waited: the pipes are not ours now
+            return []
         found = self._backlog.take_skipped()
         reader = self._reader
         assert reader is not None, "poll() on workers that failed to start"
