@@ -580,3 +580,53 @@ def test_arguments_are_checked(tmp_path):
     with pytest.raises(ValueError, match="write_npy: method must be .*, got 'fork'"):
         lazyseq.write_npy([1.0], tmp_path, method="fork")
     assert os.listdir(tmp_path) == []
+
+
+def test_list_items_are_written_as_tuples(tmp_path):
+    written = lazyseq.write_npy(lazyseq.view([[np.zeros(2), 1], [np.ones(2), 2]]), tmp_path, sync=False)
+    assert sorted(os.listdir(tmp_path)) == ["f0-00000.npy", "f1-00000.npy", "manifest.json"]
+    (x, label) = written[1]
+    assert (x.tolist(), int(label)) == ([1.0, 1.0], 2)
+
+
+@pytest.mark.parametrize(("item", "kind"), [((), "tuple"), ({}, "dict")])
+def test_empty_items_are_refused_before_anything_is_written(tmp_path, item, kind):
+    with pytest.raises(TypeError) as raised:
+        lazyseq.write_npy(lazyseq.view([item, item]), tmp_path, sync=False)
+    assert str(raised.value) == f"write_npy: item 0 is an empty {kind}: there is nothing to write"
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"rows_per_shard": 5},
+            "records shard 2 with 2 rows, but its length (10) and rows_per_shard (5) make 2 shards: the manifest was "
+            "edited or damaged; call write_npy again with overwrite=True to rewrite the directory",
+        ),
+        (
+            {"length": 9},
+            "records shard 2 with 2 rows, but its length (9) and rows_per_shard (4) make 3 shards and give shard 2 1 "
+            "rows: the manifest was edited or damaged; call write_npy again with overwrite=True to rewrite the "
+            "directory",
+        ),
+        ({"length": -1}, "is not a write_npy manifest: ValueError: length -1 and rows_per_shard 4 must be at least 1"),
+        ({"rows_per_shard": 0}, "is not a write_npy manifest: ValueError: length 10 and rows_per_shard 0 must be at "),
+    ],
+)
+def test_a_manifest_whose_layout_disagrees_with_its_records_is_refused(tmp_path, change, message):
+    lazyseq.write_npy(np.arange(10.0), tmp_path, rows_per_shard=4, sync=False)
+    edit_manifest(tmp_path, lambda manifest: manifest.update(change))
+    assert message in open_error(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["../outside-00000.npy", "/tmp/outside-00000.npy", "sub/data-00000.npy"])
+def test_a_manifest_naming_files_outside_its_directory_is_refused(tmp_path, name):
+    directory = tmp_path / "written"
+    lazyseq.write_npy(np.arange(10.0), directory, rows_per_shard=4, sync=False)
+    np.save(tmp_path / "outside-00000.npy", np.full(4, 42.0))
+    edit_manifest(directory, lambda manifest: manifest["shards"][0]["files"][0].update(name=name))
+    assert open_error(directory).endswith(
+        f"is not a write_npy manifest: ValueError: {name!r} is not the name of a shard file"
+    )

@@ -26,13 +26,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import IO, Any
 
 from .shard_files import remove_temporaries, replace_atomically
-from .shard_layout import Layout, ShardRecord
+from .shard_layout import SHARD_FILE_NAME, Layout, ShardRecord
 from .shard_sync import sync_directory
 
 __all__ = ["MANIFEST", "PROGRESS", "ProgressLog", "Written", "finish", "prepare", "read_manifest"]
@@ -42,7 +41,6 @@ PROGRESS = "progress.jsonl"
 FORMAT = "lazyseq.write_npy"
 VERSION = 2
 READABLE_VERSIONS = (1, 2)  # version 1 recorded CRC-32s instead of the checksums of .checksum
-_SHARD_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=-]*-[0-9]{5,}\.npy")
 
 
 @dataclass(frozen=True)
@@ -90,7 +88,7 @@ def prepare(
     os.makedirs(directory, exist_ok=True)
     previous = None if overwrite else _read_state(directory)
     if previous is None and not overwrite:
-        strays = sorted(name for name in os.listdir(directory) if _SHARD_FILE.fullmatch(name))
+        strays = sorted(name for name in os.listdir(directory) if SHARD_FILE_NAME.fullmatch(name))
         if strays:
             shown = ", ".join(strays[:3]) + (", ..." if len(strays) > 3 else "")
             raise FileExistsError(
@@ -106,7 +104,7 @@ def prepare(
             )
     if overwrite:
         for name in os.listdir(directory):
-            if _SHARD_FILE.fullmatch(name) or name in (MANIFEST, PROGRESS):
+            if SHARD_FILE_NAME.fullmatch(name) or name in (MANIFEST, PROGRESS):
                 os.remove(os.path.join(directory, name))
     trusted = previous.records if previous is not None and resume else {}
     remove_temporaries(directory)

@@ -22,12 +22,13 @@ import numpy as np
 from ..views.base import View
 from ..views.chunks import MixedShapes, chunk_to_batch
 
-__all__ = ["BLOCK_BYTES", "Field", "Layout", "ShardFile", "ShardRecord", "read_batch"]
+__all__ = ["BLOCK_BYTES", "SHARD_FILE_NAME", "Field", "Layout", "ShardFile", "ShardRecord", "read_batch"]
 
 BLOCK_BYTES = 4 * 2**20  # about how much of a shard is computed (and held in memory) at once
 ARRAY_FIELD = "data"  # the name of the one field of array items
 _FIELD_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=-]*")  # a dict key that can be part of a file name
 _SUM64 = re.compile(r"[0-9a-f]{32}")
+SHARD_FILE_NAME = re.compile(_FIELD_NAME.pattern + r"-[0-9]{5,}\.npy")  # as file_name() makes them
 
 Kind = Literal["array", "tuple", "dict"]
 
@@ -73,6 +74,10 @@ class ShardFile:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ShardFile:
         name, size = str(data["name"]), int(data["bytes"])
+        if not SHARD_FILE_NAME.fullmatch(name):  # a path elsewhere ("../x.npy", "/x.npy") is no shard of the directory
+            raise ValueError(f"{name!r} is not the name of a shard file")
+        if size < 0:
+            raise ValueError(f"the size of {name} is {size}")
         if "sum64" in data:
             digits = data["sum64"]
             if not isinstance(digits, str) or not _SUM64.fullmatch(digits):
@@ -123,6 +128,8 @@ class Layout:
             kind, names, values = _parts(batch)
         except TypeError as error:
             raise TypeError(f"write_npy: item 0: {error}") from None
+        if not names:
+            raise TypeError(f"write_npy: item 0 is an empty {kind}: there is nothing to write")
         fields = tuple(_field(name, value) for name, value in zip(names, values))
         if rows_per_shard is None:
             row_bytes = sum(f.row_bytes for f in fields)
@@ -209,7 +216,10 @@ class Layout:
         if kind not in ("array", "tuple", "dict"):
             raise ValueError(f"unknown item kind {kind!r}")
         fields = tuple(Field.from_json(f) for f in data["fields"])
-        return cls(kind, fields, int(data["length"]), int(data["rows_per_shard"]))
+        length, rows_per_shard = int(data["length"]), int(data["rows_per_shard"])
+        if length < 1 or rows_per_shard < 1:
+            raise ValueError(f"length {length} and rows_per_shard {rows_per_shard} must be at least 1")
+        return cls(kind, fields, length, rows_per_shard)
 
     def differences(self, other: Layout) -> list[str]:
         """What differs from ``other`` (an earlier run's layout), in words: ``"rows_per_shard: 100, was 50"``."""
@@ -247,7 +257,9 @@ def _parts(batch: Any) -> tuple[Kind, list[str], list[Any]]:
     """What a batch of items is: its kind, its field names, one value per field."""
     if isinstance(batch, np.ndarray):
         return "array", [ARRAY_FIELD], [batch]
-    if isinstance(batch, tuple):
+    if isinstance(batch, tuple) or (isinstance(batch, list) and _all_arrays(batch)):
+        # Items that are lists collate into a list of arrays, written as a tuple (so are namedtuples); other values
+        # (strings) collate into a list of values, refused below.
         return "tuple", [f"f{j}" for j in range(len(batch))], list(batch)
     if isinstance(batch, Mapping):
         for key in batch:
@@ -260,6 +272,10 @@ def _parts(batch: Any) -> tuple[Kind, list[str], list[Any]]:
     raise TypeError(
         f"items must be arrays or numbers, or tuples or dicts of them, but these collate into a {type(batch).__name__}"
     )
+
+
+def _all_arrays(values: list) -> bool:
+    return bool(values) and all(isinstance(v, np.ndarray) for v in values)
 
 
 def _field(name: str, value: Any) -> Field:
