@@ -185,6 +185,26 @@ def test_a_view_computed_by_the_server_workers(nworkers, method):
             assert remote[50] == 150 and remote[0] == 0
 
 
+class ByPosition:
+    """A sequence that is no collections.abc.Sequence: __len__ and __getitem__ only."""
+
+    def __len__(self):
+        return 3
+
+    def __getitem__(self, i):
+        if not 0 <= i < 3:
+            raise IndexError(i)
+        return np.full(2, i)
+
+
+@pytest.mark.parametrize("source", [np.arange(5.0).reshape(5, 1), ByPosition()], ids=["array", "sequence"])
+def test_an_array_or_any_sequence_is_served_by_index(source):
+    with lazyseq.serve(source, LOOPBACK, nworkers=2) as server:
+        with lazyseq.connect(server.address) as remote:
+            assert isinstance(remote, lazyseq.View) and len(remote) == len(source)
+            np.testing.assert_array_equal(np.stack(list(remote)), np.stack([source[i] for i in range(len(source))]))
+
+
 def test_closing_a_consumer_from_another_thread_wakes_its_reader_with_a_clear_error():
     started, release = threading.Event(), threading.Event()
 

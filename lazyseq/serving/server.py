@@ -9,13 +9,12 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..loading.buffering import ITEMS_AHEAD, Buffering
 from ..loading.options import LoaderOptions, Method, StartMethod
-from ..views.base import View
-from ..views.sources import as_view
+from ..views.sources import as_view, is_sequence_like
 from .security import check_address
 from .server_loop import ServerLoop
 from .stream_service import StreamService
@@ -51,7 +50,7 @@ class Server:
 
     @staticmethod
     def _service_for(source: Any, options: LoaderOptions, max_buffered: Buffering) -> ViewService | StreamService:
-        if isinstance(source, View) or (isinstance(source, Sequence) and not isinstance(source, (str, bytes))):
+        if is_sequence_like(source) and not isinstance(source, (str, bytes)):  # what view() takes: served by index
             return ViewService(as_view(source), options, max_buffered)
         if isinstance(source, Iterable):
             if options.nworkers:
@@ -116,8 +115,9 @@ def serve(
 ) -> Server:
     """Serve ``source`` at ``address`` to consumers that :func:`~lazyseq.connect` to it, until ``close()``.
 
-    A view (or any sequence) is served by index: each consumer reads the
-    items it asks for (indexing, slices, ``shard``...), while ``nworkers``
+    A view (or an array, or any sequence that :func:`~lazyseq.view` takes) is
+    served by index: each consumer reads the items it asks for (indexing,
+    slices, ``shard``...), while ``nworkers``
     threads, processes or Ray tasks (``method``, as for
     :func:`~lazyseq.prefetch`) compute up to ``max_buffered`` of its next
     items ahead (``None``: 10, and with Ray room for three runs per worker, as

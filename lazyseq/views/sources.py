@@ -13,7 +13,7 @@ from .chunks import new_rows
 from .itemtypes import SequenceLike, T
 from .keys import Positions
 
-__all__ = ["ArraySource", "SequenceSource", "as_view", "view"]
+__all__ = ["ArraySource", "SequenceSource", "as_view", "is_sequence_like", "view"]
 
 _BUILTIN_SEQUENCES = (list, tuple, str, bytes, bytearray)
 
@@ -165,12 +165,26 @@ def as_view(obj: SequenceLike[Any] | np.ndarray) -> View[Any]:
         return ArraySource(obj)
     if isinstance(obj, range):
         return ArangeView(obj)
-    if isinstance(obj, Mapping) or not (hasattr(obj, "__len__") and hasattr(obj, "__getitem__")):
+    if not is_sequence_like(obj):
         raise TypeError(
             f"cannot make a view of {type(obj).__name__}: a sequence (with __len__ and __getitem__ "
             "by position) is needed; use lazyseq.uniter() for an iterable"
         )
     return SequenceSource(obj)
+
+
+def is_sequence_like(obj: Any) -> bool:
+    """Whether :func:`as_view` takes ``obj``: a view, an array, or anything with ``__len__`` and ``__getitem__``.
+
+    Mappings have both but are read by key, not by position: they are not.
+
+    >>> import numpy as np
+    >>> is_sequence_like(np.zeros(3)), is_sequence_like([1, 2]), is_sequence_like({"a": 1}), is_sequence_like(iter([]))
+    (True, True, False, False)
+    """
+    if isinstance(obj, (View, np.ndarray, range)):
+        return True
+    return not isinstance(obj, Mapping) and hasattr(obj, "__len__") and hasattr(obj, "__getitem__")
 
 
 @overload
