@@ -337,6 +337,59 @@ def test_a_forked_child_that_exits_normally_leaves_the_parents_workers_running(t
     assert (done.stdout, done.stderr, done.returncode) == ("0.0 50.0\n", "", 0)
 
 
+FORK_WHILE_WAITING_SCRIPT = textwrap.dedent(
+    """
+    import os, sys, threading, time
+    import numpy as np
+    import lazyseq
+
+    release = threading.Event()
+
+    def held(x):  # the parent's worker threads wait here until after the fork
+        release.wait()
+        return x
+
+    if sys.argv[1] == "prefetch":
+        loader = lazyseq.prefetch(lazyseq.smap(held, range(10)), nworkers=1, inline_below=0)
+        read = lambda: loader[3]
+    else:
+        loader = lazyseq.load_buffers(lambda: held(np.zeros(3)), nworkers=1, inline_below=0)
+        read = lambda: next(loader)
+    waiting = threading.Thread(target=read)
+    waiting.start()
+    while not loader._engine.pending:  # the thread waits in the loader, holding its lock
+        time.sleep(0.001)
+    child = os.fork()
+    if child == 0:  # the parent's worker threads are not here: release is set for the child's own
+        release.set()
+        print("child read", read(), flush=True)
+        os._exit(0)
+    _, status = os.waitpid(child, 0)
+    release.set()
+    waiting.join()
+    loader.close()
+    print("child exit", os.waitstatus_to_exitcode(status), flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("loader", ["prefetch", "load_buffers"])
+def test_a_forked_child_reads_a_loader_that_a_parent_thread_was_waiting_on(tmp_path, loader):
+    script = tmp_path / "fork_while_waiting.py"
+    script.write_text(FORK_WHILE_WAITING_SCRIPT)
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    with subprocess.Popen([sys.executable, str(script), loader], **pipes, text=True, start_new_session=True) as p:
+        try:
+            out, err = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the forked child waited for the parent's lock")
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+    first = "3" if loader == "prefetch" else "[0. 0. 0.]"
+    assert (out, err, p.returncode) == (f"child read {first}\nchild exit 0\n", "", 0)
+
+
 class FailsWhenUnpickled:
     """A part of a pipeline that raises as a spawned worker unpickles it."""
 

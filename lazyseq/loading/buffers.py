@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, NoReturn
 
@@ -15,6 +14,7 @@ from ..views.itemtypes import T
 from .backends import Done
 from .buffering import BATCHES_CACHED, Buffering
 from .engine import Engine
+from .fork_safety import ForkLocalLock
 from .jobs import CallFunction
 from .options import LoaderOptions, Method, StartMethod
 from .structure import flatten, layout_of, shape_key, signature
@@ -41,7 +41,7 @@ class BufferLoader(Iterator[T], Generic[T]):
         self._first = ""
         self._delivered = 0  # batches handed out so far: numbers them in messages
         self._tasks = itertools.count()
-        self._lock = threading.Lock()
+        self._lock = ForkLocalLock()  # a forked child reads with its own
         self.closed = False
         # With threads the consumer holds the last batch it got; with processes its slot counts among max_cached.
         size = self._max_cached.size

@@ -26,7 +26,6 @@ at the first task that goes to them.
 from __future__ import annotations
 
 import functools
-import os
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from time import perf_counter
@@ -35,6 +34,7 @@ from typing import Any
 from .backends import DeferredWorkers, Done, WorkerBackend, start_workers
 from .buffering import Buffering
 from .failures import LoaderClosed
+from .fork_safety import fork_generation
 from .item_cost import FIRST_ONLY_ABOVE, ItemCost, start_if_slow
 from .options import LoaderOptions
 from .seeding import base_seed
@@ -43,14 +43,6 @@ __all__ = ["Engine"]
 
 POLL_SECONDS = 0.5  # how often a wait checks that the workers are alive
 
-_forks = [0]  # how many forks led to this process: an engine made before a fork belongs to the parent
-
-
-def _forked() -> None:
-    _forks[0] += 1
-
-
-os.register_at_fork(after_in_child=_forked)
 
 Refill = Callable[[], None]
 
@@ -89,7 +81,7 @@ class Engine:
         launch: Callable[[], WorkerBackend] | None = None,
     ) -> None:
         self.options = options
-        self._generation = _forks[0]
+        self._generation = fork_generation()  # an engine made before a fork belongs to the parent
         self.closed = False
         timed = options.inline_below or options.method == "ray"  # Ray sizes its runs of tasks from the timings
         self.cost = ItemCost(options.inline_below) if timed else None
@@ -117,7 +109,7 @@ class Engine:
     @property
     def inherited(self) -> bool:
         """Whether this process is a fork of the one that made the engine (whose workers are not ours)."""
-        return self._generation != _forks[0]
+        return self._generation != fork_generation()
 
     @property
     def started(self) -> bool:
@@ -310,5 +302,5 @@ class Engine:
 
 def _close_in(generation: int, close: Callable[[], None]) -> None:
     """Close the workers, but only in the process that started them (a forked child inherits the finalizer)."""
-    if _forks[0] == generation:
+    if fork_generation() == generation:
         close()

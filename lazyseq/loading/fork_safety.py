@@ -30,7 +30,11 @@ The other way round, a process forked from one with worker processes (by
 ``os.fork()``, by another library) inherits multiprocessing's list of the
 children it must stop when it exits: a child that ended with ``sys.exit``
 terminated its parent's workers. Workers noted by :func:`started_worker` are
-struck from that list in every forked child: they are its parent's.
+struck from that list in every forked child: they are its parent's. And a
+loader's own lock, held by a thread of the parent waiting for an item, would
+be held forever in the child: loaders take a :class:`ForkLocalLock`, which a
+forked child makes anew (:func:`fork_generation` counts the forks that led
+to this process; what a loader made before one belongs to the parent).
 
 >>> with forking_workers():
 ...     pass  # start worker processes here
@@ -49,11 +53,40 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["forking_workers", "started_worker"]
+__all__ = ["ForkLocalLock", "fork_generation", "forking_workers", "started_worker"]
 
 _local = threading.local()  # in a forked child, the thread that forked lives on with its values
 _kept: list[Any] = []  # a forked worker's inherited stdin: closing or collecting it would take its lock
 _workers: weakref.WeakSet[Any] = weakref.WeakSet()  # the worker processes this process started
+_forks = [0]  # how many forks led to this process
+
+
+def fork_generation() -> int:
+    """How many forks led to this process (a number to compare, not to count with)."""
+    return _forks[0]
+
+
+class ForkLocalLock:
+    """A reentrant lock, made anew in a forked child (where the parent's may be held by a thread it lacks).
+
+    >>> lock = ForkLocalLock()
+    >>> with lock, lock:
+    ...     pass
+    """
+
+    __slots__ = ("_generation", "_lock")
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._generation = _forks[0]
+
+    def __enter__(self) -> None:
+        if self._generation != _forks[0]:
+            self._lock, self._generation = threading.RLock(), _forks[0]
+        self._lock.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._lock.release()
 
 
 @contextmanager
@@ -89,6 +122,7 @@ def _in_parent() -> None:
 
 
 def _in_child() -> None:
+    _forks[0] += 1
     children = getattr(multiprocessing.process, "_children", None)  # what multiprocessing stops at exit
     if isinstance(children, set):
         children.difference_update(_workers)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import operator
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, cast
 
@@ -16,6 +15,7 @@ from ..views.sources import as_view
 from .backends import Done
 from .buffering import ITEMS_AHEAD, Buffering
 from .engine import Engine
+from .fork_safety import ForkLocalLock
 from .jobs import ReadItem
 from .options import LoaderOptions, Method, StartMethod, serialize
 
@@ -45,7 +45,7 @@ class PrefetchView(View[T_co]):
             serialize(ReadItem(parent), "the pipeline", "prefetch")
             if options.start_hook is not None:
                 serialize(options.start_hook, "start_hook", "prefetch")
-        self._lock = threading.RLock()
+        self._lock = ForkLocalLock()  # a forked child reads with its own
         self._engine: Engine | None = None
         self._order = ReadOrder(self._len, max_buffered.capacity(None))  # each start of the workers begins a new one
         self._send_ahead: Callable[[], None] = _nothing  # sends the next expected items (see _start)
