@@ -327,6 +327,22 @@ def test_a_consumer_goes_on_when_the_server_comes_back(server_process):
         assert [remote[i] for i in range(5, 100)] == list(range(5, 100))
 
 
+def test_a_stream_consumer_goes_on_when_a_new_server_comes_back_at_the_address():
+    # The new server numbers its items from 0 again: the consumer dropped them as seen, and acknowledged (lost) some.
+    first = lazyseq.serve(iter(range(100)), LOOPBACK)
+    stream = lazyseq.connect(first.address, timeout=10.0, ahead=4)
+    try:
+        assert [next(stream) for _ in range(10)] == list(range(10))
+        first.close()
+        with lazyseq.serve(iter(range(1000, 1100)), first.address):
+            rest = list(stream)
+    finally:
+        stream.close()
+    received_before = len(rest) - 100  # from the first server, received before it went
+    assert 0 <= received_before <= 4
+    assert rest == list(range(10, 10 + received_before)) + list(range(1000, 1100))
+
+
 def test_a_stream_consumer_that_left_frees_its_items_for_another():
     with lazyseq.serve(iter(range(10)), LOOPBACK) as server:
         first = lazyseq.connect(server.address, ahead=4)

@@ -156,9 +156,10 @@ class RemoteStream(Iterator):
     def __init__(self, connection: Connection, ahead: int) -> None:
         self._connection = connection
         self._ahead = ahead
-        self._received: deque[tuple[int, str, Any]] = deque()
+        self._received: deque[tuple[str, int, str, Any]] = deque()  # (server instance, seq, status, value)
         self._asked = 0  # items asked for and not received
         self._handed: deque[int] = deque(maxlen=RECENT)  # the items handed out last (their acks may be lost)
+        self._server = connection.server  # the server instance that numbered the items in _handed
         self._ended = False
         self._lock = threading.Lock()
 
@@ -179,9 +180,12 @@ class RemoteStream(Iterator):
                 if self._ended:
                     raise StopIteration
                 self._receive_one()
-            seq, status, value = self._received.popleft()
-            self._handed.append(seq)
-            self._ask(1, [seq])  # delivered: acknowledged, and one more asked for
+            server, seq, status, value = self._received.popleft()
+            if server == self._server:
+                self._handed.append(seq)
+                self._ask(1, [seq])  # delivered: acknowledged, and one more asked for
+            else:  # sent by a server that is gone: nobody to acknowledge it to
+                self._ask(1, [])
         if status == "error":
             try:
                 raise value
@@ -191,34 +195,38 @@ class RemoteStream(Iterator):
 
     def _ask(self, more: int, acks: list[int]) -> None:
         self._asked += more
-        self._connection.send(b"next", {"more": more, "ack": acks})
+        self._connection.send(b"next", {"more": more, "ack": acks, "server": self._server})
 
     def _receive_one(self, waiting_for: str = "the next item of the stream") -> bytes:
         """Take in one message from the server; its kind."""
         kind, header, buffers = self._connection.receive(waiting_for=waiting_for)
         if kind == b"restarted":  # a new server: it knows nothing of what was asked
-            self._connection.send(b"next", {"more": self._asked, "ack": []})
+            self._connection.send(b"next", {"more": self._asked, "ack": [], "server": self._server})
         elif kind == b"silent":  # what the server sent may be lost: it sends again what was not acknowledged
-            have = [seq for seq, _, _ in self._received]
-            self._connection.send(b"next", {"more": 0, "ack": list(self._handed), "resend": have})
+            have = [seq for server, seq, _, _ in self._received if server == self._server]
+            header = {"more": 0, "ack": list(self._handed), "resend": have, "server": self._server}
+            self._connection.send(b"next", header)
         elif kind == b"end":
             self._ended = True
             self._asked = 0
         elif kind in (b"item", b"error") and isinstance(header, dict) and type(header.get("seq")) is int:
-            seq = header["seq"]
-            if seq in self._handed or any(seq == s for s, _, _ in self._received):
+            seq, server = header["seq"], str(header.get("server", self._server))
+            if server != self._server:  # a new server instance numbers its items anew
+                self._server = server
+                self._handed.clear()
+            elif seq in self._handed or any(seq == s and server == i for i, s, _, _ in self._received):
                 return kind  # sent again after a silence, but it had arrived
             self._asked = max(0, self._asked - 1)
             if kind == b"item":
                 try:
-                    self._received.append((seq, "ok", wire.decode(header.get("tree"), buffers)))
+                    self._received.append((server, seq, "ok", wire.decode(header.get("tree"), buffers)))
                 except wire.ProtocolError as malformed:  # handed out (and acknowledged) as this item's failure
-                    self._received.append((seq, "error", malformed))
+                    self._received.append((server, seq, "error", malformed))
             else:
                 failure = restore_failure(header, f"the server at {self.address}")
                 chain = getattr(failure, errors.REMOTE_CHAIN)
                 setattr(failure, errors.REMOTE_CHAIN, f"stream[{seq}]" + (f" -> {chain}" if chain else ""))
-                self._received.append((seq, "error", failure))
+                self._received.append((server, seq, "error", failure))
         return kind
 
     def sync(self) -> None:

@@ -116,6 +116,7 @@ class ServerLoop:
         self._router = router
         self._stop_fd, self._stopper_fd = os.pipe()
         service.send = self._send
+        service.token = self._token
         self.thread = threading.Thread(target=self._run, name="lazyseq-serve", daemon=True)
         self.thread.start()
 

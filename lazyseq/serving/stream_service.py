@@ -10,7 +10,11 @@ acknowledged, since that item could still come back.
 
 Items are numbered in the order they are drawn from the iterable (``seq``),
 and encoded at once into buffers the server owns, so an iterable that reuses
-its arrays (``load_buffers``) can go on.
+its arrays (``load_buffers``) can go on. A server that comes back at the same
+address numbers its items from 0 again: each item says which server instance
+sent it (``server``, its token), and a consumer's ``next`` says which instance
+its acknowledgements are for, so that one never acknowledges (and makes lost)
+an item of another that happens to have the same number.
 """
 
 from __future__ import annotations
@@ -78,6 +82,7 @@ class StreamService:
         self._returned: deque[tuple] = deque()  # handed to a consumer that left without acknowledging them
         self._seq = 0  # the next item to ask the drawer for
         self.exhausted = False
+        self.token = ""  # this server instance, in each item's header (set by the server)
         self._draw_ahead()
 
     def info(self) -> dict[str, Any]:
@@ -95,10 +100,14 @@ class StreamService:
         more, acks = header.get("more", 0), header.get("ack", [])
         if type(more) is not int or more < 0 or type(acks) is not list or not all(type(s) is int for s in acks):
             raise wire.ProtocolError("'next' needs an integer 'more' >= 0 and a list of integers 'ack'")
-        state = self._consumers.setdefault(consumer, _Consumer())
+        state = self._consumers.get(consumer)
+        if state is None:
+            state = self._consumers[consumer] = _Consumer()
+        have = header.get("resend")
+        if header.get("server", self.token) != self.token:  # numbers of another instance's items: not ours
+            acks, have = [], None
         for seq in acks:
             state.unacked.pop(seq, None)
-        have = header.get("resend")
         if type(have) is list:  # the consumer heard nothing for a while: what it lacks is sent again
             have = {s for s in have if type(s) is int}
             for seq, (kind, item_header, buffers) in sorted(state.unacked.items()):
@@ -128,12 +137,14 @@ class StreamService:
             if self.exhausted:
                 continue
             if done.status == "error":
-                self._drawn.append((seq, b"error", {"seq": seq, **failure_header(done.value)}, []))
+                self._drawn.append(
+                    (seq, b"error", {"seq": seq, "server": self.token, **failure_header(done.value)}, [])
+                )
             elif done.value is None:
                 self.exhausted = True
             else:
                 tree, buffers = done.value
-                self._drawn.append((seq, b"item", {"seq": seq, "tree": tree}, buffers))
+                self._drawn.append((seq, b"item", {"seq": seq, "server": self.token, "tree": tree}, buffers))
         self._draw_ahead()
         self._hand_out()
 

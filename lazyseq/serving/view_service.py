@@ -53,6 +53,7 @@ class ViewService:
         self.options = options
         self.max_buffered = max_buffered
         self.send: Send = send if send is not None else _not_connected
+        self.token = ""  # this server instance (set by the server; items by index need no more)
         self._reads: dict[bytes, _Reads] = {}
         self._engine: Engine | None = None
         self._starts = 0
