@@ -89,7 +89,9 @@ def test_an_error_in_a_worker_leaves_nothing(clean):
 def test_load_buffers_closed_by_another_thread_ends_the_iteration_waiting_in_it(clean, method):
     # The waiting thread went on polling the closed descriptors, spinning, and wrote into reused descriptor numbers.
     release = multiprocessing.Event() if method == "process" else threading.Event()  # the worker process is killed
-    batches = lazyseq.load_buffers(functools.partial(wait_then_zeros, release), nworkers=1, method=method)
+    batches = lazyseq.load_buffers(
+        functools.partial(wait_then_zeros, release), nworkers=1, method=method, inline_below=0
+    )
     ended = []
 
     def read():
@@ -118,3 +120,34 @@ def test_load_buffers_closed_by_another_thread_ends_the_iteration_waiting_in_it(
 def wait_then_zeros(release):
     release.wait()
     return np.zeros(4)
+
+
+def wait_then_same(release, x):
+    release.wait()
+    return x
+
+
+def test_prefetch_closed_by_another_thread_ends_the_read_waiting_in_it(clean):
+    # close() waited for the lock that the waiting read held: a watchdog could not stop a stuck loader. (With worker
+    # threads the same holds, but a thread busy with the item cannot be stopped: the read may get its item first.)
+    release = multiprocessing.Event()  # never set: the worker process is killed
+    ahead = lazyseq.prefetch(
+        lazyseq.smap(functools.partial(wait_then_same, release), range(10)), nworkers=1, method="process"
+    )
+    ended = []
+
+    def read():
+        try:
+            ahead[0]
+        except BaseException as error:  # noqa: BLE001  # what the reader saw, whatever it is
+            ended.append(error)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    deadline = time.monotonic() + 60
+    while (ahead._engine is None or not ahead._engine.pending) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    ahead.close()
+    reader.join(60)
+    assert len(ended) == 1 and isinstance(ended[0], lazyseq.LoaderError)
+    assert str(ended[0]) == "prefetch: the loader was closed while a result was awaited"

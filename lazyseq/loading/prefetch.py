@@ -15,6 +15,7 @@ from ..views.sources import as_view
 from .backends import Done
 from .buffering import ITEMS_AHEAD, Buffering
 from .engine import Engine
+from .failures import LoaderClosed, LoaderError
 from .fork_safety import ForkLocalLock
 from .jobs import ReadItem
 from .options import LoaderOptions, Method, StartMethod, serialize
@@ -69,13 +70,17 @@ class PrefetchView(View[T_co]):
         return engine
 
     def close(self) -> None:
-        """Stop the workers and drop the items computed ahead; reading again starts them anew."""
-        with self._lock:
-            engine, self._engine = self._engine, None
-            # Nothing keeps the stopped engine (and what it had read ahead) while the view lives on.
-            self._send_ahead, self._order = _nothing, ReadOrder(self._len, self._order.capacity)
-            if engine is not None:
-                engine.close()
+        """Stop the workers and drop the items computed ahead; reading again starts them anew.
+
+        From another thread, while a read waits for its item (a watchdog
+        stopping a stuck loader), that read raises :class:`~lazyseq.LoaderError`
+        (``LoaderClosed``): closing does not wait for it.
+        """
+        engine, self._engine = self._engine, None  # not under the lock: a read may hold it while it waits
+        # Nothing keeps the stopped engine (and what it had read ahead) while the view lives on.
+        self._send_ahead, self._order = _nothing, ReadOrder(self._len, self._order.capacity)
+        if engine is not None:
+            engine.close()
 
     def __enter__(self) -> PrefetchView[T_co]:
         return self
@@ -107,6 +112,9 @@ class PrefetchView(View[T_co]):
             try:
                 done = self._read(engine, order, i)
             except BaseException as error:  # an interrupt between two steps of the engine stops it too
+                if engine.closed and isinstance(error, Exception) and not isinstance(error, LoaderError):
+                    # closed by another thread while this read went on: whatever that broke, this is why
+                    raise LoaderClosed(f"prefetch: the loader was closed while item {i} was awaited") from error
                 engine.failed(error)
                 raise
         if done.status == "error":
