@@ -261,6 +261,25 @@ def test_workers_forked_while_another_thread_reads_stdin_start(tmp_path):
     assert (out, err, p.returncode) == ("read go\n", "", 0)
 
 
+def run_unless_hung(folder, source, argument, hung, timeout=120):
+    """``(stdout, stderr, exit code)`` of ``source`` run as a script; a failure saying ``hung`` if it hangs.
+
+    It runs in a session of its own, killed whole at the end: its workers too, had they hung.
+    """
+    script = folder / "script.py"
+    script.write_text(source)
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    with subprocess.Popen([sys.executable, str(script), argument], **pipes, text=True, start_new_session=True) as p:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"hung: {hung}")
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+    return out, err, p.returncode
+
+
 DRAWING_SCRIPT = textwrap.dedent(
     """
     import os, sys, threading
@@ -299,18 +318,8 @@ def test_workers_forked_while_another_thread_draws_random_numbers_start(tmp_path
     # Each worker seeds the global generators: a forked one inherited their locks held by the drawing thread.
     if library == "torch":
         pytest.importorskip("torch")
-    script = tmp_path / "drawing.py"
-    script.write_text(DRAWING_SCRIPT)
-    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
-    with subprocess.Popen([sys.executable, str(script), library], **pipes, text=True, start_new_session=True) as p:
-        try:
-            out, err = p.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"workers forked while another thread draws from {library}'s generator never delivered")
-        finally:
-            with contextlib.suppress(ProcessLookupError):  # its workers too, had they hung
-                os.killpg(p.pid, signal.SIGKILL)
-    assert (out, err, p.returncode) == ("45.0\n" * 3, "", 0)
+    done = run_unless_hung(tmp_path, DRAWING_SCRIPT, library, hung=f"forked while drawing from {library}")
+    assert done == ("45.0\n" * 3, "", 0)
 
 
 CHILD_EXITS_SCRIPT = textwrap.dedent(
@@ -375,19 +384,9 @@ FORK_WHILE_WAITING_SCRIPT = textwrap.dedent(
 
 @pytest.mark.parametrize("loader", ["prefetch", "load_buffers"])
 def test_a_forked_child_reads_a_loader_that_a_parent_thread_was_waiting_on(tmp_path, loader):
-    script = tmp_path / "fork_while_waiting.py"
-    script.write_text(FORK_WHILE_WAITING_SCRIPT)
-    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
-    with subprocess.Popen([sys.executable, str(script), loader], **pipes, text=True, start_new_session=True) as p:
-        try:
-            out, err = p.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            pytest.fail("the forked child waited for the parent's lock")
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGKILL)
+    done = run_unless_hung(tmp_path, FORK_WHILE_WAITING_SCRIPT, loader, hung="the forked child waited for a lock")
     first = "3" if loader == "prefetch" else "[0. 0. 0.]"
-    assert (out, err, p.returncode) == (f"child read {first}\nchild exit 0\n", "", 0)
+    assert done == (f"child read {first}\nchild exit 0\n", "", 0)
 
 
 class FailsWhenUnpickled:
