@@ -254,7 +254,7 @@ class Engine:
             self.workers.resume(task)
             self.cancelled.discard(task)
         while task not in ready:
-            self._check_open()
+            self.check_open()
             if task not in self.pending:  # skipped after a cancel that came too late
                 self.submit([(task, arg)])
             if refill is not None:
@@ -268,15 +268,16 @@ class Engine:
         if ready:
             self.collect_early()
         while not ready:
-            self._check_open()
+            self.check_open()
             if not self.pending:
                 raise RuntimeError(f"{self.options.owner}: waiting for a result while no task is on its way")
             self.collect(POLL_SECONDS)
             refill()
         return ready.pop(next(iter(ready)))
 
-    def _check_open(self) -> None:
-        if self.closed:  # by another thread, while this one waited
+    def check_open(self) -> None:
+        """``LoaderClosed`` if the engine was closed (by another thread, while this one waited)."""
+        if self.closed:
             raise LoaderClosed(f"{self.options.owner}: the loader was closed while a result was awaited")
 
     # -- closing -------------------------------------------------------------------

@@ -9,8 +9,9 @@ by a thread that reads while it is away: it then finds its results decoded.
 :class:`MessageReader` does both, and :class:`AwayTime` picks, from how long
 the consumer stays away between two calls of :meth:`MessageReader.take`.
 Either way, whoever reads holds one lock, so messages are read once and in
-order (closing takes it too: a consumer reading in another thread is done with
-the descriptors before they are closed, and reads nothing after); a worker whose process ended is reported after everything it sent.
+order; a worker whose process ended is reported after everything it sent.
+Closing takes the lock too: a consumer reading in another thread is done with
+the descriptors before they are closed, and reads nothing after.
 
 Messages are framed as :mod:`multiprocessing.connection` frames them (a
 4-byte big-endian length, or -1 then an 8-byte length), so a worker may write

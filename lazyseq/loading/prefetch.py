@@ -15,7 +15,7 @@ from ..views.sources import as_view
 from .backends import Done
 from .buffering import ITEMS_AHEAD, Buffering
 from .engine import Engine
-from .failures import LoaderClosed, LoaderError
+from .failures import LoaderError
 from .fork_safety import ForkLocalLock
 from .jobs import ReadItem
 from .options import LoaderOptions, Method, StartMethod, serialize
@@ -112,9 +112,8 @@ class PrefetchView(View[T_co]):
             try:
                 done = self._read(engine, order, i)
             except BaseException as error:  # an interrupt between two steps of the engine stops it too
-                if engine.closed and isinstance(error, Exception) and not isinstance(error, LoaderError):
-                    # closed by another thread while this read went on: whatever that broke, this is why
-                    raise LoaderClosed(f"prefetch: the loader was closed while item {i} was awaited") from error
+                if isinstance(error, Exception) and not isinstance(error, LoaderError):
+                    engine.check_open()  # closed by another thread while this read went on: whatever broke, that is why
                 engine.failed(error)
                 raise
         if done.status == "error":

@@ -185,7 +185,7 @@ class ProcessWorkers:
     def _dispatch(self) -> None:
         """Send queued tasks to the least busy workers, topping up those down to half their share; one message each."""
         backlog, busy = self._backlog, self._busy
-        if not backlog or self.closed:
+        if not backlog:
             return
         depth = self._depth()
         held = [len(tasks) for tasks in busy]
