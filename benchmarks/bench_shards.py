@@ -1,8 +1,8 @@
 """How fast ``write_npy`` fills a directory of shards, next to the same work done without lazyseq.
 
-    python benchmarks/bench_shards.py          # under a minute
+    python benchmarks/bench_shards.py          # about a minute
     python benchmarks/bench_shards.py --quick  # a few seconds: a smoke test, numbers too rough to quote
-    python benchmarks/bench_shards.py --only-throughput  # workload 2 alone, a few seconds
+    python benchmarks/bench_shards.py --only-throughput  # workload 2 alone, about 30 s
 
 The data: the 18,000 x 248 float64 samples of the other benchmarks, in four
 memory-mapped ``.npy`` files. Contenders take turns, repeat after repeat; each
@@ -15,7 +15,8 @@ timed from the call to the last file on disk. Ratios use the best repeat.
    other shard and write it with ``np.save`` (flushed and synced, as
    ``write_npy`` does), no lazyseq at all; and ``write_npy`` with no workers.
 2. Write throughput of a cheap pipeline: the rows of the memory maps as they
-   are, in 4 MiB shards, written by ``write_npy`` (no workers, and 2 worker
+   are (34 MiB), then the same files listed 8 times over (272 MiB, where the
+   fixed costs of a call weigh less), in 4 MiB shards, written by ``write_npy`` (no workers, and 2 worker
    threads) vs ``np.save`` of the same arrays (in memory), one file per
    shard, in one process, like for like: ``write_npy(sync=False)`` vs
    ``np.save`` as it is (neither syncs: the page cache takes the writes), and
@@ -44,7 +45,8 @@ import lazyseq
 ROW_SECONDS = 1e-3  # the expensive transform's cost per row
 SHARD_ROWS = 250  # rows per shard in the expensive workload
 CHEAP_SHARD_BYTES = 4 * 2**20
-THROUGHPUT_REPEATS = 3  # workload 2 repeats this many times more (its runs take milliseconds, and vary)
+THROUGHPUT_REPEATS = 3  # workload 2 repeats the seed's 34 MiB this many times more (runs of milliseconds vary)
+THROUGHPUT_COPIES = (1, 8)  # workload 2 writes the seed's rows once (34 MiB), then 8 times over (272 MiB)
 
 
 @dataclass(frozen=True)
@@ -180,10 +182,10 @@ def check_same_shards(runs: dict[str, Run], folder: str) -> None:
 # -- 2. write throughput ---------------------------------------------------------------------------
 
 
-def bench_throughput(paths: list[str], settings: Settings, folder: str) -> list[Result]:
-    data = lazyseq.open_npy(paths)
+def bench_throughput(paths: list[str], settings: Settings, folder: str, copies: int) -> list[Result]:
+    data = lazyseq.open_npy(paths * copies)  # the files listed ``copies`` times over: a larger dataset, same rows
     rows_per_shard = CHEAP_SHARD_BYTES // data[0].nbytes  # as write_npy splits them
-    in_memory = np.concatenate([np.load(p) for p in paths])
+    in_memory = np.concatenate([np.load(p) for p in paths * copies])
     arrays = [in_memory[k : k + rows_per_shard] for k in range(0, len(in_memory), rows_per_shard)]
     total = sum(a.nbytes for a in arrays)
 
@@ -208,7 +210,8 @@ def bench_throughput(paths: list[str], settings: Settings, folder: str) -> list[
         "np.save + fsync": saved(save_synced),
     }
     check_same_shards(runs, folder)
-    timings = measure(runs, folder, THROUGHPUT_REPEATS * settings.repeats)
+    timings = measure(runs, folder, THROUGHPUT_REPEATS * settings.repeats if copies == 1 else settings.repeats)
+    size = f"{total / 2**20:.0f} MiB"
     print_timings(
         f"2. Write throughput: {len(data):,} x 248 float64 from the memory maps ({total / 2**20:.0f} MiB), "
         f"{len(arrays)} shards of {rows_per_shard} rows",
@@ -223,7 +226,7 @@ def bench_throughput(paths: list[str], settings: Settings, folder: str) -> list[
             lazy_t, ref_t = timings[name], timings[reference]
             results.append(
                 Result(
-                    f"2. cheap pipeline, {name} vs {reference}",
+                    f"2. cheap pipeline, {size}, {name} vs {reference}",
                     f"{total / lazy_t.best / 1e9:.2f} GB/s",
                     f"{reference} {total / ref_t.best / 1e9:.2f} GB/s",
                     f"{ref_t.best / lazy_t.best:.2f}",
@@ -248,7 +251,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         paths, _ = write_samples(folder)
         results = [] if arguments.only_throughput else bench_transform(paths, settings, folder)
-        results += bench_throughput(paths, settings, folder)
+        for copies in THROUGHPUT_COPIES if not arguments.quick else (1,):
+            results += bench_throughput(paths, settings, folder, copies)
     print(f"\nload average after: {load()} (on {os.cpu_count()} cores: above that, other programs competed)")
     print(f"\nSummary (markdown), {time.perf_counter() - started:.0f} s in all\n")
     print(summary(results))
