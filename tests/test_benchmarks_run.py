@@ -63,9 +63,9 @@ def test_server_benchmark_quick_run():
 def test_shards_benchmark_quick_run():
     out = quick_run("bench_shards.py")
     assert "| 1. 1 ms/row transform, write_npy 2 processes vs two independent processes" in out
-    assert "| 2. cheap pipeline, write_npy sync=False, no workers vs np.save " in out
-    assert "| 2. cheap pipeline, write_npy sync=False, 2 threads vs np.save " in out
-    assert "| 2. cheap pipeline, write_npy (sync=True), 2 threads vs np.save + fsync" in out
+    assert "| 2. cheap pipeline, 34 MiB, write_npy sync=False, no workers vs np.save " in out
+    assert "| 2. cheap pipeline, 34 MiB, write_npy sync=False, 2 threads vs np.save " in out
+    assert "| 2. cheap pipeline, 34 MiB, write_npy (sync=True), 2 threads vs np.save + fsync" in out
 
 
 def test_ray_benchmark_quick_run():
