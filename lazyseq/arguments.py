@@ -19,8 +19,10 @@ def integer(value: Any, what: str, low: int | None = None, expected: str | None 
     """``value`` as an ``int`` of at least ``low``, for the argument ``what`` (``"batch: k"``).
 
     Anything with ``__index__`` is an integer (numpy integers too; floats
-    are not). Otherwise a ``TypeError``, and below ``low`` a ``ValueError``,
-    both saying ``{what} must be {expected}, got {value!r}``.
+    are not, and neither are ``True`` and ``False``, which are more likely
+    an argument given in the wrong place than a count). Otherwise a
+    ``TypeError``, and below ``low`` a ``ValueError``, both saying
+    ``{what} must be {expected}, got {value!r}``.
 
     >>> integer(3, "batch: k", low=1)
     3
@@ -28,10 +30,16 @@ def integer(value: Any, what: str, low: int | None = None, expected: str | None 
     Traceback (most recent call last):
     ...
     TypeError: batch: k must be a positive integer, got 2.5
+    >>> integer(True, "batch: k", low=1)
+    Traceback (most recent call last):
+    ...
+    TypeError: batch: k must be a positive integer, got True
     """
     if expected is None:
         expected = _EXPECTED.get(low, f"an integer >= {low}")
     try:
+        if isinstance(value, bool):
+            raise TypeError
         n = operator.index(value)
     except TypeError:
         shown = repr(value)
