@@ -483,6 +483,29 @@ def test_a_public_address_needs_keys():
     assert lazyseq_threads() == []
 
 
+@pytest.mark.parametrize(
+    ("call", "address", "message"),
+    [
+        ("serve", "tcp://127.0.0.1:70000", "the port of 'tcp://127.0.0.1:70000' must be a number from 0 to 65535"),
+        ("serve", "tcp://127.0.0.1:-1", "the port of 'tcp://127.0.0.1:-1' must be a number from 0 to 65535"),
+        ("connect", "tcp://127.0.0.1:0", "the port of 'tcp://127.0.0.1:0' must be a number from 1 to 65535, got '0'"),
+        ("serve", "inproc://data", "'inproc://data' is an inproc:// endpoint, which only sockets of one ZeroMQ"),
+        ("connect", "inproc://data", "'inproc://data' is an inproc:// endpoint, which only sockets of one ZeroMQ"),
+    ],
+)
+def test_endpoints_no_server_can_use_are_refused(call, address, message):
+    # libzmq binds port 70000 as 4464 and -1 as 65535; an inproc client waited out its timeout, then "lost" the server
+    with pytest.raises(ValueError) as caught:
+        lazyseq.serve(range(3), address) if call == "serve" else lazyseq.connect(address, timeout=0.5)
+    assert str(caught.value).startswith(f"{call}: {message}")
+    assert lazyseq_threads() == []
+
+
+def test_a_bool_is_not_a_count():
+    with pytest.raises(TypeError, match=r"^connect: ahead must be a positive integer, got True$"):
+        lazyseq.connect("tcp://127.0.0.1:5557", ahead=True)
+
+
 def test_curve_lets_allowed_clients_in_and_keeps_others_out(caplog):
     caplog.set_level(logging.INFO, logger="lazyseq.serve")
     server_keys, client_keys, stranger_keys = zmq.curve_keypair(), zmq.curve_keypair(), zmq.curve_keypair()

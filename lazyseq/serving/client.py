@@ -13,6 +13,7 @@ from ..views import errors
 from ..views.base import View
 from . import wire
 from .connection import Connection
+from .endpoints import check_endpoint
 from .failures import restore_failure
 
 __all__ = ["RemoteStream", "RemoteView", "connect"]
@@ -282,6 +283,7 @@ def connect(
     from ..loading.options import positive
 
     ahead = positive(ahead, "ahead", "connect")
+    check_endpoint(address, "connect", binding=False)
     settings = {"address": address, "timeout": timeout, "server_key": server_key, "curve_keypair": curve_keypair}
     connection = Connection(address, timeout, server_key, curve_keypair)
     try:

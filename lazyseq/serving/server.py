@@ -15,6 +15,7 @@ from typing import Any
 from ..loading.buffering import ITEMS_AHEAD, Buffering
 from ..loading.options import LoaderOptions, Method, StartMethod
 from ..views.sources import as_view, is_sequence_like
+from .endpoints import check_endpoint
 from .security import check_address
 from .server_loop import ServerLoop
 from .stream_service import StreamService
@@ -38,7 +39,7 @@ class Server:
         allowed_clients: Iterable[Any] | None,
         insecure: bool,
     ) -> None:
-        check_address(address, curve_keypair, insecure)
+        check_address(check_endpoint(address, "serve", binding=True), curve_keypair, insecure)
         self._loop = ServerLoop(
             self._service_for(source, options, max_buffered), address, curve_keypair, allowed_clients
         )
@@ -126,8 +127,9 @@ def serve(
     its items goes to exactly one consumer, and one that a consumer received
     but did not use before it died goes to another.
 
-    ``address`` is a ZeroMQ endpoint; port 0 picks a free port (the server's
-    ``.address`` says which). Only plain data travels, never pickle: arrays
+    ``address`` is a ZeroMQ endpoint, ``tcp://`` or ``ipc://`` (``inproc://``
+    reaches no client, and is refused); port 0 picks a free port (the server's
+    ``.address`` says which), a port beyond 65535 is refused. Only plain data travels, never pickle: arrays
     (header and raw buffer), numbers, strings, bytes and ``None`` in tuples,
     lists and dicts; an item holding anything else reaches its consumer as an
     error naming it.

@@ -1,0 +1,42 @@
+"""Endpoints that ZeroMQ would take but a data server cannot use, refused with a message that says why.
+
+libzmq reads a TCP port modulo 2**16 (``tcp://127.0.0.1:70000`` binds port
+4464, and ``:-1`` port 65535), and an ``inproc://`` endpoint is reachable
+only from sockets of the same ZeroMQ context, which no client shares with a
+server: a client would wait for its timeout, then report the server lost.
+"""
+
+from __future__ import annotations
+
+__all__ = ["check_endpoint"]
+
+_HIGHEST_PORT = 65535
+
+
+def check_endpoint(address: object, owner: str, *, binding: bool) -> str:
+    """``address`` if a server can listen there (``binding``) or a client connect there; else ``ValueError``.
+
+    >>> check_endpoint("tcp://127.0.0.1:0", "serve", binding=True)
+    'tcp://127.0.0.1:0'
+    >>> check_endpoint("tcp://127.0.0.1:70000", "serve", binding=True)
+    Traceback (most recent call last):
+    ...
+    ValueError: serve: the port of 'tcp://127.0.0.1:70000' must be a number from 0 to 65535 (0: any free port), got '70000'
+    """
+    if not isinstance(address, str) or "://" not in address:
+        raise ValueError(f"{owner}: address must look like 'tcp://127.0.0.1:5557', got {address!r}")
+    transport, _, rest = address.partition("://")
+    if transport == "inproc":
+        raise ValueError(
+            f"{owner}: {address!r} is an inproc:// endpoint, which only sockets of one ZeroMQ context can reach, and "
+            "a server and its clients never share one; use tcp://127.0.0.1:PORT, or ipc://PATH on this machine"
+        )
+    if transport == "tcp":
+        port = rest.rpartition(":")[2]
+        low = 0 if binding else 1
+        if not (binding and port == "*") and not (
+            port.isascii() and port.isdigit() and low <= int(port) <= _HIGHEST_PORT
+        ):
+            which = "from 0 to 65535 (0: any free port)" if binding else "from 1 to 65535"
+            raise ValueError(f"{owner}: the port of {address!r} must be a number {which}, got {port!r}")
+    return address
