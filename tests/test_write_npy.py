@@ -630,3 +630,15 @@ def test_a_manifest_naming_files_outside_its_directory_is_refused(tmp_path, name
     assert open_error(directory).endswith(
         f"is not a write_npy manifest: ValueError: {name!r} is not the name of a shard file"
     )
+
+
+def test_a_directory_that_cannot_be_made_is_named(tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_bytes(b"mine")
+    with pytest.raises(FileExistsError) as raised:
+        lazyseq.write_npy(np.arange(4.0), a_file, sync=False)
+    assert str(raised.value) == f"write_npy: {a_file} is a file; write_npy writes into a directory"
+    with pytest.raises(NotADirectoryError) as raised:
+        lazyseq.write_npy(np.arange(4.0), a_file / "sub", sync=False)
+    assert str(raised.value) == f"write_npy: cannot make the directory {a_file / 'sub'}: Not a directory"
+    assert a_file.read_bytes() == b"mine"

@@ -74,6 +74,16 @@ def read_manifest(directory: str) -> Written:
         raise ValueError(f"{path} is not a write_npy manifest: {type(error).__name__}: {error}") from None
 
 
+def _make_directory(directory: str) -> None:
+    """``directory`` and its parents made where missing; an ``OSError`` of the same type naming it otherwise."""
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise FileExistsError(f"write_npy: {directory} is a file; write_npy writes into a directory")
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as error:
+        raise type(error)(f"write_npy: cannot make the directory {directory}: {error.strerror or error}") from error
+
+
 def prepare(
     directory: str, layout: Layout, parameters: dict[str, Any], resume: bool, overwrite: bool, sync: bool
 ) -> dict[int, ShardRecord]:
@@ -85,7 +95,7 @@ def prepare(
     (``sync``: even after a power loss), no temporary file is left, and the
     progress log holds ``layout``.
     """
-    os.makedirs(directory, exist_ok=True)
+    _make_directory(directory)
     previous = None if overwrite else _read_state(directory)
     if previous is None and not overwrite:
         strays = sorted(name for name in os.listdir(directory) if SHARD_FILE_NAME.fullmatch(name))
