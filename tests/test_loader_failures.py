@@ -120,6 +120,27 @@ def test_a_pipeline_that_cannot_be_pickled_is_reported_before_workers_start_nami
         assert list(ahead[1]) == [2, 3]  # forked workers inherit the pipeline: nothing is pickled
 
 
+def test_a_process_loader_inside_a_worker_process_says_what_to_do_instead():
+    def inner_sum(method):
+        def read(i):
+            with prefetch(lazyseq.smap(lambda x: 2 * x, range(i + 3)), nworkers=2, method=method) as inner:
+                return sum(inner)
+
+        return read
+
+    with prefetch(lazyseq.smap(inner_sum("process"), range(4)), nworkers=2, method="process") as outer:
+        with pytest.raises(lazyseq.LoaderError) as caught:
+            outer[0]
+    assert str(caught.value) == (  # was multiprocessing's "daemonic processes are not allowed to have children"
+        "prefetch: cannot start worker processes here: this is a worker process of another loader, and "
+        "multiprocessing lets such processes have no children; give this loader method='thread' (or nworkers=0), "
+        "or the other one method='thread'"
+    )
+    with prefetch(lazyseq.smap(inner_sum("thread"), range(4)), nworkers=2, method="process") as outer:
+        assert list(outer) == [6, 12, 20, 30]
+    assert multiprocessing.active_children() == []
+
+
 @pytest.mark.parametrize(
     "how, code", [("sigkill", "signal SIGKILL"), ("exit", "exit code 3"), ("segfault", "signal SIGSEGV")]
 )

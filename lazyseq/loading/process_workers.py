@@ -121,6 +121,12 @@ class ProcessWorkers:
         self._slots: SharedSlots | None = None
         self._reader: MessageReader | None = None
         self.closed = False
+        if multiprocessing.current_process().daemon:
+            raise LoaderError(
+                f"{owner}: cannot start worker processes here: this is a worker process of another loader, and "
+                "multiprocessing lets such processes have no children; give this loader method='thread' (or "
+                "nworkers=0), or the other one method='thread'"
+            )
         context = multiprocessing.get_context(options.start_method)
         # Every worker seeds numpy's global generator first thing; numpy imports numpy.random at first use, which
         # takes 15-25 ms. Imported here, once for the program, forked workers find it imported.
