@@ -366,7 +366,7 @@ FORK_WHILE_WAITING_SCRIPT = textwrap.dedent(
         read = lambda: next(loader)
     waiting = threading.Thread(target=read)
     waiting.start()
-    while not loader._engine.pending:  # the thread waits in the loader, holding its lock
+    while loader._engine is None or not loader._engine.pending:  # the thread waits in the loader, holding its lock
         time.sleep(0.001)
     child = os.fork()
     if child == 0:  # the parent's worker threads are not here: release is set for the child's own
@@ -444,3 +444,48 @@ def test_subclasses_of_ndarray_come_back_whole_from_worker_processes():
     with lazyseq.load_buffers(masked_pair, nworkers=1, method="process") as batches:
         pairs = [next(batches) for _ in range(4)]
     assert [(type(a), type(m), float(m.mean())) for a, m in pairs] == [(np.ndarray, np.ma.MaskedArray, 1.0)] * 4
+
+
+DAEMON_READER_AT_EXIT_SCRIPT = textwrap.dedent(
+    """
+    import sys, threading, time, weakref
+
+    class Anything:
+        pass
+
+    # As in programs that made a weakref.finalize before importing multiprocessing: at exit, multiprocessing stops
+    # the workers first, then the loader's finalizer runs.
+    anything = Anything()
+    weakref.finalize(anything, lambda: None)
+    import numpy as np
+    import lazyseq
+
+    def slow(i):
+        time.sleep(0.05)
+        return np.full(1000, i)
+
+    if sys.argv[1] == "prefetch":
+        loader = lazyseq.prefetch(lazyseq.smap(slow, range(10**6)), nworkers=2, method="process")
+    else:
+        loader = lazyseq.load_buffers(lambda: slow(0), nworkers=2, method="process")
+    started = threading.Event()
+
+    def read():
+        for k, _ in enumerate(loader):
+            if k == 2:
+                started.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    started.wait(60)
+    print("leaving")
+    """
+)
+
+
+@pytest.mark.parametrize("loader", ["prefetch", "load_buffers"])
+def test_a_daemon_thread_reading_a_process_loader_at_exit_prints_nothing(tmp_path, loader):
+    # It got WorkerDied (multiprocessing stops its children at exit) and printed a traceback, and multiprocessing's
+    # exit handler failed on a worker the loader had closed meanwhile ("ValueError: process object is closed").
+    for _ in range(3):
+        out, err, code = run_unless_hung(tmp_path, DAEMON_READER_AT_EXIT_SCRIPT, loader, "at exit")
+        assert (out, err, code) == ("leaving\n", "", 0)

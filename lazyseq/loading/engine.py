@@ -26,6 +26,7 @@ at the first task that goes to them.
 from __future__ import annotations
 
 import functools
+import threading
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from time import perf_counter
@@ -276,8 +277,16 @@ class Engine:
         return ready.pop(next(iter(ready)))
 
     def check_open(self) -> None:
-        """``LoaderClosed`` if the engine was closed (by another thread, while this one waited)."""
-        if self.closed:
+        """``LoaderClosed`` if the engine or its workers were closed (by another thread, while this one waited).
+
+        The workers alone are closed by the engine's finalizer at exit, while a
+        daemon thread may still be reading: that thread waits for the end of
+        the program, as one blocked on a queue would, rather than print a
+        traceback as the program ends.
+        """
+        if self.closed or self.workers.closed:
+            if not self.closed and _daemon_thread_at_exit():
+                threading.Event().wait()
             raise LoaderClosed(f"{self.options.owner}: the loader was closed while a result was awaited")
 
     # -- closing -------------------------------------------------------------------
@@ -299,6 +308,11 @@ class Engine:
         self.pending.clear()
         self.cancelled.clear()
         self._finalizer()
+
+
+def _daemon_thread_at_exit() -> bool:
+    """Whether this is a daemon thread, and the main thread has ended (the program exits once it returns)."""
+    return threading.current_thread().daemon and not threading.main_thread().is_alive()
 
 
 def _close_in(generation: int, close: Callable[[], None]) -> None:

@@ -16,6 +16,7 @@ process sentinels, so a worker that dies is noticed at once.
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.util
 import os
 import sys
 from collections.abc import Callable, Hashable, Sequence
@@ -81,6 +82,11 @@ def check_main_module(start_method: str, owner: str) -> None:
             f"but it came from {main.__file__!r}, which is not a file they can read; save the script "
             "to a file, or use start_method='fork' or method='thread'"
         )
+
+
+def _exiting() -> bool:
+    """Whether multiprocessing's exit handler has begun (it stops every child process it knows of)."""
+    return bool(getattr(multiprocessing.util, "_exiting", False))  # set first thing by util._exit_function
 
 
 class _InSlot(NamedTuple):
@@ -312,6 +318,9 @@ class ProcessWorkers:
             send_handle(conn, self._slots.fd, process.pid)
 
     def _died(self, k: int) -> None:
+        if self.closed or _exiting():  # closed by another thread meanwhile, or by multiprocessing at exit: expected
+            self.close()
+            return
         process = self._processes[k]
         process.join(STOP_SECONDS)  # the sentinel fires as it exits, a moment before its exit code is known
         busy = sorted(self._busy[k])
@@ -350,7 +359,8 @@ class ProcessWorkers:
             if process.is_alive():
                 process.kill()
                 process.join()
-            process.close()
+            if not _exiting():  # multiprocessing's exit handler joins the children it listed: one closed breaks it
+                process.close()
         for conn in self._conns:
             conn.close()
         if self._slots is not None:
