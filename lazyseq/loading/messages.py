@@ -33,6 +33,8 @@ __all__ = [
     "CapturedError",
     "decode",
     "encode",
+    "encode_shape",
+    "encode_shared",
     "frame_header",
     "write_all",
     "StartFailed",
@@ -52,6 +54,7 @@ _PICKLED = 0x80  # the first byte of every pickle of protocol 2 or later
 _TASKS_OWN_ARG = ord("t")  # RunTasks of int tasks, each its own arg (prefetch: task i reads item i)
 _TASKS_NO_ARG = ord("n")  # RunTasks of int tasks, arg None (load_buffers)
 _SHARED = ord("s")  # SharedResult of an int task
+_SHARED_TAG = bytes((_SHARED,))
 _NUMBERS = struct.Struct("<qqd")  # a SharedResult's task, slot and seconds
 _INT64 = (-(1 << 63), 1 << 63)
 
@@ -66,9 +69,19 @@ def encode(message: tuple) -> bytes:
         if packed is not None:
             return packed
     elif isinstance(message, SharedResult) and type(message.task) is int and _INT64[0] <= message.task < _INT64[1]:
-        shape = pickle.dumps((message.skeleton, message.layout), protocol=5)
-        return bytes((_SHARED,)) + _NUMBERS.pack(message.task, message.slot, message.seconds) + shape
+        shape = encode_shape(message.skeleton, message.layout)
+        return encode_shared(message.task, message.slot, message.seconds, shape)
     return pickle.dumps(message, protocol=5)
+
+
+def encode_shape(skeleton: tuple, layout: list) -> bytes:
+    """The part of a packed :class:`SharedResult` that says what its slot holds (the same for like results)."""
+    return pickle.dumps((skeleton, layout), protocol=5)
+
+
+def encode_shared(task: int, slot: int, seconds: float, shape: bytes) -> bytes:
+    """A packed :class:`SharedResult` of the int ``task`` (64 bits), ``shape`` made by :func:`encode_shape`."""
+    return _SHARED_TAG + _NUMBERS.pack(task, slot, seconds) + shape
 
 
 def decode(raw: bytes | bytearray) -> Any:

@@ -9,12 +9,23 @@ skeleton travels by pickle and says where each array lies in the slot.
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 
 from ..nested import describe, flatten, rebuild, skeleton_key
 from ..views.chunks import ALIGN  # one alignment for arrays built in a slot and arrays copied into it
 
-__all__ = ["flatten", "layout_of", "place_in_slot", "rebuild", "shape_key", "signature"]
+__all__ = [
+    "address_of",
+    "flatten",
+    "layout_of",
+    "one_array_in_slot",
+    "place_in_slot",
+    "rebuild",
+    "shape_key",
+    "signature",
+]
 
 
 def layout_of(arrays: list[np.ndarray]) -> tuple[list[tuple[np.dtype, tuple, int]], int]:
@@ -37,7 +48,7 @@ def place_in_slot(slot: np.ndarray, address: int, arrays: list[np.ndarray]) -> l
     placed: list = [None] * len(arrays)
     free = 0
     for k, a in enumerate(arrays):
-        offset = a.ctypes.data - base
+        offset = address_of(a) - base
         if 0 <= offset < size and a.flags.c_contiguous:
             placed[k] = (_portable(a.dtype), a.shape, offset)
             free = max(free, offset + a.nbytes)
@@ -50,6 +61,28 @@ def place_in_slot(slot: np.ndarray, address: int, arrays: list[np.ndarray]) -> l
             placed[k] = (_portable(a.dtype), a.shape, offset)
             free = offset + a.nbytes
     return placed
+
+
+def address_of(array: np.ndarray) -> int:
+    """Where the data of ``array`` begins in memory: ``array.ctypes.data``, a third of its cost where possible.
+
+    >>> a = np.arange(4.0)
+    >>> address_of(a[1:]) - address_of(a), address_of(a[::-1]) == a[::-1].ctypes.data
+    (8, True)
+    """
+    try:  # a writable, C-contiguous, non-empty array exports a buffer that ctypes can point to
+        return _addressof(_from_buffer(array))  # type: ignore[arg-type]  # an ndarray is a buffer
+    except (TypeError, ValueError, BufferError):
+        return array.ctypes.data
+
+
+def one_array_in_slot(array: np.ndarray, offset: int) -> tuple[tuple, list]:
+    """The skeleton and layout of a result that is ``array`` alone, C-contiguous at ``offset`` in its slot."""
+    return ("a", 0), [(_portable(array.dtype), array.shape, offset)]
+
+
+_from_buffer = ctypes.c_char.from_buffer
+_addressof = ctypes.addressof
 
 
 def _portable(dtype: np.dtype) -> str | np.dtype:

@@ -24,6 +24,8 @@ from multiprocessing.reduction import recv_handle
 from time import perf_counter
 from typing import Any
 
+import numpy as np
+
 from .blas_limits import WorkerLimit
 from .failures import capture
 from .messages import (
@@ -38,12 +40,14 @@ from .messages import (
     WorkerStart,
     decode,
     encode,
+    encode_shape,
+    encode_shared,
     frame_header,
     write_all,
 )
 from .seeding import seed_this_worker
 from .shared_slots import WorkerSlots
-from .structure import flatten, layout_of, place_in_slot
+from .structure import address_of, flatten, layout_of, one_array_in_slot, place_in_slot
 
 __all__ = ["run_worker"]
 
@@ -85,6 +89,7 @@ def run_worker(conn: Connection, start: WorkerStart) -> None:
 
 def _serve(conn: Connection, job: Any, blas: WorkerLimit, outbox: Outbox) -> None:
     slots = None
+    built_in_place = BuiltInPlace()
     while True:
         try:
             message = decode(conn.recv_bytes())
@@ -103,7 +108,9 @@ def _serve(conn: Connection, job: Any, blas: WorkerLimit, outbox: Outbox) -> Non
                 except Exception as error:
                     outbox.add(encode(TaskFailed(task, slot, capture(error))))
                 else:
-                    outbox.add(_result_message(task, slot, result, slots, perf_counter() - began))
+                    seconds = perf_counter() - began
+                    message = built_in_place.message(task, slot, result, slots, seconds)
+                    outbox.add(message or _result_message(task, slot, result, slots, seconds))
                     del result
                 if blas.pending:
                     blas.after_task()
@@ -132,6 +139,36 @@ def _result_message(task: Hashable, slot: int, result: Any, slots: WorkerSlots |
             raise TypeError(message) from error
         except TypeError as wrapped:
             return encode(TaskFailed(task, slot, capture(wrapped)))
+
+
+class BuiltInPlace:
+    """Messages for results that are one array built in their slot (a batch of a view): the common case, made short.
+
+    The part of the message that describes such a result is made once per
+    dtype, shape and place in the slot. Anything else gets None (see
+    :func:`_result_message`).
+    """
+
+    KEPT = 64  # descriptions kept: batches of a few shapes at most (the last one may be shorter)
+
+    def __init__(self) -> None:
+        self._shapes: dict[tuple, bytes] = {}
+
+    def message(self, task: Any, slot: int, result: Any, slots: WorkerSlots | None, seconds: float) -> bytes | None:
+        if type(result) is not np.ndarray or type(task) is not int or slots is None or slot < 0:
+            return None
+        offset = address_of(result) - slots.address(slot)
+        if not (0 <= offset <= slots.slot_bytes - result.nbytes and result.flags.c_contiguous):
+            return None  # not in its slot: copied there by _result_message
+        if not -(1 << 63) <= task < 1 << 63:
+            return None
+        key = (result.dtype, result.shape, offset)
+        shape = self._shapes.get(key)
+        if shape is None:
+            if len(self._shapes) >= self.KEPT:
+                self._shapes.clear()
+            shape = self._shapes[key] = encode_shape(*one_array_in_slot(result, offset))
+        return encode_shared(task, slot, seconds, shape)
 
 
 class Outbox:
