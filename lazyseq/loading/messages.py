@@ -53,6 +53,8 @@ __all__ = [
 _PICKLED = 0x80  # the first byte of every pickle of protocol 2 or later
 _TASKS_OWN_ARG = ord("t")  # RunTasks of int tasks, each its own arg (prefetch: task i reads item i)
 _TASKS_NO_ARG = ord("n")  # RunTasks of int tasks, arg None (load_buffers)
+_OWN_ARG_TAG, _NO_ARG_TAG = bytes((_TASKS_OWN_ARG,)), bytes((_TASKS_NO_ARG,))
+_TASK = struct.Struct("<qq")  # a packed task's number and slot
 _SHARED = ord("s")  # SharedResult of an int task
 _SHARED_TAG = bytes((_SHARED,))
 _NUMBERS = struct.Struct("<qqd")  # a SharedResult's task, slot and seconds
@@ -91,7 +93,7 @@ def decode(raw: bytes | bytearray) -> Any:
         return pickle.loads(raw)
     if tag == _SHARED:
         task, slot, seconds = _NUMBERS.unpack_from(raw, 1)
-        skeleton, layout = pickle.loads(memoryview(raw)[1 + _NUMBERS.size :])
+        skeleton, layout = _decode_shape(bytes(raw[1 + _NUMBERS.size :]))
         return SharedResult(task, slot, skeleton, layout, seconds)
     if tag in (_TASKS_OWN_ARG, _TASKS_NO_ARG):
         numbers = array("q")
@@ -101,6 +103,24 @@ def decode(raw: bytes | bytearray) -> Any:
             return RunTasks([Task(task, task, slot) for task, slot in zip(tasks, slots)])
         return RunTasks([Task(task, None, slot) for task, slot in zip(tasks, slots)])
     raise ValueError(f"unknown message kind {tag:#x}")
+
+
+_ONE_ARRAY = ("a", 0)  # the skeleton of a result that is one array
+_shapes_seen: dict[bytes, tuple[tuple, list]] = {}  # what the shapes of one-array results said (a batch, mostly)
+SHAPES_KEPT = 64
+
+
+def _decode_shape(shape: bytes) -> tuple[tuple, list]:
+    """What :func:`encode_shape` gave ``shape`` for; remembered for one-array results, which hold no values."""
+    known = _shapes_seen.get(shape)
+    if known is not None:
+        return known
+    skeleton, layout = pickle.loads(shape)
+    if skeleton == _ONE_ARRAY:  # nothing in it that a consumer could change: it may serve every like result
+        if len(_shapes_seen) >= SHAPES_KEPT:
+            _shapes_seen.clear()
+        _shapes_seen[shape] = skeleton, layout
+    return skeleton, layout
 
 
 def frame_header(size: int) -> bytes:
@@ -125,20 +145,24 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
 def _pack_tasks(tasks: list[Task]) -> bytes | None:
     """``tasks`` packed, or None if they are not all ints (each its own arg, or with arg None)."""
     own_arg = no_arg = True
-    numbers = array("q")
+    parts = [b""]
     try:
         for task, arg, slot in tasks:
             if type(task) is not int:
                 return None
-            own_arg = own_arg and type(arg) is int and arg == task
-            no_arg = no_arg and arg is None
-            numbers.append(task)
-            numbers.append(slot)
-    except OverflowError:  # beyond 64 bits
+            if arg is None:
+                own_arg = False
+            elif type(arg) is not int or arg != task:  # an equal of another type (1.0, True) is not the int
+                return None
+            else:
+                no_arg = False
+            parts.append(_TASK.pack(task, slot))
+    except struct.error:  # beyond 64 bits
         return None
     if not (own_arg or no_arg):
         return None
-    return bytes((_TASKS_OWN_ARG if own_arg else _TASKS_NO_ARG,)) + numbers.tobytes()
+    parts[0] = _OWN_ARG_TAG if own_arg else _NO_ARG_TAG
+    return b"".join(parts)
 
 
 class WorkerStart(NamedTuple):

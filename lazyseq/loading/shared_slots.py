@@ -15,6 +15,7 @@ never overwritten while anything still refers to it.
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import tempfile
@@ -84,6 +85,8 @@ class SharedSlots:
         self.fd = _anonymous_file(total)
         self._map: mmap.mmap | None = mmap.mmap(self.fd, total)
         self._memory: memoryview | None = memoryview(self._map)
+        self._slot_memory = [self._memory[k * slot_bytes : (k + 1) * slot_bytes] for k in range(count)]
+        self._releases = [functools.partial(self._release, k) for k in range(count)]
         self._free = list(range(count))
         self._returned: deque[int] = deque()  # appended by lease callbacks, from any thread
         self._leases: dict[int, weakref.ref] = {}
@@ -106,20 +109,17 @@ class SharedSlots:
 
     def lease(self, slot: int) -> np.ndarray:
         """The bytes of ``slot`` as a fresh array; the slot is free again once that array is gone."""
-        start = slot * self.slot_bytes
         assert self._memory is not None, "slots leased after close()"
         # Built on a memoryview, not on another array: numpy then makes ``holder`` the base of
         # every view taken of it, so its lifetime is the lifetime of the delivered data.
-        holder = np.frombuffer(self._memory[start : start + self.slot_bytes], dtype=np.uint8)
-        returned = self._returned
-        leases = self._leases
-
-        def release(_ref: weakref.ref, slot: int = slot) -> None:
-            leases.pop(slot, None)
-            returned.append(slot)
-
-        leases[slot] = weakref.ref(holder, release)
+        holder = np.frombuffer(self._slot_memory[slot], dtype=np.uint8)
+        self._leases[slot] = weakref.ref(holder, self._releases[slot])
         return holder
+
+    def _release(self, slot: int, _ref: weakref.ref) -> None:
+        """Called once the array leased for ``slot`` is gone, from whichever thread let go of it."""
+        self._leases.pop(slot, None)
+        self._returned.append(slot)
 
     def close(self) -> None:
         """Stop handing out slots. The memory lives on while delivered arrays still use it."""
@@ -128,6 +128,9 @@ class SharedSlots:
         self.closed = True
         os.close(self.fd)
         self._memory = None
+        for view in self._slot_memory:  # exported views would keep the map from closing
+            view.release()
+        self._slot_memory = []
         assert self._map is not None  # closed once: see self.closed
         try:
             self._map.close()
