@@ -205,6 +205,24 @@ def test_an_array_or_any_sequence_is_served_by_index(source):
             np.testing.assert_array_equal(np.stack(list(remote)), np.stack([source[i] for i in range(len(source))]))
 
 
+class TwentyFive:
+    """An iterable of unknown length that can start over."""
+
+    def __iter__(self):
+        return (np.full(2, k) for k in range(25))
+
+
+def test_a_served_view_of_unknown_length_ends_where_its_items_end():
+    # Its end travelled as an item's failure (RemoteError: EndOfData): every loop over it raised.
+    items = lazyseq.uniter(TwentyFive())
+    with lazyseq.serve(items, LOOPBACK) as server:
+        with lazyseq.connect(server.address) as remote:
+            assert [x.tolist() for x in remote] == [[k, k] for k in range(25)]
+            assert [len(b) for b in remote.batch(4)] == [4, 4, 4, 4, 4, 4, 1]
+            with pytest.raises(IndexError, match=r"^uniter index 25 out of range: the iterable ended after 25 items$"):
+                remote[25]
+
+
 def test_closing_a_consumer_from_another_thread_wakes_its_reader_with_a_clear_error():
     started, release = threading.Event(), threading.Event()
 

@@ -39,6 +39,7 @@ class RemoteView(View):
         if length is not None and (type(length) is not int or length < 0):
             raise wire.ProtocolError(f"the server sent an invalid length {length!r}")
         self._len = length
+        self._length_unknown = info.get("may_end") is True  # it ends where reading it finds its end (uniter)
         self._connection = connection
         self._ahead = ahead
         self._settings = settings  # what connect() was given: a copy of this view in a worker reconnects
@@ -225,7 +226,7 @@ class RemoteStream(Iterator):
                     self._received.append((server, seq, "error", malformed))
             else:
                 failure = restore_failure(header, f"the server at {self.address}")
-                chain = getattr(failure, errors.REMOTE_CHAIN)
+                chain = getattr(failure, errors.REMOTE_CHAIN, "")
                 setattr(failure, errors.REMOTE_CHAIN, f"stream[{seq}]" + (f" -> {chain}" if chain else ""))
                 self._received.append((server, seq, "error", failure))
         return kind

@@ -6,7 +6,7 @@ import traceback
 from typing import Any
 
 from ..loading.failures import LoaderError, RemoteError
-from ..views.errors import REMOTE_CHAIN, describe_chain
+from ..views.errors import REMOTE_CHAIN, EndOfData, describe_chain
 
 __all__ = ["ServerLost", "failure_header", "restore_failure"]
 
@@ -32,11 +32,20 @@ def failure_header(error: BaseException) -> dict[str, Any]:
     for note in getattr(error, "__notes__", ()):
         if note not in text:
             text += note + "\n"
-    return {"type": type(error).__qualname__, "message": str(error), "chain": chain, "traceback": text}
+    header = {"type": type(error).__qualname__, "message": str(error), "chain": chain, "traceback": text}
+    if isinstance(error, EndOfData):  # not a failure: the end of a view whose length is not known (uniter)
+        header["end_of_data"] = True
+    return header
 
 
-def restore_failure(header: dict, where: str) -> RemoteError:
-    """The exception a consumer raises for an item that failed on the server (``where`` names it)."""
+def restore_failure(header: dict, where: str) -> RemoteError | EndOfData:
+    """The exception a consumer raises for an item that failed on the server (``where`` names it).
+
+    The end of a served view of unknown length is :class:`~lazyseq.views.errors.EndOfData`
+    there too, which ends an iteration as it does locally.
+    """
+    if header.get("end_of_data") is True:
+        return EndOfData(_text(header.get("message"), "past the end of the served view"))
     error = RemoteError(_text(header.get("type"), "Exception"), _text(header.get("message"), ""))
     error.add_note(f"raised on {where}; its traceback there:\n{_text(header.get('traceback'), '').rstrip()}")
     setattr(error, REMOTE_CHAIN, _text(header.get("chain"), ""))

@@ -59,7 +59,8 @@ class ViewService:
         self._starts = 0
 
     def info(self) -> dict[str, Any]:
-        return {"kind": self.kind, "length": self.view._len, "label": self.view._describe()}
+        view = self.view
+        return {"kind": self.kind, "length": view._len, "may_end": view._may_end(), "label": view._describe()}
 
     @property
     def consumers(self) -> list[bytes]:
