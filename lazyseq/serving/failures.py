@@ -32,7 +32,12 @@ def failure_header(error: BaseException) -> dict[str, Any]:
     for note in getattr(error, "__notes__", ()):
         if note not in text:
             text += note + "\n"
-    header = {"type": type(error).__qualname__, "message": str(error), "chain": chain, "traceback": text}
+    header: dict[str, Any] = {
+        "type": type(error).__qualname__,
+        "message": str(error),
+        "chain": chain,
+        "traceback": text,
+    }
     if isinstance(error, EndOfData):  # not a failure: the end of a view whose length is not known (uniter)
         header["end_of_data"] = True
     return header
