@@ -192,12 +192,16 @@ def test_errors_of_items_computed_by_the_reader_read_as_from_a_worker():
 
 
 def test_bad_thresholds_and_pickling():
-    with pytest.raises(ValueError, match="prefetch: inline_below must be a number of seconds >= 0 or None, got -1"):
+    expected = "inline_below must be a finite number of seconds >= 0 or None, got"
+    with pytest.raises(ValueError, match=f"^prefetch: {expected} -1$"):
         lazyseq.prefetch(range(3), nworkers=1, inline_below=-1)
-    with pytest.raises(
-        ValueError, match="load_buffers: inline_below must be a number of seconds >= 0 or None, got nan"
-    ):
+    with pytest.raises(ValueError, match=f"^load_buffers: {expected} nan$"):
         lazyseq.load_buffers(lambda: 1, inline_below=float("nan"))
+    # Infinity was taken, then a timer thread failed on it with a traceback; True was taken as 1 second.
+    with pytest.raises(ValueError, match=f"^prefetch: {expected} inf$"):
+        lazyseq.prefetch(range(3), nworkers=1, inline_below=float("inf"))
+    with pytest.raises(ValueError, match=f"^prefetch: {expected} True$"):
+        lazyseq.prefetch(range(3), nworkers=1, inline_below=True)
     ahead = lazyseq.prefetch(range(3), nworkers=1, inline_below=0.5)
     assert pickle.loads(pickle.dumps(ahead))._options.inline_below == 0.5
 

@@ -125,6 +125,8 @@ def test_bad_arguments():
         load_buffers(pairs, max_cached=0)
     with pytest.raises(ValueError, match="load_buffers: nworkers must be at least 1"):
         load_buffers(pairs, nworkers=0)
+    with pytest.raises(TypeError, match="^load_buffers: copy must be True or False, got 'yes'$"):
+        load_buffers(pairs, copy="yes")
 
 
 def test_the_shared_pool_is_checked_against_free_memory(monkeypatch):

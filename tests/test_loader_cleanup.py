@@ -127,12 +127,16 @@ def wait_then_same(release, x):
     return x
 
 
-def test_prefetch_closed_by_another_thread_ends_the_read_waiting_in_it(clean):
-    # close() waited for the lock that the waiting read held: a watchdog could not stop a stuck loader. (With worker
-    # threads the same holds, but a thread busy with the item cannot be stopped: the read may get its item first.)
-    release = multiprocessing.Event()  # never set: the worker process is killed
+@pytest.mark.parametrize("method", ["thread", "process"])
+def test_prefetch_closed_by_another_thread_ends_the_read_waiting_in_it(clean, method):
+    # close() waited for the lock that the waiting read held: a watchdog could not stop a stuck loader. With worker
+    # threads, the read got its item once the busy thread (which cannot be stopped) finished it.
+    release = multiprocessing.Event() if method == "process" else threading.Event()  # the worker process is killed
     ahead = lazyseq.prefetch(
-        lazyseq.smap(functools.partial(wait_then_same, release), range(10)), nworkers=1, method="process"
+        lazyseq.smap(functools.partial(wait_then_same, release), range(10)),
+        nworkers=1,
+        method=method,
+        inline_below=0,
     )
     ended = []
 
@@ -147,7 +151,47 @@ def test_prefetch_closed_by_another_thread_ends_the_read_waiting_in_it(clean):
     deadline = time.monotonic() + 60
     while (ahead._engine is None or not ahead._engine.pending) and time.monotonic() < deadline:
         time.sleep(0.001)
-    ahead.close()
+    closer = threading.Thread(target=ahead.close)
+    closer.start()
+    if method == "thread":  # a worker thread cannot be stopped: its item ends once released
+        release.set()
+    closer.join()
     reader.join(60)
     assert len(ended) == 1 and isinstance(ended[0], lazyseq.LoaderError)
     assert str(ended[0]) == "prefetch: the loader was closed while a result was awaited"
+
+
+@pytest.mark.parametrize("loader", ["prefetch", "load_buffers"])
+def test_a_loader_closed_while_its_reader_computes_an_item_delivers_nothing(clean, loader):
+    # Cheap items are computed by the reader itself (threads): closed meanwhile, the read returned the item.
+    release, computing = threading.Event(), threading.Event()
+
+    def item(x=0):
+        computing.set()
+        release.wait()
+        return np.full(2, x)
+
+    if loader == "prefetch":
+        ahead = lazyseq.prefetch(lazyseq.smap(item, range(10)), nworkers=1, inline_below=10.0)
+        read, close = (lambda: ahead[0]), ahead.close
+    else:
+        batches = lazyseq.load_buffers(item, nworkers=1, inline_below=10.0)
+        read, close = (lambda: next(batches)), batches.close
+    ended = []
+
+    def reader():
+        try:
+            ended.append(read())
+        except BaseException as error:  # noqa: BLE001  # what the reader saw, whatever it is
+            ended.append(error)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    assert computing.wait(60)
+    close()
+    release.set()
+    thread.join(60)
+    if loader == "prefetch":
+        assert type(ended[0]) is lazyseq.loading.failures.LoaderClosed
+    else:
+        assert type(ended[0]) is StopIteration

@@ -9,6 +9,7 @@ import textwrap
 import threading
 import time
 
+import numpy as np
 import pytest
 from loader_helpers import (
     Unpicklable,
@@ -188,6 +189,58 @@ def test_keyboard_interrupt_stops_the_loader_at_once(method):
         assert multiprocessing.active_children() == []
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def interrupted_at(k):
+    """A function whose ``k``-th call raises KeyboardInterrupt (as a Ctrl-C caught there would), the others 2 ms."""
+    calls = iter(range(10**9))
+
+    def call(*_):
+        if next(calls) == k:
+            raise KeyboardInterrupt
+        time.sleep(0.002)
+        return np.zeros(2)
+
+    return call
+
+
+def test_a_keyboard_interrupt_in_a_worker_thread_stops_the_loader():
+    # It came back as an item's failure (EvaluationError: "KeyboardInterrupt: "), the iteration went on, and with
+    # prefetch the worker threads stayed up.
+    batches = lazyseq.load_buffers(interrupted_at(3), nworkers=1, inline_below=0)
+    got = []
+    for _ in range(6):
+        try:
+            next(batches)
+            got.append("batch")
+        except BaseException as error:  # noqa: BLE001  # what the loop sees, whatever it is
+            got.append(type(error).__name__)
+    assert got[-1] == "StopIteration" and got.count("KeyboardInterrupt") == 1
+    assert got[: got.index("KeyboardInterrupt")] == ["batch"] * got.index("KeyboardInterrupt")
+    ahead = lazyseq.prefetch(lazyseq.smap(interrupted_at(3), range(10)), nworkers=1, inline_below=0)
+    with pytest.raises(KeyboardInterrupt):
+        list(ahead)
+    assert not ahead.workers_running
+    assert [t.name for t in threading.enumerate() if t.name.startswith("lazyseq")] == []
+
+
+def test_a_worker_thread_that_cannot_start_leaves_no_thread(monkeypatch):
+    start = threading.Thread.start
+
+    def past_the_limit(thread):
+        if thread.name == "lazyseq-prefetch-2":
+            raise RuntimeError("can't start new thread")
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", past_the_limit)
+    ahead = lazyseq.prefetch(lazyseq.smap(lambda i: np.full(2, i), range(20)), nworkers=4, inline_below=0)
+    with pytest.raises(lazyseq.LoaderError) as caught:  # was item 0's failure, two threads left running
+        ahead[0]
+    assert str(caught.value) == "prefetch: could not start worker thread 3 of 4 (nworkers): can't start new thread"
+    assert [t.name for t in threading.enumerate() if t.name.startswith("lazyseq")] == []
+    monkeypatch.undo()
+    assert ahead[5].tolist() == [5, 5]
+    ahead.close()
 
 
 ORPHAN_SCRIPT = textwrap.dedent(

@@ -134,6 +134,18 @@ def test_iteration_resumes_from_a_saved_state(method):
             iter(prefetch(range(3), nworkers=1)).load_state_dict(state)
 
 
+@pytest.mark.parametrize("position", [-3, 11, 2.0, True, "4", None])
+def test_a_saved_position_outside_the_view_is_refused(position):
+    # -3 delivered items 7, 8, 9, then 0 to 9 again; 100 ended at once
+    with prefetch(range(10), nworkers=1) as ahead:
+        with pytest.raises(ValueError) as caught:
+            iter(ahead).load_state_dict({"position": position, "length": 10})
+        assert str(caught.value) == f"prefetch: the saved position must be an integer from 0 to 10, got {position!r}"
+        resumed = iter(ahead)
+        resumed.load_state_dict({"position": np.int64(10), "length": 10})  # the end, as a checkpoint may hold it
+        assert list(resumed) == []
+
+
 def test_slices_and_batches_of_a_prefetched_view_read_through_its_workers():
     with prefetch(lazyseq.smap(square, range(100)), nworkers=2, inline_below=0) as ahead:  # cheap: force workers
         assert list(ahead[90:95]) == [x * x for x in range(90, 95)]

@@ -93,6 +93,7 @@ class BufferLoader(Iterator[T], Generic[T]):
                         done = Done(task, "ok", engine.compute_here(None, ahead))
                     except Exception as error:
                         done = Done(task, "error", error)
+                    engine.check_open()  # closed by another thread while this one computed: the iteration ends
                 else:
                     if not engine.ready and not engine.pending:
                         self._refill()
@@ -229,4 +230,6 @@ def load_buffers(
     options = LoaderOptions.check(
         "load_buffers", nworkers, method, start_hook, start_method, blas_threads, inline_below, seed
     )
-    return BufferLoader(func, max_cached, options, copy)
+    if not isinstance(copy, (bool, np.bool_)):
+        raise TypeError(f"load_buffers: copy must be True or False, got {copy!r}")
+    return BufferLoader(func, max_cached, options, bool(copy))

@@ -261,6 +261,7 @@ class Engine:
             if refill is not None:
                 refill()
             self.collect(POLL_SECONDS)
+        self.check_open()  # closed by another thread while this one waited: what arrived is not delivered
         return ready.pop(task)
 
     def next_done(self, refill: Refill) -> Done:
@@ -274,6 +275,7 @@ class Engine:
                 raise RuntimeError(f"{self.options.owner}: waiting for a result while no task is on its way")
             self.collect(POLL_SECONDS)
             refill()
+        self.check_open()  # closed by another thread while this one waited: what arrived is not delivered
         return ready.pop(next(iter(ready)))
 
     def check_open(self) -> None:

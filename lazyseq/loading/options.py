@@ -165,8 +165,9 @@ def _where(owner: str, method: str, start_hook: Callable[[int], Any] | None, inl
     """The ``inline_below`` in force: the user's, or the default for ``method``."""
     if inline_below is None:
         return INLINE_BELOW if method == "thread" and start_hook is None else 0.0
-    if not (isinstance(inline_below, (int, float)) and not math.isnan(inline_below) and inline_below >= 0):
-        raise ValueError(f"{owner}: inline_below must be a number of seconds >= 0 or None, got {inline_below!r}")
+    number = isinstance(inline_below, (int, float)) and not isinstance(inline_below, bool)
+    if not (number and math.isfinite(inline_below) and inline_below >= 0):
+        raise ValueError(f"{owner}: inline_below must be a finite number of seconds >= 0 or None, got {inline_below!r}")
     if inline_below and start_hook is not None:
         raise ValueError(
             f"{owner}: inline_below={inline_below!r} would compute items in the reader, where start_hook "

@@ -106,9 +106,13 @@ class PrefetchView(View[T_co]):
             order = self._order
             if engine.inline and i not in engine.pending and i not in engine.ready:
                 order.read(i)
-                if engine.cost.count:  # type: ignore[union-attr]  # inline: there is a cost
-                    return engine.compute_here(i)
-                return self._compute_first(engine, order, i)
+                value = (
+                    engine.compute_here(i)
+                    if engine.cost.count  # type: ignore[union-attr]  # inline: there is a cost
+                    else self._compute_first(engine, order, i)
+                )
+                engine.check_open()  # closed by another thread while this one computed: see close()
+                return value
             try:
                 done = self._read(engine, order, i)
             except BaseException as error:  # an interrupt between two steps of the engine stops it too
@@ -195,12 +199,20 @@ class PrefetchIterator(Generic[T_co]):
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from a position that ``state_dict`` gave, on a view of the same length."""
-        if state.get("length") != self._view._len:
+        n = self._view._len
+        if state.get("length") != n:
             raise ValueError(
-                f"prefetch: the saved state is for a view of length {state.get('length')}, "
-                f"this one has length {self._view._len}"
+                f"prefetch: the saved state is for a view of length {state.get('length')}, this one has length {n}"
             )
-        self._position = operator.index(state["position"])
+        saved: Any = state.get("position")
+        try:  # numpy integers too (a state that went through a checkpoint)
+            position = None if isinstance(saved, bool) else operator.index(saved)
+        except TypeError:
+            position = None
+        if position is None or position < 0 or (n is not None and position > n):
+            where = "an integer >= 0" if n is None else f"an integer from 0 to {n}"
+            raise ValueError(f"prefetch: the saved position must be {where}, got {saved!r}")
+        self._position = position
 
 
 class ReadOrder:

@@ -45,9 +45,20 @@ class ThreadWorkers:
             )
             for k in range(options.nworkers)
         ]
-        for thread in self._threads:
-            thread.start()
         self.closed = False
+        started = 0
+        try:
+            for thread in self._threads:
+                thread.start()
+                started += 1
+        except BaseException as error:  # past the system's limit on threads, say: none is left running
+            self._threads = self._threads[:started]
+            self.close()
+            if isinstance(error, RuntimeError):
+                raise LoaderError(
+                    f"{owner}: could not start worker thread {started + 1} of {options.nworkers} (nworkers): {error}"
+                ) from error
+            raise
 
     def submit_many(self, tasks: Sequence[tuple[Hashable, Any]]) -> None:
         tickets, queued = self._tickets, self._tasks
@@ -96,6 +107,9 @@ class ThreadWorkers:
             if status == "hook_failed":
                 self.close()
                 raise LoaderError(f"{self._owner}: start_hook failed in worker thread {ticket.task}") from value
+            if status == "error" and not isinstance(value, Exception):  # KeyboardInterrupt, SystemExit: stop
+                self.close()
+                raise value
             if tickets.get(ticket.task) is ticket:
                 del tickets[ticket.task]
             delivered.append(Done(ticket.task, status, value))
