@@ -108,6 +108,38 @@ def test_unbatch_inverts_batch():
     assert len(lazyseq.unbatch([], 3)) == 0
 
 
+def test_unbatch_inverts_batch_of_tuples_and_dicts():
+    # A batch of tuples or dicts holds them field by field: unbatch gave whole fields, or raised KeyError
+    pairs = lazyseq.collate([np.arange(4) * 10, np.arange(4)])
+    flat = lazyseq.unbatch(lazyseq.batch(pairs, 2), 2)
+    assert [tuple(map(int, x)) for x in flat] == [(0, 0), (10, 1), (20, 2), (30, 3)]
+    assert tuple(map(int, flat[2])) == (20, 2) and [tuple(map(int, x)) for x in flat[1:3]] == [(10, 1), (20, 2)]
+    named = lazyseq.collate({"x": np.arange(5.0), "label": np.arange(5)})
+    flat = lazyseq.unbatch(lazyseq.batch(named, 3), 3, last_batch_size=2)
+    assert [{k: int(v) for k, v in x.items()} for x in flat] == [{"x": k, "label": k} for k in range(5)]
+    assert list(lazyseq.unbatch([(1, 2), (3, 4)], 2)) == [1, 2, 3, 4]  # tuples of items stay items
+
+
+def test_unbatch_assignment_writes_through_or_says_why_not():
+    data = np.zeros(6)
+    flat = lazyseq.unbatch(lazyseq.batch(data, 2), 2)
+    flat[3] = 4.0  # was written into a batch made for the read, and lost
+    assert data.tolist() == [0, 0, 0, 4, 0, 0]
+    with pytest.raises(TypeError, match="^smap views are read-only"):
+        lazyseq.unbatch(lazyseq.smap(np.copy, lazyseq.batch(data, 2)), 2)[1] = 1.0
+    pairs = lazyseq.unbatch(lazyseq.batch(lazyseq.collate([np.zeros(4), np.zeros(4)]), 2), 2)
+    with pytest.raises(TypeError, match=r"^unbatch: cannot assign item 1: its batch holds tuples or dicts field"):
+        pairs[1] = (1.0, 1.0)
+
+
+def test_unbatch_of_a_short_last_batch_says_what_is_missing():
+    with pytest.raises(lazyseq.EvaluationError) as caught:
+        list(lazyseq.unbatch([[1, 2], [3]], 2))
+    assert str(caught.value).endswith(
+        "IndexError: unbatch: batch 1 holds fewer than 2 items (batch_size=2); a short last batch needs last_batch_size"
+    )
+
+
 def test_unbatch_rejects_bad_sizes():
     with pytest.raises(ValueError, match=r"^unbatch: last_batch_size must be between 0 and 3, got 4$"):
         lazyseq.unbatch([[1]], 3, last_batch_size=4)

@@ -186,3 +186,27 @@ def test_concatenated_arrays_of_every_layout_gather_the_same_rows():
         got = joined.gather(positions).batch(len(positions))[0]
         assert got.dtype == expected.dtype and got.shape == expected.shape, name
         np.testing.assert_array_equal(got, expected, err_msg=name)
+
+
+def test_slice_assignment_between_overlapping_views_of_rows_reads_values_first():
+    # The values were rows of the same memory, read as views: the writes changed them before they were written.
+    data, model = np.arange(12).reshape(6, 2), np.arange(12).reshape(6, 2)
+    lazyseq.view(data)[1:] = lazyseq.view(data)[:-1]
+    model[1:] = model[:-1].copy()
+    assert data.tolist() == model.tolist()
+    data = np.arange(8).reshape(4, 2)
+    rows = lazyseq.view(data)
+    rows[::-1] = rows
+    assert data.tolist() == [[6, 7], [4, 5], [2, 3], [0, 1]]
+    x, y = np.arange(8.0).reshape(4, 2), np.arange(4) * 10
+    pairs = lazyseq.collate([x, y])
+    pairs[1:] = pairs[:-1]
+    assert x.tolist() == [[0, 1], [0, 1], [2, 3], [4, 5]] and y.tolist() == [0, 0, 10, 20]
+
+
+def test_a_zero_dimensional_integer_array_is_an_index():
+    values = [10, 20, 30]
+    assert lazyseq.view(values)[np.array(1)] == values[np.array(1)] == 20  # was IndexError: "must be 1-D"
+    assert lazyseq.view(np.arange(5.0))[np.array(-1)] == 4.0
+    with pytest.raises(TypeError, match="^sequence indices must be integers, slices or integer arrays, not ndarray$"):
+        lazyseq.view(values)[np.array(1.0)]

@@ -188,9 +188,9 @@ class View(Fluent[T_co], Sequence[T_co]):
 
     def _coerce_key(self, key: Any) -> int | list[int] | np.ndarray:
         """An ``int`` for integer-like keys, the key itself for index arrays and lists."""
-        if isinstance(key, (list, np.ndarray)):
+        if isinstance(key, list) or (isinstance(key, np.ndarray) and key.ndim):
             return key
-        try:
+        try:  # a 0-d integer array is an integer, as for a list and numpy
             return operator.index(key)
         except TypeError:
             raise TypeError(
@@ -276,14 +276,15 @@ class View(Fluent[T_co], Sequence[T_co]):
     def _values_to_assign(self, values: Any) -> list:
         """All the values, read before any is written (they may be a view of the same data), like list and numpy."""
         if isinstance(values, np.ndarray):
-            values = values.copy()  # its rows would be views of memory that the writes may change
+            return list(values.copy())  # its rows would be views of memory that the writes may change
         try:
             iterator = iter(values)
         except TypeError:
             raise TypeError(
                 f"can only assign an iterable of values to a {self._label()}, not {type(values).__name__}"
             ) from None
-        return list(iterator)
+        # Items read from arrays (a view of the same data, say) are rows of their memory: copied before any write.
+        return [_own_arrays(item) for item in iterator]
 
     # -- display ------------------------------------------------------------
 
@@ -325,3 +326,14 @@ def lengths_must_match(kind: str, views: Sequence[View]) -> int | None:
         shown = ", ".join("infinite" if n is None else str(n) for n in lengths)
         raise ValueError(f"{kind}: all sequences must have the same length, got lengths {shown}")
     return lengths[0]
+
+
+def _own_arrays(item: Any) -> Any:
+    """``item`` with its arrays copied: as it is unless it is an array or a container holding some."""
+    if isinstance(item, np.ndarray):
+        return item.copy()  # a subclass's copy keeps what it adds (a mask)
+    if isinstance(item, (tuple, list, dict)):
+        from ..nested import map_leaves
+
+        return map_leaves(np.ndarray.copy, item, is_leaf=lambda x: isinstance(x, np.ndarray))
+    return item

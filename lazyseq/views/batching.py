@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, overload
 
 import numpy as np
@@ -138,7 +138,7 @@ class UnbatchView(View):
 
     def _get(self, i: int) -> Any:
         b, r = divmod(i, self._size)
-        return self._parent._get(b)[r]
+        return self._item(self._parent._get(b), b, r)
 
     def _get_many(self, idx: Positions) -> list:
         items, loaded = [], -1
@@ -147,7 +147,7 @@ class UnbatchView(View):
             b, r = divmod(int(i), self._size)
             if b != loaded:
                 current, loaded = self._parent._get(b), b
-            items.append(current[r])
+            items.append(self._item(current, b, r))
         return items
 
     def _iter(self) -> Iterator[Any]:
@@ -156,17 +156,59 @@ class UnbatchView(View):
         for b, current in enumerate(self._parent._iter()):
             count = size if n is None else min(size, n - b * size)
             for r in range(count):
-                yield current[r]
+                yield self._item(current, b, r)
+
+    def _item(self, batch: Any, b: int, r: int) -> Any:
+        try:
+            return _row(batch, r)
+        except IndexError:
+            raise IndexError(
+                f"unbatch: batch {b} holds fewer than {r + 1} items (batch_size={self._size}); a short last batch "
+                "needs last_batch_size"
+            ) from None
 
     def _set(self, i: int, value: Any) -> None:
         b, r = divmod(i, self._size)
-        self._parent._get(b)[r] = value
+        current = self._parent._get(b)
+        if _is_by_field(current):
+            raise TypeError(
+                f"unbatch: cannot assign item {i}: its batch holds tuples or dicts field by field; assign "
+                "to the batched sequence's items instead"
+            )
+        current[r] = value
+        # A batch may be made anew at each read (batch of an array): the change goes back to where it came from.
+        self._parent._set(b, current)
 
     def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         return ((self._parent, i // self._size),)
 
     def _describe(self) -> str:
         return f"unbatch({self._size})"
+
+
+def _is_by_field(batch: Any) -> bool:
+    """Whether ``batch`` holds its items field by field, as :func:`batch` collates tuples, namedtuples and dicts.
+
+    A dict or namedtuple always is; a tuple is when each of its parts is an
+    array or a list (as collated fields are); a list is a list of items.
+    """
+    if isinstance(batch, Mapping) or (isinstance(batch, tuple) and hasattr(batch, "_fields")):
+        return True
+    return type(batch) is tuple and len(batch) > 0 and all(isinstance(part, (np.ndarray, list)) for part in batch)
+
+
+def _row(batch: Any, r: int) -> Any:
+    """Item ``r`` of ``batch``: ``batch[r]``, or, for a batch held field by field, row ``r`` of each field."""
+    if not _is_by_field(batch):
+        return batch[r]
+    if isinstance(batch, Mapping):
+        return {key: _field_row(field, r) for key, field in batch.items()}
+    rows = [_field_row(field, r) for field in batch]
+    return type(batch)(*rows) if hasattr(batch, "_fields") else tuple(rows)
+
+
+def _field_row(field: Any, r: int) -> Any:
+    return _row(field, r) if isinstance(field, (tuple, Mapping)) else field[r]
 
 
 @overload
