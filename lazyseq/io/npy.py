@@ -106,7 +106,14 @@ def _open_written(directory: str) -> View:
             record = written.records.get(shard)
             if record is None or len(record.files) != len(layout.fields):
                 raise ValueError(f"open_npy: {manifest} has no record of shard {shard} for field {field.name!r}")
-            parts.append(ArraySource(_open_shard(directory, record.files[j], field, record.rows, manifest)))
+            file = record.files[j]
+            if file.name != layout.file_name(field, shard):  # another shard's file: its rows in the wrong place
+                raise ValueError(
+                    f"open_npy: {manifest} names {file.name!r} as shard {shard} of field {field.name!r}, whose file is "
+                    f"{layout.file_name(field, shard)!r}: the manifest was edited or damaged; call write_npy again "
+                    "with overwrite=True to rewrite the directory"
+                )
+            parts.append(ArraySource(_open_shard(directory, file, field, record.rows, manifest)))
         fields.append(parts[0] if len(parts) == 1 else ConcatenateView(parts))
     if layout.kind == "array":
         return fields[0]

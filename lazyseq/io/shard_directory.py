@@ -180,14 +180,27 @@ def _read_state(directory: str) -> Written | None:
             lines = file.read().split("\n")
     except FileNotFoundError:
         return None
-    header = json.loads(lines[0])  # written atomically: whole
     records = []
     for line in lines[1:]:
         try:
             records.append(json.loads(line))
         except ValueError:  # the line a killed run was writing
             continue
-    return _written(header, records, complete=False)
+    name = os.path.join(directory, PROGRESS)
+    redo = "pass overwrite=True to write the directory anew"
+    try:  # the header is written atomically: whole, unless the machine crashed before it reached the disk
+        header = json.loads(lines[0])
+    except ValueError as error:
+        raise ValueError(
+            f"write_npy: {name} cannot be read ({error}): the machine crashed while a run with sync=False was "
+            f"writing it, or it was edited; {redo}"
+        ) from None
+    try:
+        if not isinstance(header, dict):
+            raise TypeError(f"its first line is a {type(header).__name__}, not an object")
+        return _written(header, records, complete=False)
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"write_npy: {name} is not a write_npy progress log: {error}; {redo}") from None
 
 
 def _written(header: dict[str, Any], records: list[dict[str, Any]], complete: bool) -> Written:
