@@ -81,12 +81,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         allowed_clients=clients,
         insecure=args.insecure,
     )
-    signal.signal(signal.SIGTERM, lambda *_: server.close())
-    print(server.address, flush=True)
-    try:
+    try:  # an interrupt from the moment the server exists ends it quietly, even one that comes while printing
+        signal.signal(signal.SIGTERM, lambda *_: server.close())
+        print(server.address, flush=True)
         server.serve_forever()
     except KeyboardInterrupt:
         pass
+    finally:
+        server.close()
 
 
 if __name__ == "__main__":

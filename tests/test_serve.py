@@ -335,6 +335,18 @@ def test_a_server_that_dies_raises_server_lost(server_process):
         remote.close()
 
 
+def test_a_consumer_that_lost_its_server_reads_again_once_one_is_back(server_process):
+    # A read after ServerLost raised it again at once, the last answer being older than the timeout.
+    first = server_process("numbers")
+    with lazyseq.connect(first.address, timeout=1.0) as remote:
+        assert remote[0] == 0
+        first.kill()
+        with pytest.raises(lazyseq.ServerLost):
+            remote[50]
+        with lazyseq.serve(range(100), first.address):  # back at once, before any heartbeat reached it
+            assert [remote[i] for i in (51, 52, 3)] == [51, 52, 3]
+
+
 def test_a_consumer_goes_on_when_the_server_comes_back(server_process):
     first = server_process("numbers")
     with lazyseq.connect(first.address, timeout=20.0) as remote:

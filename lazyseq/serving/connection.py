@@ -131,7 +131,8 @@ class Connection:
         """The next message from the server: ``(kind, header, buffers)``.
 
         ``ServerLost`` once the server has not answered (heartbeats included)
-        for ``timeout``. ``kind`` is ``b"restarted"`` when a new server
+        for ``timeout``, counted from the last answer or the start of this
+        wait, whichever is later. ``kind`` is ``b"restarted"`` when a new server
         instance answers at the address (what was asked of the old one is
         lost), and ``b"silent"`` when the server answers heartbeats but sent
         nothing else for ``2 * interval`` (an answer may have been lost with a
@@ -163,7 +164,9 @@ class Connection:
                 return b"restarted", {}, []
             if now - quiet_since > 2 * self.interval and now - beat.last_answer < self.interval * 1.5:
                 return b"silent", {}, []
-            silent = now - beat.last_answer
+            # Each wait gives the server its whole timeout: one that came back after an earlier ServerLost
+            # is found again (the heartbeats start over), not reported lost at once.
+            silent = now - max(beat.last_answer, quiet_since)
             if silent > self.timeout:
                 raise ServerLost(
                     f"lost the server at {self.address}: no answer for {silent:.1f} s (timeout={self.timeout:g}) "
