@@ -333,7 +333,10 @@ def _own_arrays(item: Any) -> Any:
     if isinstance(item, np.ndarray):
         return item.copy()  # a subclass's copy keeps what it adds (a mask)
     if isinstance(item, (tuple, list, dict)):
-        from ..nested import map_leaves
+        from ..nested import flatten, rebuild
 
-        return map_leaves(np.ndarray.copy, item, is_leaf=lambda x: isinstance(x, np.ndarray))
+        arrays: list = []
+        skeleton = flatten(item, arrays, is_leaf=lambda x: isinstance(x, np.ndarray))
+        if arrays:  # else the item itself, as a list's slice assignment keeps the same objects
+            return rebuild(skeleton, [a.copy() for a in arrays])
     return item
