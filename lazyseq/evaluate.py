@@ -42,7 +42,9 @@ def evaluate(
     ``fn`` gets each batch as :func:`~lazyseq.batch` builds it (for items
     ``(x, y)``, a tuple of two stacked arrays) and returns an array with one
     row per item, or a tuple, list, namedtuple or dict of such arrays (torch
-    tensors and other array-likes are converted to numpy). The result has the
+    tensors and other array-likes are converted to numpy, bfloat16 tensors to
+    float32; a masked array is refused, its mask would be lost; a dict may
+    give its keys in any order). The result has the
     same structure, each array with ``len(data)`` rows; its containers are
     rebuilt by the rule of :mod:`lazyseq.nested` (an ``OrderedDict`` stays
     one, another mapping becomes a dict). Only one batch of inputs is in
@@ -55,7 +57,12 @@ def evaluate(
     ``out`` receives the rows instead of new arrays: an array (or memory map)
     of the right shape, the path of a ``.npy`` file to create (the result is
     then a memory map of it), or a tuple or dict of those matching what
-    ``fn`` returns. To split the work across processes or machines, give
+    ``fn`` returns. Arrays that evaluate makes (in memory, or a file at a
+    path) take the dtype of the first batch and widen when a later one needs
+    it (longer strings, floats after integers: a file is then written anew);
+    an array you give keeps its dtype, takes casts of the same kind (float64
+    results into float32), and refuses results that would not survive them (a
+    string cut short, an integer out of range) with a ``TypeError``. To split the work across processes or machines, give
     each one ``lazyseq.shard(data, rank, world_size)``: every item is
     evaluated exactly once. ``progress`` shows a bar (see
     :mod:`lazyseq.progress`).
@@ -110,10 +117,13 @@ class _Outputs:
         self.skeleton: tuple | None = None
         self.row_shapes: tuple | None = None  # what every batch's results must match, from the first
         self.arrays: list[np.ndarray] = []
-        self.owned: list[bool] = []
+        self.owned: list[bool] = []  # whether evaluate made the array (in memory or as a file): it may widen it
+        self.paths: list[str | None] = []  # the file of an array evaluate made at a path
 
     def write(self, result: Any, start: int, rows: int, batch_index: int) -> None:
         leaves: list = []
+        if self.skeleton is not None:  # dicts with the same keys in another order are the same results
+            result = _in_order_of(self.skeleton, result)
         skeleton = flatten(result, leaves, is_leaf=_anything)
         try:
             leaves = [_rows_of(leaf, rows, batch_index) for leaf in leaves]
@@ -134,22 +144,41 @@ class _Outputs:
                 array, owned = _destination(target, leaf, self.total)
                 self.arrays.append(array)
                 self.owned.append(owned)
+                self.paths.append(os.fspath(target) if isinstance(target, (str, os.PathLike)) else None)
         elif row_shapes != self.row_shapes:
             raise ValueError(
                 f"evaluate: fn returned {_describe(skeleton, leaves)} for batch {batch_index}, "
                 f"but {_describe(self.skeleton, self.arrays)} before: the structure and row shapes must not change"
             )
         for k, leaf in enumerate(leaves):
-            self._copy(k, leaf, start, rows)
+            self._copy(k, leaf, start, rows, batch_index)
 
-    def _copy(self, k: int, leaf: np.ndarray, start: int, rows: int) -> None:
+    def _copy(self, k: int, leaf: np.ndarray, start: int, rows: int, batch_index: int) -> None:
         target = self.arrays[k]
         if not np.can_cast(leaf.dtype, target.dtype, "safe"):
-            if self.owned[k]:  # our own array: widen it (a longer string, floats after ints)
-                target = self.arrays[k] = target.astype(np.promote_types(target.dtype, leaf.dtype))
+            if self.owned[k]:  # our own array or file: widen it (a longer string, floats after ints)
+                target = self.arrays[k] = self._widened(k, np.promote_types(target.dtype, leaf.dtype), start)
             elif not np.can_cast(leaf.dtype, target.dtype, "same_kind"):
                 raise TypeError(f"evaluate: cannot write {leaf.dtype} results into the {target.dtype} output")
+            elif not _fits(leaf, target.dtype):
+                raise TypeError(
+                    f"evaluate: the {leaf.dtype} results of batch {batch_index} do not fit the {target.dtype} output "
+                    "(strings longer than it holds, or integers outside its range): give an output of a wider dtype"
+                )
         target[start : start + rows] = leaf
+
+    def _widened(self, k: int, dtype: np.dtype, filled: int) -> np.ndarray:
+        """Array ``k`` as ``dtype``: in memory, a copy; at a path, the file written anew (its first ``filled`` rows)."""
+        array, path = self.arrays[k], self.paths[k]
+        if path is None:
+            return array.astype(dtype)
+        folder, name = os.path.split(os.path.abspath(path))
+        temporary = os.path.join(folder, f".{name}.{os.getpid()}.widening")
+        wider = np.lib.format.open_memmap(temporary, mode="w+", dtype=dtype, shape=array.shape)
+        wider[:filled] = array[:filled]
+        wider.flush()
+        os.replace(temporary, path)  # the memory map follows the file it maps, whatever its name
+        return wider
 
     def result(self) -> Any:
         assert self.skeleton is not None, "no batch was written"
@@ -157,6 +186,32 @@ class _Outputs:
             if isinstance(array, np.memmap):
                 array.flush()
         return rebuild(self.skeleton, self.arrays)
+
+
+def _in_order_of(skeleton: tuple, result: Any) -> Any:
+    """``result`` with its dicts' keys in the order ``skeleton`` (a first result's, see :func:`flatten`) has them."""
+    tag = skeleton[0]
+    if tag == "d" and isinstance(result, Mapping) and set(result) == set(skeleton[1]):
+        return {key: _in_order_of(child, result[key]) for key, child in zip(skeleton[1], skeleton[2])}
+    if tag in ("t", "l", "n") and isinstance(result, (tuple, list)) and len(result) == len(skeleton[-1]):
+        parts = [_in_order_of(child, part) for child, part in zip(skeleton[-1], result)]
+        if isinstance(result, list):
+            return parts
+        return type(result)(*parts) if hasattr(result, "_fields") else tuple(parts)
+    return result
+
+
+def _fits(leaf: np.ndarray, dtype: np.dtype) -> bool:
+    """Whether the values of ``leaf`` survive a same-kind cast to ``dtype``: no string cut, no integer wrapped."""
+    if leaf.size == 0:
+        return True
+    if leaf.dtype.kind in "US" and dtype.kind in "US":
+        chars = dtype.itemsize // (4 if dtype.kind == "U" else 1)
+        return int(np.char.str_len(leaf).max()) <= chars
+    if leaf.dtype.kind in "iub" and dtype.kind in "iu":
+        limits = np.iinfo(dtype)
+        return bool(leaf.min() >= limits.min and leaf.max() <= limits.max)
+    return True
 
 
 def _anything(value: Any) -> bool:
@@ -167,7 +222,15 @@ def _anything(value: Any) -> bool:
 def _rows_of(value: Any, rows: int, batch_index: int) -> np.ndarray:
     """``value`` as a numpy array of ``rows`` rows: tensors (anything with ``detach``) and array-likes are converted."""
     if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch tensors, without importing torch
-        value = value.detach().cpu().numpy()
+        value = value.detach().cpu()
+        if str(value.dtype) == "torch.bfloat16":  # numpy has no bfloat16: float32 holds every value
+            value = value.float()
+        value = value.resolve_conj().resolve_neg().numpy()  # lazy conjugates and negations made real first
+    elif isinstance(value, np.ma.MaskedArray):
+        raise TypeError(
+            f"evaluate: fn returned a masked array for batch {batch_index}, whose mask would be lost in the "
+            "output: return np.ma.filled(...) and the mask (np.ma.getmaskarray) as two results"
+        )
     elif isinstance(value, np.ndarray) or hasattr(value, "__array__"):
         value = np.asarray(value)
     else:
@@ -230,8 +293,8 @@ def _destination(target: Any, leaf: np.ndarray, total: int) -> tuple[np.ndarray,
     shape = (total, *leaf.shape[1:])
     if target is None:
         return np.empty(shape, leaf.dtype), True
-    if isinstance(target, (str, os.PathLike)):
-        return np.lib.format.open_memmap(os.fspath(target), mode="w+", dtype=leaf.dtype, shape=shape), False
+    if isinstance(target, (str, os.PathLike)):  # made here from the first batch: widened as later ones need
+        return np.lib.format.open_memmap(os.fspath(target), mode="w+", dtype=leaf.dtype, shape=shape), True
     if not isinstance(target, np.ndarray):
         raise TypeError(
             f"evaluate: out must be an array, a .npy path or a structure of them, not {type(target).__name__}"

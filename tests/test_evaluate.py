@@ -1,6 +1,7 @@
 """evaluate: chunked evaluation with exact results, bounded memory, outputs on disk, clear errors."""
 
 import multiprocessing
+import os
 import threading
 import tracemalloc
 
@@ -181,3 +182,49 @@ def test_a_list_of_numbers_is_named_as_a_list(fn, kind):
         f"evaluate: fn returned a list of 4 {kind} values for batch 0 of 4 items, but a list is read like a tuple, "
         "as several results, each with one row per item: return np.asarray(...) of the list to make it one result"
     )
+
+
+NAMES = ["a", "b", "c", "elephant", "giraffe", "hippopotamus"]
+
+
+def names_of(batch):
+    return np.array([NAMES[i] for i in batch])  # the first batch is <U1, the second <U12
+
+
+def test_an_output_file_widens_like_an_array_evaluate_makes(tmp_path):
+    # The file took the first batch's dtype: the later names were cut to one letter, silently.
+    path = tmp_path / "names.npy"
+    got = lazyseq.evaluate(names_of, np.arange(6), batch_size=3, out=path)
+    assert got.tolist() == np.load(path).tolist() == NAMES
+    mixed = lazyseq.evaluate(lambda b: b if b[0] == 0 else b + 0.5, np.arange(6), batch_size=3, out=tmp_path / "m.npy")
+    assert np.load(tmp_path / "m.npy").tolist() == mixed.tolist() == [0, 1, 2, 3.5, 4.5, 5.5]
+    assert sorted(os.listdir(tmp_path)) == ["m.npy", "names.npy"]
+
+
+def test_an_output_you_give_refuses_values_it_cannot_hold():
+    # Strings were cut and integers wrapped (200 into int8 gave -56), silently.
+    with pytest.raises(TypeError) as caught:
+        lazyseq.evaluate(names_of, np.arange(6), batch_size=3, out=np.empty(6, "U2"))
+    assert str(caught.value) == (
+        "evaluate: the <U12 results of batch 1 do not fit the <U2 output (strings longer than it holds, or integers "
+        "outside its range): give an output of a wider dtype"
+    )
+    with pytest.raises(TypeError, match=r"^evaluate: the int64 results of batch 1 do not fit the int8 output"):
+        lazyseq.evaluate(lambda b: b * 100, np.arange(4), batch_size=2, out=np.empty(4, np.int8))
+    small = lazyseq.evaluate(lambda b: b * 10, np.arange(4), batch_size=2, out=np.empty(4, np.int8))
+    assert small.dtype == np.int8 and small.tolist() == [0, 10, 20, 30]  # a cast of the same kind that fits
+    floats = lazyseq.evaluate(lambda b: b / 3, np.arange(4), batch_size=2, out=np.empty(4, np.float32))
+    assert floats.dtype == np.float32
+
+
+def test_dicts_may_give_their_keys_in_any_order():
+    def keys_turn(batch):
+        return {"a": batch, "b": -batch} if batch[0] == 0 else {"b": -batch, "a": batch}
+
+    got = lazyseq.evaluate(keys_turn, np.arange(4), batch_size=2)  # was a ValueError: "the structure ... changed"
+    assert list(got) == ["a", "b"] and got["b"].tolist() == [0, -1, -2, -3]
+
+
+def test_a_masked_array_is_refused_rather_than_losing_its_mask():
+    with pytest.raises(TypeError, match=r"^evaluate: fn returned a masked array for batch 0, whose mask would be lost"):
+        lazyseq.evaluate(lambda b: np.ma.masked_array(b, mask=b > 3), np.arange(10.0), batch_size=3)
