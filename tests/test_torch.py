@@ -791,3 +791,21 @@ def test_readme_training_loop_runs_as_written_on_the_cpu():
     scores = namespace["scores"]
     assert scores.shape == (300, 10) and scores.dtype == np.float32
     assert isinstance(namespace["loader"], DataLoader)
+
+
+def test_results_in_bfloat16_or_with_a_lazy_conjugate_are_collected():
+    # "Got unsupported ScalarType BFloat16", "Can't call numpy() on Tensor that has conjugate bit set"
+    model = torch.nn.Linear(2, 1).to(torch.bfloat16)
+    predicted = predict(model, np.ones((4, 2)), dtype=torch.bfloat16)
+    assert predicted.dtype == np.float32 and predicted.shape == (4, 1)
+    conjugates = lazyseq.evaluate(lambda b: torch.from_numpy(b).to(torch.complex64).conj() * 1j, np.arange(3.0), 2)
+    np.testing.assert_array_equal(conjugates, np.arange(3.0) * 1j)
+
+
+def test_a_field_of_a_structured_array_and_a_masked_array_are_handled_as_documented():
+    records = np.zeros(3, dtype=[("x", "f8"), ("y", "i4")])
+    records["x"] = [1.0, 2.0, 3.0]
+    # strides that are not whole elements: copied (torch refused them)
+    assert to_tensors(records["x"]).tolist() == next(to_device([records["x"]], "cpu")).tolist() == [1.0, 2.0, 3.0]
+    masked = np.ma.masked_array([1.0, 2.0], mask=[False, True])
+    assert type(next(to_device([masked], "cpu"))) is np.ma.MaskedArray  # as to_tensors: its mask was dropped

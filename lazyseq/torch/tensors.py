@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..nested import map_leaves
+from ..nested import is_plain_array, map_leaves
 
 __all__ = ["to_tensors"]
 
@@ -43,12 +43,14 @@ def to_tensors(batch: Any) -> Any:
     tensor keeps its array alive, so a batch that a process loader delivered
     in a shared-memory slot keeps that slot until the tensor is gone.
 
-    Three kinds of arrays are copied, because torch cannot share them:
+    Four kinds of arrays are copied, because torch cannot share them:
     read-only arrays (a memory map opened with ``mmap_mode="r"``: writing
     through the tensor would crash, and torch warns), arrays with negative
-    strides (``a[::-1]``) and arrays in non-native byte order. Arrays of
-    dtypes torch has no tensor for (strings, objects, dates) and everything
-    that is not an array (numbers, strings, tensors) are returned unchanged.
+    strides (``a[::-1]``), strides that are not whole elements (a field of a
+    structured array) and arrays in non-native byte order. Arrays of
+    dtypes torch has no tensor for (strings, objects, dates), subclasses of
+    arrays (a masked array: its mask would be lost) and everything that is
+    not an array (numbers, strings, tensors) are returned unchanged.
 
     >>> import numpy as np
     >>> from lazyseq.torch import to_tensors
@@ -65,7 +67,7 @@ def to_tensors(batch: Any) -> Any:
 
 def _becomes_tensor(x: Any) -> bool:
     """Whether ``x`` is a tensor, or an array that :func:`_tensor` makes one."""
-    return isinstance(x, torch.Tensor) or (isinstance(x, np.ndarray) and _has_tensor_type(x.dtype))
+    return isinstance(x, torch.Tensor) or (is_plain_array(x) and _has_tensor_type(x.dtype))
 
 
 def _has_tensor_type(dtype: np.dtype) -> bool:
@@ -78,6 +80,8 @@ def _tensor(array: np.ndarray) -> Any:
         if not _has_tensor_type(dtype):
             return array  # no tensor type for it: strings, objects, dates, structured
         return torch.from_numpy(array.astype(dtype.newbyteorder("=")))
-    if not array.flags.writeable or any(stride < 0 for stride in array.strides):
-        return torch.from_numpy(np.array(array))  # a writable, positively strided copy
+    size = dtype.itemsize
+    if not array.flags.writeable or any(stride < 0 or stride % size for stride in array.strides):
+        # a writable copy, strided in whole elements: a field of a structured array is not
+        return torch.from_numpy(np.array(array))
     return torch.from_numpy(array)
