@@ -686,3 +686,19 @@ def test_a_manifest_naming_another_shards_file_is_refused(tmp_path):
         "'data-00000.npy': the manifest was edited or damaged; call write_npy again with overwrite=True to rewrite "
         "the directory"
     )
+
+
+def unpicklable_at_five(x):
+    from loader_helpers import raise_unpicklable
+
+    return raise_unpicklable(x) if x == 5 else float(x)
+
+
+def test_an_exception_that_cannot_leave_a_worker_process_is_named_once(tmp_path):
+    with pytest.raises(lazyseq.EvaluationError) as caught:
+        lazyseq.write_npy(
+            lazyseq.smap(unpicklable_at_five, range(8)), tmp_path, rows_per_shard=2, nworkers=1, method="process"
+        )
+    assert str(caught.value) == (  # was "... Unpicklable: Unpicklable: code 3: item 5"
+        f"write_npy: shard 2 of {tmp_path} failed at item 5 (smap(unpicklable_at_five)[5]): Unpicklable: code 3: item 5"
+    )

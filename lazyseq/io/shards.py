@@ -270,8 +270,9 @@ def _raise_failure(error: Exception, shard: int, rows: range | None, directory: 
         where = f"items {rows.start} to {rows[-1]}"
     else:
         where = "item 0"
-    name = getattr(cause, "type_name", type(cause).__name__)  # a RemoteError stands for another type
-    raise EvaluationError(f"write_npy: shard {shard} of {directory} failed at {where}: {name}: {cause}") from cause
+    # A RemoteError stands for another type, whose name its message begins with.
+    what = str(cause) if hasattr(cause, "type_name") else f"{type(cause).__name__}: {cause}"
+    raise EvaluationError(f"write_npy: shard {shard} of {directory} failed at {where}: {what}") from cause
 
 
 def _chain_in_items(error: BaseException) -> str:
