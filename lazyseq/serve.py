@@ -14,6 +14,8 @@ whose public key files (``*.key``) are in ``DIR/clients``; ``--insecure``
 binds without them.
 
 This module is a command, not a library: use :func:`lazyseq.serve` in code.
+Importing it (``import lazyseq.serve``, as documentation tools do) makes it
+the package's ``serve``; calling it then calls the function all the same.
 """
 
 from __future__ import annotations
@@ -22,9 +24,22 @@ import argparse
 import importlib
 import signal
 import sys
+import types
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+
+class _CallableModule(types.ModuleType):
+    """This module, callable as :func:`lazyseq.serve`: importing it replaces the package's ``serve`` with it."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from .serving.server import serve
+
+        return serve(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
 
 
 def load_source(spec: str) -> Any:
@@ -33,7 +48,10 @@ def load_source(spec: str) -> Any:
     if not module_name or not attr:
         raise SystemExit(f"lazyseq.serve: expected MODULE:ATTR (e.g. my_project.data:train), got {spec!r}")
     sys.path.insert(0, "")  # modules in the current directory, as with python -m
-    module = importlib.import_module(module_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        raise SystemExit(f"lazyseq.serve: cannot import {module_name!r}: {error}") from None
     try:
         source = getattr(module, attr)
     except AttributeError:
@@ -50,6 +68,11 @@ def read_keys(directory: str) -> tuple[tuple[bytes, bytes], list[bytes]]:
     import zmq.auth
 
     root = Path(directory)
+    if not (root / "server.key_secret").is_file():
+        raise SystemExit(
+            f"lazyseq.serve: --keys {directory}: no {root / 'server.key_secret'} (make it with "
+            f"zmq.auth.create_certificates({directory!r}, 'server'))"
+        )
     public, secret = zmq.auth.load_certificate(root / "server.key_secret")
     if secret is None:
         raise SystemExit(f"lazyseq.serve: {root / 'server.key_secret'} holds no secret key")
@@ -70,17 +93,21 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     from .serving.server import serve
 
-    keypair, clients = read_keys(args.keys) if args.keys else (None, None)
-    server = serve(
-        load_source(args.source),
-        args.address,
-        nworkers=args.nworkers,
-        method=args.method,
-        max_buffered=args.max_buffered,
-        curve_keypair=keypair,
-        allowed_clients=clients,
-        insecure=args.insecure,
-    )
+    source = load_source(args.source)
+    try:  # what the user gave is wrong: the message says what, no traceback
+        keypair, clients = read_keys(args.keys) if args.keys else (None, None)
+        server = serve(
+            source,
+            args.address,
+            nworkers=args.nworkers,
+            method=args.method,
+            max_buffered=args.max_buffered,
+            curve_keypair=keypair,
+            allowed_clients=clients,
+            insecure=args.insecure,
+        )
+    except (ValueError, TypeError, OSError) as error:
+        raise SystemExit(f"lazyseq.serve: {error}") from None
     try:  # an interrupt from the moment the server exists ends it quietly, even one that comes while printing
         signal.signal(signal.SIGTERM, lambda *_: server.close())
         print(server.address, flush=True)

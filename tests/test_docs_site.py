@@ -39,7 +39,12 @@ def documented() -> set[str]:
     + [f"{p}.{n}" for p in ("lazyseq.sklearn", "lazyseq.torch") for n in public_names(p)],
 )
 def test_every_public_name_has_a_reference_entry(name):
-    assert name in documented(), f"add '::: {name}' to a page in docs/api/"
+    entry = DOCUMENTED_AS.get(name, name)
+    assert entry in documented(), f"add '::: {entry}' to a page in docs/api/"
+
+
+# Names whose entry gives where they are defined: the command module lazyseq/serve.py would be documented instead.
+DOCUMENTED_AS = {"lazyseq.serve": "lazyseq.serving.server.serve"}
 
 
 def test_the_docstring_extension_fences_examples():

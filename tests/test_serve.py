@@ -598,6 +598,33 @@ def test_the_command_says_what_is_wrong_with_its_argument():
     assert run.stderr.strip() == "lazyseq.serve: module 'served_pipelines' has no attribute 'nothing'"
 
 
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["nosuchmodule:x"], "lazyseq.serve: cannot import 'nosuchmodule': No module named 'nosuchmodule'"),
+        (
+            ["string:digits", "--address", "bogus"],
+            "lazyseq.serve: serve: address must look like 'tcp://127.0.0.1:5557'",
+        ),
+        (["string:digits", "--keys", "/nonexistent"], "lazyseq.serve: --keys /nonexistent: no /nonexistent/server.key"),
+    ],
+)
+def test_the_command_says_what_is_wrong_without_a_traceback(arguments, message):
+    run = subprocess.run([sys.executable, "-m", "lazyseq.serve", *arguments], capture_output=True, text=True)
+    assert run.returncode == 1 and run.stderr.startswith(message) and "Traceback" not in run.stderr
+
+
+def test_importing_the_command_module_leaves_serve_callable():
+    # import lazyseq.serve (documentation tools do) made lazyseq.serve that module: "'module' object is not callable"
+    code = (
+        "import lazyseq.serve, lazyseq\n"
+        "with lazyseq.serve(range(3), 'tcp://127.0.0.1:0') as server:\n"
+        "    print(list(lazyseq.connect(server.address)))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (run.stdout, run.stderr) == ("[0, 1, 2]\n", "")
+
+
 def test_serve_forever_returns_when_closed_from_another_thread():
     server = lazyseq.serve(range(3), LOOPBACK)
     closer = threading.Timer(0.05, server.close)
