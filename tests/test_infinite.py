@@ -92,3 +92,16 @@ def test_repeat_zero_and_one():
     assert list(lazyseq.repeat("x", 1)) == ["x"]
     with pytest.raises(IndexError):
         lazyseq.repeat("x", 1)[1]
+
+
+def test_a_view_of_unknown_length_is_not_infinite():
+    # uniter ends where its data ends: it was reported infinite, and so were views over it
+    items = lazyseq.uniter(iter(range(5)))
+    batches = lazyseq.batch(items, 2)
+    assert not items.is_infinite and not batches.is_infinite
+    assert repr(batches).splitlines() == ["batch(2)  [length unknown]", "└─ uniter(range_iterator)  [length unknown]"]
+    with pytest.raises(TypeError, match=r"^batch view has no known length: it has no len\(\)$"):
+        len(batches)
+    assert [b.tolist() for b in batches] == [[0, 1], [2, 3], [4]]
+    with pytest.raises(lazyseq.EvaluationError, match="one-shot iterator, already at its end, and item 0 is not"):
+        items[0]

@@ -38,7 +38,6 @@ class View(Fluent[T_co], Sequence[T_co]):
     """
 
     kind = "view"
-    endless = "is infinite"  # why a view without a length has none, for error messages
     _length_unknown = False  # True for sources that end where their data ends, found by reading (uniter)
     _len: int | None
     _parents: tuple[View, ...] = ()
@@ -132,8 +131,13 @@ class View(Fluent[T_co], Sequence[T_co]):
 
     @property
     def is_infinite(self) -> bool:
-        """Whether the view has no end."""
-        return self._len is None
+        """Whether the view has no end (one of unknown length, ``uniter``, ends where its data does)."""
+        return self._len is None and not self._may_end()
+
+    @property
+    def endless(self) -> str:
+        """Why this view has no length, for error messages: it "is infinite" or "has no known length"."""
+        return "has no known length" if self._may_end() else "is infinite"
 
     def _may_end(self) -> bool:
         """Whether this view without a length reads data whose end is only found by reading past it.
@@ -298,7 +302,7 @@ class View(Fluent[T_co], Sequence[T_co]):
         return html_tree(self._repr_lines(prefix="", child_prefix=""))
 
     def _repr_lines(self, prefix: str, child_prefix: str, depth: int = 0) -> list[str]:
-        length = "infinite" if self._len is None else f"len {self._len}"
+        length = f"len {self._len}" if self._len is not None else "length unknown" if self._may_end() else "infinite"
         if depth == 0:
             from .display import describe_spec
 

@@ -26,7 +26,6 @@ class UniterView(View):
     """
 
     kind = "uniter"
-    endless = "has no known length"
     _length_unknown = True
 
     def __init__(self, iterable: Iterable, cache_size: int, n_parallel: int, size: int | None) -> None:
@@ -80,9 +79,9 @@ class UniterView(View):
         if behind:
             return max(behind, key=lambda c: c[0])
         if self._one_shot and (self._cursors or self._clock):
-            ahead = self._cursors[0][0] if self._cursors else "the end"
+            ahead = f"at item {self._cursors[0][0]}" if self._cursors else "at its end"
             raise ValueError(
-                f"uniter cannot go back to item {i}: the iterable is a one-shot iterator, already at item "
+                f"uniter cannot go back to item {i}: the iterable is a one-shot iterator, already "
                 f"{ahead}, and item {i} is not cached; pass a re-iterable object (a list, or a class whose "
                 "__iter__ starts over) or a larger cache_size"
             )
