@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .casting import keeps_values
 from .loading.buffering import BATCHES_AHEAD, Buffering
 from .loading.options import LoaderOptions, Method
 from .nested import describe, flatten, rebuild, skeleton_key
@@ -160,7 +161,7 @@ class _Outputs:
                 target = self.arrays[k] = self._widened(k, np.promote_types(target.dtype, leaf.dtype), start)
             elif not np.can_cast(leaf.dtype, target.dtype, "same_kind"):
                 raise TypeError(f"evaluate: cannot write {leaf.dtype} results into the {target.dtype} output")
-            elif not _fits(leaf, target.dtype):
+            elif not keeps_values(leaf, target.dtype):
                 raise TypeError(
                     f"evaluate: the {leaf.dtype} results of batch {batch_index} do not fit the {target.dtype} output "
                     "(strings longer than it holds, or integers outside its range): give an output of a wider dtype"
@@ -199,19 +200,6 @@ def _in_order_of(skeleton: tuple, result: Any) -> Any:
             return parts
         return type(result)(*parts) if hasattr(result, "_fields") else tuple(parts)
     return result
-
-
-def _fits(leaf: np.ndarray, dtype: np.dtype) -> bool:
-    """Whether the values of ``leaf`` survive a same-kind cast to ``dtype``: no string cut, no integer wrapped."""
-    if leaf.size == 0:
-        return True
-    if leaf.dtype.kind in "US" and dtype.kind in "US":
-        chars = dtype.itemsize // (4 if dtype.kind == "U" else 1)
-        return int(np.char.str_len(leaf).max()) <= chars
-    if leaf.dtype.kind in "iub" and dtype.kind in "iu":
-        limits = np.iinfo(dtype)
-        return bool(leaf.min() >= limits.min and leaf.max() <= limits.max)
-    return True
 
 
 def _anything(value: Any) -> bool:

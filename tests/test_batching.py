@@ -132,12 +132,43 @@ def test_unbatch_assignment_writes_through_or_says_why_not():
         pairs[1] = (1.0, 1.0)
 
 
-def test_unbatch_of_a_short_last_batch_says_what_is_missing():
+def test_unbatch_checks_that_each_batch_holds_batch_size_items():
     with pytest.raises(lazyseq.EvaluationError) as caught:
         list(lazyseq.unbatch([[1, 2], [3]], 2))
     assert str(caught.value).endswith(
-        "IndexError: unbatch: batch 1 holds fewer than 2 items (batch_size=2); a short last batch needs last_batch_size"
+        "ValueError: unbatch: batch 1 (the last: see last_batch_size) holds 1 items, not 2 (batch_size=2)"
     )
+    with pytest.raises(lazyseq.EvaluationError) as caught:  # was item 7, silently: batches of 3 read as of 2
+        lazyseq.unbatch(lazyseq.batch(np.arange(10), 3), 2)[5]
+    assert str(caught.value).endswith("ValueError: unbatch: batch 2 holds 3 items, not 2 (batch_size=2)")
+    with pytest.raises(lazyseq.EvaluationError, match="TypeError: unbatch: batch 0 is a int64, not a batch of items"):
+        lazyseq.unbatch(np.arange(10), 2)[0]
+
+
+def test_batches_of_dicts_need_the_same_keys():
+    # 'b' was dropped silently, or a bare KeyError raised
+    for items, theirs in (([{"a": 1}, {"a": 2, "b": 3}], "['a', 'b']"), ([{"a": 1, "b": 0}, {"a": 2}], "['a']")):
+        with pytest.raises(lazyseq.EvaluationError) as caught:
+            lazyseq.batch(items, 2)[0]
+        assert str(caught.value).endswith(f"item 1 has {theirs}")
+        assert "ValueError: cannot collate dicts with different keys: item 0 has" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("pad", "message"),
+    [
+        ([1, 2], "ValueError: batch: pad has shape (2,), but the items have shape (): pad is one item (or a number)"),
+        (2.5, "TypeError: batch: pad 2.5 cannot be held as the items' dtype int64 without a change"),
+        ("x", "TypeError: batch: pad 'x' cannot be held as the items' dtype int64 without a change"),
+    ],
+)
+def test_a_pad_the_items_cannot_be_is_refused(pad, message):
+    # [1, 2] was spread over the padding rows, 2.5 became 2
+    with pytest.raises(lazyseq.EvaluationError) as caught:
+        lazyseq.batch(np.arange(10), 3, pad=pad)[3]
+    assert str(caught.value).endswith(message)
+    assert lazyseq.batch(np.arange(10, dtype=np.uint8), 3, pad=0)[3].tolist() == [9, 0, 0]
+    assert lazyseq.batch(np.arange(12).reshape(6, 2), 4, pad=[7, 8])[1].tolist() == [[8, 9], [10, 11], [7, 8], [7, 8]]
 
 
 def test_unbatch_rejects_bad_sizes():

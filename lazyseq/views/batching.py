@@ -160,12 +160,18 @@ class UnbatchView(View):
 
     def _item(self, batch: Any, b: int, r: int) -> Any:
         try:
-            return _row(batch, r)
-        except IndexError:
-            raise IndexError(
-                f"unbatch: batch {b} holds fewer than {r + 1} items (batch_size={self._size}); a short last batch "
-                "needs last_batch_size"
-            ) from None
+            held = _length_of(batch)
+        except TypeError:
+            raise TypeError(f"unbatch: batch {b} is a {type(batch).__name__}, not a batch of items") from None
+        n, size = self._len, self._size
+        last = n is not None and (b + 1) * size >= n
+        expected = n - b * size if last else size  # type: ignore[operator]  # last: n is known
+        # Items read at the wrong places, silently, from a batch of another size; the last one may hold more
+        # than it gives (a padded batch), not fewer.
+        if held < expected or (held > expected and not last):
+            where = " (the last: see last_batch_size)" if last else ""
+            raise ValueError(f"unbatch: batch {b}{where} holds {held} items, not {expected} (batch_size={size})")
+        return _row(batch, r)
 
     def _set(self, i: int, value: Any) -> None:
         b, r = divmod(i, self._size)
@@ -205,6 +211,14 @@ def _row(batch: Any, r: int) -> Any:
         return {key: _field_row(field, r) for key, field in batch.items()}
     rows = [_field_row(field, r) for field in batch]
     return type(batch)(*rows) if hasattr(batch, "_fields") else tuple(rows)
+
+
+def _length_of(batch: Any) -> int:
+    """How many items ``batch`` holds (a batch held field by field: as many as its first field's rows)."""
+    if not _is_by_field(batch):
+        return len(batch)
+    first = next(iter(batch.values())) if isinstance(batch, Mapping) else batch[0]
+    return _length_of(first) if isinstance(first, (tuple, Mapping)) else len(first)
 
 
 def _field_row(field: Any, r: int) -> Any:

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from ..casting import keeps_values
+
 __all__ = [
     "Columns",
     "MixedShapes",
@@ -132,8 +134,20 @@ def pad_chunk(chunk: Any, pad: Any, count: int) -> Any:
                 f"{len(chunk.fields)}-tuples, got {pad!r}"
             )
         return Columns(tuple(pad_chunk(f, p, count) for f, p in zip(chunk.fields, pad)), chunk.keys)
-    filler = np.broadcast_to(np.asarray(pad, dtype=chunk.dtype), (count,) + chunk.shape[1:])
-    return np.concatenate([chunk, filler])
+    return np.concatenate([chunk, _pad_rows(pad, chunk.dtype, chunk.shape[1:], count)])
+
+
+def _pad_rows(pad: Any, dtype: np.dtype, row_shape: tuple, count: int) -> np.ndarray:
+    """``count`` rows of ``pad`` (one item, or a number for every value of one), as the items' dtype holds it."""
+    value = np.asarray(pad)
+    if value.ndim and value.shape != row_shape:  # would be spread over the rows, or fail to
+        raise ValueError(
+            f"batch: pad has shape {value.shape}, but the items have shape {row_shape}: pad is one item (or a number)"
+        )
+    integers = value.dtype.kind in "iub" and dtype.kind in "iub"  # pad=0 for uint8 items: a Python int is int64
+    if not ((integers or np.can_cast(value.dtype, dtype, "same_kind")) and keeps_values(value, dtype)):
+        raise TypeError(f"batch: pad {pad!r} cannot be held as the items' dtype {dtype} without a change")
+    return np.broadcast_to(value.astype(dtype), (count, *row_shape))
 
 
 def scatter(pieces: list, positions: list[np.ndarray], total: int) -> Any:
@@ -196,12 +210,22 @@ def default_collate(items: list) -> Any:
     >>> default_collate([{'x': [0.5, 1.0]}, {'x': [1.5, 2.0]}])
     {'x': [array([0.5, 1.5]), array([1., 2.])]}
     """
+    if not items:
+        raise ValueError("cannot collate no items: a batch holds at least one")
     first = items[0]
     if isinstance(first, np.ndarray):
         return _stack(items)
     if isinstance(first, (Number, np.generic)):
         return np.asarray(items)
     if isinstance(first, Mapping):
+        keys = set(first)
+        for k, item in enumerate(items):
+            if not isinstance(item, Mapping) or set(item) != keys:
+                theirs = sorted(map(str, item)) if isinstance(item, Mapping) else type(item).__name__
+                raise ValueError(
+                    f"cannot collate dicts with different keys: item 0 has {sorted(map(str, keys))}, item {k} has "
+                    f"{theirs}"
+                )
         return {key: default_collate([item[key] for item in items]) for key in first}
     if isinstance(first, (tuple, list)):
         width = len(first)

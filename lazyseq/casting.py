@@ -1,0 +1,34 @@
+"""Casts that keep every value: what writing results into an array of another dtype may do without a change.
+
+numpy's ``same_kind`` casting lets a string into a shorter string dtype (cut
+short) and an integer into a narrower integer dtype (wrapped around):
+:func:`keeps_values` tells whether the values at hand survive such a cast
+(and an integer cast to bool: only 0 and 1 do).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["keeps_values"]
+
+
+def keeps_values(values: np.ndarray, dtype: np.dtype) -> bool:
+    """Whether casting ``values`` to ``dtype`` (of the same kind) cuts no string and wraps no integer.
+
+    >>> keeps_values(np.array(["a", "giraffe"]), np.dtype("U3")), keeps_values(np.array([5, 200]), np.dtype("u1"))
+    (False, True)
+    >>> keeps_values(np.array([-1]), np.dtype("u1"))
+    False
+    """
+    if values.size == 0:
+        return True
+    if values.dtype.kind in "US" and dtype.kind in "US":
+        chars = dtype.itemsize // (4 if dtype.kind == "U" else 1)
+        return int(np.char.str_len(values).max()) <= chars
+    if values.dtype.kind in "iub" and dtype.kind == "b":  # 0 and 1 are False and True
+        return bool(((values == 0) | (values == 1)).all())
+    if values.dtype.kind in "iub" and dtype.kind in "iu":
+        limits = np.iinfo(dtype)
+        return bool(values.min() >= limits.min and values.max() <= limits.max)
+    return True
