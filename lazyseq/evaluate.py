@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .arguments import integer
 from .casting import keeps_values
 from .loading.buffering import BATCHES_AHEAD, Buffering
 from .loading.options import LoaderOptions, Method
@@ -81,6 +82,9 @@ def evaluate(
     """
     if not callable(fn):
         raise TypeError(f"evaluate: fn must be callable, got {type(fn).__name__}")
+    batch_size = integer(batch_size, "evaluate: batch_size", low=1)
+    options = LoaderOptions.check("evaluate", nworkers, method)  # checked whether workers are asked for or not
+    ahead = Buffering.resolve(max_buffered, options, BATCHES_AHEAD)
     items = as_view(data)
     n = items._need_length("evaluate()")
     if n == 0:
@@ -89,11 +93,9 @@ def evaluate(
     outputs = _Outputs(out, n)
     start = 0
     loader: PrefetchView[Any] | None = None
-    if nworkers:
+    if options.nworkers:
         from .loading.prefetch import PrefetchView  # here: the loading machinery only when used
 
-        options = LoaderOptions.check("evaluate", nworkers, method)
-        ahead = Buffering.resolve(max_buffered, options, BATCHES_AHEAD)
         batches = loader = PrefetchView(batches, options, ahead, shm_size=0)
     try:
         with progress_bar(len(batches), description, progress) as bar:
@@ -281,6 +283,8 @@ def _destination(target: Any, leaf: np.ndarray, total: int) -> tuple[np.ndarray,
     shape = (total, *leaf.shape[1:])
     if target is None:
         return np.empty(shape, leaf.dtype), True
+    if isinstance(target, (str, os.PathLike)) and os.path.isdir(target):
+        raise IsADirectoryError(f"evaluate: out {os.fspath(target)!r} is a directory: give the path of a .npy file")
     if isinstance(target, (str, os.PathLike)):  # made here from the first batch: widened as later ones need
         return np.lib.format.open_memmap(os.fspath(target), mode="w+", dtype=leaf.dtype, shape=shape), True
     if not isinstance(target, np.ndarray):

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import operator
-
 import numpy as np
+
+from .arguments import integer
 
 __all__ = ["rng"]
 
@@ -23,7 +23,5 @@ def rng(seed: int, *keys: int) -> np.random.Generator:
     >>> list(noisy) == list(lazyseq.prefetch(noisy, nworkers=2))
     True
     """
-    values = [operator.index(seed), *(operator.index(k) for k in keys)]
-    if any(v < 0 for v in values):
-        raise ValueError(f"rng: seed and keys must be non-negative integers, got {tuple(values)}")
+    values = [integer(seed, "rng: seed", low=0), *(integer(k, "rng: a key", low=0) for k in keys)]
     return np.random.default_rng(values)

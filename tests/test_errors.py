@@ -179,3 +179,24 @@ def test_batch_of_items_of_different_shapes_says_where_they_come_from():
     assert str(info.value) == (
         "cannot stack items of different shapes into one array: item 0 has shape (2,), item 2 has shape (3,)"
     )
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [  # each was a bare "'int' object is not iterable", an unpacking error or numpy's own message
+        (lambda: lazyseq.gather(np.arange(5), 3), TypeError, "gather: indexes must be a sequence of integers"),
+        (lambda: lazyseq.concatenate(5), TypeError, "concatenate: sequences must be a list of sequences, got 5"),
+        (lambda: lazyseq.collate(5), TypeError, "collate: sequences must be a list or a dict of sequences, got 5"),
+        (lambda: lazyseq.open_npy(None), TypeError, "open_npy: paths must be a directory, a file, a glob pattern"),
+        (lambda: lazyseq.split(np.arange(5), [(1, 2, 3)]), ValueError, "split: spans must all be (start, stop) pairs"),
+        (lambda: lazyseq.rng(None), TypeError, "rng: seed must be a non-negative integer, got None"),
+        (lambda: lazyseq.rng(0, "a"), TypeError, "rng: a key must be a non-negative integer, got 'a'"),
+        (lambda: lazyseq.arange(0, 10, 0), ValueError, "arange: step must not be zero"),
+        (lambda: lazyseq.evaluate(abs, np.arange(4), batch_size=0), ValueError, "evaluate: batch_size must be a"),
+        (lambda: lazyseq.evaluate(abs, np.arange(4), method="bogus"), ValueError, "evaluate: method must be"),
+    ],
+)
+def test_misused_functions_name_themselves_and_the_argument(call, error, message):
+    with pytest.raises(error) as caught:
+        call()
+    assert type(caught.value) is error and str(caught.value).startswith(message)

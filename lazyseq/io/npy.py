@@ -56,7 +56,12 @@ def open_npy(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> View[np.
         if not files:
             raise FileNotFoundError(f"open_npy: no file matches {pattern!r}")
     else:
-        files = [os.fspath(p) for p in paths]
+        try:
+            files = [os.fspath(p) for p in paths]
+        except TypeError:
+            raise TypeError(
+                f"open_npy: paths must be a directory, a file, a glob pattern or a list of files, got {paths!r:.60}"
+            ) from None
         if not files:
             raise ValueError("open_npy: no file given")
     parts: list[ArraySource] = []

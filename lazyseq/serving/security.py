@@ -49,6 +49,10 @@ def is_loopback(address: str) -> bool:
 
 def check_address(address: str, curve_keypair: Any, insecure: bool) -> None:
     """``ValueError`` for a server bound where others can reach it, with nothing to keep them out."""
+    if curve_keypair is not None and not (isinstance(curve_keypair, (tuple, list)) and len(curve_keypair) == 2):
+        raise ValueError(
+            f"serve: curve_keypair must be a (public, secret) pair, as zmq.curve_keypair() makes, got {curve_keypair!r:.60}"
+        )
     if curve_keypair is None and not insecure and not is_loopback(address):
         raise ValueError(
             f"serve: {address} can be reached from other machines, and anyone who reaches it could read the data; "

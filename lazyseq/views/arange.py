@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ..arguments import integer
 from .base import View
 from .keys import Positions, compose
 
@@ -43,4 +44,7 @@ def arange(start: int, stop: int | None = None, step: int | None = None) -> View
     """
     if stop is None:
         start, stop = 0, start
-    return ArangeView(range(start, stop, 1 if step is None else step))
+    step = 1 if step is None else integer(step, "arange: step")
+    if step == 0:
+        raise ValueError("arange: step must not be zero")
+    return ArangeView(range(integer(start, "arange: start"), integer(stop, "arange: stop"), step))

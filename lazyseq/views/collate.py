@@ -88,4 +88,8 @@ def collate(sequences: Sequence[SequenceLike[Any]] | Mapping[Any, SequenceLike[A
     """
     if isinstance(sequences, Mapping):
         return CollateView(tuple(as_view(s) for s in sequences.values()), tuple(sequences))
-    return CollateView(tuple(as_view(s) for s in sequences))
+    try:
+        parts = list(sequences)
+    except TypeError:
+        raise TypeError(f"collate: sequences must be a list or a dict of sequences, got {sequences!r:.60}") from None
+    return CollateView(tuple(as_view(s) for s in parts))

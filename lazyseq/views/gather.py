@@ -138,7 +138,12 @@ def gather(sequence: SequenceLike[Any] | np.ndarray, indexes: Sequence[int] | np
     if isinstance(indexes, range) and _within(indexes, parent._len):
         return GatherView(parent, indexes)
     if not isinstance(indexes, (list, np.ndarray)):
-        indexes = list(indexes)
+        try:
+            indexes = list(indexes)
+        except TypeError:
+            raise TypeError(
+                f"gather: indexes must be a sequence of integers (one item is sequence[i]), got {indexes!r:.60}"
+            ) from None
     return GatherView(parent, array_key(indexes, parent._len, "gather", "gather's sequence"))
 
 

@@ -54,6 +54,8 @@ def _spans(edges: Any, n: int) -> list[tuple[int, int]]:
         )
     edges = list(edges)
     if edges and isinstance(edges[0], (tuple, list)):
+        if any(not isinstance(span, (tuple, list)) or len(span) != 2 for span in edges):
+            raise ValueError(f"split: spans must all be (start, stop) pairs, got {edges!r:.80}")
         spans = [(integer(a, "split: a span's start"), integer(b, "split: a span's stop")) for a, b in edges]
     else:
         bounds = [0, *(integer(e, "split: an edge") for e in edges), n]
