@@ -114,6 +114,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
         n_test = args.test
     else:  # the original recipe keeps the last 10,000 samples for testing
         n_test = 10_000 if args.samples > 10_000 else args.samples // 2
+    if args.samples < 2 or not 1 <= n_test < args.samples:
+        parser.error(f"--samples must be at least 2 and --test from 1 to samples - 1, got {args.samples} and {n_test}")
+    if args.steps < 1 or args.workers < 1:
+        parser.error(f"--steps and --workers must be at least 1, got {args.steps} and {args.workers}")
     with tempfile.TemporaryDirectory(prefix="lazyseq-demo-") as folder:
         write_dataset(folder, args.samples)
         result = run(folder, n_test=n_test, steps=args.steps, nworkers=args.workers, method=args.method)
