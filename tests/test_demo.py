@@ -16,3 +16,12 @@ def test_demo_trains_with_and_without_a_loader_and_evaluates(capsys, method):
     assert "evaluation: 600 samples in chunks of 64" in out
     assert "batch(64)  [len 1, items (float64 (64, 248), int64 (64,))]" in out
     assert result["accuracy"] > 0.9
+
+
+@pytest.mark.parametrize("arguments", [["--samples", "0"], ["--samples", "100", "--test", "200"], ["--steps", "0"]])
+def test_the_demo_refuses_counts_it_cannot_run_with(arguments, capsys):
+    from lazyseq.demo import main
+
+    with pytest.raises(SystemExit) as stopped:  # numpy raised "high <= 0" from inside the demo
+        main(arguments)
+    assert stopped.value.code == 2 and "python -m lazyseq.demo: error: --" in capsys.readouterr().err
