@@ -12,7 +12,7 @@ import importlib.util
 import sys
 from typing import Any
 
-__all__ = ["ProgressBar", "progress_bar"]
+__all__ = ["ProgressBar", "check_progress", "progress_bar"]
 
 
 class ProgressBar:
@@ -50,6 +50,7 @@ def progress_bar(total: int | None, description: str, progress: bool | None, uni
     >>> bar.bar is None
     True
     """
+    check_progress(progress, description)
     if progress is None:
         progress = _someone_watches() and _tqdm_installed()
     if not progress:
@@ -64,6 +65,12 @@ def progress_bar(total: int | None, description: str, progress: bool | None, uni
             "progress=True needs tqdm: pip install tqdm (or pass progress=False to turn the bar off)"
         ) from None
     return ProgressBar(tqdm(total=total, desc=description, unit=unit, dynamic_ncols=True))
+
+
+def check_progress(progress: Any, owner: str) -> None:
+    """``TypeError`` naming ``owner`` unless ``progress`` is True, False or None."""
+    if progress is not None and not isinstance(progress, bool):
+        raise TypeError(f"{owner}: progress must be True, False or None, got {progress!r}")
 
 
 def _tqdm_installed() -> bool:

@@ -194,6 +194,8 @@ def test_batch_of_items_of_different_shapes_says_where_they_come_from():
         (lambda: lazyseq.arange(0, 10, 0), ValueError, "arange: step must not be zero"),
         (lambda: lazyseq.evaluate(abs, np.arange(4), batch_size=0), ValueError, "evaluate: batch_size must be a"),
         (lambda: lazyseq.evaluate(abs, np.arange(4), method="bogus"), ValueError, "evaluate: method must be"),
+        (lambda: lazyseq.evaluate(abs, np.arange(4), progress="x"), TypeError, "evaluate: progress must be True,"),
+        (lambda: lazyseq.batch(np.arange(5), 2, drop_last="yes"), TypeError, "batch: drop_last must be True or"),
     ],
 )
 def test_misused_functions_name_themselves_and_the_argument(call, error, message):

@@ -25,7 +25,7 @@ from ..arguments import integer
 from ..loading.buffering import Buffering
 from ..loading.options import LoaderOptions, Method
 from ..loading.prefetch import PrefetchView
-from ..progress import progress_bar
+from ..progress import check_progress, progress_bar
 from ..views import errors
 from ..views.base import View
 from ..views.errors import REMOTE_CHAIN, EvaluationError, LoaderFailure, describe_chain
@@ -212,6 +212,7 @@ def write_npy(
     if rows_per_shard is not None:
         rows_per_shard = integer(rows_per_shard, "write_npy: rows_per_shard", low=1)
     bytes_per_shard = integer(bytes_per_shard, "write_npy: bytes_per_shard", low=1)
+    check_progress(progress, "write_npy")  # before the directory is touched
     directory = os.fspath(directory)
     try:
         first = read_batch(items, range(0, 1))

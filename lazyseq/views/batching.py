@@ -25,6 +25,9 @@ class BatchView(View):
 
     def __init__(self, parent: View, k: int, drop_last: bool, pad: Any, collate_fn: Callable | None) -> None:
         k = integer(k, "batch: k", low=1)
+        if not isinstance(drop_last, (bool, np.bool_)):
+            raise TypeError(f"batch: drop_last must be True or False, got {drop_last!r}")
+        drop_last = bool(drop_last)
         if drop_last and pad is not None:
             raise ValueError("batch: drop_last and pad cannot be used together")
         if collate_fn is not None and not callable(collate_fn):
