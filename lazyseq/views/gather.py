@@ -148,6 +148,7 @@ def gather(sequence: SequenceLike[Any] | np.ndarray, indexes: Sequence[int] | np
 
 
 take = gather
+"""The same as :func:`gather`, under numpy's name: ``take(sequence, indexes)``."""
 
 
 def _within(positions: range, length: int | None) -> bool:
