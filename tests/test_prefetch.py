@@ -266,3 +266,20 @@ def test_processes_need_a_posix_system(monkeypatch):
     monkeypatch.delattr(select, "poll")
     with pytest.raises(NotImplementedError, match="method='process' needs a POSIX system"):
         prefetch(range(3), nworkers=1, method="process")
+
+
+@pytest.mark.parametrize("method", ["thread", "process"])
+def test_set_epoch_reaches_the_items_computed_ahead_and_the_workers(method):
+    # worker processes kept their copy of epoch 0, and items computed ahead were of the old epoch
+    shuffled = lazyseq.arange(40).shuffle(seed=0)
+    with prefetch(shuffled, nworkers=2, method=method) as ahead:
+        assert list(ahead) == list(lazyseq.shuffle(range(40), 0, 0))
+        ahead.set_epoch(1)
+        assert list(ahead) == list(lazyseq.shuffle(range(40), 0, 1))
+        reading = iter(ahead)
+        head = [next(reading) for _ in range(5)]
+        ahead.set_epoch(2)
+        assert (
+            head + list(reading)
+            == list(lazyseq.shuffle(range(40), 0, 1))[:5] + list(lazyseq.shuffle(range(40), 0, 2))[5:]
+        )

@@ -82,6 +82,15 @@ class PrefetchView(View[T_co]):
         if engine is not None:
             engine.close()
 
+    def set_epoch(self, epoch: int) -> None:
+        """Give the pipeline's shuffles ``epoch``; the workers stop, and start again on it at the next read.
+
+        Items computed ahead are of the old epoch, and worker processes hold
+        their own copy of the pipeline: both are dropped.
+        """
+        super().set_epoch(epoch)
+        self.close()
+
     def __enter__(self) -> PrefetchView[T_co]:
         return self
 
