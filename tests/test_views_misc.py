@@ -210,3 +210,35 @@ def test_a_zero_dimensional_integer_array_is_an_index():
     assert lazyseq.view(np.arange(5.0))[np.array(-1)] == 4.0
     with pytest.raises(TypeError, match="^sequence indices must be integers, slices or integer arrays, not ndarray$"):
         lazyseq.view(values)[np.array(1.0)]
+
+
+def test_add_cache_forgets_the_items_of_another_epoch():
+    cached = lazyseq.arange(10).shuffle(seed=0).add_cache(10)
+    assert list(cached) == list(lazyseq.shuffle(range(10), 0, 0))
+    cached.set_epoch(1)  # the cached items of epoch 0 kept coming back
+    assert list(cached) == list(lazyseq.shuffle(range(10), 0, 1))
+
+
+def test_add_cache_uniter_and_copy_on_write_maps_pickle(tmp_path):
+    import pickle
+
+    # add_cache and uniter failed on their lock; a copy-on-write map travelled as its file, without its changes
+    assert list(pickle.loads(pickle.dumps(lazyseq.view([1, 2, 3]).add_cache(2)))) == [1, 2, 3]
+    assert list(pickle.loads(pickle.dumps(lazyseq.uniter([1, 2, 3])))) == [1, 2, 3]
+    np.save(tmp_path / "x.npy", np.zeros((4, 2)))
+    changed = np.load(tmp_path / "x.npy", mmap_mode="c")
+    changed[0] = 7
+    assert pickle.loads(pickle.dumps(lazyseq.view(changed)))[0].tolist() == [7.0, 7.0]
+
+
+def test_interleave_refuses_a_sequence_of_unknown_length():
+    # the other sequences' items after its end were dropped silently
+    with pytest.raises(TypeError, match=r"^interleave: sequence 0 has no known length \(uniter\): give it a size"):
+        lazyseq.interleave(lazyseq.uniter(iter([1, 2])), [10, 20, 30, 40])
+    assert list(lazyseq.interleave(lazyseq.uniter(iter([1, 2]), size=2), [10, 20, 30, 40])) == [1, 10, 2, 20, 30, 40]
+
+
+def test_unbatch_of_batches_of_unknown_length_ends_with_the_data():
+    assert [int(x) for x in lazyseq.uniter(x for x in range(5)).batch(2).unbatch(2, 1)] == [0, 1, 2, 3, 4]
+    again = lazyseq.uniter(range(5)).batch(2).unbatch(2, 1)
+    assert [int(x) for x in again] == [0, 1, 2, 3, 4]

@@ -158,6 +158,8 @@ class UnbatchView(View):
         n = self._len
         for b, current in enumerate(self._parent._iter()):
             count = size if n is None else min(size, n - b * size)
+            if n is None and self._may_end():  # the last batch of data of unknown length may be short
+                count = min(count, _length_of(current))
             for r in range(count):
                 yield self._item(current, b, r)
 
@@ -167,8 +169,14 @@ class UnbatchView(View):
         except TypeError:
             raise TypeError(f"unbatch: batch {b} is a {type(batch).__name__}, not a batch of items") from None
         n, size = self._len, self._size
-        last = n is not None and (b + 1) * size >= n
-        expected = n - b * size if last else size  # type: ignore[operator]  # last: n is known
+        if n is None:  # data of unknown length: its last batch may be short, and ends it
+            if held > size or (held < size and not self._may_end()):
+                raise ValueError(f"unbatch: batch {b} holds {held} items, not {size} (batch_size={size})")
+            if r >= held:
+                raise EndOfData(f"unbatch index {b * size + r} out of range: the data ended after {b * size + held}")
+            return _row(batch, r)
+        last = (b + 1) * size >= n
+        expected = n - b * size if last else size
         # Items read at the wrong places, silently, from a batch of another size; the last one may hold more
         # than it gives (a padded batch), not fewer.
         if held < expected or (held > expected and not last):

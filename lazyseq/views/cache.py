@@ -49,11 +49,20 @@ class CacheView(View):
         with self._lock:
             self._cache.pop(i, None)
 
+    def set_epoch(self, epoch: int) -> None:
+        """Give the pipeline's shuffles ``epoch``; the items cached are of the old epoch: forgotten."""
+        super().set_epoch(epoch)
+        with self._lock:
+            self._cache.clear()
+
     def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         return ((self._parent, i),)
 
     def _describe(self) -> str:
         return f"add_cache({self._size})"
+
+    def __reduce__(self) -> tuple:  # no lock to pickle, and a worker process caches its own items
+        return (CacheView, (self._parent, self._size))
 
 
 @overload

@@ -27,6 +27,12 @@ class InterleaveView(View):
         if not parents:
             raise ValueError("interleave needs at least one sequence")
         self._parents = parents
+        for k, p in enumerate(parents):  # where its items go depends on where it ends: unknown before reading it
+            if p._len is None and p._may_end():
+                raise TypeError(
+                    f"interleave: sequence {k} has no known length (uniter): give it a size (uniter(..., size=n)) "
+                    "or read it into a list first"
+                )
         infinite = [k for k, p in enumerate(parents) if p._len is None]
         finite = sorted((p._len, k) for k, p in enumerate(parents) if p._len is not None)
         self._phase_starts: list[int] = []  # output position where each phase begins

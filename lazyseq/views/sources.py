@@ -83,6 +83,8 @@ def memmap_location(array: np.ndarray) -> tuple | None:
     mapped = getattr(array, "_mmap", None)  # numpy's own mmap object
     if not isinstance(array, np.memmap) or array.filename is None or mapped is None:
         return None
+    if array.mode == "c":  # copy-on-write: its changes are in this process's memory, not in the file
+        return None
     if array.size == 0:
         return None
     mapping_address = np.frombuffer(mapped, dtype=np.uint8).ctypes.data

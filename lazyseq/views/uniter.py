@@ -47,6 +47,10 @@ class UniterView(View):
         self._end: int | None = None  # where a one-shot iterator ended: it cannot start over to find out again
         self._lock = threading.Lock()
 
+    def __reduce__(self) -> tuple:  # no lock to pickle: a copy reads the iterable from its start, caching its own
+        size = self._len if self._size_known else None
+        return (UniterView, (self._iterable, self._cache_size, self._n_parallel, size))
+
     def _get(self, i: int) -> Any:
         with self._lock:
             if i in self._cache:
