@@ -10,7 +10,9 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-__all__ = ["integer"]
+import numpy as np
+
+__all__ = ["flag", "integer"]
 
 _EXPECTED = {None: "an integer", 0: "a non-negative integer", 1: "a positive integer"}
 
@@ -47,3 +49,20 @@ def integer(value: Any, what: str, low: int | None = None, expected: str | None 
     if low is not None and n < low:
         raise ValueError(f"{what} must be {expected}, got {n}")
     return n
+
+
+def flag(value: Any, what: str, or_none: bool = False) -> Any:
+    """``value`` as a ``bool`` (numpy's too), or None where ``or_none``; else a ``TypeError`` naming ``what``.
+
+    >>> flag(True, "batch: drop_last")
+    True
+    >>> flag("yes", "batch: drop_last")
+    Traceback (most recent call last):
+    ...
+    TypeError: batch: drop_last must be True or False, got 'yes'
+    """
+    if or_none and value is None:
+        return None
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{what} must be True{', False or None' if or_none else ' or False'}, got {value!r}")
+    return bool(value)

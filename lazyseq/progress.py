@@ -12,6 +12,8 @@ import importlib.util
 import sys
 from typing import Any
 
+from .arguments import flag
+
 __all__ = ["ProgressBar", "check_progress", "progress_bar"]
 
 
@@ -69,8 +71,7 @@ def progress_bar(total: int | None, description: str, progress: bool | None, uni
 
 def check_progress(progress: Any, owner: str) -> None:
     """``TypeError`` naming ``owner`` unless ``progress`` is True, False or None."""
-    if progress is not None and not isinstance(progress, bool):
-        raise TypeError(f"{owner}: progress must be True, False or None, got {progress!r}")
+    flag(progress, f"{owner}: progress", or_none=True)
 
 
 def _tqdm_installed() -> bool:

@@ -8,6 +8,7 @@ from typing import Any, Generic, NoReturn
 
 import numpy as np
 
+from ..arguments import flag
 from ..nested import map_leaves
 from ..views.errors import REMOTE_CHAIN, EvaluationError, seterr
 from ..views.itemtypes import T
@@ -230,6 +231,4 @@ def load_buffers(
     options = LoaderOptions.check(
         "load_buffers", nworkers, method, start_hook, start_method, blas_threads, inline_below, seed
     )
-    if not isinstance(copy, (bool, np.bool_)):
-        raise TypeError(f"load_buffers: copy must be True or False, got {copy!r}")
-    return BufferLoader(func, max_cached, options, bool(copy))
+    return BufferLoader(func, max_cached, options, flag(copy, "load_buffers: copy"))

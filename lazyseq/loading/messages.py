@@ -29,6 +29,8 @@ import struct
 from array import array
 from typing import Any, NamedTuple
 
+from .structure import ONE_ARRAY
+
 __all__ = [
     "CapturedError",
     "decode",
@@ -105,7 +107,6 @@ def decode(raw: bytes | bytearray) -> Any:
     raise ValueError(f"unknown message kind {tag:#x}")
 
 
-_ONE_ARRAY = ("a", 0)  # the skeleton of a result that is one array
 _shapes_seen: dict[bytes, tuple[tuple, list]] = {}  # what the shapes of one-array results said (a batch, mostly)
 SHAPES_KEPT = 64
 
@@ -116,7 +117,7 @@ def _decode_shape(shape: bytes) -> tuple[tuple, list]:
     if known is not None:
         return known
     skeleton, layout = pickle.loads(shape)
-    if skeleton == _ONE_ARRAY:  # nothing in it that a consumer could change: it may serve every like result
+    if skeleton == ONE_ARRAY:  # nothing in it that a consumer could change: it may serve every like result
         if len(_shapes_seen) >= SHAPES_KEPT:
             _shapes_seen.clear()
         _shapes_seen[shape] = skeleton, layout

@@ -17,6 +17,7 @@ from ..nested import describe, flatten, rebuild, skeleton_key
 from ..views.chunks import ALIGN  # one alignment for arrays built in a slot and arrays copied into it
 
 __all__ = [
+    "ONE_ARRAY",
     "address_of",
     "flatten",
     "layout_of",
@@ -63,6 +64,9 @@ def place_in_slot(slot: np.ndarray, address: int, arrays: list[np.ndarray]) -> l
     return placed
 
 
+ONE_ARRAY = ("a", 0)  # the skeleton of a result that is one array (see lazyseq.nested.flatten)
+
+
 def address_of(array: np.ndarray) -> int:
     """Where the data of ``array`` begins in memory: ``array.ctypes.data``, a third of its cost where possible.
 
@@ -78,7 +82,7 @@ def address_of(array: np.ndarray) -> int:
 
 def one_array_in_slot(array: np.ndarray, offset: int) -> tuple[tuple, list]:
     """The skeleton and layout of a result that is ``array`` alone, C-contiguous at ``offset`` in its slot."""
-    return ("a", 0), [(_portable(array.dtype), array.shape, offset)]
+    return ONE_ARRAY, [(_portable(array.dtype), array.shape, offset)]
 
 
 _from_buffer = ctypes.c_char.from_buffer

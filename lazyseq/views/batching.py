@@ -7,7 +7,7 @@ from typing import Any, overload
 
 import numpy as np
 
-from ..arguments import integer
+from ..arguments import flag, integer
 from .base import View
 from .chunks import MixedShapes, chunk_rows, chunk_to_batch, pad_chunk, writing_into
 from .errors import EndOfData, describe_origin
@@ -25,9 +25,7 @@ class BatchView(View):
 
     def __init__(self, parent: View, k: int, drop_last: bool, pad: Any, collate_fn: Callable | None) -> None:
         k = integer(k, "batch: k", low=1)
-        if not isinstance(drop_last, (bool, np.bool_)):
-            raise TypeError(f"batch: drop_last must be True or False, got {drop_last!r}")
-        drop_last = bool(drop_last)
+        drop_last = flag(drop_last, "batch: drop_last")
         if drop_last and pad is not None:
             raise ValueError("batch: drop_last and pad cannot be used together")
         if collate_fn is not None and not callable(collate_fn):
@@ -141,7 +139,10 @@ class UnbatchView(View):
 
     def _get(self, i: int) -> Any:
         b, r = divmod(i, self._size)
-        return self._item(self._parent._get(b), b, r)
+        batch = self._parent._get(b)
+        if r >= self._checked(batch, b):  # data of unknown length ended in this batch
+            raise EndOfData(f"unbatch index {i} out of range: the data ended in batch {b}")
+        return _row(batch, r)
 
     def _get_many(self, idx: Positions) -> list:
         items, loaded = [], -1
@@ -150,20 +151,20 @@ class UnbatchView(View):
             b, r = divmod(int(i), self._size)
             if b != loaded:
                 current, loaded = self._parent._get(b), b
-            items.append(self._item(current, b, r))
+                self._checked(current, b)
+            items.append(_row(current, r))
         return items
 
     def _iter(self) -> Iterator[Any]:
         size = self._size
         n = self._len
         for b, current in enumerate(self._parent._iter()):
-            count = size if n is None else min(size, n - b * size)
-            if n is None and self._may_end():  # the last batch of data of unknown length may be short
-                count = min(count, _length_of(current))
+            count = min(self._checked(current, b), size if n is None else n - b * size)
             for r in range(count):
-                yield self._item(current, b, r)
+                yield _row(current, r)
 
-    def _item(self, batch: Any, b: int, r: int) -> Any:
+    def _checked(self, batch: Any, b: int) -> int:
+        """How many items ``batch`` (number ``b``) holds, checked once per batch read: items at the wrong places else."""
         try:
             held = _length_of(batch)
         except TypeError:
@@ -172,9 +173,7 @@ class UnbatchView(View):
         if n is None:  # data of unknown length: its last batch may be short, and ends it
             if held > size or (held < size and not self._may_end()):
                 raise ValueError(f"unbatch: batch {b} holds {held} items, not {size} (batch_size={size})")
-            if r >= held:
-                raise EndOfData(f"unbatch index {b * size + r} out of range: the data ended after {b * size + held}")
-            return _row(batch, r)
+            return held
         last = (b + 1) * size >= n
         expected = n - b * size if last else size
         # Items read at the wrong places, silently, from a batch of another size; the last one may hold more
@@ -182,7 +181,7 @@ class UnbatchView(View):
         if held < expected or (held > expected and not last):
             where = " (the last: see last_batch_size)" if last else ""
             raise ValueError(f"unbatch: batch {b}{where} holds {held} items, not {expected} (batch_size={size})")
-        return _row(batch, r)
+        return held
 
     def _set(self, i: int, value: Any) -> None:
         b, r = divmod(i, self._size)

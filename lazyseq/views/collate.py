@@ -9,7 +9,7 @@ from .base import View, lengths_must_match
 from .chunks import Columns
 from .itemtypes import SequenceLike
 from .keys import Positions
-from .sources import as_view
+from .sources import as_view, views_of
 
 __all__ = ["CollateView", "collate"]
 
@@ -88,8 +88,4 @@ def collate(sequences: Sequence[SequenceLike[Any]] | Mapping[Any, SequenceLike[A
     """
     if isinstance(sequences, Mapping):
         return CollateView(tuple(as_view(s) for s in sequences.values()), tuple(sequences))
-    try:
-        parts = list(sequences)
-    except TypeError:
-        raise TypeError(f"collate: sequences must be a list or a dict of sequences, got {sequences!r:.60}") from None
-    return CollateView(tuple(as_view(s) for s in parts))
+    return CollateView(tuple(views_of(sequences, "collate: sequences must be a list or a dict of sequences")))

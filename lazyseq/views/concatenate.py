@@ -14,7 +14,7 @@ from .display import describe_spec
 from .itemtypes import SequenceLike, T
 from .keys import Positions, compose, positions_array
 from .row_window import RowWindow
-from .sources import as_view
+from .sources import views_of
 
 __all__ = ["ConcatenateView", "concatenate"]
 
@@ -188,12 +188,4 @@ def concatenate(sequences: Sequence[SequenceLike[Any] | np.ndarray]) -> View[Any
     array([[1., 1., 1.],
            [0., 0., 0.]])
     """
-    return ConcatenateView([as_view(s) for s in _sequence_of_sequences(sequences, "concatenate")])
-
-
-def _sequence_of_sequences(sequences: Any, owner: str) -> list:
-    """``sequences`` as a list; a ``TypeError`` naming ``owner`` if it is not an iterable of sequences."""
-    try:
-        return list(sequences)
-    except TypeError:
-        raise TypeError(f"{owner}: sequences must be a list of sequences, got {sequences!r:.60}") from None
+    return ConcatenateView(views_of(sequences, "concatenate: sequences must be a list of sequences"))

@@ -13,7 +13,7 @@ from .chunks import new_rows
 from .itemtypes import SequenceLike, T
 from .keys import Positions
 
-__all__ = ["ArraySource", "SequenceSource", "as_view", "is_sequence_like", "view"]
+__all__ = ["ArraySource", "SequenceSource", "as_view", "is_sequence_like", "view", "views_of"]
 
 _BUILTIN_SEQUENCES = (list, tuple, str, bytes, bytearray)
 
@@ -213,3 +213,12 @@ def view(obj: SequenceLike[Any] | np.ndarray) -> View[Any]:
     ['c', 'b', 'a']
     """
     return as_view(obj)
+
+
+def views_of(sequences: Any, expected: str) -> list[View]:
+    """Each of ``sequences`` as a view; a ``TypeError`` saying ``{expected}, got ...`` if it is not iterable."""
+    try:
+        parts = list(sequences)
+    except TypeError:
+        raise TypeError(f"{expected}, got {sequences!r:.60}") from None
+    return [as_view(s) for s in parts]
