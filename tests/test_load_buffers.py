@@ -153,6 +153,21 @@ def test_blas_threads_in_worker_processes_are_set_and_overridable():
         assert p[2] in ([], [2])
 
 
+def test_a_worker_asks_whether_blas_threads_started_after_its_first_tasks_then_now_and_then(monkeypatch):
+    from lazyseq.loading import blas_limits
+
+    for name in blas_limits.VARIABLES:  # a worker sets them for the libraries it loads later
+        monkeypatch.setenv(name, "4")
+    asked, tasks_done = [], [0]
+    monkeypatch.setattr(blas_limits, "_native_threads_started", lambda: asked.append(tasks_done[0]) or False)
+    limit = blas_limits.WorkerLimit(1, inherited=False)
+    for _ in range(100):
+        tasks_done[0] += 1
+        limit.after_task()
+    assert asked == [0, 1, 2, 3, 4, 5, 6, 7, 8, 32, 64, 96]
+    assert limit.pending
+
+
 def test_worker_processes_of_a_pipeline_without_linear_algebra_start_no_blas_threads():
     from loader_helpers import thread_count
 

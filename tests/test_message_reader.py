@@ -10,7 +10,7 @@ import pytest
 import lazyseq
 from lazyseq.loading import message_reader
 from lazyseq.loading.message_reader import EXITED, MessageReader, Unreadable
-from lazyseq.loading.messages import Ready, Task, TaskFailed, encode
+from lazyseq.loading.messages import Ready, Task, TaskFailed, decode, encode
 
 
 def framed(message) -> bytes:
@@ -25,7 +25,10 @@ class FakeWorkers:
         self.pipes = [os.pipe() for _ in range(2)]
         self.lives = [os.pipe() for _ in range(2)]
         self.reader = MessageReader(
-            [r for r, _ in self.pipes], [r for r, _ in self.lives], "lazyseq-test-reader", unpack=unpack
+            [r for r, _ in self.pipes],
+            [r for r, _ in self.lives],
+            "lazyseq-test-reader",
+            **({} if unpack is None else {"decode": lambda k, raw: unpack(k, decode(raw))}),
         )
 
     def send(self, k, data):

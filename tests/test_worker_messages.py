@@ -50,3 +50,82 @@ def test_other_messages_are_pickled():
 def test_an_unknown_message_kind_is_an_error():
     with pytest.raises(ValueError, match="^unknown message kind 0x7a$"):
         decode(b"z")
+
+
+def test_a_one_array_result_decodes_to_the_one_array_skeleton_and_a_numpy_dtype():
+    from lazyseq.loading.messages import decode_shared
+    from lazyseq.loading.structure import ONE_ARRAY
+
+    raw = encode(SharedResult(5, 1, ("a", 0), [(">i4", (3, 2), 64)], 0.5))
+    for _ in range(2):  # the second time from what the first remembered
+        task, slot, skeleton, ((dtype, shape, offset),), seconds = decode_shared(raw)
+        assert (task, slot, skeleton is ONE_ARRAY, dtype, shape, offset, seconds) == (
+            5,
+            1,
+            True,
+            ">i4",
+            (3, 2),
+            64,
+            0.5,
+        )
+        assert dtype == np.dtype(">i4") and isinstance(dtype, np.dtype)
+
+
+def test_read_frame_reads_one_message_and_nothing_after_it():
+    import os
+    import threading
+
+    from lazyseq.loading.messages import frame_header, read_frame, write_all
+
+    read, write = os.pipe()
+    big = bytes(range(256)) * 1000  # more than a pipe holds: read in parts
+    writer = threading.Thread(
+        target=write_all,
+        args=(write, frame_header(3) + b"abc" + frame_header(0) + frame_header(len(big)) + big + b"next"),
+    )
+    writer.start()
+    try:
+        assert read_frame(read) == b"abc"
+        assert read_frame(read) == b""
+        assert read_frame(read) == big
+        writer.join()
+        assert os.read(read, 10) == b"next"
+        write_all(write, frame_header(10) + b"cut")  # the writer goes away in the middle of a message
+        os.close(write)
+        write = -1
+        with pytest.raises(EOFError, match="^the connection closed$"):
+            read_frame(read)
+        with pytest.raises(EOFError, match="^the connection closed$"):
+            read_frame(read)
+    finally:
+        os.close(read)
+        if write >= 0:
+            os.close(write)
+
+
+def test_cheap_results_go_back_together_and_a_slow_or_last_one_at_once():
+    import os
+
+    from lazyseq.loading.worker_process import Outbox
+
+    read, write = os.pipe()
+    try:
+        outbox = Outbox(write)
+        outbox.add(b"r1")
+        assert not outbox.due(remaining=5, seconds=1e-5)  # the next task comes soon: wait for it
+        outbox.add(b"r2")
+        assert not outbox.due(remaining=4, seconds=1e-5)
+        outbox.add(b"r3")
+        assert outbox.due(remaining=3, seconds=1e-5)  # Outbox.TOGETHER of them
+        assert Outbox.TOGETHER == 3
+        outbox.send()
+        outbox.add(b"r4")
+        assert outbox.due(remaining=2, seconds=Outbox.HOLD_SECONDS)  # a slow task: the next would come late
+        outbox.send()
+        outbox.add(b"r5")
+        assert outbox.due(remaining=0, seconds=1e-5)  # the last of its run
+        outbox.send()
+        assert os.read(read, 1000) == b"".join(b"\x00\x00\x00\x02r%d" % k for k in range(1, 6))
+    finally:
+        os.close(read)
+        os.close(write)

@@ -53,18 +53,30 @@ def limits_for_workers(start_method: str, blas_threads: int) -> Iterator[bool]:
 
 class WorkerLimit:
     """In a worker process: the BLAS limit, set at once for libraries loaded later, and for loaded ones when
-    they first start threads (call :meth:`after_task` after each task), unless ``inherited`` already."""
+    they first start threads (call :meth:`after_task` after each task), unless ``inherited`` already.
+
+    Whether threads started is asked of the system after each of the first
+    ``CHECK_FIRST`` tasks (a pipeline that uses BLAS does so from its first
+    items), then after one task in ``CHECK_EVERY``: the question costs a
+    system call, a good part of what a cheap task costs.
+    """
+
+    CHECK_FIRST = 8
+    CHECK_EVERY = 32
 
     def __init__(self, blas_threads: int, inherited: bool) -> None:
         for name in VARIABLES:
             os.environ[name] = str(blas_threads)
         self._blas_threads = blas_threads
         self.pending = not inherited
+        self._tasks = 0
         if self.pending and _native_threads_started():  # loaded here already (forkserver, or the hook did)
             self._set()
 
     def after_task(self) -> None:
-        if self.pending and _native_threads_started():
+        self._tasks += 1
+        checked = self._tasks <= self.CHECK_FIRST or self._tasks % self.CHECK_EVERY == 0
+        if checked and self.pending and _native_threads_started():
             self._set()
 
     def _set(self) -> None:

@@ -156,7 +156,8 @@ class Engine:
 
     def refill(self, next_tasks: Callable[[int], Sequence[tuple[Hashable, Any]]]) -> None:
         """Send the tasks that ``next_tasks(room)`` names, at most ``room``; nothing while the reader computes."""
-        if self.inline:
+        cost = self.cost
+        if cost is not None and cost.inline:
             return
         room = self.room()
         if room:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from time import perf_counter
 from typing import Any
 
-from .messages import decode
+from . import messages
 from .result_signal import ResultSignal
 
 __all__ = ["EXITED", "AwayTime", "MessageReader", "Unreadable"]
@@ -100,9 +100,10 @@ class MessageReader:
     :class:`Unreadable` error). The thread, named ``name``, starts the first
     time the consumer goes away (a loop that only reads never has one);
     :meth:`close` stops it. The pipes stay open (they belong to the caller).
-    ``unpack(k, message)``, if given, is what ``take`` gives for a decoded
-    message: it runs in whichever thread reads, so that a consumer away
-    between reads finds that work done too.
+    ``decode(k, raw)`` is what ``take`` gives for the bytes ``raw`` of a
+    message from worker ``k`` (by default :func:`.messages.decode`): it runs
+    in whichever thread reads, so that a consumer away between reads finds
+    that work done too.
     """
 
     def __init__(
@@ -110,9 +111,9 @@ class MessageReader:
         pipes: Sequence[int],
         sentinels: Sequence[int],
         name: str,
-        unpack: Callable[[int, Any], Any] | None = None,
+        decode: Callable[[int, bytes], Any] = lambda k, raw: messages.decode(raw),
     ) -> None:
-        self._unpack = unpack
+        self._decode = decode
         self._worker_of_pipe = {fd: k for k, fd in enumerate(pipes)}
         self._worker_of_sentinel = {fd: k for k, fd in enumerate(sentinels)}
         self._unread = [bytearray() for _ in pipes]  # bytes of messages not complete yet
@@ -125,6 +126,8 @@ class MessageReader:
         self._signal = ResultSignal()
         self._background = threading.Event()  # set while the thread is to read
         self._stopping = threading.Event()
+        self._stopped = False
+        self._signalled = False  # whether someone waits on the signal's pipe (see fds)
         self._wake_read, self._wake_write = os.pipe()
         os.set_blocking(self._wake_write, False)  # a full pipe wakes the thread all the same
         self._thread = threading.Thread(target=self._run, args=([*pipes, *sentinels],), name=name, daemon=True)
@@ -132,11 +135,12 @@ class MessageReader:
     def take(self, timeout: float) -> list[tuple[int, Any]]:
         """What arrived, waiting up to ``timeout`` seconds for something if nothing has; nothing once closed."""
         with self._lock:
-            if self._stopping.is_set():  # closed, perhaps from another thread: its descriptors are not ours now
+            if self._stopped:  # closed, perhaps from another thread: its descriptors are not ours now
                 return []
             if self._left and self._away.returned(perf_counter() - self._left):
                 self._switch(self._away.background)
-            self._signal.clear()  # before reading: what the thread reads after this notifies again
+            if self._signalled:
+                self._signal.clear()  # before reading: what the thread reads after this notifies again
             if not self._inbox:
                 self._read_ready(self._watch, timeout)
             taken, self._inbox = self._inbox, []
@@ -145,15 +149,17 @@ class MessageReader:
 
     def fds(self) -> list[int]:
         """Descriptors that become readable when something arrives (for a consumer that waits on others too)."""
+        self._signalled = True
         return [*self._signal.fds(), *self._worker_of_pipe, *self._worker_of_sentinel]
 
     def close(self) -> None:
         """Stop the thread and wait for it (unless this is that thread, which touches no descriptor once stopped).
 
-        Messages read and not taken are dropped (and with them what ``unpack`` made of them: leased slots).
+        Messages read and not taken are dropped (and with them what ``decode`` made of them: leased slots).
         """
-        if self._stopping.is_set():
+        if self._stopped:
             return
+        self._stopped = True  # what the consumer reads, without a call
         self._stopping.set()
         self._background.set()  # out of its wait
         self._wake()
@@ -210,7 +216,7 @@ class MessageReader:
         ready = watch.wait(timeout, self._gone)
         exited = []
         for fd, _ in ready:
-            if self._stopping.is_set():  # closed meanwhile, perhaps by a finalizer run in this thread
+            if self._stopped:  # closed meanwhile, perhaps by a finalizer run in this thread
                 return False
             k = self._worker_of_pipe.get(fd)
             if k is not None:
@@ -232,11 +238,28 @@ class MessageReader:
         if not chunk:
             return False
         pending = self._unread[k]
-        data: bytes | bytearray = chunk  # the common case: the read holds whole messages, nothing came before
+        if not pending and len(chunk) > 4 and _SIZE.unpack_from(chunk)[0] == len(chunk) - 4:
+            frames = [chunk[4:]]  # the most common case: the read holds one message, nothing came before
+        else:
+            frames = self._split(chunk, pending)
+        decode = self._decode
+        for raw in frames:
+            try:
+                message: Any = decode(k, raw)
+            except Exception as error:
+                message = Unreadable(f"a message from worker process {k} could not be read")
+                message.__cause__ = error
+            self._inbox.append((k, message))
+        return True
+
+    @staticmethod
+    def _split(chunk: bytes, pending: bytearray) -> list:
+        """The complete messages in ``pending`` followed by ``chunk``; what is left of the last one stays in ``pending``."""
+        data: bytes | bytearray = chunk  # whole messages, nothing came before
         if pending:
             pending += chunk
             data = pending
-        start, end, messages = 0, len(data), []
+        start, end, frames = 0, len(data), []
         while end - start >= 4:
             (size,) = _SIZE.unpack_from(data, start)
             header = 4
@@ -246,20 +269,10 @@ class MessageReader:
                 (size,), header = _LONG_SIZE.unpack_from(data, start + 4), 12
             if end - start < header + size:
                 break
-            messages.append(data[start + header : start + header + size])
+            frames.append(data[start + header : start + header + size])
             start += header + size
         if data is pending:  # before anything can fail: a message is never read twice
             del pending[:start]
         elif start < end:
             pending += chunk[start:]
-        unpack = self._unpack
-        for raw in messages:
-            try:
-                message: Any = decode(raw)
-                if unpack is not None:
-                    message = unpack(k, message)
-            except Exception as error:
-                message = Unreadable(f"a message from worker process {k} could not be read")
-                message.__cause__ = error
-            self._inbox.append((k, message))
-        return True
+        return frames

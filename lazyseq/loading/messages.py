@@ -29,15 +29,20 @@ import struct
 from array import array
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from .structure import ONE_ARRAY
 
 __all__ = [
     "CapturedError",
     "decode",
+    "decode_shared",
+    "is_shared",
     "encode",
     "encode_shape",
     "encode_shared",
     "frame_header",
+    "read_frame",
     "write_all",
     "StartFailed",
     "PickledResult",
@@ -94,9 +99,7 @@ def decode(raw: bytes | bytearray) -> Any:
     if tag == _PICKLED:
         return pickle.loads(raw)
     if tag == _SHARED:
-        task, slot, seconds = _NUMBERS.unpack_from(raw, 1)
-        skeleton, layout = _decode_shape(bytes(raw[1 + _NUMBERS.size :]))
-        return SharedResult(task, slot, skeleton, layout, seconds)
+        return SharedResult._make(decode_shared(raw))
     if tag in (_TASKS_OWN_ARG, _TASKS_NO_ARG):
         numbers = array("q")
         numbers.frombytes(memoryview(raw)[1:])
@@ -107,17 +110,35 @@ def decode(raw: bytes | bytearray) -> Any:
     raise ValueError(f"unknown message kind {tag:#x}")
 
 
+def is_shared(raw: bytes | bytearray) -> bool:
+    """Whether ``raw`` is a packed :class:`SharedResult` (read with :func:`decode_shared`)."""
+    return raw[0] == _SHARED
+
+
+def decode_shared(raw: bytes | bytearray) -> tuple[int, int, tuple, list, float]:
+    """The fields of the packed :class:`SharedResult` ``raw``, in order, without making the tuple's class.
+
+    A one-array result's skeleton is :data:`~.structure.ONE_ARRAY` itself,
+    so a reader can tell it by identity.
+    """
+    task, slot, seconds = _NUMBERS.unpack_from(raw, 1)
+    shape = bytes(raw[_SHAPE_START:])
+    known = _shapes_seen.get(shape)
+    skeleton, layout = known if known is not None else _decode_shape(shape)
+    return task, slot, skeleton, layout, seconds
+
+
+_SHAPE_START = 1 + _NUMBERS.size
 _shapes_seen: dict[bytes, tuple[tuple, list]] = {}  # what the shapes of one-array results said (a batch, mostly)
 SHAPES_KEPT = 64
 
 
 def _decode_shape(shape: bytes) -> tuple[tuple, list]:
     """What :func:`encode_shape` gave ``shape`` for; remembered for one-array results, which hold no values."""
-    known = _shapes_seen.get(shape)
-    if known is not None:
-        return known
     skeleton, layout = pickle.loads(shape)
     if skeleton == ONE_ARRAY:  # nothing in it that a consumer could change: it may serve every like result
+        skeleton = ONE_ARRAY
+        layout = [(np.dtype(dtype), shape, offset) for dtype, shape, offset in layout]  # made once, not per result
         if len(_shapes_seen) >= SHAPES_KEPT:
             _shapes_seen.clear()
         _shapes_seen[shape] = skeleton, layout
@@ -134,6 +155,39 @@ def frame_header(size: int) -> bytes:
     (b'\\x00\\x00\\x00\\x05', b'\\xff\\xff\\xff\\xff\\x00\\x00\\x00\\x00\\x80\\x00\\x00\\x00')
     """
     return size.to_bytes(4, "big") if size < 0x7FFFFFFF else b"\xff\xff\xff\xff" + size.to_bytes(8, "big")
+
+
+def read_frame(fd: int) -> bytes:
+    """The next message on ``fd``, framed by :func:`frame_header`; ``EOFError`` if the other end closed.
+
+    It reads the message and nothing after it (a file descriptor may follow
+    on the connection, see :class:`UseSlots`).
+
+    >>> read, write = os.pipe()
+    >>> write_all(write, frame_header(3) + b"abc")
+    >>> read_frame(read)
+    b'abc'
+    >>> os.close(write), os.close(read)
+    (None, None)
+    """
+    size = int.from_bytes(_read_exactly(fd, 4), "big", signed=True)
+    if size == -1:
+        size = int.from_bytes(_read_exactly(fd, 8), "big")
+    return _read_exactly(fd, size)
+
+
+def _read_exactly(fd: int, count: int) -> bytes:
+    data = os.read(fd, count)
+    if len(data) == count:  # the common case: all of it at once
+        return data
+    parts, left = [data], count - len(data)
+    while left:
+        if not data:
+            raise EOFError("the connection closed")
+        data = os.read(fd, left)
+        parts.append(data)
+        left -= len(data)
+    return b"".join(parts)
 
 
 def write_all(fd: int, data: bytes | memoryview) -> None:

@@ -144,15 +144,18 @@ class PrefetchView(View[T_co]):
     def _read(self, engine: Engine, order: ReadOrder, i: int) -> Done:
         """Item ``i`` from the workers; the next expected items are sent, up to ``max_buffered`` in all."""
         steady = order.read(i)
-        order.capacity = engine.capacity  # for Ray by default, it follows the items' timings
-        if not steady or order.frontier is None:
+        if engine.buffering.size is None:  # for Ray by default, the capacity follows the items' timings
+            order.capacity = engine.capacity
+        send_ahead = self._send_ahead
+        sent = steady and order.frontier is not None  # what was expected went out after the last read
+        if not sent:
             ahead = order.expected(i) if steady else range(0)
             engine.keep_only(ahead, i)
             order.frontier = i + order.step if len(ahead) else None
         if not engine.holds(i):
             engine.submit([(i, i)])  # before the items expected next, so that it is computed first
-        send_ahead = self._send_ahead
-        done = engine.wait_for(i, i, send_ahead)
+            sent = False
+        done = engine.wait_for(i, i, None if sent else send_ahead)
         send_ahead()
         return done
 

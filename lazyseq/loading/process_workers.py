@@ -36,19 +36,21 @@ from .messages import (
     PickledResult,
     Ready,
     RunTasks,
-    SharedResult,
     StartFailed,
     Stop,
     Task,
     UseSlots,
     WorkerStart,
+    decode,
+    decode_shared,
     encode,
     frame_header,
+    is_shared,
     write_all,
 )
 from .options import LoaderOptions, serialize
 from .shared_slots import SharedSlots, slot_bytes_for
-from .structure import rebuild
+from .structure import ONE_ARRAY, rebuild
 from .task_queue import Backlog
 from .worker_process import run_worker
 
@@ -57,6 +59,7 @@ __all__ = ["ProcessWorkers"]
 STOP_SECONDS = 0.5  # grace for workers to finish their task after "stop", before SIGTERM
 QUEUED_SECONDS = 0.002  # work each worker holds: the granularity with which the workers share the tasks
 MIN_DEPTH = 2  # tasks a worker holds at least: the one it computes and the next, so that it never waits for one
+TIME_FIRST, TIME_ONE_IN = 8, 4  # the results whose timings go to the estimate (see ProcessWorkers._timed)
 
 
 def check_main_module(start_method: str, owner: str) -> None:
@@ -90,11 +93,10 @@ def _exiting() -> bool:
 
 
 class _InSlot(NamedTuple):
-    """A :class:`~.messages.SharedResult` read: its value, whose arrays are views of its leased slot."""
+    """A packed :class:`~.messages.SharedResult` read: its outcome, whose arrays are views of its leased slot."""
 
     task: Any
-    slot: int
-    value: Any
+    done: Done
     seconds: float
 
 
@@ -122,6 +124,7 @@ class ProcessWorkers:
     ) -> None:
         owner = self._owner = options.owner
         self._cost = cost if cost is not None else ItemCost(0.0)  # 0: timings only, never "compute it here"
+        self._time_all = cost is not None  # the reader's policy follows them: every one counts (see _timed)
         self._task_name = task_name
         self._slot_count = slot_count
         self._slots: SharedSlots | None = None
@@ -149,6 +152,7 @@ class ProcessWorkers:
         self._busy: list[set] = []  # tasks sent to each worker, not answered yet
         self._backlog = Backlog()  # (task, arg) not sent yet, in order
         self._started: set[int] = set()  # workers that said they are ready
+        self._results = 0  # results received, timed or not (see _timed)
         try:
             with limits_for_workers(context.get_start_method(), options.blas_threads) as inherited, forking_workers():
                 for k in range(options.nworkers):
@@ -173,7 +177,7 @@ class ProcessWorkers:
                 [conn.fileno() for conn in self._conns],
                 [p.sentinel for p in self._processes],
                 name=f"lazyseq-{owner}-reader",
-                unpack=self._unpack,
+                decode=self._decode,
             )
         except BaseException:
             self.close()
@@ -197,14 +201,14 @@ class ProcessWorkers:
     def _dispatch(self) -> None:
         """Send queued tasks to the least busy workers, topping up those down to half their share; one message each."""
         backlog, busy = self._backlog, self._busy
-        if not backlog:
+        if not backlog.waiting:
             return
         depth = self._depth()
         held = [len(tasks) for tasks in busy]
         if min(held) > depth // 2:  # every worker has enough: the common case, decided without a loop
             return
         batches: dict[int, list] = {}
-        while backlog:
+        while backlog.waiting:
             k = held.index(min(held))
             if held[k] >= depth or (k not in batches and held[k] > depth // 2):
                 break
@@ -250,13 +254,17 @@ class ProcessWorkers:
         """The results that have arrived, waiting up to ``timeout`` seconds for one; then the next tasks go out."""
         if self.closed:  # by another thread, while this one waited: the pipes are not ours now
             return []
-        found = self._backlog.take_skipped()
+        backlog = self._backlog
+        found = backlog.take_skipped() if backlog.skipped else []
         reader = self._reader
         assert reader is not None, "poll() on workers that failed to start"
-        arrived = reader.take(0 if found else timeout)
         exited = []
-        for k, message in arrived:
-            if message is EXITED:
+        for k, message in reader.take(0 if found else timeout):
+            if type(message) is _InSlot:  # the common case first
+                self._busy[k].discard(message.task)
+                self._timed(message.seconds)
+                found.append(message.done)
+            elif message is EXITED:
                 exited.append(k)
             elif type(message) is Unreadable:
                 self.close()
@@ -265,7 +273,8 @@ class ProcessWorkers:
                 self._receive(k, message, found)
         for k in exited:
             self._died(k)
-        self._dispatch()
+        if backlog.waiting:
+            self._dispatch()
         return found
 
     def fds(self) -> list[int]:
@@ -285,15 +294,11 @@ class ProcessWorkers:
             raise LoaderError(f"{self._owner}: worker process {k} could not start: {message.stage} failed") from error
         task, slot = message.task, message.slot
         self._busy[k].discard(task)
-        if kind is _InSlot:
-            self._cost.add(message.seconds)
-            found.append(Done(task, "ok", message.value))
-            return
         if slot >= 0:
             assert self._slots is not None
             self._slots.give_back(slot)
         if kind is PickledResult:
-            self._cost.add(message.seconds)
+            self._timed(message.seconds)
             if self._slots is None and message.array_bytes and self._slot_count:
                 self._make_slots(slot_bytes_for(message.array_bytes))
             found.append(Done(task, "ok", message.result))
@@ -301,15 +306,28 @@ class ProcessWorkers:
             where = f"worker process {k} (pid {self._processes[k].pid})"
             found.append(Done(task, "error", restore(message.error, where)))
 
-    def _unpack(self, k: int, message: Any) -> Any:
-        """A result in a slot as the value it holds, from the thread that read it (see :class:`.MessageReader`)."""
-        if type(message) is not SharedResult:
-            return message
+    def _timed(self, seconds: float) -> None:
+        """Note the seconds a result took. Where they only size the workers' share: the first ``TIME_FIRST``,
+        then one in ``TIME_ONE_IN`` (a timing noted costs about as much as the rest of a cheap result's
+        bookkeeping); where the reader decides from them whether to compute items itself, every one."""
+        self._results += 1
+        if self._time_all or self._results <= TIME_FIRST or self._results % TIME_ONE_IN == 0:
+            self._cost.add(seconds)
+
+    def _decode(self, k: int, raw: bytes) -> Any:
+        """The message ``raw``; a result in a slot as the value it holds (read by :class:`.MessageReader`)."""
+        if not is_shared(raw):
+            return decode(raw)
+        task, slot, skeleton, layout, seconds = decode_shared(raw)
         slots = self._slots
         assert slots is not None, "a result in a slot before the slots exist"  # they go to the workers after
-        holder = slots.lease(message.slot)
-        arrays = [np.ndarray(shape, dtype, buffer=holder, offset=offset) for dtype, shape, offset in message.layout]
-        return _InSlot(message.task, message.slot, rebuild(message.skeleton, arrays), message.seconds)
+        holder = slots.lease(slot)
+        if skeleton is ONE_ARRAY:  # a batch of a view, most often
+            ((dtype, shape, offset),) = layout
+            value = np.ndarray(shape, dtype, buffer=holder, offset=offset)
+        else:
+            value = rebuild(skeleton, [np.ndarray(s, d, buffer=holder, offset=o) for d, s, o in layout])
+        return _InSlot(task, Done(task, "ok", value), seconds)
 
     def _make_slots(self, slot_bytes: int) -> None:
         self._slots = SharedSlots(self._slot_count, slot_bytes, self._owner)

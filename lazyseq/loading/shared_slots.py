@@ -101,7 +101,8 @@ class SharedSlots:
 
     def take(self) -> int:
         """A free slot, or -1 if every slot is in use."""
-        return self._free.pop() if self.free_count() else -1
+        free = self._free
+        return free.pop() if free or self.free_count() else -1
 
     def give_back(self, slot: int) -> None:
         """Return a slot that was taken but not delivered."""

@@ -23,32 +23,37 @@ __all__ = ["Backlog"]
 
 
 class Backlog:
-    """``(task, arg)`` pairs not sent yet; see the module's description."""
+    """``(task, arg)`` pairs not sent yet; see the module's description.
+
+    ``waiting`` holds them in order (cancelled ones too, until :meth:`next`
+    passes them), ``skipped`` the "skipped" results not reported yet: a
+    backend reads both at every poll, without a call.
+    """
 
     def __init__(self) -> None:
-        self._waiting: deque[tuple[Hashable, Any]] = deque()
+        self.waiting: deque[tuple[Hashable, Any]] = deque()
         self._queued: set[Hashable] = set()  # the tasks waiting here
         self._dropped: set[Hashable] = set()  # waiting here, no longer wanted
-        self._skipped: list[Done] = []  # dropped tasks, to be reported as such
+        self.skipped: list[Done] = []  # dropped tasks, to be reported as such
 
     def __len__(self) -> int:
-        return len(self._waiting)
+        return len(self.waiting)
 
     def extend(self, tasks: Iterable[tuple[Hashable, Any]]) -> None:
         for task, arg in tasks:
-            self._waiting.append((task, arg))
+            self.waiting.append((task, arg))
             self._queued.add(task)
 
     def next(self) -> tuple[Hashable, Any] | None:
         """The next task to send, or ``None``; the cancelled ones before it become "skipped" results."""
-        waiting, dropped = self._waiting, self._dropped
+        waiting, dropped = self.waiting, self._dropped
         while waiting:
             task, arg = waiting.popleft()
             self._queued.discard(task)
             if task not in dropped:
                 return task, arg
             dropped.discard(task)
-            self._skipped.append(Done(task, "skipped", None))
+            self.skipped.append(Done(task, "skipped", None))
         return None
 
     def cancel(self, task: Hashable) -> None:
@@ -62,10 +67,10 @@ class Backlog:
 
     def take_skipped(self) -> list[Done]:
         """The "skipped" results not reported yet."""
-        skipped, self._skipped = self._skipped, []
+        skipped, self.skipped = self.skipped, []
         return skipped
 
     def clear(self) -> None:
-        self._waiting.clear()
+        self.waiting.clear()
         self._queued.clear()
         self._dropped.clear()

@@ -43,6 +43,7 @@ from .messages import (
     encode_shape,
     encode_shared,
     frame_header,
+    read_frame,
     write_all,
 )
 from .seeding import seed_this_worker
@@ -90,9 +91,10 @@ def run_worker(conn: Connection, start: WorkerStart) -> None:
 def _serve(conn: Connection, job: Any, blas: WorkerLimit, outbox: Outbox) -> None:
     slots = None
     built_in_place = BuiltInPlace()
+    fd = conn.fileno()
     while True:
         try:
-            message = decode(conn.recv_bytes())
+            message = decode(read_frame(fd))
         except (EOFError, OSError):
             return
         kind = type(message)
@@ -114,7 +116,7 @@ def _serve(conn: Connection, job: Any, blas: WorkerLimit, outbox: Outbox) -> Non
                     del result
                 if blas.pending:
                     blas.after_task()
-                if outbox.due(len(tasks) - done):
+                if outbox.due(len(tasks) - done, perf_counter() - began):
                     outbox.send()
         elif kind is UseSlots:
             slots = WorkerSlots(recv_handle(conn), message.count, message.slot_bytes)
@@ -174,16 +176,17 @@ class BuiltInPlace:
 class Outbox:
     """Messages to the consumer not written yet, written together with one system call.
 
-    A result waits here while the worker computes the next task, as long as
-    that is quick (under ``HOLD_SECONDS`` since the oldest message waiting)
-    and the consumer is still owed at least as many tasks as wait here: it
-    then learns of the first half of a run of tasks while the second half is
-    being computed, and sends more before this worker runs out. The framing
-    is :mod:`multiprocessing.connection`'s, so the consumer reads them as
+    A result waits here while the worker computes the next task of its run,
+    as long as that is quick: tasks take under half of ``HOLD_SECONDS``, and
+    the oldest message waiting is younger than that. Results then go
+    ``TOGETHER`` to a write (the consumer, woken once, reads them all), or
+    fewer when the run ends. The framing is
+    :mod:`multiprocessing.connection`'s, so the consumer reads them as
     messages sent one by one.
     """
 
     HOLD_SECONDS = 0.0005
+    TOGETHER = 3
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
@@ -195,10 +198,11 @@ class Outbox:
             self._oldest = perf_counter()
         self._frames += (frame_header(len(message)), message)
 
-    def due(self, remaining: int) -> bool:
-        """Whether to write now, with ``remaining`` tasks of the current run still to compute."""
-        waiting = len(self._frames) // 2
-        return waiting >= remaining or perf_counter() - self._oldest >= self.HOLD_SECONDS
+    def due(self, remaining: int, seconds: float) -> bool:
+        """Whether to write now: ``remaining`` tasks of the current run are left, the last one took ``seconds``."""
+        if remaining == 0 or seconds >= self.HOLD_SECONDS / 2:  # nothing to wait for, or the next comes late
+            return True
+        return len(self._frames) >= 2 * self.TOGETHER or perf_counter() - self._oldest >= self.HOLD_SECONDS
 
     def send(self) -> None:
         data = b"".join(self._frames)
