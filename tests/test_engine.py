@@ -172,3 +172,34 @@ def test_fds_become_readable_when_a_result_waits(method):
         assert select.select(fds, [], [], 0)[0] == []  # read: nothing waits any more
     finally:
         workers.close()
+
+
+@pytest.mark.parametrize("tasks", [["a", "b", "c"], [(0, 1), (0, 2), (1, 1)], [2**70, 2**71, 2**72]])
+def test_results_in_slots_come_back_for_tasks_of_any_hashable_kind(tasks):
+    import numpy as np
+
+    import lazyseq
+    from lazyseq.loading.jobs import ReadItem
+
+    items = ReadItem(lazyseq.smap(lambda i: (np.full(3, i), {"n": np.arange(i)}), range(4)))
+    options = LoaderOptions.check("kinds", 1, "process", inline_below=0, start_method="fork")
+    workers = start_workers(items, options, 0, 2, 4096, "task", None)
+    try:
+        found = []
+        for task, arg in zip(tasks, (1, 2, 3)):  # one at a time: each result in one of the two slots
+            workers.submit_many([(task, arg)])
+            while not found:
+                found = workers.poll(60)
+            (done,) = found
+            found = []
+            full, nested = done.value
+            assert (done.task, done.status, full.tolist(), nested["n"].tolist()) == (
+                task,
+                "ok",
+                [arg] * 3,
+                list(range(arg)),
+            )
+            assert not full.flags.owndata  # read from its slot
+            del done, full, nested
+    finally:
+        workers.close()

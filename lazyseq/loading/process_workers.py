@@ -36,6 +36,7 @@ from .messages import (
     PickledResult,
     Ready,
     RunTasks,
+    SharedResult,
     StartFailed,
     Stop,
     Task,
@@ -316,9 +317,13 @@ class ProcessWorkers:
 
     def _decode(self, k: int, raw: bytes) -> Any:
         """The message ``raw``; a result in a slot as the value it holds (read by :class:`.MessageReader`)."""
-        if not is_shared(raw):
-            return decode(raw)
-        task, slot, skeleton, layout, seconds = decode_shared(raw)
+        if is_shared(raw):  # packed: an int task
+            task, slot, skeleton, layout, seconds = decode_shared(raw)
+        else:
+            message = decode(raw)
+            if type(message) is not SharedResult:
+                return message
+            task, slot, skeleton, layout, seconds = message
         slots = self._slots
         assert slots is not None, "a result in a slot before the slots exist"  # they go to the workers after
         holder = slots.lease(slot)
