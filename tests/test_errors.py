@@ -49,6 +49,23 @@ def test_error_during_iteration_is_wrapped():
     assert seen == [4019, 4020]
 
 
+def inverse_of_3_less(x):
+    return 1 / (x - 3)
+
+
+@pytest.mark.parametrize(
+    ("wrap", "chain"),
+    [
+        (lambda v: lazyseq.unbatch(lazyseq.smap(np.array, v.batch(2)), 2), r"unbatch\[2\] -> smap\(array\)\[1\]"),
+        (lambda v: lazyseq.debug(v, lambda i, x: None), r"debug\[3\] -> smap\(inverse_of_3_less\)\[3\]"),
+        (lazyseq.monitor_throughput, r"monitor_throughput\[3\] -> smap\(inverse_of_3_less\)\[3\]"),
+    ],
+)
+def test_an_error_while_iterating_names_the_item_being_read(wrap, chain):
+    with pytest.raises(lazyseq.EvaluationError, match=f"^failed to compute {chain}"):
+        list(wrap(lazyseq.smap(inverse_of_3_less, range(6))))
+
+
 def test_loader_view_still_usable_after_error():
     data = lazyseq.smap(normalize, range(4019, 4023))
     with pytest.raises(lazyseq.EvaluationError):
@@ -192,6 +209,7 @@ def test_batch_of_items_of_different_shapes_says_where_they_come_from():
         (lambda: lazyseq.rng(None), TypeError, "rng: seed must be a non-negative integer, got None"),
         (lambda: lazyseq.rng(0, "a"), TypeError, "rng: a key must be a non-negative integer, got 'a'"),
         (lambda: lazyseq.arange(0, 10, 0), ValueError, "arange: step must not be zero"),
+        (lazyseq.View, TypeError, "View is the base class of lazyseq's views, not one itself: make a view with"),
         (lambda: lazyseq.evaluate(abs, np.arange(4), batch_size=0), ValueError, "evaluate: batch_size must be a"),
         (lambda: lazyseq.evaluate(abs, np.arange(4), method="bogus"), ValueError, "evaluate: method must be"),
         (lambda: lazyseq.evaluate(abs, np.arange(4), progress="x"), TypeError, "evaluate: progress must be True,"),

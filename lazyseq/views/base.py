@@ -42,6 +42,14 @@ class View(Fluent[T_co], Sequence[T_co]):
     _len: int | None
     _parents: tuple[View, ...] = ()
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> View:
+        if cls is View:
+            raise TypeError(
+                "View is the base class of lazyseq's views, not one itself: make a view with lazyseq.view(data) "
+                "or a combinator (lazyseq.smap, lazyseq.gather, ...)"
+            )
+        return super().__new__(cls)
+
     # -- what subclasses provide -------------------------------------------
 
     def _get(self, i: int) -> Any:

@@ -158,10 +158,12 @@ class UnbatchView(View):
     def _iter(self) -> Iterator[Any]:
         size = self._size
         n = self._len
+        i = 0  # the item being read: what an error in the parent names (the first of its batch)
         for b, current in enumerate(self._parent._iter()):
             count = min(self._checked(current, b), size if n is None else n - b * size)
             for r in range(count):
                 yield _row(current, r)
+            i += count
 
     def _checked(self, batch: Any, b: int) -> int:
         """How many items ``batch`` (number ``b``) holds, checked once per batch read: items at the wrong places else."""

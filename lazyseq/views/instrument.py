@@ -82,9 +82,11 @@ class DebugView(View):
         return chunk
 
     def _iter(self) -> Iterator:
-        for i, item in enumerate(self._parent._iter()):
+        i = 0  # the item being read: what an error in the parent names
+        for item in self._parent._iter():
             self._report(i, item)
             yield item
+            i += 1
 
     def _set(self, i: int, value: Any) -> None:
         self._parent._set(i, value)
@@ -142,6 +144,7 @@ class ThroughputView(View):
 
     def _iter(self) -> Iterator:
         items = iter(self._parent._iter())
+        i = 0  # the item being read: what an error in the parent names
         while True:
             start = _timer()
             try:
@@ -150,6 +153,7 @@ class ThroughputView(View):
                 return
             self._count(1, _timer() - start)
             yield item  # the time the consumer takes is not counted
+            i += 1
 
     def _set(self, i: int, value: Any) -> None:
         self._parent._set(i, value)
