@@ -1,4 +1,5 @@
-"""Integer arguments, checked where a function receives them: errors name the function and the argument.
+"""Integer, boolean and duration arguments, checked where a function receives them: errors name the function and
+the argument.
 
 ``batch(data, 2.5)`` says ``batch: k must be a positive integer, got 2.5``
 rather than Python's ``'float' object cannot be interpreted as an integer``,
@@ -7,12 +8,14 @@ which names neither.
 
 from __future__ import annotations
 
+import math
+import numbers
 import operator
 from typing import Any
 
 import numpy as np
 
-__all__ = ["flag", "integer"]
+__all__ = ["flag", "integer", "seconds"]
 
 _EXPECTED = {None: "an integer", 0: "a non-negative integer", 1: "a positive integer"}
 
@@ -66,3 +69,31 @@ def flag(value: Any, what: str, or_none: bool = False) -> Any:
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{what} must be True{', False or None' if or_none else ' or False'}, got {value!r}")
     return bool(value)
+
+
+def seconds(value: Any, what: str, positive: bool = False, at_most: float = math.inf, or_none: bool = False) -> float:
+    """``value`` as a finite ``float`` of seconds, ``>= 0`` (``> 0`` where ``positive``) and ``<= at_most``.
+
+    Any real number counts (numpy's too), but not ``True`` and ``False``:
+    else a ``TypeError``, and out of range a ``ValueError``, both naming
+    ``what`` (``"connect: timeout"``). ``or_none``: the message says that
+    None is accepted too (the caller takes it before).
+
+    >>> seconds(2, "connect: timeout", positive=True)
+    2.0
+    >>> seconds("10", "connect: timeout", positive=True)
+    Traceback (most recent call last):
+    ...
+    TypeError: connect: timeout must be a finite number of seconds > 0, got '10'
+    """
+    expected = f"a finite number of seconds {'>' if positive else '>='} 0"
+    if at_most < math.inf:
+        expected += f" and <= {at_most:g}"
+    if or_none:
+        expected += " or None"
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
+        raise TypeError(f"{what} must be {expected}, got {value!r}")
+    number = float(value)
+    if not (math.isfinite(number) and (number > 0 if positive else number >= 0) and number <= at_most):
+        raise ValueError(f"{what} must be {expected}, got {value!r}")
+    return number

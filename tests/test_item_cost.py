@@ -200,8 +200,10 @@ def test_bad_thresholds_and_pickling():
     # Infinity was taken, then a timer thread failed on it with a traceback; True was taken as 1 second.
     with pytest.raises(ValueError, match=f"^prefetch: {expected} inf$"):
         lazyseq.prefetch(range(3), nworkers=1, inline_below=float("inf"))
-    with pytest.raises(ValueError, match=f"^prefetch: {expected} True$"):
+    with pytest.raises(TypeError, match=f"^prefetch: {expected} True$"):
         lazyseq.prefetch(range(3), nworkers=1, inline_below=True)
+    with pytest.raises(TypeError, match=f"^prefetch: {expected} '0.1'$"):
+        lazyseq.prefetch(range(3), nworkers=1, inline_below="0.1")
     ahead = lazyseq.prefetch(range(3), nworkers=1, inline_below=0.5)
     assert pickle.loads(pickle.dumps(ahead))._options.inline_below == 0.5
 

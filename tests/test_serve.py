@@ -536,6 +536,18 @@ def test_a_bool_is_not_a_count():
         lazyseq.connect("tcp://127.0.0.1:5557", ahead=True)
 
 
+@pytest.mark.parametrize(
+    ("timeout", "error"),
+    [("10", TypeError), (True, TypeError), (0, ValueError), (float("inf"), ValueError), (1e5, ValueError)],
+)
+def test_a_timeout_must_be_seconds_the_server_accepts_too(timeout, error):
+    expected = "connect: timeout must be a finite number of seconds > 0 and <= 86400, got "
+    with pytest.raises(error) as caught:  # True was taken as 1 second, 1e5 was asked of a server that ignores it
+        lazyseq.connect("tcp://127.0.0.1:5557", timeout=timeout)
+    assert str(caught.value) == expected + repr(timeout)
+    assert lazyseq_threads() == []
+
+
 def test_curve_lets_allowed_clients_in_and_keeps_others_out(caplog):
     caplog.set_level(logging.INFO, logger="lazyseq.serve")
     server_keys, client_keys, stranger_keys = zmq.curve_keypair(), zmq.curve_keypair(), zmq.curve_keypair()

@@ -11,7 +11,6 @@ threads have.
 from __future__ import annotations
 
 import inspect
-import math
 import multiprocessing
 import os
 import pickle
@@ -20,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..arguments import integer
+from ..arguments import integer, seconds
 from ..views.errors import LoaderFailure
 
 __all__ = [
@@ -165,9 +164,7 @@ def _where(owner: str, method: str, start_hook: Callable[[int], Any] | None, inl
     """The ``inline_below`` in force: the user's, or the default for ``method``."""
     if inline_below is None:
         return INLINE_BELOW if method == "thread" and start_hook is None else 0.0
-    number = isinstance(inline_below, (int, float)) and not isinstance(inline_below, bool)
-    if not (number and math.isfinite(inline_below) and inline_below >= 0):
-        raise ValueError(f"{owner}: inline_below must be a finite number of seconds >= 0 or None, got {inline_below!r}")
+    inline_below = seconds(inline_below, f"{owner}: inline_below", or_none=True)
     if inline_below and start_hook is not None:
         raise ValueError(
             f"{owner}: inline_below={inline_below!r} would compute items in the reader, where start_hook "

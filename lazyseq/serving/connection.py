@@ -19,6 +19,7 @@ import time
 import weakref
 from typing import Any
 
+from ..arguments import seconds
 from ..loading.failures import LoaderError
 from . import wire
 from .failures import ServerLost
@@ -47,8 +48,7 @@ class Connection:
     ) -> None:
         import zmq  # here: lazyseq imports zmq only when a server or a consumer is made
 
-        if not (isinstance(timeout, (int, float)) and 0 < timeout <= 86400):
-            raise ValueError(f"connect: timeout must be a number of seconds > 0, got {timeout!r}")
+        timeout = seconds(timeout, "connect: timeout", positive=True, at_most=wire.MAX_TIMEOUT)
         if curve_keypair is not None and server_key is None:
             raise ValueError("connect: curve_keypair needs server_key (the server's public key) too")
         self.address = address

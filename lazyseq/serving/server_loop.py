@@ -252,6 +252,6 @@ class ServerLoop:
 def _timeout(header: Any) -> float:
     """The seconds of silence after which a consumer is taken for dead: its own ``timeout``, within reason."""
     timeout = header.get("timeout") if isinstance(header, dict) else None
-    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and 0 < timeout <= 86400:
+    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and 0 < timeout <= wire.MAX_TIMEOUT:
         return float(timeout)
     return DEFAULT_CONSUMER_TIMEOUT

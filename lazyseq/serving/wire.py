@@ -50,6 +50,7 @@ TAG = b"lazyseq/1"  # the first frame of every message: which protocol, which ve
 MAX_DEPTH = 64  # nesting deeper than this is refused, on both sides
 MAX_INT_BITS = 4096  # larger ints are refused (JSON parsers stop at about 4,300 digits)
 MAX_COUNT = 256  # items one 'get' may ask for
+MAX_TIMEOUT = 86400.0  # seconds: the longest silence a consumer may ask the server to wait out (its hello's timeout)
 _MAX_DTYPE_CHARS = 32
 
 
