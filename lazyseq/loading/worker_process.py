@@ -180,7 +180,9 @@ class Outbox:
     as long as that is quick: tasks take under half of ``HOLD_SECONDS``, and
     the oldest message waiting is younger than that. Results then go
     ``TOGETHER`` to a write (the consumer, woken once, reads them all), or
-    fewer when the run ends. The framing is
+    fewer when the run ends. A quick task followed by a slow one in the same
+    run thus waits for the slow one: what a consumer reading in order would
+    wait for next anyway. The framing is
     :mod:`multiprocessing.connection`'s, so the consumer reads them as
     messages sent one by one.
     """
