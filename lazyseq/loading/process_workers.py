@@ -94,7 +94,7 @@ def _exiting() -> bool:
 
 
 class _InSlot(NamedTuple):
-    """A packed :class:`~.messages.SharedResult` read: its outcome, whose arrays are views of its leased slot."""
+    """A :class:`~.messages.SharedResult` read: its outcome, whose arrays are views of its leased slot."""
 
     task: Any
     done: Done
