@@ -117,6 +117,7 @@ class DeferredWorkers:
         self._start = start
         self.workers: WorkerBackend | None = None
         self._closed = False
+        self.feeds_on_poll = False  # the real one's, once started: read at every read, without a call
 
     @property
     def started(self) -> bool:
@@ -126,15 +127,12 @@ class DeferredWorkers:
     def closed(self) -> bool:
         return self._closed or (self.workers is not None and self.workers.closed)
 
-    @property
-    def feeds_on_poll(self) -> bool:
-        return self.workers is not None and self.workers.feeds_on_poll
-
     def submit_many(self, tasks: Sequence[tuple[Hashable, Any]]) -> None:
         if not tasks or self._closed:
             return
         if self.workers is None:
             self.workers = self._start()
+            self.feeds_on_poll = self.workers.feeds_on_poll
         self.workers.submit_many(tasks)
 
     def poll(self, timeout: float) -> list[Done]:

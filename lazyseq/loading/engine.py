@@ -136,7 +136,9 @@ class Engine:
 
     def room(self) -> int:
         """How many more tasks to send now: 0 until a refill (half the capacity) is worth a message."""
-        capacity = self.capacity
+        capacity = self.buffering.size  # a number: the common case, read at every refill
+        if capacity is None:
+            capacity = self.capacity
         room = capacity - len(self.ready) - len(self.pending) + len(self.cancelled)
         if room < max(1, capacity // 2) and self.pending:
             return 0

@@ -113,13 +113,10 @@ class PrefetchView(View[T_co]):
             if engine is None or engine.closed or engine.inherited:  # not started, failed, or forked
                 engine = self._start()
             order = self._order
-            if engine.inline and i not in engine.pending and i not in engine.ready:
+            cost = engine.cost  # engine.inline, without a call at every read
+            if cost is not None and cost.inline and i not in engine.pending and i not in engine.ready:
                 order.read(i)
-                value = (
-                    engine.compute_here(i)
-                    if engine.cost.count  # type: ignore[union-attr]  # inline: there is a cost
-                    else self._compute_first(engine, order, i)
-                )
+                value = engine.compute_here(i) if cost.count else self._compute_first(engine, order, i)
                 engine.check_open()  # closed by another thread while this one computed: see close()
                 return value
             try:
@@ -152,7 +149,7 @@ class PrefetchView(View[T_co]):
             ahead = order.expected(i) if steady else range(0)
             engine.keep_only(ahead, i)
             order.frontier = i + order.step if len(ahead) else None
-        if not engine.holds(i):
+        if i not in engine.ready and i not in engine.pending:  # engine.holds(i), without a call at every read
             engine.submit([(i, i)])  # before the items expected next, so that it is computed first
             sent = False
         done = engine.wait_for(i, i, None if sent else send_ahead)
