@@ -13,7 +13,7 @@ from lazyseq.loading.options import LoaderOptions
 class ManualBackend:
     """Computes a task only when the test says so, in any order: results arrive as a remote service's would."""
 
-    feeds_on_poll = False
+    unsent = ()
 
     def __init__(self, job):
         self.job = job

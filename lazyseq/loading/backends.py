@@ -24,8 +24,10 @@ to it only through :class:`WorkerBackend`:
   have something to return (a result, a worker that died): a reader that waits for
   other things too (a data server waiting for requests) adds them to its own
   ``select``/``poll``, then calls ``poll(0)``.
-- ``feeds_on_poll`` is true for a backend that sends queued tasks to its
-  workers only from ``poll``: the engine then polls at every read.
+- ``unsent`` is, for a backend that sends the tasks it was given to its
+  workers only from ``poll``, what holds those not sent yet (its backlog's
+  deque): the engine then polls at every read while it is not empty. A
+  backend whose workers take their tasks themselves has ``unsent = ()``.
 - ``close()`` stops every worker and releases what they hold; ``closed`` says
   whether that happened (by ``close()`` or because a worker died).
 
@@ -35,7 +37,7 @@ to it only through :class:`WorkerBackend`:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence, Sized
 from typing import Any, Literal, NamedTuple, Protocol
 
 from .item_cost import ItemCost, TimedJob
@@ -56,7 +58,7 @@ class WorkerBackend(Protocol):
     """What the engine needs of the workers that compute its tasks (see the module's description)."""
 
     closed: bool
-    feeds_on_poll: bool
+    unsent: Sized
 
     def submit_many(self, tasks: Sequence[tuple[Hashable, Any]]) -> None: ...
 
@@ -117,7 +119,7 @@ class DeferredWorkers:
         self._start = start
         self.workers: WorkerBackend | None = None
         self._closed = False
-        self.feeds_on_poll = False  # the real one's, once started: read at every read, without a call
+        self.unsent: Sized = ()  # the real one's, once started: read at every read, without a call
 
     @property
     def started(self) -> bool:
@@ -132,7 +134,7 @@ class DeferredWorkers:
             return
         if self.workers is None:
             self.workers = self._start()
-            self.feeds_on_poll = self.workers.feeds_on_poll
+            self.unsent = self.workers.unsent
         self.workers.submit_many(tasks)
 
     def poll(self, timeout: float) -> list[Done]:

@@ -240,8 +240,11 @@ class Engine:
                 ready[done.task] = done
 
     def collect_early(self) -> None:
-        """At each read: collect what arrived, for workers that get their next tasks only then."""
-        if self.pending and self.workers.feeds_on_poll:
+        """At a read that finds its result: collect what arrived if the workers get their next tasks only then.
+
+        Results that arrived meanwhile are collected at the next wait.
+        """
+        if self.pending and self.workers.unsent:
             self.collect(0.0)
 
     def wait_for(self, task: Hashable, arg: Any, refill: Refill | None = None) -> Done:

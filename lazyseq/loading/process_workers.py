@@ -19,7 +19,7 @@ import multiprocessing
 import multiprocessing.util
 import os
 import sys
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence, Sized
 from multiprocessing.connection import wait
 from multiprocessing.reduction import send_handle
 from typing import Any, NamedTuple
@@ -111,7 +111,7 @@ class ProcessWorkers:
     also size the workers' share).
     """
 
-    feeds_on_poll = True  # queued tasks go out as results are collected
+    unsent: Sized  # the backlog's tasks: they go out as results are collected (poll)
 
     def __init__(
         self,
@@ -152,6 +152,7 @@ class ProcessWorkers:
         self._conns, self._processes = [], []
         self._busy: list[set] = []  # tasks sent to each worker, not answered yet
         self._backlog = Backlog()  # (task, arg) not sent yet, in order
+        self.unsent = self._backlog.waiting
         self._started: set[int] = set()  # workers that said they are ready
         self._results = 0  # results received, timed or not (see _timed)
         try:

@@ -29,7 +29,7 @@ import functools
 import os
 import pickle
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence, Sized
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from time import perf_counter
 from typing import Any, NamedTuple
@@ -84,7 +84,7 @@ class RayWorkers:
     the runs of tasks sent together).
     """
 
-    feeds_on_poll = True  # waiting tasks go out as results are collected
+    unsent: Sized  # the backlog's tasks: they go out as results are collected
 
     def __init__(
         self, job: Callable[[Any], Any], options: LoaderOptions, seed: int, task_name: str, cost: ItemCost | None
@@ -106,6 +106,7 @@ class RayWorkers:
         self._remote = _run_remotely.options(max_retries=RETRIES, retry_exceptions=False, scheduling_strategy="SPREAD")
         self._sent = 0  # Ray tasks sent so far: the next one's number
         self._backlog = Backlog()  # not sent yet, in order
+        self.unsent = self._backlog.waiting
         self.running: dict[Future, InFlight] = {}  # in flight, in the order sent
         self._signal = ResultSignal()  # written to from Ray's thread as each Ray task completes
 

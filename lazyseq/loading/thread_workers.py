@@ -8,7 +8,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence, Sized
 from typing import Any, Literal
 
 from .backends import Done
@@ -28,7 +28,7 @@ class ThreadWorkers:
     tasks itself was measured: the extra thread contending for the GIL made it slower.)
     """
 
-    feeds_on_poll = False  # idle threads take the next task from the queue themselves
+    unsent: Sized = ()  # idle threads take the next task from the queue themselves
 
     def __init__(self, job: Callable[[Any], Any], options: LoaderOptions) -> None:
         owner = self._owner = options.owner
