@@ -3,6 +3,7 @@
 import json
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -306,6 +307,21 @@ def test_every_shard_is_synced_before_the_manifest_and_sync_false_syncs_nothing(
     assert contents(tmp_path / "synced") == contents(tmp_path / "unsynced") == reference
 
 
+def dies_at_77(i):
+    if i == 77:
+        os.kill(os.getpid(), signal.SIGKILL)  # as the out-of-memory killer would
+    return np.full(3, i, np.float32)
+
+
+def test_a_worker_process_that_dies_is_reported_with_its_shard(tmp_path):
+    with pytest.raises(lazyseq.WorkerDied, match=r"died with signal SIGKILL while computing shard (\d+, )*7\b") as info:
+        lazyseq.write_npy(
+            lazyseq.smap(dies_at_77, range(200)), tmp_path, rows_per_shard=10, nworkers=2, method="process"
+        )
+    assert "item" not in str(info.value)  # the loader's tasks are shards here
+    assert not [name for name in os.listdir(tmp_path) if name.endswith((".tmp", "manifest.json"))]
+
+
 def lazyseq_threads():
     return [thread.name for thread in threading.enumerate() if thread.name.startswith("lazyseq-")]
 
@@ -549,8 +565,8 @@ def test_items_that_change_shape_or_dtype_are_named(tmp_path):
     with pytest.raises(lazyseq.EvaluationError) as info:
         lazyseq.write_npy(lazyseq.smap(grows, range(40)), tmp_path / "a", rows_per_shard=10)
     assert str(info.value) == (
-        f"write_npy: shard 2 of {tmp_path / 'a'} failed at items 20 to 29: ValueError: items 20 and 23 have "
-        "different shapes, (3,) and (4,): every item must have the same shape"
+        f"write_npy: shard 2 of {tmp_path / 'a'} failed at item 23: ValueError: rows of shape (4,), but item 0 has "
+        "rows of shape (3,)"
     )
 
     def widens(i):
@@ -559,8 +575,8 @@ def test_items_that_change_shape_or_dtype_are_named(tmp_path):
     with pytest.raises(lazyseq.EvaluationError) as info:
         lazyseq.write_npy(lazyseq.smap(widens, range(40)), tmp_path / "b", rows_per_shard=10)
     assert str(info.value) == (
-        f"write_npy: shard 1 of {tmp_path / 'b'} failed at items 10 to 19: ValueError: items 10 to 19: float32 "
-        "values, which do not fit the int8 of item 0: make every item the same dtype (.astype in the pipeline)"
+        f"write_npy: shard 1 of {tmp_path / 'b'} failed at item 15: ValueError: float32 values, which do not fit "
+        "the int8 of item 0: make every item the same dtype (.astype in the pipeline)"
     )
     with pytest.raises(TypeError) as info:
         lazyseq.write_npy(["a", "b"], tmp_path / "c")
@@ -569,6 +585,35 @@ def test_items_that_change_shape_or_dtype_are_named(tmp_path):
     )
     with pytest.raises(TypeError, match=r"dict keys name the files of their field, .* got 'a/b'"):
         lazyseq.write_npy([{"a/b": 1}], tmp_path / "d")
+
+
+@pytest.mark.parametrize("rows_per_shard", [None, 1, 2, 3])
+def test_what_is_accepted_and_how_it_is_named_does_not_depend_on_the_blocks(tmp_path, rows_per_shard):
+    # int16 and uint16 each fit float32, but stacked together they make int32, which does not
+    items = [np.ones(2, np.float32), np.ones(2, np.float32), np.ones(2, np.int16), np.ones(2, np.uint16)]
+    written = lazyseq.write_npy(items, tmp_path / "cast", rows_per_shard=rows_per_shard)
+    assert np.asarray(written).dtype == np.float32 and np.asarray(written).tolist() == [[1.0, 1.0]] * 4
+    # dicts with the same keys in another order
+    keyed = [{"a": np.float32(k), "b": k} if k % 2 else {"b": k, "a": np.float32(k)} for k in range(4)]
+    written = lazyseq.write_npy(keyed, tmp_path / "keys", rows_per_shard=rows_per_shard)
+    assert [(float(item["a"]), int(item["b"])) for item in written] == [(k, k) for k in range(4)]
+    # an item unlike item 0 is named, whichever block it falls in
+    for name, odd, message in [
+        ("dtype", np.ones(2, np.float64), "ValueError: float64 values, which do not fit the float32 of item 0"),
+        ("keys", {"b": np.ones(2)}, "TypeError: item 3 is a dict with keys ['b'], but item 0 is an array"),
+        ("length", (np.ones(2), np.ones(2)), "TypeError: item 3 is a tuple of 2, but item 0 is an array"),
+    ]:
+        with pytest.raises(lazyseq.EvaluationError, match=rf"failed at item 3: {re.escape(message)}") as info:
+            lazyseq.write_npy(items[:3] + [odd], tmp_path / f"odd-{name}", rows_per_shard=rows_per_shard)
+        assert "manifest.json" not in os.listdir(tmp_path / f"odd-{name}"), info.value
+
+
+def test_only_its_own_temporary_files_are_removed(tmp_path):
+    os.makedirs(tmp_path / "out")
+    for name in [".data-00000.npy.0123abcd.tmp", ".manifest.json.89abcdef.tmp", ".notes.txt.0123abcd.tmp"]:
+        (tmp_path / "out" / name).write_bytes(b"left by someone")
+    lazyseq.write_npy(np.zeros((3, 2)), tmp_path / "out")
+    assert sorted(os.listdir(tmp_path / "out")) == [".notes.txt.0123abcd.tmp", "data-00000.npy", "manifest.json"]
 
 
 def test_arguments_are_checked(tmp_path):
@@ -580,6 +625,9 @@ def test_arguments_are_checked(tmp_path):
         lazyseq.write_npy([1.0], tmp_path, rows_per_shard=0)
     with pytest.raises(ValueError, match="write_npy: method must be .*, got 'fork'"):
         lazyseq.write_npy([1.0], tmp_path, method="fork")
+    for name in ("resume", "overwrite", "sync"):  # overwrite="False" replaced a directory written otherwise
+        with pytest.raises(TypeError, match=f"^write_npy: {name} must be True or False, got 'False'$"):
+            lazyseq.write_npy([1.0], tmp_path, **{name: "False"})
     assert os.listdir(tmp_path) == []
 
 

@@ -31,13 +31,11 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from .shard_files import remove_temporaries, replace_atomically
-from .shard_layout import SHARD_FILE_NAME, Layout, ShardRecord
+from .shard_layout import MANIFEST, PROGRESS, SHARD_FILE_NAME, Layout, ShardRecord
 from .shard_sync import sync_directory
 
 __all__ = ["MANIFEST", "PROGRESS", "ProgressLog", "Written", "finish", "prepare", "read_manifest"]
 
-MANIFEST = "manifest.json"
-PROGRESS = "progress.jsonl"
 FORMAT = "lazyseq.write_npy"
 VERSION = 2
 READABLE_VERSIONS = (1, 2)  # version 1 recorded CRC-32s instead of the checksums of .checksum

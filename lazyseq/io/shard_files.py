@@ -28,7 +28,7 @@ from contextlib import ExitStack
 import numpy as np
 
 from .checksum import Sum64, file_crc32, file_sum64
-from .shard_layout import Field, ShardFile
+from .shard_layout import MANIFEST, PROGRESS, SHARD_FILE_NAME, Field, ShardFile
 from .shard_sync import sync_directory
 
 __all__ = [
@@ -40,7 +40,10 @@ __all__ = [
     "write_npy_files",
 ]
 
-_TEMPORARY = re.compile(r"\..+\.[0-9a-f]{8}\.tmp")
+# what temporary_name makes of the files write_npy writes: other hidden files are not ours to remove
+_TEMPORARY = re.compile(
+    rf"\.(?:{SHARD_FILE_NAME.pattern}|{re.escape(MANIFEST)}|{re.escape(PROGRESS)})\.[0-9a-f]{{8}}\.tmp"
+)
 
 
 @functools.lru_cache(maxsize=256)  # most shards of a directory hold as many rows: one header for all of them

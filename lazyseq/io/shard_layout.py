@@ -20,15 +20,27 @@ from typing import Any, Literal
 import numpy as np
 
 from ..views.base import View
-from ..views.chunks import MixedShapes, chunk_to_batch
+from ..views.chunks import MixedShapes, chunk_rows, chunk_to_batch
 
-__all__ = ["BLOCK_BYTES", "SHARD_FILE_NAME", "Field", "Layout", "ShardFile", "ShardRecord", "read_batch"]
+__all__ = [
+    "BLOCK_BYTES",
+    "MANIFEST",
+    "PROGRESS",
+    "SHARD_FILE_NAME",
+    "Field",
+    "Layout",
+    "ShardFile",
+    "ShardRecord",
+    "read_batch",
+]
 
 BLOCK_BYTES = 4 * 2**20  # about how much of a shard is computed (and held in memory) at once
 ARRAY_FIELD = "data"  # the name of the one field of array items
 _FIELD_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=-]*")  # a dict key that can be part of a file name
 _SUM64 = re.compile(r"[0-9a-f]{32}")
 SHARD_FILE_NAME = re.compile(_FIELD_NAME.pattern + r"-[0-9]{5,}\.npy")  # as file_name() makes them
+MANIFEST = "manifest.json"  # written last: the directory is complete
+PROGRESS = "progress.jsonl"  # the shards written so far, while a run goes on
 
 Kind = Literal["array", "tuple", "dict"]
 
@@ -164,14 +176,19 @@ class Layout:
 
     def field_arrays(self, batch: Any, rows: range) -> list[np.ndarray]:
         """The arrays of each field in ``batch``, the items ``rows`` collated; errors name the items."""
-        what = f"item {rows.start}" if len(rows) == 1 else f"items {rows.start} to {rows[-1]}"
+        one = len(rows) == 1
+        what = f"item {rows.start}" if one else f"items {rows.start} to {rows[-1]}"
         try:
             kind, names, values = _parts(batch)
         except TypeError as error:
             raise TypeError(f"{what}: {error}") from None
-        if (kind, names) != (self.kind, [f.name for f in self.fields]):
+        expected = [f.name for f in self.fields]
+        if kind == "dict" == self.kind and names != expected and sorted(names) == sorted(expected):
+            names, values = expected, [batch[name] for name in expected]  # the same keys in another order
+        if (kind, names) != (self.kind, expected):
             raise TypeError(
-                f"{what} are {_shown(kind, names)}, but item 0 is {_shown(self.kind, [f.name for f in self.fields])}"
+                f"{what} {'is' if one else 'are'} {_shown(kind, names, one)}, but item 0 is "
+                f"{_shown(self.kind, expected, True)}"
             )
         arrays = []
         for field, value in zip(self.fields, values):
@@ -196,9 +213,30 @@ class Layout:
 
         Rows that an array holds as they are (``open_npy``, an array, slices
         and concatenations of them) are given as that array, not copied.
+        Items that do not collate together as item 0 would have them are
+        taken one by one: what is accepted then does not depend on where a
+        block of rows begins (int16 and uint16 items stack into int32, which
+        a float32 field cannot hold, though each alone fits), and an error
+        names its item (``failed_item`` on the exception).
         """
         stored = view._stored_rows(rows) if self.kind == "array" else None
-        return self.field_arrays(read_batch(view, rows) if stored is None else stored, rows)
+        if stored is not None:
+            return self.field_arrays(stored, rows)
+        chunk = view._get_many(rows)  # the pipeline's own errors propagate as they are
+        try:
+            return self.field_arrays(_collated(chunk, rows), rows)
+        except (TypeError, ValueError) as error:
+            if len(rows) == 1:
+                error.failed_item = rows.start  # type: ignore[union-attr]  # read by write_npy's message
+                raise
+        per_item = []
+        for i, item in zip(rows, chunk_rows(chunk)):
+            try:
+                per_item.append(self.field_arrays(_collated([item], range(i, i + 1)), range(i, i + 1)))
+            except (TypeError, ValueError) as error:
+                error.failed_item = i  # type: ignore[union-attr]  # read by write_npy's message
+                raise
+        return [np.concatenate(parts) for parts in zip(*per_item)]
 
     # -- JSON --------------------------------------------------------------------
 
@@ -243,8 +281,13 @@ class Layout:
 
 def read_batch(view: View, rows: range) -> Any:
     """Items ``rows`` of ``view`` collated into one batch, with one vectorized read (``_get_many``)."""
+    return _collated(view._get_many(rows), rows)
+
+
+def _collated(chunk: Any, rows: range) -> Any:
+    """The chunk of items ``rows`` as one batch; items of different shapes are named by their index."""
     try:
-        return chunk_to_batch(view._get_many(rows))
+        return chunk_to_batch(chunk)
     except MixedShapes as error:
         (a, b), (shape_a, shape_b) = error.positions, error.shapes
         raise ValueError(
@@ -292,9 +335,9 @@ def _field(name: str, value: Any) -> Field:
     return Field(name, value.dtype, tuple(value.shape[1:]))
 
 
-def _shown(kind: str, names: list[str]) -> str:
+def _shown(kind: str, names: list[str], one: bool = False) -> str:
     if kind == "array":
-        return "arrays"
+        return "an array" if one else "arrays"
     if kind == "tuple":
-        return f"tuples of {len(names)}"
-    return f"dicts with keys {names}"
+        return f"a tuple of {len(names)}" if one else f"tuples of {len(names)}"
+    return f"a dict with keys {names}" if one else f"dicts with keys {names}"

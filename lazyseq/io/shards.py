@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from ..arguments import integer
+from ..arguments import flag, integer
 from ..loading.buffering import Buffering
 from ..loading.options import LoaderOptions, Method
 from ..loading.prefetch import PrefetchView
@@ -212,6 +212,9 @@ def write_npy(
     if rows_per_shard is not None:
         rows_per_shard = integer(rows_per_shard, "write_npy: rows_per_shard", low=1)
     bytes_per_shard = integer(bytes_per_shard, "write_npy: bytes_per_shard", low=1)
+    resume = flag(resume, "write_npy: resume")
+    overwrite = flag(overwrite, "write_npy: overwrite")
+    sync = flag(sync, "write_npy: sync")
     check_progress(progress, "write_npy")  # before the directory is touched
     directory = os.fspath(directory)
     try:
@@ -226,7 +229,7 @@ def write_npy(
     writers_sync = sync and options.method == "ray" and options.nworkers > 0
     writes = ShardWrites(items, layout, directory, trusted, sync=writers_sync)
     ahead = Buffering.resolve(None, options, default=2 * max(1, options.nworkers))  # Ray: three runs per worker
-    loader: PrefetchView[ShardRecord] = PrefetchView(writes, options, ahead, shm_size=0)
+    loader: PrefetchView[ShardRecord] = PrefetchView(writes, options, ahead, shm_size=0, task_name="shard")
     records = []
     try:
         with (
@@ -265,14 +268,19 @@ def _raise_failure(error: Exception, shard: int, rows: range | None, directory: 
     cause = error.__cause__ if isinstance(error, EvaluationError) and error.__cause__ is not None else error
     chain = _chain_in_items(cause)
     item = re.search(r"\[(\d+)\]$", chain.split(" -> ")[0]) if chain else None
+    failed_item = getattr(cause, "failed_item", None)  # an item unlike item 0 (see Layout.read)
+    message = str(cause)
     if item is not None:
         where = f"item {item.group(1)} ({chain})"
+    elif failed_item is not None:
+        where = f"item {failed_item}"
+        message = message.removeprefix(f"{where}: ")
     elif rows is not None:
         where = f"items {rows.start} to {rows[-1]}"
     else:
         where = "item 0"
     # A RemoteError stands for another type, whose name its message begins with.
-    what = str(cause) if hasattr(cause, "type_name") else f"{type(cause).__name__}: {cause}"
+    what = message if hasattr(cause, "type_name") else f"{type(cause).__name__}: {message}"
     raise EvaluationError(f"write_npy: shard {shard} of {directory} failed at {where}: {what}") from cause
 
 

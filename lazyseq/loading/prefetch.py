@@ -35,8 +35,11 @@ class PrefetchView(View[T_co]):
     kind = "prefetch"
     _items_like_parents = True
 
-    def __init__(self, parent: View, options: LoaderOptions, max_buffered: Buffering, shm_size: int) -> None:
+    def __init__(
+        self, parent: View, options: LoaderOptions, max_buffered: Buffering, shm_size: int, task_name: str = "item"
+    ) -> None:
         self._max_buffered = max_buffered
+        self._task_name = task_name  # what an item is called in messages (write_npy's items are its shards)
         self._shm_size = integer(shm_size, "prefetch: shm_size", low=0)
         self._parent = parent
         self._parents = (parent,)
@@ -62,7 +65,7 @@ class PrefetchView(View[T_co]):
             start=self._starts,
             slot_count=(self._max_buffered.size or 0) + 2,  # the items being read hold one or two (processes)
             slot_bytes=self._shm_size,
-            task_name="item",
+            task_name=self._task_name,
         )
         self._starts += 1
         self._engine, self._order = engine, ReadOrder(self._len, engine.capacity, engine.holds)
@@ -170,7 +173,7 @@ class PrefetchView(View[T_co]):
         return f"prefetch({options.nworkers} {kind}, max_buffered={self._max_buffered})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (PrefetchView, (self._parent, self._options, self._max_buffered, self._shm_size))
+        return (PrefetchView, (self._parent, self._options, self._max_buffered, self._shm_size, self._task_name))
 
 
 class PrefetchIterator(Generic[T_co]):
