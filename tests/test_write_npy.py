@@ -616,6 +616,21 @@ def test_only_its_own_temporary_files_are_removed(tmp_path):
     assert sorted(os.listdir(tmp_path / "out")) == [".notes.txt.0123abcd.tmp", "data-00000.npy", "manifest.json"]
 
 
+def test_a_run_resumed_with_dict_keys_in_another_order_keeps_what_was_written(tmp_path):
+    def first(i):
+        return {"x": np.full(2, i, np.float32), "y": np.int64(i)}
+
+    def second(i):
+        return {"y": np.int64(i), "x": np.full(2, i, np.float32)}
+
+    lazyseq.write_npy(lazyseq.smap(first, range(6)), tmp_path, rows_per_shard=2)
+    before = contents(tmp_path)
+    os.remove(tmp_path / "x-00001.npy")
+    written = lazyseq.write_npy(lazyseq.smap(second, range(6)), tmp_path, rows_per_shard=2)
+    assert contents(tmp_path) == before  # refused as other parameters before, the same files now
+    assert list(written[5]) == ["x", "y"] and int(written[5]["y"]) == 5
+
+
 def test_arguments_are_checked(tmp_path):
     with pytest.raises(ValueError, match="write_npy: the sequence is empty, so there is nothing to write"):
         lazyseq.write_npy([], tmp_path)

@@ -84,8 +84,9 @@ def _make_directory(directory: str) -> None:
 
 def prepare(
     directory: str, layout: Layout, parameters: dict[str, Any], resume: bool, overwrite: bool, sync: bool
-) -> dict[int, ShardRecord]:
-    """Ready ``directory`` for a run of ``layout``; the records of an earlier run to check and keep.
+) -> tuple[dict[int, ShardRecord], Layout]:
+    """Ready ``directory`` for a run of ``layout``: the records of an earlier run to check and keep, and the layout
+    to write (an earlier run's, where it differs from ``layout`` only in the order of a dict's keys).
 
     Refuses (``FileExistsError``) a directory holding shards of other
     parameters, or shard files it has no record of, unless ``overwrite``,
@@ -104,6 +105,7 @@ def prepare(
                 "overwrite=True to replace them, or choose another directory"
             )
     if previous is not None:
+        layout = layout.in_order_of(previous.layout)
         changes = layout.differences(previous.layout)
         if changes:
             raise FileExistsError(
@@ -123,7 +125,7 @@ def prepare(
         os.remove(manifest)
         if sync:
             sync_directory(directory)
-    return trusted
+    return trusted, layout
 
 
 class ProgressLog:

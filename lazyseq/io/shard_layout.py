@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -258,6 +258,19 @@ class Layout:
         if length < 1 or rows_per_shard < 1:
             raise ValueError(f"length {length} and rows_per_shard {rows_per_shard} must be at least 1")
         return cls(kind, fields, length, rows_per_shard)
+
+    def in_order_of(self, other: Layout) -> Layout:
+        """This layout with its dict fields in ``other``'s order, where both hold the same keys (else itself).
+
+        A dict item's keys may come in any order: a run resumed with them in
+        another order writes the same files, under the earlier run's layout.
+        """
+        if self.kind != "dict" or other.kind != "dict" or self.fields == other.fields:
+            return self
+        mine = {f.name: f for f in self.fields}
+        if sorted(mine) != sorted(f.name for f in other.fields):
+            return self
+        return replace(self, fields=tuple(mine[f.name] for f in other.fields))
 
     def differences(self, other: Layout) -> list[str]:
         """What differs from ``other`` (an earlier run's layout), in words: ``"rows_per_shard: 100, was 50"``."""

@@ -223,7 +223,7 @@ def write_npy(
         _raise_failure(error, 0, None, directory)
     layout = Layout.of_items(first, length, rows_per_shard, bytes_per_shard)
     parameters = {"rows_per_shard": rows_per_shard, "bytes_per_shard": bytes_per_shard}
-    trusted = prepare(directory, layout, parameters, resume, overwrite, sync)
+    trusted, layout = prepare(directory, layout, parameters, resume, overwrite, sync)
     # A Ray worker may run on another machine, whose cache a sync by name from here would not reach: it syncs
     # the files it writes itself. Other shards are synced by this process, off the path of the computation.
     writers_sync = sync and options.method == "ray" and options.nworkers > 0
