@@ -401,7 +401,8 @@ def test_a_corrupt_shard_is_redone_on_resume_and_a_bad_header_reported_on_open(t
     edit_manifest(tmp_path, lambda manifest: manifest["shards"][1]["files"][0].update(bytes=other.stat().st_size))
     assert open_error(tmp_path) == (
         f"open_npy: {other} holds float32 values of shape (10, 4), but {tmp_path / 'manifest.json'} says float64 "
-        "of shape (10, 4): call write_npy again with the same arguments to redo it"
+        "of shape (10, 4): call write_npy again with the same arguments to redo it (with overwrite=True if "
+        f"{tmp_path / 'manifest.json'} is what was changed)"
     )
 
 

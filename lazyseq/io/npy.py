@@ -155,7 +155,7 @@ def _open_shard(directory: str, file: ShardFile, field: Field, rows: int, manife
         order = "" if array.flags.c_contiguous else " in Fortran order"
         raise ValueError(
             f"open_npy: {path} holds {array.dtype} values of shape {array.shape}{order}, but {manifest} says "
-            f"{field.dtype} of shape {shape}: {redo}"
+            f"{field.dtype} of shape {shape}: {redo} (with overwrite=True if {manifest} is what was changed)"
         )
     return array
 
