@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import select
-import struct
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from time import perf_counter
@@ -33,8 +32,7 @@ from .result_signal import ResultSignal
 
 __all__ = ["EXITED", "AwayTime", "MessageReader", "Unreadable"]
 
-_SIZE = struct.Struct(">i")  # a message's length, or -1: then the length follows in 8 bytes
-_LONG_SIZE = struct.Struct(">Q")
+_SIZE, _LONG_SIZE = messages.FRAME_SIZE, messages.LONG_FRAME_SIZE  # a message's length (-1: a long one follows)
 READ_BYTES = 1 << 16  # below malloc's mmap threshold: a larger read buffer costs more than it saves
 EXITED = "exited"  # what ``take`` gives for a worker whose process ended
 BACKGROUND_ABOVE = 0.001  # seconds the consumer stays away between reads (smoothed), from which the thread reads

@@ -41,6 +41,8 @@ __all__ = [
     "encode",
     "encode_shape",
     "encode_shared",
+    "FRAME_SIZE",
+    "LONG_FRAME_SIZE",
     "frame_header",
     "read_frame",
     "write_all",
@@ -145,6 +147,10 @@ def _decode_shape(shape: bytes) -> tuple[tuple, list]:
     return skeleton, layout
 
 
+FRAME_SIZE = struct.Struct(">i")  # a message's length, or -1: then the length follows in LONG_FRAME_SIZE
+LONG_FRAME_SIZE = struct.Struct(">Q")
+
+
 def frame_header(size: int) -> bytes:
     """What goes before a message of ``size`` bytes on the pipe, as :mod:`multiprocessing.connection` frames it.
 
@@ -170,9 +176,9 @@ def read_frame(fd: int) -> bytes:
     >>> os.close(write), os.close(read)
     (None, None)
     """
-    size = int.from_bytes(_read_exactly(fd, 4), "big", signed=True)
+    (size,) = FRAME_SIZE.unpack(_read_exactly(fd, FRAME_SIZE.size))
     if size == -1:
-        size = int.from_bytes(_read_exactly(fd, 8), "big")
+        (size,) = LONG_FRAME_SIZE.unpack(_read_exactly(fd, LONG_FRAME_SIZE.size))
     return _read_exactly(fd, size)
 
 

@@ -108,6 +108,7 @@ def _serve(conn: Connection, job: Any, blas: WorkerLimit, outbox: Outbox) -> Non
                     else:
                         result = job(arg)
                 except Exception as error:
+                    seconds = perf_counter() - began
                     outbox.add(encode(TaskFailed(task, slot, capture(error))))
                 else:
                     seconds = perf_counter() - began
@@ -116,7 +117,7 @@ def _serve(conn: Connection, job: Any, blas: WorkerLimit, outbox: Outbox) -> Non
                     del result
                 if blas.pending:
                     blas.after_task()
-                if outbox.due(len(tasks) - done, perf_counter() - began):
+                if outbox.due(len(tasks) - done, seconds):
                     outbox.send()
         elif kind is UseSlots:
             slots = WorkerSlots(recv_handle(conn), message.count, message.slot_bytes)
