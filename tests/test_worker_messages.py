@@ -129,3 +129,92 @@ def test_cheap_results_go_back_together_and_a_slow_or_last_one_at_once():
     finally:
         os.close(read)
         os.close(write)
+
+
+def test_slots_are_taken_together_in_the_order_one_by_one_would_give_them():
+    from lazyseq.loading.shared_slots import SharedSlots
+
+    one, many = SharedSlots(4, 4096, "test"), SharedSlots(4, 4096, "test")
+    try:
+        assert [one.take() for _ in range(3)] == many.take_many(3) == [3, 2, 1]
+        assert many.take_many(3) == [0, -1, -1]  # no slot left: the result is pickled
+        many.give_back(2)
+        assert many.take_many(1) == [2]
+    finally:
+        one.close()
+        many.close()
+
+
+def test_cancelled_tasks_are_skipped_when_tasks_are_taken_together():
+    from lazyseq.loading.backends import Done
+    from lazyseq.loading.task_queue import Backlog
+
+    backlog = Backlog()
+    backlog.extend([(k, k) for k in range(6)])
+    backlog.cancel(1)
+    backlog.cancel(2)
+    assert backlog.take(3) == [(0, 0), (3, 3), (4, 4)]
+    assert backlog.take_skipped() == [Done(1, "skipped", None), Done(2, "skipped", None)]
+    backlog.cancel(4)  # sent already: nothing to skip
+    assert backlog.take(5) == [(5, 5)] and backlog.take_skipped() == [] and len(backlog) == 0
+
+
+def test_results_alike_go_back_as_one_message_in_order_with_the_others():
+    import os
+
+    from lazyseq.loading.messages import AlikeResults, decode, encode_shape, pack_numbers
+    from lazyseq.loading.message_reader import MessageReader
+    from lazyseq.loading.worker_process import Outbox
+
+    shape = encode_shape(("a", 0), [("<f8", (2, 3), 0)])
+    other = encode_shape(("a", 0), [("<f8", (1, 3), 0)])
+    read, write = os.pipe()
+    reader = MessageReader([read], [], "test", decode=lambda k, raw: decode(raw))
+    try:
+        outbox = Outbox(write)
+        outbox.add_alike(shape, pack_numbers(1, 0, 0.5))
+        outbox.add_alike(shape, pack_numbers(2, 1, 0.25))
+        assert not outbox.due(remaining=4, seconds=1e-5)
+        outbox.add(encode(Stop()))  # another message between: the results before it go first
+        assert outbox.due(remaining=3, seconds=1e-5)  # three results waiting
+        outbox.add_alike(shape, pack_numbers(3, 2, 0.125))
+        outbox.add_alike(other, pack_numbers(4, 3, 0.0625))  # another shape: a message of its own
+        outbox.send()
+        messages = [message for _, message in reader.take(5.0)]
+        assert [type(message) for message in messages] == [AlikeResults, Stop, AlikeResults, AlikeResults]
+        assert [message.numbers for message in messages if type(message) is AlikeResults] == [
+            [(1, 0, 0.5), (2, 1, 0.25)],
+            [(3, 2, 0.125)],
+            [(4, 3, 0.0625)],
+        ]
+        assert messages[3].layout[0][1] == (1, 3)
+    finally:
+        reader.close()
+        os.close(read)
+        os.close(write)
+
+
+def test_the_reader_makes_results_alike_into_items_in_their_slots():
+    from lazyseq.loading.messages import encode_alike, encode_shape, pack_numbers
+    from lazyseq.loading.process_workers import ProcessWorkers
+    from lazyseq.loading.shared_slots import SharedSlots
+
+    workers = ProcessWorkers.__new__(ProcessWorkers)  # only its decoding, no process
+    workers._slots = SharedSlots(3, 4096, "test")
+    try:
+        for slot in range(3):
+            workers._slots._slot_memory[slot][8:56] = np.full((2, 3), slot * 10.0).tobytes()
+        shape = encode_shape(("a", 0), [("<f8", (2, 3), 8)])
+        assert workers._slots.take_many(3) == [2, 1, 0]  # as the tasks were sent
+        read = workers._decode(0, encode_alike(shape, [pack_numbers(7, 2, 0.5), pack_numbers(9, 0, 0.25)]))
+        assert read.tasks == [7, 9] and read.seconds == [0.5, 0.25]
+        assert [(done.task, done.status, done.value.tolist()) for done in read.found] == [
+            (7, "ok", [[20.0] * 3] * 2),
+            (9, "ok", [[0.0] * 3] * 2),
+        ]
+        workers._slots.give_back(1)  # its task failed
+        assert workers._slots.free_count() == 1  # slots 2 and 0 leased while the items live
+        del read
+        assert workers._slots.free_count() == 3
+    finally:
+        workers._slots.close()

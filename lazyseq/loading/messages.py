@@ -4,14 +4,17 @@ Consumer to worker: :class:`RunTasks` (tasks to compute, in order),
 :class:`UseSlots` (the shared-memory pool; its file descriptor follows on the
 connection), :class:`Stop`. Worker to consumer: :class:`Ready` once started,
 :class:`StartFailed` if starting failed, then one of :class:`SharedResult`,
-:class:`PickledResult` or :class:`TaskFailed` per task. They travel over the
-worker's own pipe as :func:`encode` writes them.
+:class:`PickledResult` or :class:`TaskFailed` per task, or
+:class:`AlikeResults` for several results in slots that share one shape (the
+batches of a view). They travel over the worker's own pipe as :func:`encode`
+writes them.
 
-The two messages sent for every task have a packed form, as they cost the
+The messages sent for every task have a packed form, as they cost the
 consumer's thread more to pickle than a cheap task costs to compute: tasks
-numbered by ``int`` (those of both loaders) as 64-bit integers, and a result
-in a slot as its numbers plus its pickled skeleton and layout (no class to
-look up by name). Everything else is plain pickle (protocol 5).
+numbered by ``int`` (those of both loaders) as 64-bit integers, and results
+in slots as their numbers plus their pickled skeleton and layout (no class to
+look up by name), said once for results alike. Everything else is plain
+pickle (protocol 5).
 
 >>> message = RunTasks([Task(task=3, arg=3, slot=-1), Task(task=4, arg=4, slot=0)])
 >>> encode(message)[:1], decode(encode(message)) == message
@@ -19,14 +22,19 @@ look up by name). Everything else is plain pickle (protocol 5).
 >>> done = SharedResult(task=7, slot=2, skeleton=("a", 0), layout=[("<f8", (4, 2), 0)], seconds=0.25)
 >>> encode(done)[:1], decode(encode(done)) == done
 (b's', True)
+>>> shape = encode_shape(("a", 0), [("<f8", (4, 2), 0)])
+>>> decode(encode_alike(shape, [pack_numbers(7, 2, 0.25), pack_numbers(8, 0, 0.5)])).numbers
+[(7, 2, 0.25), (8, 0, 0.5)]
 """
 
 from __future__ import annotations
 
+import operator
 import os
 import pickle
 import struct
 from array import array
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -34,11 +42,17 @@ import numpy as np
 from .structure import ONE_ARRAY
 
 __all__ = [
+    "AlikeResults",
     "CapturedError",
     "decode",
+    "decode_alike",
     "decode_shared",
+    "is_alike",
     "is_shared",
+    "pack_numbers",
     "encode",
+    "encode_alike",
+    "encode_run",
     "encode_shape",
     "encode_shared",
     "FRAME_SIZE",
@@ -63,10 +77,13 @@ _PICKLED = 0x80  # the first byte of every pickle of protocol 2 or later
 _TASKS_OWN_ARG = ord("t")  # RunTasks of int tasks, each its own arg (prefetch: task i reads item i)
 _TASKS_NO_ARG = ord("n")  # RunTasks of int tasks, arg None (load_buffers)
 _OWN_ARG_TAG, _NO_ARG_TAG = bytes((_TASKS_OWN_ARG,)), bytes((_TASKS_NO_ARG,))
-_TASK = struct.Struct("<qq")  # a packed task's number and slot
 _SHARED = ord("s")  # SharedResult of an int task
 _SHARED_TAG = bytes((_SHARED,))
 _NUMBERS = struct.Struct("<qqd")  # a SharedResult's task, slot and seconds
+_ALIKE = ord("g")  # AlikeResults: the shape's length, the shape, then each result's numbers
+_ALIKE_TAG = bytes((_ALIKE,))
+_SHAPE_SIZE = struct.Struct("<I")
+pack_numbers = _NUMBERS.pack  # (task, slot, seconds) of one result, for encode_alike
 _INT64 = (-(1 << 63), 1 << 63)
 
 
@@ -76,13 +93,37 @@ def encode(message: tuple) -> bytes:
     Plain pickle: multiprocessing's own pickler costs microseconds more.
     """
     if isinstance(message, RunTasks):
-        packed = _pack_tasks(message.tasks)
-        if packed is not None:
-            return packed
-    elif isinstance(message, SharedResult) and type(message.task) is int and _INT64[0] <= message.task < _INT64[1]:
+        return encode_run([(task, arg) for task, arg, _ in message.tasks], [slot for _, _, slot in message.tasks])
+    if isinstance(message, SharedResult) and type(message.task) is int and _INT64[0] <= message.task < _INT64[1]:
         shape = encode_shape(message.skeleton, message.layout)
         return encode_shared(message.task, message.slot, message.seconds, shape)
     return pickle.dumps(message, protocol=5)
+
+
+def encode_run(tasks: Sequence[tuple[Any, Any]], slots: Sequence[int]) -> bytes:
+    """:class:`RunTasks` for the ``(task, arg)`` pairs ``tasks``, each with its slot, as :func:`encode` gives it.
+
+    Packed when every task is an ``int`` of 64 bits and every arg is its
+    task (``prefetch``) or every arg is None (``load_buffers``).
+    """
+    names = [task for task, _ in tasks]
+    args = [arg for _, arg in tasks]
+    tag = None
+    if not names or set(map(type, names)) == {int}:
+        if all(map(operator.is_, args, names)) or (set(map(type, args)) == {int} and args == names):
+            tag = _OWN_ARG_TAG
+        elif args.count(None) == len(args):
+            tag = _NO_ARG_TAG
+    if tag is not None:
+        numbers = array("q", bytes(16 * len(names)))
+        try:
+            numbers[::2] = array("q", names)
+        except OverflowError:  # beyond 64 bits
+            pass
+        else:
+            numbers[1::2] = array("q", slots)
+            return tag + numbers.tobytes()
+    return pickle.dumps(RunTasks([Task(task, arg, slot) for (task, arg), slot in zip(tasks, slots)]), protocol=5)
 
 
 def encode_shape(skeleton: tuple, layout: list) -> bytes:
@@ -95,13 +136,21 @@ def encode_shared(task: int, slot: int, seconds: float, shape: bytes) -> bytes:
     return _SHARED_TAG + _NUMBERS.pack(task, slot, seconds) + shape
 
 
+def encode_alike(shape: bytes, numbers: Sequence[bytes]) -> bytes:
+    """:class:`AlikeResults` packed: ``shape`` by :func:`encode_shape`, each result's ``numbers`` by :func:`pack_numbers`."""
+    return _ALIKE_TAG + _SHAPE_SIZE.pack(len(shape)) + shape + b"".join(numbers)
+
+
 def decode(raw: bytes | bytearray) -> Any:
-    """The message that :func:`encode` gave ``raw`` for."""
+    """The message that :func:`encode` (or :func:`encode_alike`) gave ``raw`` for."""
     tag = raw[0]
     if tag == _PICKLED:
         return pickle.loads(raw)
     if tag == _SHARED:
         return SharedResult._make(decode_shared(raw))
+    if tag == _ALIKE:
+        skeleton, layout, results = decode_alike(raw)
+        return AlikeResults(skeleton, layout, list(results))
     if tag in (_TASKS_OWN_ARG, _TASKS_NO_ARG):
         numbers = array("q")
         numbers.frombytes(memoryview(raw)[1:])
@@ -128,6 +177,21 @@ def decode_shared(raw: bytes | bytearray) -> tuple[int, int, tuple, list, float]
     known = _shapes_seen.get(shape)
     skeleton, layout = known if known is not None else _decode_shape(shape)
     return task, slot, skeleton, layout, seconds
+
+
+def is_alike(raw: bytes | bytearray) -> bool:
+    """Whether ``raw`` is a packed :class:`AlikeResults` (read with :func:`decode_alike`)."""
+    return raw[0] == _ALIKE
+
+
+def decode_alike(raw: bytes | bytearray) -> tuple[tuple, list, Iterator[tuple[int, int, float]]]:
+    """The skeleton and layout of the packed :class:`AlikeResults` ``raw``, and its results' numbers."""
+    (size,) = _SHAPE_SIZE.unpack_from(raw, 1)
+    start = 1 + _SHAPE_SIZE.size
+    shape = bytes(raw[start : start + size])
+    known = _shapes_seen.get(shape)
+    skeleton, layout = known if known is not None else _decode_shape(shape)
+    return skeleton, layout, _NUMBERS.iter_unpack(memoryview(raw)[start + size :])
 
 
 _SHAPE_START = 1 + _NUMBERS.size
@@ -203,29 +267,6 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _pack_tasks(tasks: list[Task]) -> bytes | None:
-    """``tasks`` packed, or None if they are not all ints (each its own arg, or with arg None)."""
-    own_arg = no_arg = True
-    parts = [b""]
-    try:
-        for task, arg, slot in tasks:
-            if type(task) is not int:
-                return None
-            if arg is None:
-                own_arg = False
-            elif type(arg) is not int or arg != task:  # an equal of another type (1.0, True) is not the int
-                return None
-            else:
-                no_arg = False
-            parts.append(_TASK.pack(task, slot))
-    except struct.error:  # beyond 64 bits
-        return None
-    if not (own_arg or no_arg):
-        return None
-    parts[0] = _OWN_ARG_TAG if own_arg else _NO_ARG_TAG
-    return b"".join(parts)
-
-
 class WorkerStart(NamedTuple):
     """What a worker process is started with (pipeline and hook pickled unless the worker was forked)."""
 
@@ -285,6 +326,14 @@ class SharedResult(NamedTuple):
     skeleton: tuple
     layout: list
     seconds: float
+
+
+class AlikeResults(NamedTuple):
+    """Results of int tasks whose arrays are in their slots, all alike: ``(task, slot, seconds)`` for each."""
+
+    skeleton: tuple
+    layout: list
+    numbers: list[tuple[int, int, float]]
 
 
 class PickledResult(NamedTuple):

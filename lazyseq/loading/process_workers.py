@@ -35,17 +35,18 @@ from .message_reader import EXITED, MessageReader, Unreadable
 from .messages import (
     PickledResult,
     Ready,
-    RunTasks,
     SharedResult,
     StartFailed,
     Stop,
-    Task,
     UseSlots,
     WorkerStart,
     decode,
+    decode_alike,
     decode_shared,
     encode,
+    encode_run,
     frame_header,
+    is_alike,
     is_shared,
     write_all,
 )
@@ -93,12 +94,12 @@ def _exiting() -> bool:
     return bool(getattr(multiprocessing.util, "_exiting", False))  # set first thing by util._exit_function
 
 
-class _InSlot(NamedTuple):
-    """A :class:`~.messages.SharedResult` read: its outcome, whose arrays are views of its leased slot."""
+class _InSlots(NamedTuple):
+    """Results read from their slots (one :class:`~.messages.SharedResult`, or :class:`~.messages.AlikeResults`)."""
 
-    task: Any
-    done: Done
-    seconds: float
+    tasks: list
+    found: list[Done]  # their outcomes, whose arrays are views of their leased slots
+    seconds: list[float]  # what each took in its worker
 
 
 class ProcessWorkers:
@@ -209,29 +210,38 @@ class ProcessWorkers:
         held = [len(tasks) for tasks in busy]
         if min(held) > depth // 2:  # every worker has enough: the common case, decided without a loop
             return
-        batches: dict[int, list] = {}
-        while backlog.waiting:
+        plan: list[int] = []  # the worker of each task sent, in order
+        chosen = [False] * len(held)
+        for _ in range(len(backlog.waiting)):
             k = held.index(min(held))
-            if held[k] >= depth or (k not in batches and held[k] > depth // 2):
+            if held[k] >= depth or (not chosen[k] and held[k] > depth // 2):
                 break
-            entry = backlog.next()
-            if entry is None:  # only cancelled tasks were left
-                break
-            task, arg = entry
-            slot = self._slots.take() if self._slots is not None else -1
-            busy[k].add(task)
+            chosen[k] = True
             held[k] += 1
-            batches.setdefault(k, []).append(Task(task, arg, slot))
-        for k, batch in batches.items():
+            plan.append(k)
+        tasks = backlog.take(len(plan))  # fewer if only cancelled ones were left
+        slots = self._slots.take_many(len(tasks)) if self._slots is not None else [-1] * len(tasks)
+        runs: dict[int, tuple[list, list]] = {}  # worker: its tasks and their slots
+        for entry, slot, k in zip(tasks, slots, plan):
+            run = runs.get(k)
+            if run is None:
+                run = runs[k] = ([], [])
+            run[0].append(entry)
+            run[1].append(slot)
+        for k, (its_tasks, its_slots) in runs.items():
+            busy[k].update(task for task, _ in its_tasks)
             try:
-                self._send(k, RunTasks(batch))
+                self._write(k, encode_run(its_tasks, its_slots))
             except OSError:  # the worker is gone: say so, not "broken pipe"
                 self._died(k)
 
-    def _send(self, k: int, message: tuple) -> None:
-        """Write ``message`` to worker ``k``'s pipe, framed as the worker reads it."""
-        data = encode(message)
+    def _write(self, k: int, data: bytes) -> None:
+        """Write the message ``data`` to worker ``k``'s pipe, framed as the worker reads it."""
         write_all(self._conns[k].fileno(), frame_header(len(data)) + data)
+
+    def _send(self, k: int, message: tuple) -> None:
+        """Write ``message`` to worker ``k``'s pipe."""
+        self._write(k, encode(message))
 
     def _depth(self) -> int:
         """How many tasks a worker should hold: about ``QUEUED_SECONDS`` of work, at least ``MIN_DEPTH``."""
@@ -262,10 +272,10 @@ class ProcessWorkers:
         assert reader is not None, "poll() on workers that failed to start"
         exited = []
         for k, message in reader.take(0 if found else timeout):
-            if type(message) is _InSlot:  # the common case first
-                self._busy[k].discard(message.task)
+            if type(message) is _InSlots:  # the common case first
+                self._busy[k].difference_update(message.tasks)
                 self._timed(message.seconds)
-                found.append(message.done)
+                found += message.found
             elif message is EXITED:
                 exited.append(k)
             elif type(message) is Unreadable:
@@ -300,7 +310,7 @@ class ProcessWorkers:
             assert self._slots is not None
             self._slots.give_back(slot)
         if kind is PickledResult:
-            self._timed(message.seconds)
+            self._timed([message.seconds])
             if self._slots is None and message.array_bytes and self._slot_count:
                 self._make_slots(slot_bytes_for(message.array_bytes))
             found.append(Done(task, "ok", message.result))
@@ -308,32 +318,51 @@ class ProcessWorkers:
             where = f"worker process {k} (pid {self._processes[k].pid})"
             found.append(Done(task, "error", restore(message.error, where)))
 
-    def _timed(self, seconds: float) -> None:
-        """Note the seconds a result took. Where they only size the workers' share: the first ``TIME_FIRST``,
-        then one in ``TIME_ONE_IN`` (a timing noted costs about as much as the rest of a cheap result's
-        bookkeeping); where the reader decides from them whether to compute items itself, every one."""
-        self._results += 1
-        if self._time_all or self._results <= TIME_FIRST or self._results % TIME_ONE_IN == 0:
-            self._cost.add(seconds)
+    def _timed(self, seconds: list[float]) -> None:
+        """Note the seconds that results took. Where they only size the workers' share: the first
+        ``TIME_FIRST``, then about one in ``TIME_ONE_IN`` (a timing noted costs about as much as the rest of a
+        cheap result's bookkeeping); where the reader decides from them whether to compute items itself, every one."""
+        before = self._results
+        self._results = after = before + len(seconds)
+        if self._time_all or before < TIME_FIRST:
+            for one in seconds:
+                self._cost.add(one)
+        elif before // TIME_ONE_IN != after // TIME_ONE_IN:
+            self._cost.add(seconds[0])
 
     def _decode(self, k: int, raw: bytes) -> Any:
-        """The message ``raw``; a result in a slot as the value it holds (read by :class:`.MessageReader`)."""
+        """The message ``raw``; results in slots as the values they hold (read by :class:`.MessageReader`)."""
+        slots = self._slots
+        if is_alike(raw):  # the common case: batches of a view
+            skeleton, layout, numbers = decode_alike(raw)
+            assert slots is not None, "a result in a slot before the slots exist"  # they go to the workers after
+            lease = slots.lease
+            tasks, found, seconds = [], [], []
+            if skeleton is ONE_ARRAY:
+                ((dtype, shape, offset),) = layout
+                for task, slot, took in numbers:
+                    tasks.append(task)
+                    found.append(Done(task, "ok", np.ndarray(shape, dtype, buffer=lease(slot), offset=offset)))
+                    seconds.append(took)
+            else:
+                for task, slot, took in numbers:
+                    holder = lease(slot)
+                    value = rebuild(skeleton, [np.ndarray(s, d, buffer=holder, offset=o) for d, s, o in layout])
+                    tasks.append(task)
+                    found.append(Done(task, "ok", value))
+                    seconds.append(took)
+            return _InSlots(tasks, found, seconds)
         if is_shared(raw):  # packed: an int task
-            task, slot, skeleton, layout, seconds = decode_shared(raw)
+            task, slot, skeleton, layout, took = decode_shared(raw)
         else:
             message = decode(raw)
             if type(message) is not SharedResult:
                 return message
-            task, slot, skeleton, layout, seconds = message
-        slots = self._slots
+            task, slot, skeleton, layout, took = message
         assert slots is not None, "a result in a slot before the slots exist"  # they go to the workers after
         holder = slots.lease(slot)
-        if skeleton is ONE_ARRAY:  # a batch of a view, most often
-            ((dtype, shape, offset),) = layout
-            value = np.ndarray(shape, dtype, buffer=holder, offset=offset)
-        else:
-            value = rebuild(skeleton, [np.ndarray(s, d, buffer=holder, offset=o) for d, s, o in layout])
-        return _InSlot(task, Done(task, "ok", value), seconds)
+        value = rebuild(skeleton, [np.ndarray(s, d, buffer=holder, offset=o) for d, s, o in layout])
+        return _InSlots([task], [Done(task, "ok", value)], [took])
 
     def _make_slots(self, slot_bytes: int) -> None:
         self._slots = SharedSlots(self._slot_count, slot_bytes, self._owner)

@@ -104,6 +104,20 @@ class SharedSlots:
         free = self._free
         return free.pop() if free or self.free_count() else -1
 
+    def take_many(self, count: int) -> list[int]:
+        """``count`` slots: free ones first, then -1 for each that has none."""
+        free = self._free
+        if len(free) < count:
+            self.free_count()
+        if len(free) >= count:
+            taken = free[len(free) - count :]
+            del free[len(free) - count :]
+            taken.reverse()  # in the order take() would give them
+            return taken
+        taken = free[::-1]
+        free.clear()
+        return taken + [-1] * (count - len(taken))
+
     def give_back(self, slot: int) -> None:
         """Return a slot that was taken but not delivered."""
         self._free.append(slot)

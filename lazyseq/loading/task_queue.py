@@ -9,6 +9,9 @@ backend whose worker threads take tasks from a queue themselves has no need.
 >>> backlog.cancel("b")
 >>> [backlog.next(), backlog.next(), backlog.next()], backlog.take_skipped()
 ([('a', 1), ('c', 3), None], [Done(task='b', status='skipped', value=None)])
+>>> backlog.extend([("d", 4), ("e", 5), ("f", 6)])
+>>> backlog.take(2), len(backlog)
+([('d', 4), ('e', 5)], 1)
 """
 
 from __future__ import annotations
@@ -55,6 +58,26 @@ class Backlog:
             dropped.discard(task)
             self.skipped.append(Done(task, "skipped", None))
         return None
+
+    def take(self, count: int) -> list[tuple[Hashable, Any]]:
+        """The next ``count`` tasks to send (fewer if fewer wait), as :meth:`next` would give them one by one."""
+        waiting = self.waiting
+        taken: list[tuple[Hashable, Any]] = []
+        if self._dropped:  # cancelled tasks among them: one by one
+            while len(taken) < count:
+                entry = self.next()
+                if entry is None:
+                    break
+                taken.append(entry)
+            return taken
+        if count >= len(waiting):
+            taken = list(waiting)
+            waiting.clear()
+            self._queued.clear()
+        else:
+            taken = [waiting.popleft() for _ in range(count)]
+            self._queued.difference_update([task for task, _ in taken])
+        return taken
 
     def cancel(self, task: Hashable) -> None:
         """Skip ``task`` if it is still waiting here; a task already sent runs to the end."""

@@ -40,9 +40,10 @@ from .messages import (
     WorkerStart,
     decode,
     encode,
+    encode_alike,
     encode_shape,
-    encode_shared,
     frame_header,
+    pack_numbers,
     read_frame,
     write_all,
 )
@@ -112,8 +113,11 @@ def _serve(conn: Connection, job: Any, blas: WorkerLimit, outbox: Outbox) -> Non
                     outbox.add(encode(TaskFailed(task, slot, capture(error))))
                 else:
                     seconds = perf_counter() - began
-                    message = built_in_place.message(task, slot, result, slots, seconds)
-                    outbox.add(message or _result_message(task, slot, result, slots, seconds))
+                    shape = built_in_place.shape(task, slot, result, slots)
+                    if shape is not None:
+                        outbox.add_alike(shape, pack_numbers(task, slot, seconds))
+                    else:
+                        outbox.add(_result_message(task, slot, result, slots, seconds))
                     del result
                 if blas.pending:
                     blas.after_task()
@@ -145,10 +149,11 @@ def _result_message(task: Hashable, slot: int, result: Any, slots: WorkerSlots |
 
 
 class BuiltInPlace:
-    """Messages for results that are one array built in their slot (a batch of a view): the common case, made short.
+    """Results that are one array built in their slot (a batch of a view): the common case, made short.
 
-    The part of the message that describes such a result is made once per
-    dtype, shape and place in the slot. Anything else gets None (see
+    The part of their message that describes such a result is made once per
+    dtype, shape and place in the slot (:meth:`shape`), and results alike go
+    back in one message (see :class:`Outbox`). Anything else gets None (see
     :func:`_result_message`).
     """
 
@@ -157,7 +162,8 @@ class BuiltInPlace:
     def __init__(self) -> None:
         self._shapes: dict[tuple, bytes] = {}
 
-    def message(self, task: Any, slot: int, result: Any, slots: WorkerSlots | None, seconds: float) -> bytes | None:
+    def shape(self, task: Any, slot: int, result: Any, slots: WorkerSlots | None) -> bytes | None:
+        """What describes ``result`` in its slot (the same object for results alike), or None if it is not one array there."""
         if type(result) is not np.ndarray or type(task) is not int or slots is None or slot < 0:
             return None
         offset = address_of(result) - slots.address(slot)
@@ -171,7 +177,7 @@ class BuiltInPlace:
             if len(self._shapes) >= self.KEPT:
                 self._shapes.clear()
             shape = self._shapes[key] = encode_shape(*one_array_in_slot(result, offset))
-        return encode_shared(task, slot, seconds, shape)
+        return shape
 
 
 class Outbox:
@@ -183,7 +189,8 @@ class Outbox:
     ``TOGETHER`` to a write (the consumer, woken once, reads them all), or
     fewer when the run ends. A quick task followed by a slow one in the same
     run thus waits for the slow one: what a consumer reading in order would
-    wait for next anyway. The framing is
+    wait for next anyway. Results alike in their slots that follow each
+    other go as one :class:`~.messages.AlikeResults`. The framing is
     :mod:`multiprocessing.connection`'s, so the consumer reads them as
     messages sent one by one.
     """
@@ -194,22 +201,46 @@ class Outbox:
     def __init__(self, fd: int) -> None:
         self._fd = fd
         self._frames: list[bytes] = []
+        self._count = 0  # results waiting
+        self._shape: bytes | None = None  # of the results alike that come last, not framed yet
+        self._alike: list[bytes] = []  # their numbers
         self._oldest = 0.0
 
     def add(self, message: bytes) -> None:
-        if not self._frames:
+        if not self._count:
             self._oldest = perf_counter()
+        if self._alike:
+            self._frame_alike()
+        self._count += 1
         self._frames += (frame_header(len(message)), message)
+
+    def add_alike(self, shape: bytes, numbers: bytes) -> None:
+        """A result in its slot described by ``shape`` (see :class:`BuiltInPlace`), its ``numbers`` packed."""
+        if not self._count:
+            self._oldest = perf_counter()
+        if shape is not self._shape and self._alike:
+            self._frame_alike()
+        self._shape = shape
+        self._alike.append(numbers)
+        self._count += 1
+
+    def _frame_alike(self) -> None:
+        message = encode_alike(self._shape, self._alike)  # type: ignore[arg-type]  # set with _alike
+        self._frames += (frame_header(len(message)), message)
+        self._alike = []
 
     def due(self, remaining: int, seconds: float) -> bool:
         """Whether to write now: ``remaining`` tasks of the current run are left, the last one took ``seconds``."""
         if remaining == 0 or seconds >= self.HOLD_SECONDS / 2:  # nothing to wait for, or the next comes late
             return True
-        return len(self._frames) >= 2 * self.TOGETHER or perf_counter() - self._oldest >= self.HOLD_SECONDS
+        return self._count >= self.TOGETHER or perf_counter() - self._oldest >= self.HOLD_SECONDS
 
     def send(self) -> None:
+        if self._alike:
+            self._frame_alike()
         data = b"".join(self._frames)
         self._frames.clear()
+        self._count = 0
         write_all(self._fd, data)
 
 
