@@ -70,7 +70,8 @@ def test_the_engine_follows_the_timings_for_ray_only():
 def test_the_loaders_resolve_their_defaults_when_made():
     squares = lazyseq.smap(np.square, np.arange(5))
     assert lazyseq.prefetch(squares, nworkers=2)._max_buffered == Buffering(10)
-    assert lazyseq.prefetch(squares, nworkers=2, method="process")._max_buffered == Buffering(10)
+    assert lazyseq.prefetch(squares, nworkers=2, method="process")._max_buffered == Buffering(None, process_workers=2)
+    assert lazyseq.prefetch(squares, nworkers=2, method="process", max_buffered=10)._max_buffered == Buffering(10)
     assert lazyseq.prefetch(squares, nworkers=2, max_buffered=3, method="ray")._max_buffered == Buffering(3)
     ahead = lazyseq.prefetch(squares, nworkers=2, method="ray")  # Ray starts only with the first item
     assert ahead._max_buffered == Buffering(None, ray_workers=2)
@@ -78,3 +79,53 @@ def test_the_loaders_resolve_their_defaults_when_made():
     with lazyseq.load_buffers(zeros, nworkers=1) as batches:
         assert repr(batches) == "load_buffers(zeros, max_cached=2)  [0 batches delivered]"
     assert lazyseq.evaluate(np.sqrt, np.arange(9.0) ** 2, batch_size=2, nworkers=2).tolist() == list(range(9))
+
+
+def test_the_default_for_processes_follows_the_timings_of_quick_items():
+    buffering = Buffering.resolve(None, options("process"), 10, deepen=True)
+    assert buffering == Buffering(None, process_workers=2)
+    # 10 until timed and for items of 0.4 ms or more; enough for 2 ms of the two workers' work; 64 at most
+    assert [buffering.capacity(seconds) for seconds in (None, 1.0, 4e-4, 1e-4, 5e-5, 1e-6)] == [10, 10, 10, 40, 64, 64]
+    assert str(buffering) == "10 to 64"
+    assert buffering.most == 64
+    assert Buffering.resolve(None, options("thread"), 10, deepen=True) == Buffering(10)  # threads: a number
+    assert Buffering.resolve(None, options("process", nworkers=0), 10, deepen=True) == Buffering(10)
+
+
+def test_the_engine_follows_the_timings_of_quick_items_with_processes():
+    engine = Engine(abs, options("process"), Buffering(None, process_workers=2))
+    try:
+        assert (engine.capacity, engine.room(), engine.inline) == (10, 10, False)
+        engine.cost.add(1e-4)  # what the workers report for each item
+        assert (engine.capacity, engine.room()) == (40, 40)
+    finally:
+        engine.close()
+
+
+def test_quick_processes_read_the_right_items_with_as_many_ahead_as_their_slots_allow():
+    from lazyseq.loading import buffering
+
+    data = lazyseq.view(np.arange(40_000.0).reshape(400, 100)).batch(2)  # 1.6 kB items
+    with lazyseq.prefetch(data, nworkers=2, method="process") as ahead:
+        batches = list(ahead)
+        engine = ahead._engine
+        assert engine.capacity == 64  # items this quick: the most
+        assert engine.workers.workers._slots.count == 66
+    assert all((batch == data[b]).all() for b, batch in enumerate(batches))
+    budget, buffering.SLOT_BUDGET = buffering.SLOT_BUDGET, 20 * 4096  # room for 20 slots of a page
+    try:
+        import lazyseq.loading.prefetch as prefetch_module
+
+        prefetch_module.SLOT_BUDGET = buffering.SLOT_BUDGET
+        with lazyseq.prefetch(data, nworkers=2, method="process") as ahead:
+            batches, most = [], 0
+            for batch in ahead:
+                batches.append(batch.copy())  # its slot free again at the next read
+                most = max(most, len(ahead._engine.ready) + len(ahead._engine.pending))
+            assert ahead._engine.workers.workers._slots.count == 20
+            assert ahead._engine.capacity == 64
+            # no more tasks out than slots for their results, but the first ones, sent before the slots existed
+            assert 10 <= most <= 20 + 10
+    finally:
+        buffering.SLOT_BUDGET = prefetch_module.SLOT_BUDGET = budget
+    assert all((batch == data[b]).all() for b, batch in enumerate(batches))

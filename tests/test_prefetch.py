@@ -60,7 +60,8 @@ def test_an_empty_sequence_iterates_to_nothing():
             assert not ahead.workers_running
             with pytest.raises(
                 IndexError,
-                match=r"^index 0 out of range for view prefetch\(2 (threads|processes), max_buffered=10\) of length 0$",
+                match=r"^index 0 out of range for view prefetch\(2 (threads, max_buffered=10|processes, max_buffered=10 to 64)\) "
+                r"of length 0$",
             ):
                 ahead[0]
 
@@ -91,8 +92,10 @@ def test_repr_shows_the_workers_and_the_pipeline():
     ahead = prefetch(lazyseq.smap(square, range(4)), nworkers=2, method="process")
     assert (
         repr(ahead)
-        == "prefetch(2 processes, max_buffered=10)  [len 4]\n└─ smap(square)  [len 4]\n   └─ arange(0, 4, 1)  [len 4]"
+        == "prefetch(2 processes, max_buffered=10 to 64)  [len 4]\n└─ smap(square)  [len 4]\n   └─ arange(0, 4, 1)  [len 4]"
     )
+    explicit = prefetch(lazyseq.smap(square, range(4)), nworkers=2, method="process", max_buffered=10)
+    assert repr(explicit).startswith("prefetch(2 processes, max_buffered=10)  [len 4]")
 
 
 @pytest.mark.parametrize("method, start_method", WORKERS)

@@ -83,6 +83,7 @@ def start_workers(
     slot_bytes: int,
     task_name: str,
     cost: ItemCost | None,
+    slot_budget: int = 0,
 ) -> WorkerBackend:
     """The workers that ``options.method`` names, computing ``job(arg)``; their timings go to ``cost``."""
     if options.method == "thread":
@@ -95,7 +96,7 @@ def start_workers(
         return RayWorkers(job, options, seed, task_name, cost)
     from .process_workers import ProcessWorkers  # here: multiprocessing is not imported with lazyseq
 
-    return ProcessWorkers(job, options, seed, slot_count, slot_bytes, task_name, cost)
+    return ProcessWorkers(job, options, seed, slot_count, slot_bytes, task_name, cost, slot_budget)
 
 
 class DeferredWorkers:

@@ -56,8 +56,10 @@ class Engine:
     seconds a task takes (timed by the engine). ``start`` counts how many
     times this loader started workers before (it picks their random seeds).
     ``slot_count`` and ``slot_bytes`` size the shared-memory pool of process
-    workers (``slot_bytes=0``: from the first result); ``task_name`` names a
-    task in messages ("item", "batch").
+    workers (``slot_bytes=0``: from the first result; ``slot_budget``, if
+    given, bytes that the pool takes at most, down to ``ITEMS_AHEAD + 2``
+    slots: ``slot_count`` is then what a capacity left to the loader could
+    use); ``task_name`` names a task in messages ("item", "batch").
     ``launch()`` makes the workers, at the first task sent to them (default:
     the backend that ``options.method`` names, see :func:`.backends.start_workers`).
 
@@ -78,13 +80,16 @@ class Engine:
         start: int = 0,
         slot_count: int = 0,
         slot_bytes: int = 0,
+        slot_budget: int = 0,
         task_name: str = "task",
         launch: Callable[[], WorkerBackend] | None = None,
     ) -> None:
         self.options = options
         self._generation = fork_generation()  # an engine made before a fork belongs to the parent
         self.closed = False
-        timed = options.inline_below or options.method == "ray"  # Ray sizes its runs of tasks from the timings
+        self.buffering = capacity if isinstance(capacity, Buffering) else Buffering(capacity)
+        # Ray sizes its runs of tasks from the timings, and a capacity left to the loader follows them
+        timed = options.inline_below or options.method == "ray" or self.buffering.size is None
         self.cost = ItemCost(options.inline_below) if timed else None
         launch = launch or functools.partial(
             start_workers,
@@ -95,10 +100,10 @@ class Engine:
             slot_bytes,
             task_name,
             self.cost,
+            slot_budget,
         )
         self.workers = DeferredWorkers(launch)
         self._job = job
-        self.buffering = capacity if isinstance(capacity, Buffering) else Buffering(capacity)
         self.ready: dict[Hashable, Done] = {}  # in order of arrival
         self.pending: set[Hashable] = set()  # sent to the workers
         self.cancelled: set[Hashable] = set()  # pending, no longer wanted
@@ -142,6 +147,9 @@ class Engine:
         room = capacity - len(self.ready) - len(self.pending) + len(self.cancelled)
         if room < max(1, capacity // 2) and self.pending:
             return 0
+        if self.buffering.size is None:  # sized by the loader: within the workers' shared slots
+            while room > 0 and not self.workers.has_room(room):
+                room //= 2
         return max(room, 0)
 
     # -- sending -----------------------------------------------------------------

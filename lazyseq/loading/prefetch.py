@@ -13,7 +13,7 @@ from ..views.base import View
 from ..views.itemtypes import SequenceLike, T, T_co
 from ..views.sources import as_view
 from .backends import Done
-from .buffering import ITEMS_AHEAD, Buffering
+from .buffering import ITEMS_AHEAD, SLOT_BUDGET, Buffering
 from .engine import Engine
 from .failures import LoaderError
 from .fork_safety import ForkLocalLock
@@ -63,8 +63,9 @@ class PrefetchView(View[T_co]):
             self._options,
             self._max_buffered,
             start=self._starts,
-            slot_count=(self._max_buffered.size or 0) + 2,  # the items being read hold one or two (processes)
+            slot_count=self._max_buffered.most + 2,  # the items being read hold one or two (processes)
             slot_bytes=self._shm_size,
+            slot_budget=0 if self._max_buffered.size is not None else SLOT_BUDGET,
             task_name=self._task_name,
         )
         self._starts += 1
@@ -144,7 +145,7 @@ class PrefetchView(View[T_co]):
     def _read(self, engine: Engine, order: ReadOrder, i: int) -> Done:
         """Item ``i`` from the workers; the next expected items are sent, up to ``max_buffered`` in all."""
         steady = order.read(i)
-        if engine.buffering.size is None:  # for Ray by default, the capacity follows the items' timings
+        if engine.buffering.size is None:  # by default for Ray and processes, the capacity follows the items' timings
             order.capacity = engine.capacity
         send_ahead = self._send_ahead
         sent = steady and order.frontier is not None  # what was expected went out after the last read
@@ -310,8 +311,10 @@ def prefetch(
     """A view of ``sequence`` whose next items are computed ahead by background workers.
 
     ``nworkers`` threads or processes (``method``) compute up to
-    ``max_buffered`` items ahead of the reader (``None``: 10, and for Ray
-    see below), delivered in order. It is a
+    ``max_buffered`` items ahead of the reader, delivered in order
+    (``None``: 10 with threads; with processes 10, or more for quick items:
+    enough for about 2 ms of the workers' work, at most 64 items and 64 MiB
+    of shared memory; for Ray see below). It is a
     view like any other (``len``, negative indices, slices and gathers that
     read through it, errors naming the item); reading in order is the fast
     path, and any other order still gets the right items. ``nworkers=0``
@@ -378,4 +381,5 @@ def prefetch(
     options = LoaderOptions.check(
         "prefetch", nworkers, method, start_hook, start_method, blas_threads, inline_below, seed
     )
-    return PrefetchView(as_view(sequence), options, Buffering.resolve(max_buffered, options, ITEMS_AHEAD), shm_size)
+    buffering = Buffering.resolve(max_buffered, options, ITEMS_AHEAD, deepen=True)
+    return PrefetchView(as_view(sequence), options, buffering, shm_size)

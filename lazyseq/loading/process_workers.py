@@ -28,6 +28,7 @@ import numpy as np
 
 from .backends import Done
 from .blas_limits import limits_for_workers
+from .buffering import ITEMS_AHEAD
 from .failures import LoaderError, WorkerDied, exit_description, restore
 from .fork_safety import forking_workers, started_worker
 from .item_cost import ItemCost
@@ -106,7 +107,8 @@ class ProcessWorkers:
     """``options.nworkers`` worker processes computing ``job(arg)``, with ``slot_count`` shared slots for results.
 
     A :class:`~lazyseq.loading.backends.WorkerBackend`. ``slot_bytes=0`` sizes
-    the slots from the first result that holds arrays. Worker ``k`` seeds its
+    the slots from the first result that holds arrays; a ``slot_budget``
+    (bytes) makes fewer slots of large results (but ``ITEMS_AHEAD + 2``). Worker ``k`` seeds its
     global random generators from ``seed`` and ``k`` (see :mod:`.seeding`). The
     seconds each result took in its worker go to ``cost``, where given (they
     also size the workers' share).
@@ -123,12 +125,15 @@ class ProcessWorkers:
         slot_bytes: int = 0,
         task_name: str = "task",
         cost: ItemCost | None = None,
+        slot_budget: int = 0,
     ) -> None:
         owner = self._owner = options.owner
         self._cost = cost if cost is not None else ItemCost(0.0)  # 0: timings only, never "compute it here"
-        self._time_all = cost is not None  # the reader's policy follows them: every one counts (see _timed)
+        # Where the reader decides from them whether to compute items itself, every timing counts (see _timed).
+        self._time_all = cost is not None and cost.inline_below > 0
         self._task_name = task_name
         self._slot_count = slot_count
+        self._slot_budget = slot_budget
         self._slots: SharedSlots | None = None
         self._reader: MessageReader | None = None
         self.closed = False
@@ -365,9 +370,12 @@ class ProcessWorkers:
         return _InSlots([task], [Done(task, "ok", value)], [took])
 
     def _make_slots(self, slot_bytes: int) -> None:
-        self._slots = SharedSlots(self._slot_count, slot_bytes, self._owner)
+        count = self._slot_count
+        if self._slot_budget and count * slot_bytes > self._slot_budget:  # as many as the budget allows
+            count = max(ITEMS_AHEAD + 2, self._slot_budget // slot_bytes)
+        self._slots = SharedSlots(count, slot_bytes, self._owner)
         for k, (conn, process) in enumerate(zip(self._conns, self._processes)):
-            self._send(k, UseSlots(self._slot_count, slot_bytes))
+            self._send(k, UseSlots(count, slot_bytes))
             send_handle(conn, self._slots.fd, process.pid)
 
     def _died(self, k: int) -> None:

@@ -121,8 +121,9 @@ def serve(
     slices, ``shard``...), while ``nworkers``
     threads, processes or Ray tasks (``method``, as for
     :func:`~lazyseq.prefetch`) compute up to ``max_buffered`` of its next
-    items ahead (``None``: 10, and with Ray room for three runs per worker, as
-    for :func:`~lazyseq.prefetch`; ``nworkers=0``: one thread). An iterable
+    items ahead (``None``: as for :func:`~lazyseq.prefetch`: 10 with threads,
+    more for quick items with processes, room for three runs per worker with
+    Ray; ``nworkers=0``: one thread). An iterable
     (a generator, a ``load_buffers`` iterator) is served as a stream: each of
     its items goes to exactly one consumer, and one that a consumer received
     but did not use before it died goes to another.
@@ -150,5 +151,5 @@ def serve(
     6 [20. 30.] [100. 110.]
     """
     options = LoaderOptions.check("serve", nworkers, method, start_hook, start_method, blas_threads, 0.0, seed)
-    ahead = Buffering.resolve(max_buffered, options, ITEMS_AHEAD)
+    ahead = Buffering.resolve(max_buffered, options, ITEMS_AHEAD, deepen=True)
     return Server(source, address, options, ahead, curve_keypair, allowed_clients, insecure)

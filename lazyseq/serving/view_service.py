@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from ..loading.backends import Done
-from ..loading.buffering import Buffering
+from ..loading.buffering import SLOT_BUDGET, Buffering
 from ..loading.engine import Engine
 from ..loading.failures import LoaderError
 from ..loading.jobs import ReadItem
@@ -125,7 +125,8 @@ class ViewService:
                 self.options,
                 self.max_buffered,
                 start=self._starts,
-                slot_count=2 * (self.max_buffered.size or 0) + 4,
+                slot_count=2 * self.max_buffered.most + 4,
+                slot_budget=0 if self.max_buffered.size is not None else SLOT_BUDGET,
                 task_name="item",
             )
             self._starts += 1
@@ -157,7 +158,9 @@ class ViewService:
         wanted = []
         j = max(reads.frontier, reads.last + 1)
         engine = self._engine
-        limit = self.max_buffered.capacity(None) if engine is None else engine.capacity  # Ray: from the timings
+        limit = (
+            self.max_buffered.capacity(None) if engine is None else engine.capacity
+        )  # Ray, processes: from the timings
         while ahead < limit and (n is None or j < n):
             if j not in reads.held:
                 wanted.append(j)
