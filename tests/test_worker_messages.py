@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import lazyseq
 from lazyseq.loading.messages import PickledResult, RunTasks, SharedResult, Stop, Task, decode, encode
 
 
@@ -162,8 +163,8 @@ def test_cancelled_tasks_are_skipped_when_tasks_are_taken_together():
 def test_results_alike_go_back_as_one_message_in_order_with_the_others():
     import os
 
-    from lazyseq.loading.messages import AlikeResults, decode, encode_shape, pack_numbers
     from lazyseq.loading.message_reader import MessageReader
+    from lazyseq.loading.messages import AlikeResults, decode, encode_shape, pack_numbers
     from lazyseq.loading.worker_process import Outbox
 
     shape = encode_shape(("a", 0), [("<f8", (2, 3), 0)])
@@ -218,3 +219,61 @@ def test_the_reader_makes_results_alike_into_items_in_their_slots():
         assert workers._slots.free_count() == 3
     finally:
         workers._slots.close()
+
+
+def _serve_in_a_thread(messages, job, results=0):
+    """The first ``results`` messages a worker's loop sends back for ``messages``, sent before it starts reading.
+
+    Then it is told to stop (if ``messages`` did not), and its loop has returned.
+    """
+    import os
+    import threading
+    import types
+    from multiprocessing import Pipe
+
+    from lazyseq.loading.message_reader import MessageReader
+    from lazyseq.loading.messages import frame_header, write_all
+    from lazyseq.loading.worker_process import Outbox, _serve
+
+    def send(message):
+        data = encode(message)
+        write_all(mine.fileno(), frame_header(len(data)) + data)
+
+    mine, theirs = Pipe(duplex=True)
+    read, write = os.pipe()
+    reader = MessageReader([read], [], "test", decode=lambda k, raw: decode(raw))
+    worker = threading.Thread(target=_serve, args=(theirs, job, types.SimpleNamespace(pending=False), Outbox(write)))
+    try:
+        for message in messages:
+            send(message)
+        worker.start()
+        received = []
+        while len(received) < results:
+            received += [message for _, message in reader.take(5.0)]
+        if not isinstance(messages[-1], Stop):
+            send(Stop())
+        worker.join()
+    finally:
+        reader.close()
+        for fd in (read, write):
+            os.close(fd)
+        mine.close()
+        theirs.close()
+    return received
+
+
+def test_a_worker_stops_between_two_tasks_and_drops_those_it_holds():
+    from lazyseq.loading.jobs import CallFunction
+
+    computed = []
+    job = CallFunction(lambda: computed.append(len(computed)))
+    _serve_in_a_thread([RunTasks([Task(k, None, -1) for k in range(10)]), Stop()], job)
+    assert computed == []  # the stop, read before the next task, drops the ten tasks held
+
+
+def test_tasks_that_arrive_while_others_run_join_them_in_order():
+    from lazyseq.loading.jobs import ReadItem
+
+    job = ReadItem(lazyseq.view(list(range(100))))
+    results = _serve_in_a_thread([RunTasks([Task(5, 5, -1), Task(6, 6, -1)]), RunTasks([Task(2, 2, -1)])], job, 3)
+    assert [(result.task, result.result) for result in results] == [(5, 5), (6, 6), (2, 2)]

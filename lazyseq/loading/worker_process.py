@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import select
 import signal
 import threading
 import time
@@ -90,43 +91,53 @@ def run_worker(conn: Connection, start: WorkerStart) -> None:
 
 
 def _serve(conn: Connection, job: Any, blas: WorkerLimit, outbox: Outbox) -> None:
+    """Compute the tasks received, in order; a message that arrives meanwhile is read between two tasks.
+
+    So ``Stop`` ends the work at once (the tasks still queued are dropped: the
+    consumer stopped wanting them), and tasks sent while others run join them.
+    """
     slots = None
     built_in_place = BuiltInPlace()
     fd = conn.fileno()
+    incoming = select.poll()
+    incoming.register(fd, select.POLLIN)
+    tasks: list = []  # the tasks received and not computed yet, the next one last
     while True:
+        if not tasks or incoming.poll(0):  # nothing to do, or a message waits
+            try:
+                message = decode(read_frame(fd))
+            except (EOFError, OSError):
+                return
+            kind = type(message)
+            if kind is RunTasks:
+                tasks[:0] = reversed(message.tasks)  # after those received before: the list is popped from its end
+            elif kind is UseSlots:
+                slots = WorkerSlots(recv_handle(conn), message.count, message.slot_bytes)
+            elif kind is Stop:
+                return
+            continue
+        task, arg, slot = tasks.pop()
+        began = perf_counter()
         try:
-            message = decode(read_frame(fd))
-        except (EOFError, OSError):
-            return
-        kind = type(message)
-        if kind is RunTasks:
-            tasks = message.tasks
-            for done, (task, arg, slot) in enumerate(tasks, 1):
-                began = perf_counter()
-                try:
-                    if slot >= 0 and slots is not None:
-                        result = job.write_into(arg, slots.slot(slot))
-                    else:
-                        result = job(arg)
-                except Exception as error:
-                    seconds = perf_counter() - began
-                    outbox.add(encode(TaskFailed(task, slot, capture(error))))
-                else:
-                    seconds = perf_counter() - began
-                    shape = built_in_place.shape(task, slot, result, slots)
-                    if shape is not None:
-                        outbox.add_alike(shape, pack_numbers(task, slot, seconds))
-                    else:
-                        outbox.add(_result_message(task, slot, result, slots, seconds))
-                    del result
-                if blas.pending:
-                    blas.after_task()
-                if outbox.due(len(tasks) - done, seconds):
-                    outbox.send()
-        elif kind is UseSlots:
-            slots = WorkerSlots(recv_handle(conn), message.count, message.slot_bytes)
-        elif kind is Stop:
-            return
+            if slot >= 0 and slots is not None:
+                result = job.write_into(arg, slots.slot(slot))
+            else:
+                result = job(arg)
+        except Exception as error:
+            seconds = perf_counter() - began
+            outbox.add(encode(TaskFailed(task, slot, capture(error))))
+        else:
+            seconds = perf_counter() - began
+            shape = built_in_place.shape(task, slot, result, slots)
+            if shape is not None:
+                outbox.add_alike(shape, pack_numbers(task, slot, seconds))
+            else:
+                outbox.add(_result_message(task, slot, result, slots, seconds))
+            del result
+        if blas.pending:
+            blas.after_task()
+        if outbox.due(len(tasks), seconds):
+            outbox.send()
 
 
 def _result_message(task: Hashable, slot: int, result: Any, slots: WorkerSlots | None, seconds: float) -> bytes:
