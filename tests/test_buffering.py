@@ -84,10 +84,10 @@ def test_the_loaders_resolve_their_defaults_when_made():
 def test_the_default_for_processes_follows_the_timings_of_quick_items():
     buffering = Buffering.resolve(None, options("process"), 10, deepen=True)
     assert buffering == Buffering(None, process_workers=2)
-    # 10 until timed and for items of 0.4 ms or more; enough for 2 ms of the two workers' work; 64 at most
-    assert [buffering.capacity(seconds) for seconds in (None, 1.0, 4e-4, 1e-4, 5e-5, 1e-6)] == [10, 10, 10, 40, 64, 64]
-    assert str(buffering) == "10 to 64"
-    assert buffering.most == 64
+    # 10 until timed and for items of 0.4 ms or more; enough for 2 ms of the two workers' work; 32 at most
+    assert [buffering.capacity(seconds) for seconds in (None, 1.0, 4e-4, 2e-4, 1e-4, 1e-6)] == [10, 10, 10, 20, 32, 32]
+    assert str(buffering) == "10 to 32"
+    assert buffering.most == 32
     assert Buffering.resolve(None, options("thread"), 10, deepen=True) == Buffering(10)  # threads: a number
     assert Buffering.resolve(None, options("process", nworkers=0), 10, deepen=True) == Buffering(10)
 
@@ -96,8 +96,8 @@ def test_the_engine_follows_the_timings_of_quick_items_with_processes():
     engine = Engine(abs, options("process"), Buffering(None, process_workers=2))
     try:
         assert (engine.capacity, engine.room(), engine.inline) == (10, 10, False)
-        engine.cost.add(1e-4)  # what the workers report for each item
-        assert (engine.capacity, engine.room()) == (40, 40)
+        engine.cost.add(2e-4)  # what the workers report for each item
+        assert (engine.capacity, engine.room()) == (20, 20)
     finally:
         engine.close()
 
@@ -109,8 +109,8 @@ def test_quick_processes_read_the_right_items_with_as_many_ahead_as_their_slots_
     with lazyseq.prefetch(data, nworkers=2, method="process") as ahead:
         batches = list(ahead)
         engine = ahead._engine
-        assert engine.capacity == 64  # items this quick: the most
-        assert engine.workers.workers._slots.count == 66
+        assert engine.capacity == 32  # items this quick: the most
+        assert engine.workers.workers._slots.count == 34
     assert all((batch == data[b]).all() for b, batch in enumerate(batches))
     budget, buffering.SLOT_BUDGET = buffering.SLOT_BUDGET, 20 * 4096  # room for 20 slots of a page
     try:
@@ -123,7 +123,7 @@ def test_quick_processes_read_the_right_items_with_as_many_ahead_as_their_slots_
                 batches.append(batch.copy())  # its slot free again at the next read
                 most = max(most, len(ahead._engine.ready) + len(ahead._engine.pending))
             assert ahead._engine.workers.workers._slots.count == 20
-            assert ahead._engine.capacity == 64
+            assert ahead._engine.capacity == 32
             # no more tasks out than slots for their results, but the first ones, sent before the slots existed
             assert 10 <= most <= 20 + 10
     finally:

@@ -60,7 +60,7 @@ def test_an_empty_sequence_iterates_to_nothing():
             assert not ahead.workers_running
             with pytest.raises(
                 IndexError,
-                match=r"^index 0 out of range for view prefetch\(2 (threads, max_buffered=10|processes, max_buffered=10 to 64)\) "
+                match=r"^index 0 out of range for view prefetch\(2 (threads, max_buffered=10|processes, max_buffered=10 to 32)\) "
                 r"of length 0$",
             ):
                 ahead[0]
@@ -92,7 +92,7 @@ def test_repr_shows_the_workers_and_the_pipeline():
     ahead = prefetch(lazyseq.smap(square, range(4)), nworkers=2, method="process")
     assert (
         repr(ahead)
-        == "prefetch(2 processes, max_buffered=10 to 64)  [len 4]\n└─ smap(square)  [len 4]\n   └─ arange(0, 4, 1)  [len 4]"
+        == "prefetch(2 processes, max_buffered=10 to 32)  [len 4]\n└─ smap(square)  [len 4]\n   └─ arange(0, 4, 1)  [len 4]"
     )
     explicit = prefetch(lazyseq.smap(square, range(4)), nworkers=2, method="process", max_buffered=10)
     assert repr(explicit).startswith("prefetch(2 processes, max_buffered=10)  [len 4]")
@@ -286,3 +286,15 @@ def test_set_epoch_reaches_the_items_computed_ahead_and_the_workers(method):
             head + list(reading)
             == list(lazyseq.shuffle(range(40), 0, 1))[:5] + list(lazyseq.shuffle(range(40), 0, 2))[5:]
         )
+
+
+def test_slots_are_sized_before_the_first_result_when_the_view_says_what_its_items_are():
+    from lazyseq.loading.prefetch import slot_bytes_for_spec
+    from lazyseq.loading.shared_slots import slot_bytes_for
+
+    batches = lazyseq.view(np.zeros((100, 248))).batch(256 // 4)
+    assert slot_bytes_for_spec(batches._item_spec()) == slot_bytes_for(64 * 248 * 8)
+    pairs = lazyseq.collate([np.zeros((10, 3), np.float32), np.arange(10)]).batch(2)
+    assert slot_bytes_for_spec(pairs._item_spec()) == slot_bytes_for(64 + 64)  # each array aligned to 64 bytes
+    assert slot_bytes_for_spec(lazyseq.smap(square, range(3))._item_spec()) == 0  # unknown: from the first result
+    assert slot_bytes_for_spec(lazyseq.view(np.array([None, 1])).batch(2)._item_spec()) == 0  # objects: pickled

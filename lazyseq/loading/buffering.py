@@ -11,8 +11,9 @@ always obeyed. Left out (``None``), it is the loader's default for threads
   the reader a wake-up and some bookkeeping, and the engine sends more tasks
   only once half the room is free (one message for several tasks): with items
   of 50 us, 10 in flight left each worker idle about a fifth of the time,
-  waiting for its next tasks, and 40 to 64 kept them busy (see the loading
-  benchmark). Their shared-memory slots take at most ``SLOT_BUDGET`` bytes
+  waiting for its next tasks, and 32 kept them busy (see the loading
+  benchmark; more helped little, and each slot costs a worker page faults
+  the first time it writes there). Their shared-memory slots take at most ``SLOT_BUDGET`` bytes
   (fewer items ahead for large ones, never fewer than 10).
 - Ray: room for three runs per worker: a Ray task costs milliseconds to send
   and collect, so each one computes a run of items of about
@@ -49,7 +50,7 @@ __all__ = [
 
 ITEMS_AHEAD = 10  # prefetch and serve, with threads; and with processes, at least
 AHEAD_SECONDS = 0.002  # prefetch and serve with processes: items for this much of the workers' work ...
-MAX_AHEAD = 64  # ... at most
+MAX_AHEAD = 32  # ... at most
 SLOT_BUDGET = 64 * 2**20  # ... and shared-memory slots of at most this many bytes for them (but 10 items, always)
 BATCHES_AHEAD = 4  # evaluate, with threads and processes
 BATCHES_CACHED = 2  # load_buffers, with threads and processes
@@ -62,8 +63,8 @@ RUNS_PER_WORKER = 3  # one computing, the next one ready to go, and one for the 
 def items_ahead(workers: int, seconds: float | None) -> int:
     """How many items worker processes keep ahead when items take ``seconds`` (None: not timed yet).
 
-    >>> items_ahead(2, None), items_ahead(2, 1e-3), items_ahead(2, 1e-4), items_ahead(2, 1e-5)
-    (10, 10, 40, 64)
+    >>> items_ahead(2, None), items_ahead(2, 1e-3), items_ahead(2, 2e-4), items_ahead(2, 1e-5)
+    (10, 10, 20, 32)
     """
     if seconds is None:
         return ITEMS_AHEAD
@@ -97,7 +98,7 @@ class Buffering:
     10
     >>> processes = LoaderOptions.check("prefetch", nworkers=2, method="process")
     >>> Buffering.resolve(None, processes, default=10, deepen=True).capacity(1e-5), Buffering.resolve(None, processes, default=10).capacity(1e-5)
-    (64, 10)
+    (32, 10)
     >>> Buffering.resolve(256, ray, default=10).capacity(1e-3)  # explicit: obeyed
     256
     """

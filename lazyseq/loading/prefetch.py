@@ -19,6 +19,8 @@ from .failures import LoaderError
 from .fork_safety import ForkLocalLock
 from .jobs import ReadItem
 from .options import LoaderOptions, Method, StartMethod, serialize
+from .shared_slots import slot_bytes_for
+from .structure import bytes_of_spec
 
 __all__ = ["PrefetchIterator", "PrefetchView", "ReadOrder", "prefetch"]
 
@@ -64,7 +66,7 @@ class PrefetchView(View[T_co]):
             self._max_buffered,
             start=self._starts,
             slot_count=self._max_buffered.most + 2,  # the items being read hold one or two (processes)
-            slot_bytes=self._shm_size,
+            slot_bytes=self._shm_size or slot_bytes_for_spec(self._parent._item_spec()),
             slot_budget=0 if self._max_buffered.size is not None else SLOT_BUDGET,
             task_name=self._task_name,
         )
@@ -292,6 +294,12 @@ class ReadOrder:
         return stop if n is None else max(-1, min(n, stop))
 
 
+def slot_bytes_for_spec(spec: tuple | None) -> int:
+    """Slots for items that ``spec`` describes, made before the first one (0: sized from the first result)."""
+    needed = bytes_of_spec(spec)
+    return slot_bytes_for(needed) if needed else 0
+
+
 def _nothing() -> None:
     pass
 
@@ -313,7 +321,7 @@ def prefetch(
     ``nworkers`` threads or processes (``method``) compute up to
     ``max_buffered`` items ahead of the reader, delivered in order
     (``None``: 10 with threads; with processes 10, or more for quick items:
-    enough for about 2 ms of the workers' work, at most 64 items and 64 MiB
+    enough for about 2 ms of the workers' work, at most 32 items and 64 MiB
     of shared memory; for Ray see below). It is a
     view like any other (``len``, negative indices, slices and gathers that
     read through it, errors naming the item); reading in order is the fast

@@ -10,6 +10,7 @@ skeleton travels by pickle and says where each array lies in the slot.
 from __future__ import annotations
 
 import ctypes
+import math
 
 import numpy as np
 
@@ -17,6 +18,7 @@ from ..nested import describe, flatten, rebuild, skeleton_key
 from ..views.chunks import ALIGN  # one alignment for arrays built in a slot and arrays copied into it
 
 __all__ = [
+    "bytes_of_spec",
     "ONE_ARRAY",
     "address_of",
     "flatten",
@@ -36,6 +38,25 @@ def layout_of(arrays: list[np.ndarray]) -> tuple[list[tuple[np.dtype, tuple, int
         layout.append((a.dtype, a.shape, offset))
         offset += -(-a.nbytes // ALIGN) * ALIGN
     return layout, offset
+
+
+def bytes_of_spec(spec: tuple | None) -> int:
+    """The bytes a slot needs for an item that ``spec`` describes (see ``View._item_spec``); 0 if that is not known.
+
+    >>> bytes_of_spec(("array", np.dtype("float64"), (256, 248))), bytes_of_spec(None)
+    (507904, 0)
+    >>> bytes_of_spec(("tuple", (("array", np.dtype("float32"), (3,)), ("array", np.dtype("int64"), ()))))
+    128
+    """
+    if spec is None:
+        return 0
+    if spec[0] == "array":
+        dtype, shape = spec[1], spec[2]
+        if dtype.hasobject:  # pickled, never in a slot
+            return 0
+        return -(-dtype.itemsize * math.prod(shape) // ALIGN) * ALIGN
+    sizes = [bytes_of_spec(part) for part in spec[1]]
+    return 0 if 0 in sizes else sum(sizes)
 
 
 def place_in_slot(slot: np.ndarray, address: int, arrays: list[np.ndarray]) -> list | None:
