@@ -88,6 +88,8 @@ class Engine:
         self._generation = fork_generation()  # an engine made before a fork belongs to the parent
         self.closed = False
         self.buffering = capacity if isinstance(capacity, Buffering) else Buffering(capacity)
+        self._sized_for: float | None = None  # the estimate that the capacity below follows (when sized from timings)
+        self._capacity = self.buffering.capacity(None)
         # Ray sizes its runs of tasks from the timings, and a capacity left to the loader follows them
         timed = options.inline_below or options.method == "ray" or self.buffering.size is None
         self.cost = ItemCost(options.inline_below) if timed else None
@@ -137,7 +139,10 @@ class Engine:
         size = self.buffering.size
         if size is not None:  # a number: the common case, read at every refill
             return size
-        return self.buffering.capacity(None if self.cost is None else self.cost.estimate)
+        estimate = None if self.cost is None else self.cost.estimate
+        if estimate != self._sized_for:  # sized again only when the timings say something new
+            self._sized_for, self._capacity = estimate, self.buffering.capacity(estimate)
+        return self._capacity
 
     def room(self) -> int:
         """How many more tasks to send now: 0 until a refill (half the capacity) is worth a message."""
