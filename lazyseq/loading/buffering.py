@@ -13,8 +13,9 @@ always obeyed. Left out (``None``), it is the loader's default for threads
   of 50 us, 10 in flight left each worker idle about a fifth of the time,
   waiting for its next tasks, and 32 kept them busy (see the loading
   benchmark; more helped little, and each slot costs a worker page faults
-  the first time it writes there). Their shared-memory slots take at most ``SLOT_BUDGET`` bytes
-  (fewer items ahead for large ones, never fewer than 10).
+  the first time it writes there). Their shared-memory slots take at most
+  ``SLOT_BUDGET`` bytes (fewer items ahead for large ones, never fewer than
+  10).
 - Ray: room for three runs per worker: a Ray task costs milliseconds to send
   and collect, so each one computes a run of items of about
   ``TASK_SECONDS`` of work (:func:`run_length`, sized from the items'
