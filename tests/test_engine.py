@@ -54,6 +54,9 @@ class ManualBackend:
     def has_room(self, count):
         return True
 
+    def most_held(self):
+        return None
+
     def fds(self):
         return []
 

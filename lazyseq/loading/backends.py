@@ -19,7 +19,9 @@ to it only through :class:`WorkerBackend`:
 - ``cancel(task)`` asks to skip a task that has not started; ``resume(task)``
   takes that back. A backend may ignore both: the task then runs.
 - ``has_room(count)`` says whether ``count`` more tasks would each get a
-  shared-memory slot for their result (always true without slots).
+  shared-memory slot for their result (always true without slots), and
+  ``most_held()`` how many results the slots hold at most while items are
+  read (None without slots): a capacity left to the loader stays within it.
 - ``fds()`` lists file descriptors that become readable when ``poll`` may
   have something to return (a result, a worker that died): a reader that waits for
   other things too (a data server waiting for requests) adds them to its own
@@ -69,6 +71,8 @@ class WorkerBackend(Protocol):
     def resume(self, task: Hashable) -> None: ...
 
     def has_room(self, count: int) -> bool: ...
+
+    def most_held(self) -> int | None: ...
 
     def fds(self) -> list[int]: ...
 
@@ -151,6 +155,9 @@ class DeferredWorkers:
 
     def has_room(self, count: int) -> bool:
         return self.workers is None or self.workers.has_room(count)
+
+    def most_held(self) -> int | None:
+        return None if self.workers is None else self.workers.most_held()
 
     def fds(self) -> list[int]:
         return [] if self.workers is None else self.workers.fds()

@@ -141,7 +141,9 @@ class Engine:
             return size
         estimate = None if self.cost is None else self.cost.estimate
         if estimate != self._sized_for:  # sized again only when the timings say something new
-            self._sized_for, self._capacity = estimate, self.buffering.capacity(estimate)
+            capacity = self.buffering.capacity(estimate)
+            most = self.workers.most_held()  # no more than the workers' shared slots can hold
+            self._sized_for, self._capacity = estimate, capacity if most is None else max(1, min(capacity, most))
         return self._capacity
 
     def room(self) -> int:
@@ -152,9 +154,6 @@ class Engine:
         room = capacity - len(self.ready) - len(self.pending) + len(self.cancelled)
         if room < max(1, capacity // 2) and self.pending:
             return 0
-        if self.buffering.size is None:  # sized by the loader: within the workers' shared slots
-            while room > 0 and not self.workers.has_room(room):
-                room //= 2
         return max(room, 0)
 
     # -- sending -----------------------------------------------------------------

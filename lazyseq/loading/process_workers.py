@@ -259,6 +259,10 @@ class ProcessWorkers:
         """Whether ``count`` more tasks would each get a shared slot (or the slots do not exist yet)."""
         return self._slots is None or self._slots.free_count() - len(self._backlog) >= count
 
+    def most_held(self) -> int | None:
+        """The results the slots hold while the reader holds two items (None until the slots exist)."""
+        return None if self._slots is None else self._slots.count - 2
+
     def cancel(self, task: Hashable) -> None:
         """Drop ``task`` if it is still queued here (a "skipped" result says so); one sent runs to the end."""
         self._backlog.cancel(task)

@@ -139,6 +139,9 @@ class RayWorkers:
     def has_room(self, count: int) -> bool:
         return True  # results come back through Ray's object store: no slots to run out of
 
+    def most_held(self) -> int | None:
+        return None
+
     def cancel(self, task: Hashable) -> None:
         """Drop ``task`` if it is not sent yet (a "skipped" result says so); one in flight runs to the end."""
         self._backlog.cancel(task)

@@ -69,6 +69,9 @@ class ThreadWorkers:
     def has_room(self, count: int) -> bool:
         return True  # results are handed over as they are: no slots to run out of
 
+    def most_held(self) -> int | None:
+        return None
+
     def cancel(self, task: Hashable) -> None:
         """Skip ``task`` if no thread has started it yet (a "skipped" result says so)."""
         ticket = self._tickets.get(task)
