@@ -173,9 +173,7 @@ def decode_shared(raw: bytes | bytearray) -> tuple[int, int, tuple, list, float]
     so a reader can tell it by identity.
     """
     task, slot, seconds = _NUMBERS.unpack_from(raw, 1)
-    shape = bytes(raw[_SHAPE_START:])
-    known = _shapes_seen.get(shape)
-    skeleton, layout = known if known is not None else _decode_shape(shape)
+    skeleton, layout = _shape_of(bytes(raw[_SHAPE_START:]))
     return task, slot, skeleton, layout, seconds
 
 
@@ -188,15 +186,19 @@ def decode_alike(raw: bytes | bytearray) -> tuple[tuple, list, Iterator[tuple[in
     """The skeleton and layout of the packed :class:`AlikeResults` ``raw``, and its results' numbers."""
     (size,) = _SHAPE_SIZE.unpack_from(raw, 1)
     start = 1 + _SHAPE_SIZE.size
-    shape = bytes(raw[start : start + size])
-    known = _shapes_seen.get(shape)
-    skeleton, layout = known if known is not None else _decode_shape(shape)
+    skeleton, layout = _shape_of(bytes(raw[start : start + size]))
     return skeleton, layout, _NUMBERS.iter_unpack(memoryview(raw)[start + size :])
 
 
 _SHAPE_START = 1 + _NUMBERS.size
 _shapes_seen: dict[bytes, tuple[tuple, list]] = {}  # what the shapes of one-array results said (a batch, mostly)
 SHAPES_KEPT = 64
+
+
+def _shape_of(shape: bytes) -> tuple[tuple, list]:
+    """The skeleton and layout that :func:`encode_shape` gave ``shape`` for: remembered, or decoded now."""
+    known = _shapes_seen.get(shape)
+    return known if known is not None else _decode_shape(shape)
 
 
 def _decode_shape(shape: bytes) -> tuple[tuple, list]:

@@ -19,7 +19,7 @@ import multiprocessing
 import multiprocessing.util
 import os
 import sys
-from collections.abc import Callable, Hashable, Sequence, Sized
+from collections.abc import Callable, Hashable, Iterable, Sequence, Sized
 from multiprocessing.connection import wait
 from multiprocessing.reduction import send_handle
 from typing import Any, NamedTuple
@@ -98,7 +98,6 @@ def _exiting() -> bool:
 class _InSlots(NamedTuple):
     """Results read from their slots (one :class:`~.messages.SharedResult`, or :class:`~.messages.AlikeResults`)."""
 
-    tasks: list
     found: list[Done]  # their outcomes, whose arrays are views of their leased slots
     seconds: list[float]  # what each took in its worker
 
@@ -108,7 +107,8 @@ class ProcessWorkers:
 
     A :class:`~lazyseq.loading.backends.WorkerBackend`. ``slot_bytes=0`` sizes
     the slots from the first result that holds arrays; a ``slot_budget``
-    (bytes) makes fewer slots of large results (but ``ITEMS_AHEAD + 2``). Worker ``k`` seeds its
+    (bytes) makes fewer slots of large results (but ``ITEMS_AHEAD + 2``).
+    Worker ``k`` seeds its
     global random generators from ``seed`` and ``k`` (see :mod:`.seeding`). The
     seconds each result took in its worker go to ``cost``, where given (they
     also size the workers' share).
@@ -282,7 +282,7 @@ class ProcessWorkers:
         exited = []
         for k, message in reader.take(0 if found else timeout):
             if type(message) is _InSlots:  # the common case first
-                self._busy[k].difference_update(message.tasks)
+                self._busy[k].difference_update([done.task for done in message.found])
                 self._timed(message.seconds)
                 found += message.found
             elif message is EXITED:
@@ -341,37 +341,34 @@ class ProcessWorkers:
 
     def _decode(self, k: int, raw: bytes) -> Any:
         """The message ``raw``; results in slots as the values they hold (read by :class:`.MessageReader`)."""
-        slots = self._slots
+        numbers: Iterable[tuple[int, int, float]]  # each result's task, slot and seconds
         if is_alike(raw):  # the common case: batches of a view
             skeleton, layout, numbers = decode_alike(raw)
-            assert slots is not None, "a result in a slot before the slots exist"  # they go to the workers after
-            lease = slots.lease
-            tasks, found, seconds = [], [], []
-            if skeleton is ONE_ARRAY:
-                ((dtype, shape, offset),) = layout
-                for task, slot, took in numbers:
-                    tasks.append(task)
-                    found.append(Done(task, "ok", np.ndarray(shape, dtype, buffer=lease(slot), offset=offset)))
-                    seconds.append(took)
-            else:
-                for task, slot, took in numbers:
-                    holder = lease(slot)
-                    value = rebuild(skeleton, [np.ndarray(s, d, buffer=holder, offset=o) for d, s, o in layout])
-                    tasks.append(task)
-                    found.append(Done(task, "ok", value))
-                    seconds.append(took)
-            return _InSlots(tasks, found, seconds)
-        if is_shared(raw):  # packed: an int task
-            task, slot, skeleton, layout, took = decode_shared(raw)
         else:
-            message = decode(raw)
-            if type(message) is not SharedResult:
-                return message
-            task, slot, skeleton, layout, took = message
+            if is_shared(raw):  # packed: an int task
+                task, slot, skeleton, layout, took = decode_shared(raw)
+            else:
+                message = decode(raw)
+                if type(message) is not SharedResult:
+                    return message
+                task, slot, skeleton, layout, took = message
+            numbers = [(task, slot, took)]
+        slots = self._slots
         assert slots is not None, "a result in a slot before the slots exist"  # they go to the workers after
-        holder = slots.lease(slot)
-        value = rebuild(skeleton, [np.ndarray(s, d, buffer=holder, offset=o) for d, s, o in layout])
-        return _InSlots([task], [Done(task, "ok", value)], [took])
+        lease = slots.lease
+        found, seconds = [], []
+        if skeleton is ONE_ARRAY:  # one array a result: made without rebuilding a structure
+            ((dtype, shape, offset),) = layout
+            for task, slot, took in numbers:
+                found.append(Done(task, "ok", np.ndarray(shape, dtype, buffer=lease(slot), offset=offset)))
+                seconds.append(took)
+        else:
+            for task, slot, took in numbers:
+                holder = lease(slot)
+                value = rebuild(skeleton, [np.ndarray(s, d, buffer=holder, offset=o) for d, s, o in layout])
+                found.append(Done(task, "ok", value))
+                seconds.append(took)
+        return _InSlots(found, seconds)
 
     def _make_slots(self, slot_bytes: int) -> None:
         count = self._slot_count

@@ -101,8 +101,7 @@ class SharedSlots:
 
     def take(self) -> int:
         """A free slot, or -1 if every slot is in use."""
-        free = self._free
-        return free.pop() if free or self.free_count() else -1
+        return self.take_many(1)[0]
 
     def take_many(self, count: int) -> list[int]:
         """``count`` slots: free ones first, then -1 for each that has none."""

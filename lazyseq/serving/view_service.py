@@ -158,9 +158,8 @@ class ViewService:
         wanted = []
         j = max(reads.frontier, reads.last + 1)
         engine = self._engine
-        limit = (
-            self.max_buffered.capacity(None) if engine is None else engine.capacity
-        )  # Ray, processes: from the timings
+        # Ray, processes: the capacity follows the timings, which the engine has
+        limit = self.max_buffered.capacity(None) if engine is None else engine.capacity
         while ahead < limit and (n is None or j < n):
             if j not in reads.held:
                 wanted.append(j)
