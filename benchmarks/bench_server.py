@@ -1,6 +1,6 @@
 """How fast a served pipeline is, next to the same pipeline read locally and to raw pyzmq.
 
-    python benchmarks/bench_server.py          # about a minute
+    python benchmarks/bench_server.py          # about two minutes
     python benchmarks/bench_server.py --quick  # a few seconds: a smoke test, numbers too rough to quote
 
 Every server runs in a process of its own, on loopback, started once per
@@ -11,8 +11,12 @@ repeat, and each comparison is a ratio of timings taken in the same run.
 1. Loader-bound: batches of 256 x 248 float64 gathered at random from four
    memory-mapped ``.npy`` files, the server's 2 worker threads computing them,
    vs the same pipeline read locally through ``prefetch`` with 2 worker
-   threads; and the same bytes sent by a bare pyzmq ROUTER/DEALER pair (the
-   transport's limit), in GB/s, for these batches and for 1 MiB ones.
+   threads; vs a hand-written server (pyzmq and numpy, no lazyseq) that
+   gathers the same batches in its one thread and sends them (what this
+   machine gives a served pipeline); and the same bytes sent by a bare pyzmq
+   ROUTER/DEALER pair (the transport's limit), in GB/s, for these batches and
+   for 1 MiB ones. The served pipeline is also read over ``ipc://`` (a Unix
+   socket: same machine only).
 2. Fuel's tutorial workload: 5 ms to produce a batch, 10 ms to train on it,
    5 epochs of 10 batches; served vs the ideal max(producer, consumer) (the
    consumer alone, measured: its sleeps overshoot on a busy machine), and the
@@ -75,9 +79,12 @@ def fuel_batches() -> lazyseq.View:
 def serve_main(kind: str, directory: str, batch: int, count: int, keys: str | None) -> None:
     if kind == "raw":
         return raw_server(batch)
+    if kind == "handwritten":
+        return handwritten_server(directory, batch, count)
     source = fuel_batches() if kind == "fuel" else gathered_batches(directory, batch, count)
     keypair = tuple(k.encode() for k in keys.split(",")) if keys else None
-    server = lazyseq.serve(source, "tcp://127.0.0.1:0", nworkers=2 if kind == "batches" else 0, curve_keypair=keypair)
+    address = f"ipc://{directory}/served.sock" if kind == "batches-ipc" else "tcp://127.0.0.1:0"
+    server = lazyseq.serve(source, address, nworkers=0 if kind == "fuel" else 2, curve_keypair=keypair)
     print(server.address, flush=True)
     try:
         server.serve_forever()
@@ -97,6 +104,31 @@ def raw_server(batch: int) -> None:
         if request == b"stop":
             break
         socket.send_multipart([client, b"item", payload], copy=False)
+    socket.close(0)
+    context.term()
+
+
+def handwritten_server(directory: str, batch: int, count: int) -> None:
+    """A ROUTER that gathers the batches of ``gathered_batches`` with numpy alone and sends each as it is made."""
+    files = [np.load(path, mmap_mode="r") for path in make_files(directory)]
+    picks = np.random.default_rng(1).integers(0, len(files) * ROWS_PER_FILE, size=batch * count)
+    context = zmq.Context()
+    socket = context.socket(zmq.ROUTER)
+    port = socket.bind_to_random_port("tcp://127.0.0.1")
+    print(f"tcp://127.0.0.1:{port}", flush=True)
+    sent = 0
+    while True:
+        client, request = socket.recv_multipart()
+        if request == b"stop":
+            break
+        rows = picks[sent % count * batch : (sent % count + 1) * batch]
+        sent += 1
+        which, row = np.divmod(rows, ROWS_PER_FILE)
+        out = np.empty((batch, WIDTH))
+        for k, file in enumerate(files):
+            here = which == k
+            out[here] = file[row[here]]
+        socket.send_multipart([client, b"item", out], copy=False)
     socket.close(0)
     context.term()
 
@@ -190,17 +222,21 @@ def bench_loader_bound(directory: str, count: int, repeats: int) -> tuple[list[l
     batch_bytes = {"256 x 248 (0.5 MiB)": 256, "528 x 248 (1 MiB)": 528}
     rows, results = [], []
     for label, batch in batch_bytes.items():
-        servers = {kind: ServerProcess(kind, directory, batch, count) for kind in ("batches", "raw")}
+        kinds = ("batches", "batches-ipc", "handwritten", "raw")
+        servers = {kind: ServerProcess(kind, directory, batch, count) for kind in kinds}
         try:
             view = gathered_batches(directory, batch, count)
             runs = {
                 "local prefetch, 2 threads": local_run(view, 2),
                 "served, server's 2 threads": served_run(servers["batches"].address),
+                "served over ipc://": served_run(servers["batches-ipc"].address),
+                "hand-written server, numpy": raw_run(servers["handwritten"].address, count),
                 "raw pyzmq, same bytes": raw_run(servers["raw"].address, count),
             }
             times = measure(runs, repeats)
         finally:
-            stop_raw(servers["raw"].address)
+            for kind in ("raw", "handwritten"):
+                stop_raw(servers[kind].address)
             for server in servers.values():
                 server.stop()
         gigabytes = batch * WIDTH * 8 * count / 1e9
@@ -209,15 +245,19 @@ def bench_loader_bound(directory: str, count: int, repeats: int) -> tuple[list[l
             rows.append(
                 [label, name, f"{best:.3f} s", f"{statistics.median(seconds):.3f} s", f"{gigabytes / best:.2f}"]
             )
-        local, served, raw = (min(times[name]) for name in runs)
-        results.append(
-            Result(
-                f"1. {label}: served vs local prefetch", f"{served:.3f} s", f"{local:.3f} s", f"{local / served:.2f}"
+        local, served, ipc, handwritten, raw = (min(times[name]) for name in runs)
+        for reference, name, seconds in [
+            ("local prefetch", "served", local),
+            ("hand-written server", "served", handwritten),
+            ("raw pyzmq", "served", raw),
+            ("local prefetch", "served over ipc://", local),
+        ]:
+            lazy = ipc if "ipc" in name else served
+            results.append(
+                Result(
+                    f"1. {label}: {name} vs {reference}", f"{lazy:.3f} s", f"{seconds:.3f} s", f"{seconds / lazy:.2f}"
+                )
             )
-        )
-        results.append(
-            Result(f"1. {label}: served vs raw pyzmq", f"{served:.3f} s", f"{raw:.3f} s", f"{raw / served:.2f}")
-        )
     return rows, results
 
 
