@@ -11,13 +11,14 @@ import signal
 import subprocess
 import sys
 import textwrap
+import traceback
 
 import numpy as np
 import pytest
 from loader_helpers import alive, die_on, torch_draw
 
 import lazyseq
-from lazyseq.loading.seeding import worker_states
+from lazyseq.loading.seeding import seed_torch, worker_states
 
 START_METHODS = multiprocessing.get_all_start_methods()
 
@@ -61,6 +62,20 @@ def test_torch_is_reseeded_in_each_worker_process_when_imported(start_method):
     ) as draws:
         values = [float(next(draws)[0]) for _ in range(100)]
     assert len(set(values)) == 100
+
+
+def test_torch_is_seeded_as_manual_seed_seeds_it_and_tracebacks_format_again_after():
+    torch = pytest.importorskip("torch")
+    saved = torch.get_rng_state()
+    try:
+        seed_torch(torch, 2**40 + 3)
+        assert torch.initial_seed() == 2**40 + 3
+        drawn = torch.rand(3)
+        torch.manual_seed(2**40 + 3)
+        assert torch.equal(torch.rand(3), drawn)
+    finally:
+        torch.set_rng_state(saved)
+    assert traceback.format_stack()[-1].startswith('  File "')
 
 
 def test_a_seed_gives_each_worker_its_own_reproducible_state():

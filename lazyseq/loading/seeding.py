@@ -26,10 +26,12 @@ from __future__ import annotations
 import os
 import random
 import sys
+import traceback
+from typing import Any
 
 import numpy as np
 
-__all__ = ["base_seed", "seed_this_worker", "worker_states"]
+__all__ = ["base_seed", "seed_this_worker", "seed_torch", "worker_states"]
 
 
 def base_seed(seed: int | None, start: int) -> int:
@@ -55,4 +57,33 @@ def seed_this_worker(base: int, worker: int) -> None:
     np.random.seed(numpy_words)
     torch = sys.modules.get("torch")  # only if the pipeline already uses it: never imported here
     if torch is not None and hasattr(torch, "manual_seed"):
-        torch.manual_seed(torch_seed)
+        seed_torch(torch, torch_seed)
+
+
+def seed_torch(torch: Any, seed: int) -> None:
+    """``torch.manual_seed(seed)``, without the stack torch would format for its accelerators' deferred seeding.
+
+    Until CUDA (or XPU...) starts in a process, torch defers seeding its
+    generators there and records where it was asked, formatting the stack
+    (``traceback.format_stack``) for the message of a seeding that fails once
+    the device starts. Formatting it reads source files: 2-3 ms of a fresh
+    worker's first task on a machine without accelerators. The record is left
+    empty (the function is swapped for the call, in a worker that runs nothing
+    else yet); the seeds are set as ``torch.manual_seed`` sets them.
+
+    >>> class Torch:  # a stand-in, as torch defers a device's seeding
+    ...     def manual_seed(self, seed):
+    ...         print(seed, traceback.format_stack())
+    >>> seed_torch(Torch(), 1234)
+    1234 []
+    """
+    format_stack = traceback.format_stack
+    traceback.format_stack = _no_stack
+    try:
+        torch.manual_seed(seed)
+    finally:
+        traceback.format_stack = format_stack
+
+
+def _no_stack(*args: Any, **kwargs: Any) -> list[str]:
+    return []
