@@ -246,13 +246,12 @@ def bench_loader_bound(directory: str, count: int, repeats: int) -> tuple[list[l
                 [label, name, f"{best:.3f} s", f"{statistics.median(seconds):.3f} s", f"{gigabytes / best:.2f}"]
             )
         local, served, ipc, handwritten, raw = (min(times[name]) for name in runs)
-        for reference, name, seconds in [
-            ("local prefetch", "served", local),
-            ("hand-written server", "served", handwritten),
-            ("raw pyzmq", "served", raw),
-            ("local prefetch", "served over ipc://", local),
+        for name, lazy, reference, seconds in [
+            ("served", served, "local prefetch", local),
+            ("served", served, "hand-written server", handwritten),
+            ("served", served, "raw pyzmq", raw),
+            ("served over ipc://", ipc, "local prefetch", local),
         ]:
-            lazy = ipc if "ipc" in name else served
             results.append(
                 Result(
                     f"1. {label}: {name} vs {reference}", f"{lazy:.3f} s", f"{seconds:.3f} s", f"{seconds / lazy:.2f}"
