@@ -42,6 +42,11 @@ def return_unpicklable(x):
     return threading.Lock()
 
 
+def return_unpicklable_beside_an_array(x):
+    """Item 7 holds an array (in a shared-memory slot by then) and a lock; the others an array and None."""
+    return (np.full(3, x), threading.Lock()) if x == 7 else (np.full(3, x), None)
+
+
 def die_on(target, how):
     def item(x):
         if x == target:

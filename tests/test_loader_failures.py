@@ -19,6 +19,7 @@ from loader_helpers import (
     prefetch,
     raise_unpicklable,
     return_unpicklable,
+    return_unpicklable_beside_an_array,
 )
 
 import lazyseq
@@ -109,6 +110,20 @@ def test_a_result_that_cannot_be_pickled_is_an_error_for_that_item_only():
     with prefetch(source, nworkers=1, method="process", start_method="fork") as ahead:
         with pytest.raises(lazyseq.EvaluationError, match=r"prefetch\[1\]: TypeError: the result cannot be sent"):
             ahead[1]
+
+
+def test_a_result_with_arrays_and_a_part_that_cannot_be_pickled_is_an_error_for_that_item_only():
+    source = lazyseq.smap(return_unpicklable_beside_an_array, range(12))
+    with prefetch(source, nworkers=2, method="process", start_method="fork") as ahead:
+        values = []
+        for i in range(12):
+            try:
+                values.append(int(ahead[i][0][0]))
+            except lazyseq.EvaluationError as error:
+                values.append(str(error).split(": ")[:3])
+        assert ahead.workers_running  # no worker died of it
+    failure = ["failed to compute prefetch[7]", "TypeError", "the result cannot be sent from the worker process"]
+    assert values == [0, 1, 2, 3, 4, 5, 6, failure, 8, 9, 10, 11]
 
 
 def test_a_pipeline_that_cannot_be_pickled_is_reported_before_workers_start_naming_the_part():

@@ -141,22 +141,26 @@ def _serve(conn: Connection, job: Any, blas: WorkerLimit, outbox: Outbox) -> Non
 
 
 def _result_message(task: Hashable, slot: int, result: Any, slots: WorkerSlots | None, seconds: float) -> bytes:
-    """The message that brings ``result`` back: its skeleton if its arrays fit in the slot, else all of it."""
-    arrays: list = []
-    skeleton = flatten(result, arrays)
-    if arrays and slot >= 0 and slots is not None:
-        layout = place_in_slot(slots.slot(slot), slots.address(slot), arrays)
-        if layout is not None:
-            return encode(SharedResult(task, slot, skeleton, layout, seconds))
-    needed = layout_of(arrays)[1]
+    """The message that brings ``result`` back, or the failure of its task if some part of it cannot be pickled."""
     try:
-        return encode(PickledResult(task, slot, result, needed, seconds))
+        return _encode_result(task, slot, result, slots, seconds)
     except Exception as error:
         message = f"the result cannot be sent from the worker process: {type(error).__name__}: {error}"
         try:
             raise TypeError(message) from error
         except TypeError as wrapped:
             return encode(TaskFailed(task, slot, capture(wrapped)))
+
+
+def _encode_result(task: Hashable, slot: int, result: Any, slots: WorkerSlots | None, seconds: float) -> bytes:
+    """``result`` encoded: its skeleton (the parts other than arrays, pickled) if its arrays fit in the slot, else all of it."""
+    arrays: list = []
+    skeleton = flatten(result, arrays)
+    if arrays and slot >= 0 and slots is not None:
+        layout = place_in_slot(slots.slot(slot), slots.address(slot), arrays)
+        if layout is not None:
+            return encode(SharedResult(task, slot, skeleton, layout, seconds))
+    return encode(PickledResult(task, slot, result, layout_of(arrays)[1], seconds))
 
 
 class BuiltInPlace:
