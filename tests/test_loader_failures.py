@@ -166,6 +166,7 @@ def test_a_worker_that_dies_is_reported_with_its_pid_and_exit_code(how, code):
         list(ahead)
     message = str(info.value)
     assert message.startswith("prefetch: worker process ") and f"died with {code} while computing item" in message
+    assert 5 in info.value.tasks  # what the worker held, as the engine names its tasks
     assert "(pid " in message
     assert not ahead.workers_running and multiprocessing.active_children() == []
     ahead.close()

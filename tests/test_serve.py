@@ -6,6 +6,7 @@ Servers listen on 127.0.0.1 only; every server, consumer and process a test star
 import gc
 import logging
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -14,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import served_pipelines
+from loader_helpers import die_on
 
 import lazyseq
 
@@ -183,6 +185,25 @@ def test_a_view_computed_by_the_server_workers(nworkers, method):
             got = [remote[i] for i in range(100)]
             assert got == [local[i] for i in range(100)] and type(got[0]) is np.int64
             assert remote[50] == 150 and remote[0] == 0
+
+
+def test_a_worker_process_that_dies_fails_one_request_and_new_workers_compute_the_rest():
+    source = lazyseq.smap(die_on(5, "exit"), range(20))  # item 5 ends every worker process that computes it
+    with lazyseq.serve(source, LOOPBACK, nworkers=2, method="process") as server:
+        with lazyseq.connect(server.address) as remote:
+            values, failed = [], {}
+            for i in range(20):
+                try:
+                    values.append(remote[i])
+                except lazyseq.LoaderError as error:
+                    failed[i] = str(error)
+            assert remote[6] == 6  # the server goes on serving
+    assert 5 in failed and len(failed) <= 2  # item 5, and at most the one being read when it was first computed
+    assert values == [i for i in range(20) if i not in failed]
+    for i, message in failed.items():  # the items as the consumer numbers them, not the server's task keys
+        assert re.search(
+            rf"could not compute item {i}: .* died with exit code 3 while computing item \d+(, \d+)*$", message
+        )
 
 
 class ByPosition:

@@ -13,14 +13,23 @@ from __future__ import annotations
 import pickle
 import signal
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from ..views import errors
 from ..views.errors import REMOTE_CHAIN, EvaluationError, describe_chain
 from .messages import CapturedError
 
-__all__ = ["LoaderClosed", "LoaderError", "RemoteError", "WorkerDied", "capture", "exit_description", "restore"]
+__all__ = [
+    "LoaderClosed",
+    "LoaderError",
+    "RemoteError",
+    "WorkerDied",
+    "capture",
+    "describe_items",
+    "exit_description",
+    "restore",
+]
 
 
 class LoaderError(errors.LoaderFailure, RuntimeError):
@@ -40,10 +49,19 @@ class LoaderError(errors.LoaderFailure, RuntimeError):
 class WorkerDied(LoaderError):
     """A worker process ended while the loader was running.
 
+    ``tasks`` are the loader's tasks that the worker held (sent to it and
+    not answered): one of them may be what ended it.
+
     >>> import lazyseq
     >>> issubclass(lazyseq.WorkerDied, RuntimeError)
     True
+    >>> lazyseq.WorkerDied("worker process 1 died", tasks=[4, 6]).tasks
+    (4, 6)
     """
+
+    def __init__(self, message: str, tasks: Iterable[Hashable] = ()) -> None:
+        super().__init__(message)
+        self.tasks: tuple[Hashable, ...] = tuple(tasks)
 
 
 class LoaderClosed(LoaderError):
@@ -98,6 +116,20 @@ def restore(captured: CapturedError, where: str) -> BaseException:
     error.add_note(f"raised in {where}; its traceback there:\n{captured.traceback.rstrip()}")
     setattr(error, REMOTE_CHAIN, captured.chain)
     return error
+
+
+def describe_items(items: Iterable[Any]) -> str:
+    """The items a failure concerns, in order where they can be ordered.
+
+    >>> describe_items([12, 3, 7])
+    '3, 7, 12'
+    """
+    listed = list(items)
+    try:
+        listed.sort()
+    except TypeError:  # items that cannot be compared: as they came
+        pass
+    return ", ".join(map(str, listed))
 
 
 def exit_description(code: int | None) -> str:

@@ -29,7 +29,7 @@ import numpy as np
 from .backends import Done
 from .blas_limits import limits_for_workers
 from .buffering import ITEMS_AHEAD
-from .failures import LoaderError, WorkerDied, exit_description, restore
+from .failures import LoaderError, WorkerDied, describe_items, exit_description, restore
 from .fork_safety import forking_workers, started_worker
 from .item_cost import ItemCost
 from .message_reader import EXITED, MessageReader, Unreadable
@@ -156,7 +156,7 @@ class ProcessWorkers:
             if start_hook is not None:
                 start_hook = serialize(start_hook, "start_hook", owner)
         self._conns, self._processes = [], []
-        self._busy: list[set] = []  # tasks sent to each worker, not answered yet
+        self._busy: list[dict] = []  # task -> its argument, for the tasks sent to each worker and not answered yet
         self._backlog = Backlog()  # (task, arg) not sent yet, in order
         self.unsent = self._backlog.waiting
         self._started: set[int] = set()  # workers that said they are ready
@@ -176,7 +176,7 @@ class ProcessWorkers:
                     theirs.close()
                     self._conns.append(mine)
                     self._processes.append(process)
-                    self._busy.append(set())
+                    self._busy.append({})
         except BaseException:
             self.close()
             raise
@@ -234,7 +234,7 @@ class ProcessWorkers:
             run[0].append(entry)
             run[1].append(slot)
         for k, (its_tasks, its_slots) in runs.items():
-            busy[k].update(task for task, _ in its_tasks)
+            busy[k].update(its_tasks)
             try:
                 self._write(k, encode_run(its_tasks, its_slots))
             except OSError:  # the worker is gone: say so, not "broken pipe"
@@ -282,7 +282,9 @@ class ProcessWorkers:
         exited = []
         for k, message in reader.take(0 if found else timeout):
             if type(message) is _InSlots:  # the common case first
-                self._busy[k].difference_update([done.task for done in message.found])
+                busy = self._busy[k]
+                for done in message.found:
+                    busy.pop(done.task, None)
                 self._timed(message.seconds)
                 found += message.found
             elif message is EXITED:
@@ -314,7 +316,7 @@ class ProcessWorkers:
                 raise LoaderError(f"{self._owner}: start_hook failed in worker process {k}") from error
             raise LoaderError(f"{self._owner}: worker process {k} could not start: {message.stage} failed") from error
         task, slot = message.task, message.slot
-        self._busy[k].discard(task)
+        self._busy[k].pop(task, None)
         if slot >= 0:
             assert self._slots is not None
             self._slots.give_back(slot)
@@ -385,8 +387,8 @@ class ProcessWorkers:
             return
         process = self._processes[k]
         process.join(STOP_SECONDS)  # the sentinel fires as it exits, a moment before its exit code is known
-        busy = sorted(self._busy[k])
-        doing = f" while computing {self._task_name} {', '.join(map(str, busy))}" if busy else ""
+        busy = self._busy[k]  # task -> argument: the item, as the loader's caller numbers it
+        doing = f" while computing {self._task_name} {describe_items(busy.values())}" if busy else ""
         if k not in self._started:  # before our code ran, or while unpickling the pipeline or running start_hook
             doing = (
                 " while starting, before it could compute anything; what it printed (the cause, usually a "
@@ -396,8 +398,9 @@ class ProcessWorkers:
             f"{self._owner}: worker process {k} (pid {process.pid}) died with "
             f"{exit_description(process.exitcode)}{doing}"
         )
+        held = list(busy)
         self.close()
-        raise WorkerDied(message)
+        raise WorkerDied(message, held)
 
     def close(self) -> None:
         """Stop every worker: ask, then SIGTERM, then SIGKILL; release the slots."""

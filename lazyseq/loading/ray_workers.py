@@ -40,7 +40,7 @@ from ray.exceptions import NodeDiedError, TaskCancelledError, WorkerCrashedError
 
 from .backends import Done
 from .buffering import run_length
-from .failures import LoaderError, WorkerDied, capture, restore
+from .failures import LoaderError, WorkerDied, capture, describe_items, restore
 from .item_cost import ItemCost
 from .messages import CapturedError
 from .options import LoaderOptions, UnpicklablePipeline, serialize
@@ -58,10 +58,11 @@ Outcome = tuple[str, Any, Any]  # ("ok", value, seconds), ("error", CapturedErro
 
 
 class InFlight(NamedTuple):
-    """A Ray task sent: the reference to its results, and the loader's tasks it computes."""
+    """A Ray task sent: the reference to its results, the loader's tasks it computes and their arguments."""
 
     ref: ray.ObjectRef
     tasks: list[Hashable]
+    args: list
 
 
 def connect_to_ray(owner: str) -> None:
@@ -132,7 +133,7 @@ class RayWorkers:
             if tasks:
                 ref = self._remote.remote((self._job,), args, self._seed, self._sent)
                 future = ref.future()
-                running[future] = InFlight(ref, tasks)
+                running[future] = InFlight(ref, tasks, args)
                 future.add_done_callback(functools.partial(_wake, self._signal))
                 self._sent += 1
 
@@ -173,7 +174,7 @@ class RayWorkers:
         return found
 
     def _receive(self, future: Future, found: list[Done]) -> None:
-        tasks = self.running.pop(future).tasks
+        _, tasks, args = self.running.pop(future)
         error = future.exception()
         if isinstance(error, TaskCancelledError):
             found.extend(Done(task, "skipped", None) for task in tasks)
@@ -181,13 +182,14 @@ class RayWorkers:
         if isinstance(error, (WorkerCrashedError, NodeDiedError)):
             self.close()
             raise WorkerDied(
-                f"{self._owner}: the Ray worker computing {self._task_name} {', '.join(map(str, tasks))} died "
-                f"{RETRIES + 1} times; the last time: {type(error).__name__}: {error}"
+                f"{self._owner}: the Ray worker computing {self._task_name} {describe_items(args)} died "
+                f"{RETRIES + 1} times; the last time: {type(error).__name__}: {error}",
+                tasks,
             ) from error
         if error is not None:
             self.close()
             raise LoaderError(
-                f"{self._owner}: Ray could not compute {self._task_name} {', '.join(map(str, tasks))}: "
+                f"{self._owner}: Ray could not compute {self._task_name} {describe_items(args)}: "
                 f"{type(error).__name__}: {error}"
             ) from error
         outcomes: list[Outcome] = future.result()

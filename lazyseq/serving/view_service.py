@@ -16,7 +16,7 @@ from typing import Any, cast
 from ..loading.backends import Done
 from ..loading.buffering import SLOT_BUDGET, Buffering
 from ..loading.engine import Engine
-from ..loading.failures import LoaderError
+from ..loading.failures import LoaderError, WorkerDied
 from ..loading.jobs import ReadItem
 from ..loading.options import LoaderOptions
 from ..views.base import View
@@ -31,11 +31,12 @@ Send = Callable[[bytes, bytes, Any, list], None]  # (consumer, kind, header, buf
 class _Reads:
     """What one consumer asked for and what is computed for it."""
 
-    __slots__ = ("waiting", "held", "last", "frontier", "steady")
+    __slots__ = ("waiting", "held", "suspects", "last", "frontier", "steady")
 
     def __init__(self) -> None:
         self.waiting: dict[int, list[int]] = {}  # index -> the request numbers waiting for it
         self.held: set[int] = set()  # indices computed or in progress for this consumer
+        self.suspects: set[int] = set()  # held by a worker process that died: computed only when asked for
         self.last = -1  # the index asked for last: reads are assumed to start in order
         self.frontier = 0  # the next index to compute ahead while reads go in order
         self.steady = True  # whether the last read followed the one before: only then are items computed ahead
@@ -57,6 +58,7 @@ class ViewService:
         self._reads: dict[bytes, _Reads] = {}
         self._engine: Engine | None = None
         self._starts = 0
+        self._ask_again = False  # whether requests wait that failed workers left unanswered
 
     def info(self) -> dict[str, Any]:
         view = self.view
@@ -161,7 +163,7 @@ class ViewService:
         # Ray, processes: the capacity follows the timings, which the engine has
         limit = self.max_buffered.capacity(None) if engine is None else engine.capacity
         while ahead < limit and (n is None or j < n):
-            if j not in reads.held:
+            if j not in reads.held and j not in reads.suspects:
                 wanted.append(j)
                 ahead += 1
             j += 1
@@ -184,6 +186,8 @@ class ViewService:
 
     def work(self) -> None:
         """Take the results that have arrived, and send those that consumers asked for."""
+        if self._ask_again:  # the last workers failed: new ones compute what is still waited for
+            self._resubmit_waiting()
         engine = self._engine
         if engine is None or not engine.pending:
             return
@@ -191,6 +195,8 @@ class ViewService:
             engine.collect(0.0)
         except LoaderError as error:
             self._engine_failed(error)
+            if self._ask_again:
+                self._resubmit_waiting()
             return
         for key in list(engine.ready):
             consumer, i = cast(tuple[bytes, int], key)
@@ -211,6 +217,7 @@ class ViewService:
     def _deliver(self, consumer: bytes, reads: _Reads, i: int, done: Done) -> None:
         reqs = reads.waiting.pop(i)
         reads.held.discard(i)
+        reads.suspects.discard(i)
         if done.status == "error":
             header = failure_header(done.value)
             for req in reqs:
@@ -230,17 +237,56 @@ class ViewService:
             self.send(consumer, b"item", {"req": req, "index": i, "tree": tree}, buffers)
 
     def _engine_failed(self, error: LoaderError) -> None:
-        """The workers cannot go on: every waiting request hears why; the next one starts new workers."""
+        """The workers cannot go on; which waiting requests hear why, and which are asked of new workers.
+
+        A worker process that died held some items, in the order they were
+        sent to it, one of which may have ended it. Of those a consumer waits
+        for, one request hears why: the first sent among those held by a
+        worker that died before (an item that ends every worker computing it
+        is held by each), else the first sent (the one the worker most likely
+        computed); for a consumer that waits for none of them, the first item
+        it waits for, as ``prefetch`` raises for the item being read. Every
+        other waiting request is asked of new workers, which compute the
+        dead worker's other items only when they are asked for, not ahead.
+        So a worker killed from outside costs each consumer one item, an
+        item that ends every worker fails its own request once it is asked
+        for (after one other, typically), and the server never starts
+        workers forever while requests wait. Any other failure (workers that
+        cannot start, say): every waiting request hears why.
+        """
         engine, self._engine = self._engine, None
         if engine is not None:
             engine.close()
+        tasks = cast("list[tuple[bytes, int]]", error.tasks) if isinstance(error, WorkerDied) else None
+        held = None if tasks is None else {task: k for k, task in enumerate(tasks)}
         message = f"the server's workers failed: {type(error).__name__}: {error}"
         for consumer, reads in self._reads.items():
-            for i, reqs in reads.waiting.items():
-                for req in reqs:
+            if tasks is None or held is None:
+                failed = list(reads.waiting)
+            else:
+                sent = sorted(
+                    (i not in reads.suspects, held[consumer, i], i) for i in reads.waiting if (consumer, i) in held
+                )
+                failed = [sent[0][2]] if sent else sorted(reads.waiting)[:1]
+                reads.suspects.update(i for c, i in tasks if c == consumer)
+            for i in failed:
+                for req in reads.waiting.pop(i):
                     self.send(consumer, b"failed", {"req": req, "index": i, "message": message}, [])
-            reads.waiting.clear()
-            reads.held.clear()
+            reads.held.clear()  # what was computed ahead went with the workers
+            reads.frontier = reads.last + 1
+            self._ask_again = self._ask_again or bool(reads.waiting)
+
+    def _resubmit_waiting(self) -> None:
+        """Ask new workers for the items still waited for after the last ones failed, and for those ahead."""
+        self._ask_again = False
+        engine = self._running_engine()
+        for consumer, reads in list(self._reads.items()):
+            if reads.waiting:
+                self._submit(engine, self._hold(engine, consumer, reads, sorted(reads.waiting)))
+            if self._engine is not engine:  # these workers failed too: the next call asks again
+                return
+            if reads.steady:
+                self._compute_ahead(consumer, reads)
 
     def fds(self) -> list[int]:
         """What the server's thread waits on, besides its sockets: readable when results may be in."""
