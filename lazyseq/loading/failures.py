@@ -118,13 +118,19 @@ def restore(captured: CapturedError, where: str) -> BaseException:
     return error
 
 
-def describe_items(items: Iterable[Any]) -> str:
-    """The items a failure concerns, in order where they can be ordered.
+def describe_items(tasks: Iterable[tuple[Hashable, Any]]) -> str:
+    """The items of ``(task, argument)`` pairs that a failure concerns, in order where they can be ordered.
 
-    >>> describe_items([12, 3, 7])
-    '3, 7, 12'
+    An item is named by its argument, as the loader's caller numbers it (a
+    served view's task is a consumer and an index; its argument the index),
+    or by its task where it has no argument (``load_buffers``' batches).
+
+    >>> describe_items([((b"consumer", 12), 12), ((b"consumer", 3), 3)])
+    '3, 12'
+    >>> describe_items([(4, None), (2, None)])
+    '2, 4'
     """
-    listed = list(items)
+    listed = [task if arg is None else arg for task, arg in tasks]
     try:
         listed.sort()
     except TypeError:  # items that cannot be compared: as they came

@@ -387,8 +387,8 @@ class ProcessWorkers:
             return
         process = self._processes[k]
         process.join(STOP_SECONDS)  # the sentinel fires as it exits, a moment before its exit code is known
-        busy = self._busy[k]  # task -> argument: the item, as the loader's caller numbers it
-        doing = f" while computing {self._task_name} {describe_items(busy.values())}" if busy else ""
+        busy = self._busy[k]
+        doing = f" while computing {self._task_name} {describe_items(busy.items())}" if busy else ""
         if k not in self._started:  # before our code ran, or while unpickling the pipeline or running start_hook
             doing = (
                 " while starting, before it could compute anything; what it printed (the cause, usually a "

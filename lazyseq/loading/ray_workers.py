@@ -182,14 +182,14 @@ class RayWorkers:
         if isinstance(error, (WorkerCrashedError, NodeDiedError)):
             self.close()
             raise WorkerDied(
-                f"{self._owner}: the Ray worker computing {self._task_name} {describe_items(args)} died "
+                f"{self._owner}: the Ray worker computing {self._task_name} {describe_items(zip(tasks, args))} died "
                 f"{RETRIES + 1} times; the last time: {type(error).__name__}: {error}",
                 tasks,
             ) from error
         if error is not None:
             self.close()
             raise LoaderError(
-                f"{self._owner}: Ray could not compute {self._task_name} {describe_items(args)}: "
+                f"{self._owner}: Ray could not compute {self._task_name} {describe_items(zip(tasks, args))}: "
                 f"{type(error).__name__}: {error}"
             ) from error
         outcomes: list[Outcome] = future.result()
