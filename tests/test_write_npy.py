@@ -586,6 +586,13 @@ def test_items_that_change_shape_or_dtype_are_named(tmp_path):
     )
     with pytest.raises(TypeError, match=r"dict keys name the files of their field, .* got 'a/b'"):
         lazyseq.write_npy([{"a/b": 1}], tmp_path / "d")
+    with pytest.raises(TypeError) as info:  # its temporary file's name would not fit in 255 bytes
+        lazyseq.write_npy([{"k" * 240: 1}], tmp_path / "e")
+    assert str(info.value) == (
+        "write_npy: item 0: dict keys name the files of their field, so they must be at most 200 characters long "
+        "(a file name holds 255), got one of 240: kkkkkkkkkkkkkkkkkkkk..."
+    )
+    assert not os.path.exists(tmp_path / "e")  # refused before the directory is touched
 
 
 @pytest.mark.parametrize("rows_per_shard", [None, 1, 2, 3])
@@ -603,10 +610,14 @@ def test_what_is_accepted_and_how_it_is_named_does_not_depend_on_the_blocks(tmp_
         ("dtype", np.ones(2, np.float64), "ValueError: float64 values, which do not fit the float32 of item 0"),
         ("keys", {"b": np.ones(2)}, "TypeError: item 3 is a dict with keys ['b'], but item 0 is an array"),
         ("length", (np.ones(2), np.ones(2)), "TypeError: item 3 is a tuple of 2, but item 0 is an array"),
+        ("kind", (1.0, 1.0), "TypeError: item 3 is a tuple of 2, but item 0 is an array"),  # stacks as a row would
     ]:
         with pytest.raises(lazyseq.EvaluationError, match=rf"failed at item 3: {re.escape(message)}") as info:
             lazyseq.write_npy(items[:3] + [odd], tmp_path / f"odd-{name}", rows_per_shard=rows_per_shard)
         assert "manifest.json" not in os.listdir(tmp_path / f"odd-{name}"), info.value
+    message = "TypeError: item 3 is an array, but item 0 is a tuple of 2"
+    with pytest.raises(lazyseq.EvaluationError, match=rf"failed at item 3: {re.escape(message)}"):
+        lazyseq.write_npy([(1, 2)] * 3 + [np.array([1, 2])], tmp_path / "odd-array", rows_per_shard=rows_per_shard)
 
 
 def test_only_its_own_temporary_files_are_removed(tmp_path):

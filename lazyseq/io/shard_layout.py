@@ -37,6 +37,7 @@ __all__ = [
 BLOCK_BYTES = 4 * 2**20  # about how much of a shard is computed (and held in memory) at once
 ARRAY_FIELD = "data"  # the name of the one field of array items
 _FIELD_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=-]*")  # a dict key that can be part of a file name
+MAX_FIELD_NAME = 200  # characters: "<key>-<shard>.npy", written as ".<that>.<8 hex>.tmp", within 255 bytes
 _SUM64 = re.compile(r"[0-9a-f]{32}")
 SHARD_FILE_NAME = re.compile(_FIELD_NAME.pattern + r"-[0-9]{5,}\.npy")  # as file_name() makes them
 MANIFEST = "manifest.json"  # written last: the directory is complete
@@ -223,12 +224,16 @@ class Layout:
         if stored is not None:
             return self.field_arrays(stored, rows)
         chunk = view._get_many(rows)  # the pipeline's own errors propagate as they are
-        try:
-            return self.field_arrays(_collated(chunk, rows), rows)
-        except (TypeError, ValueError) as error:
-            if len(rows) == 1:
-                error.failed_item = rows.start  # type: ignore[union-attr]  # read by write_npy's message
-                raise
+        # Items made one by one collate as the first one is made (an array among tuples is indexed as one): each
+        # is checked to be of the kind of item 0 first, or the block's items are taken one by one.
+        kind = self.kind
+        if type(chunk) is not list or all(_kind_of(item) == kind for item in chunk):
+            try:
+                return self.field_arrays(_collated(chunk, rows), rows)
+            except (TypeError, ValueError) as error:
+                if len(rows) == 1:
+                    error.failed_item = rows.start  # type: ignore[union-attr]  # read by write_npy's message
+                    raise
         per_item = []
         for i, item in zip(rows, chunk_rows(chunk)):
             try:
@@ -309,6 +314,15 @@ def _collated(chunk: Any, rows: range) -> Any:
         ) from None
 
 
+def _kind_of(item: Any) -> Kind:
+    """The kind of one item, as :func:`_parts` names the kind of a batch of them."""
+    if isinstance(item, Mapping):
+        return "dict"
+    if isinstance(item, (tuple, list)):
+        return "tuple"
+    return "array"
+
+
 def _parts(batch: Any) -> tuple[Kind, list[str], list[Any]]:
     """What a batch of items is: its kind, its field names, one value per field."""
     if isinstance(batch, np.ndarray):
@@ -323,6 +337,11 @@ def _parts(batch: Any) -> tuple[Kind, list[str], list[Any]]:
                 raise TypeError(
                     f"dict keys name the files of their field, so they must be strings of letters, digits and "
                     f"'_.+=-' (not starting with one of '.+=-'), got {key!r}"
+                )
+            if len(key) > MAX_FIELD_NAME:
+                raise TypeError(
+                    f"dict keys name the files of their field, so they must be at most {MAX_FIELD_NAME} characters "
+                    f"long (a file name holds 255), got one of {len(key)}: {key[:20]}..."
                 )
         return "dict", list(batch), list(batch.values())
     raise TypeError(
