@@ -403,6 +403,56 @@ def test_a_stream_consumer_that_left_frees_its_items_for_another():
             assert sorted(second) == list(range(1, 10))
 
 
+def test_a_consumer_collected_without_close_says_goodbye_too():
+    context = zmq.Context()
+    router = context.socket(zmq.ROUTER)
+    router.setsockopt(zmq.RCVTIMEO, 10_000)  # a missing goodbye fails the test rather than hanging it
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    try:
+        connection = Connection(f"tcp://127.0.0.1:{port}", timeout=30.0)
+        name = connection.name
+        del connection
+        gc.collect()
+        while (frames := router.recv_multipart())[2:3] != [b"bye"]:  # its heartbeat's pings come first
+            pass
+        assert frames == [name, wire.TAG, b"bye", b"{}"]
+    finally:
+        router.close(linger=0)
+        context.term()
+
+
+def test_consumers_of_a_stream_take_turns():
+    gate = threading.Event()
+
+    def items():
+        for k in range(6):
+            gate.wait()
+            yield k
+
+    with lazyseq.serve(items(), LOOPBACK) as server:
+        with lazyseq.connect(server.address) as first, lazyseq.connect(server.address) as second:
+            for consumer in (first, second):  # each asks for 3, and the server has heard it
+                consumer._ask(3, [])
+                consumer.sync()
+            gate.set()
+            assert [next(first) for _ in range(3)] == [0, 2, 4]  # not 0, 1, 2: the first to ask takes no more
+            assert [next(second) for _ in range(3)] == [1, 3, 5]
+
+
+def test_a_server_that_cannot_listen_takes_nothing_from_its_iterable():
+    with lazyseq.serve(iter(range(3)), LOOPBACK) as server:
+        items = iter(range(30))
+        with pytest.raises(OSError, match="serve: cannot listen at"):
+            lazyseq.serve(items, server.address)
+        assert next(items) == 0
+
+
+def test_arrays_of_values_of_no_bytes_travel():
+    tree, buffers = wire.encode((np.zeros(3, "V0"), np.zeros((2, 0))))
+    empty, nothing = wire.decode(tree, [memoryview(b).cast("B") for b in buffers])
+    assert empty.dtype == np.dtype("V0") and empty.shape == (3,) and nothing.shape == (2, 0)
+
+
 # -- errors ---------------------------------------------------------------------------------
 
 

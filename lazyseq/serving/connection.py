@@ -197,11 +197,7 @@ class Connection:
         except OSError:
             pass
         with self._using:
-            try:
-                self._socket.send_multipart([wire.TAG, b"bye", wire.dumps({})], self._zmq.NOBLOCK)
-            except Exception:  # nobody to say it to
-                pass
-            self._finalizer()
+            self._finalizer()  # says goodbye first
 
 
 class _InUse:
@@ -306,8 +302,13 @@ class _Heartbeat(threading.Thread):
 
 
 def _close(pid: int, socket: Any, heartbeat: _Heartbeat, context: Any, wake_fds: tuple[int, int]) -> None:
+    """Say goodbye and release what a connection holds: on ``close()``, and on garbage collection without it."""
     if os.getpid() != pid:  # a forked child inherited a copy: the sockets and the thread are its parent's
         return
+    try:  # the server frees what it held for this consumer at once (a stream's items go to others)
+        send_frames(socket, [wire.TAG, b"bye", wire.dumps({})], DONTWAIT)
+    except Exception:  # nobody to say it to
+        pass
     socket.close(linger=BYE_LINGER_MS)  # a moment for "bye" to leave; the server times out the consumer anyway
     heartbeat.stop()
     context.term()

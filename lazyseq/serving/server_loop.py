@@ -143,6 +143,7 @@ class ServerLoop:
         watched: set[int] = set()  # the service's file descriptors in the poller
         last_sweep = time.monotonic()
         try:
+            service.work()  # listening now: a stream draws its first items before anyone asks
             while True:
                 fds = set(service.fds())
                 for fd in watched - fds:

@@ -83,7 +83,8 @@ class StreamService:
         self._seq = 0  # the next item to ask the drawer for
         self.exhausted = False
         self.token = ""  # this server instance, in each item's header (set by the server)
-        self._draw_ahead()
+        # Nothing is drawn yet: a server that cannot listen (a port in use, say) takes no item from the iterable.
+        # Its thread draws the first ones (work()) once it listens.
 
     def info(self) -> dict[str, Any]:
         return {"kind": self.kind}
@@ -156,21 +157,30 @@ class StreamService:
             self._seq += room
 
     def _hand_out(self) -> None:
-        for consumer, state in self._consumers.items():
-            while state.wanted:
-                if self._returned:
-                    entry = self._returned.popleft()
-                elif self._drawn:
-                    entry = self._drawn.popleft()
-                else:
-                    if self.exhausted and not any(c.unacked for c in self._consumers.values()):
-                        self.send(consumer, b"end", {}, [])
-                        state.wanted = 0
+        """Items to the consumers that asked, one each in turn: consumers reading as fast get as many.
+
+        A consumer handed an item goes to the end of the line, so the next
+        item goes to another one that waits (a slow stream is shared, not
+        taken by whoever asked first).
+        """
+        consumers, returned, drawn = self._consumers, self._returned, self._drawn
+        while returned or drawn:
+            waiting = [consumer for consumer, state in consumers.items() if state.wanted]
+            if not waiting:
+                break
+            for consumer in waiting:
+                if not (returned or drawn):
                     break
-                seq, kind, header, buffers = entry
+                seq, kind, header, buffers = returned.popleft() if returned else drawn.popleft()
+                state = consumers[consumer] = consumers.pop(consumer)  # to the end of the line
                 state.unacked[seq] = (kind, header, buffers)
                 state.wanted -= 1
                 self.send(consumer, kind, header, buffers)
+        if self.exhausted and not (returned or drawn) and not any(s.unacked for s in consumers.values()):
+            for consumer, state in consumers.items():
+                if state.wanted:
+                    self.send(consumer, b"end", {}, [])
+                    state.wanted = 0
         self._draw_ahead()
 
     def close(self) -> None:

@@ -259,7 +259,12 @@ def _array(buffers: Sequence, used: list, k: Any, dtype_name: Any, shape: Any) -
         raise ProtocolError(
             f"buffer {k} holds {buffer.nbytes} bytes, an array {dtype} {tuple(shape)} needs {count * dtype.itemsize}"
         )
-    return np.frombuffer(buffer, dtype).reshape(shape)
+    if not dtype.itemsize:  # np.frombuffer refuses values of no bytes ("V0"): there is nothing to read
+        return np.empty(shape, dtype)
+    try:
+        return np.frombuffer(buffer, dtype).reshape(shape)
+    except (TypeError, ValueError) as error:  # numpy refuses something the checks above let through
+        raise ProtocolError(f"buffer {k} cannot be read as an array {dtype} {tuple(shape)}: {error}") from None
 
 
 def _short(value: Any) -> str:
