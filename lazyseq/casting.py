@@ -1,9 +1,10 @@
 """Casts that keep every value: what writing results into an array of another dtype may do without a change.
 
 numpy's ``same_kind`` casting lets a string into a shorter string dtype (cut
-short) and an integer into a narrower integer dtype (wrapped around):
-:func:`keeps_values` tells whether the values at hand survive such a cast
-(and an integer cast to bool: only 0 and 1 do).
+short), an integer into a narrower integer dtype (wrapped around), and a
+float into narrower floats (inf where it is too large): :func:`keeps_values`
+tells whether the values at hand survive such a cast (and an integer cast to
+bool: only 0 and 1 do). Floats that lose precision to narrower ones are kept.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ __all__ = ["keeps_values"]
 
 
 def keeps_values(values: np.ndarray, dtype: np.dtype) -> bool:
-    """Whether casting ``values`` to ``dtype`` (of the same kind) cuts no string and wraps no integer.
+    """Whether casting ``values`` to ``dtype`` (of the same kind) cuts no string, wraps no integer, makes no inf.
 
     >>> keeps_values(np.array(["a", "giraffe"]), np.dtype("U3")), keeps_values(np.array([5, 200]), np.dtype("u1"))
     (False, True)
     >>> keeps_values(np.array([-1]), np.dtype("u1"))
     False
+    >>> keeps_values(np.array([1e39, np.inf]), np.dtype("f4")), keeps_values(np.array([0.1, np.inf]), np.dtype("f4"))
+    (False, True)
     """
     if values.size == 0:
         return True
@@ -31,4 +34,8 @@ def keeps_values(values: np.ndarray, dtype: np.dtype) -> bool:
     if values.dtype.kind in "iub" and dtype.kind in "iu":
         limits = np.iinfo(dtype)
         return bool(values.min() >= limits.min and values.max() <= limits.max)
+    if values.dtype.kind in "fc" and dtype.kind in "fc" and dtype.itemsize < values.dtype.itemsize:
+        with np.errstate(over="ignore"):  # a finite number too large for the narrower floats becomes inf
+            cast = values.astype(dtype)
+        return bool((np.isfinite(cast) | ~np.isfinite(values)).all())
     return True

@@ -61,10 +61,14 @@ def evaluate(
     then a memory map of it), or a tuple or dict of those matching what
     ``fn`` returns. Arrays that evaluate makes (in memory, or a file at a
     path) take the dtype of the first batch and widen when a later one needs
-    it (longer strings, floats after integers: a file is then written anew);
-    an array you give keeps its dtype, takes casts of the same kind (float64
-    results into float32), and refuses results that would not survive them (a
-    string cut short, an integer out of range) with a ``TypeError``. To split the work across processes or machines, give
+    it (longer strings, floats after integers: a file is then written anew),
+    but never into another kind of value (numbers into strings, int64 and
+    uint64 into floats: a ``TypeError``); an array you give keeps its dtype,
+    takes casts of the same kind (float64 results into float32), and refuses
+    results that would not survive them (a string cut short, an integer out
+    of range, a number too large for its floats) with a ``TypeError``. Two
+    outputs may not be the same file or share memory. An exception raised by
+    ``fn`` is raised as it is, with a note naming the batch and its items. To split the work across processes or machines, give
     each one ``lazyseq.shard(data, rank, world_size)``: every item is
     evaluated exactly once. ``progress`` shows a bar (see
     :mod:`lazyseq.progress`).
@@ -101,7 +105,13 @@ def evaluate(
         with progress_bar(len(batches), description, progress) as bar:
             for k, batch in enumerate(batches):
                 rows = min(batch_size, n - start)
-                outputs.write(fn(batch), start, rows, k)
+                try:
+                    result = fn(batch)
+                except Exception as error:  # raised as it is, with where it happened
+                    error.add_note(f"raised on batch {k} (items {start} to {start + rows - 1}) in {description}")
+                    raise
+                outputs.write(result, start, rows, k)
+                del result
                 del batch  # a batch from a shared slot can be reused as soon as it is dropped
                 start += rows
                 bar.update()
@@ -143,6 +153,7 @@ class _Outputs:
         if self.skeleton is None:
             self.skeleton, self.row_shapes = skeleton, row_shapes
             targets = _match_out(self.out, skeleton, len(leaves))
+            _check_distinct(targets)
             for leaf, target in zip(leaves, targets):
                 array, owned = _destination(target, leaf, self.total)
                 self.arrays.append(array)
@@ -160,13 +171,14 @@ class _Outputs:
         target = self.arrays[k]
         if not np.can_cast(leaf.dtype, target.dtype, "safe"):
             if self.owned[k]:  # our own array or file: widen it (a longer string, floats after ints)
-                target = self.arrays[k] = self._widened(k, np.promote_types(target.dtype, leaf.dtype), start)
+                target = self.arrays[k] = self._widened(k, _wider(target.dtype, leaf.dtype, batch_index), start)
             elif not np.can_cast(leaf.dtype, target.dtype, "same_kind"):
                 raise TypeError(f"evaluate: cannot write {leaf.dtype} results into the {target.dtype} output")
             elif not keeps_values(leaf, target.dtype):
                 raise TypeError(
                     f"evaluate: the {leaf.dtype} results of batch {batch_index} do not fit the {target.dtype} output "
-                    "(strings longer than it holds, or integers outside its range): give an output of a wider dtype"
+                    "(strings longer than it holds, integers outside its range, or numbers too large for its floats): "
+                    "give an output of a wider dtype"
                 )
         target[start : start + rows] = leaf
 
@@ -180,8 +192,9 @@ class _Outputs:
         wider = np.lib.format.open_memmap(temporary, mode="w+", dtype=dtype, shape=array.shape)
         wider[:filled] = array[:filled]
         wider.flush()
-        os.replace(temporary, path)  # the memory map follows the file it maps, whatever its name
-        return wider
+        del wider
+        os.replace(temporary, path)
+        return np.load(path, mmap_mode="r+")  # a memory map of the file by its own name (workers reopen it by name)
 
     def result(self) -> Any:
         assert self.skeleton is not None, "no batch was written"
@@ -189,6 +202,56 @@ class _Outputs:
             if isinstance(array, np.memmap):
                 array.flush()
         return rebuild(self.skeleton, self.arrays)
+
+
+_NUMBERS = "biufc"  # bool, integers, floats, complex numbers: one widens into another
+
+
+def _wider(old: np.dtype, new: np.dtype, batch_index: int) -> np.dtype:
+    """The dtype that holds the results so far and those of batch ``batch_index``, without changing any value's kind.
+
+    >>> _wider(np.dtype("i8"), np.dtype("f4"), 1), _wider(np.dtype("U2"), np.dtype("U5"), 1)
+    (dtype('float64'), dtype('<U5'))
+    >>> _wider(np.dtype("i8"), np.dtype("U1"), 3)
+    Traceback (most recent call last):
+    ...
+    TypeError: evaluate: fn returned <U1 results for batch 3, but int64 ones before, and no dtype holds both as they are (numbers, strings and bytes do not mix, and int64 with uint64 would be floats): return one dtype, with .astype in fn
+    """
+    try:
+        wider = np.promote_types(old, new)
+    except TypeError:
+        wider = None
+    if wider is not None:
+        if old.kind in _NUMBERS and new.kind in _NUMBERS:
+            if not (old.kind in "iu" and new.kind in "iu" and wider.kind not in "iu"):
+                return wider
+        elif old.kind == new.kind:  # longer strings, datetimes of a finer unit
+            return wider
+    raise TypeError(
+        f"evaluate: fn returned {new.str} results for batch {batch_index}, but {old} ones before, and no dtype holds "
+        "both as they are (numbers, strings and bytes do not mix, and int64 with uint64 would be floats): return one "
+        "dtype, with .astype in fn"
+    )
+
+
+def _check_distinct(targets: list) -> None:
+    """A ``ValueError`` if two of the outputs are one file or share memory: each result would overwrite the other."""
+    for a in range(len(targets)):
+        for b in range(a):
+            first, second = targets[b], targets[a]
+            if isinstance(first, (str, os.PathLike)) and isinstance(second, (str, os.PathLike)):
+                same = os.path.abspath(first) == os.path.abspath(second)
+            else:
+                same = (
+                    isinstance(first, np.ndarray)
+                    and isinstance(second, np.ndarray)
+                    and np.may_share_memory(first, second)
+                )
+            if same:
+                raise ValueError(
+                    f"evaluate: out gives the same {'file' if isinstance(first, (str, os.PathLike)) else 'memory'} "
+                    f"for results {b} and {a}: each would overwrite the other; give each result its own"
+                )
 
 
 def _in_order_of(skeleton: tuple, result: Any) -> Any:

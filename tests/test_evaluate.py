@@ -114,6 +114,39 @@ def test_owned_outputs_widen_when_later_batches_need_it():
     assert numbers.tolist() == [0.0, 1.0, 2.5, 3.5]
 
 
+def test_widening_keeps_the_kind_of_every_value():
+    # int64 then uint64 made floats (2**62 + 1 read back as 2**62), numbers then strings made strings
+    for first, later, name in [
+        (np.array([2**62 + 1]), np.array([2**64 - 1], np.uint64), "<u8"),
+        (np.array([0]), np.array(["x"]), "<U1"),
+        (np.array(["2026-01-01"], "datetime64[D]"), np.array([3]), "<i8"),
+    ]:
+        with pytest.raises(TypeError) as caught:
+            lazyseq.evaluate(lambda b, first=first, later=later: first if b[0] == 0 else later, [0, 1], batch_size=1)
+        assert str(caught.value).startswith(f"evaluate: fn returned {name} results for batch 1, but {first.dtype} ones")
+    wider = lazyseq.evaluate(lambda b: b.astype(np.uint8) if b[0] == 0 else b.astype(np.int8) - 1, [0, 1], batch_size=1)
+    assert wider.dtype == np.int16 and wider.tolist() == [0, 0]  # integers that an integer dtype holds together
+
+
+def test_the_same_output_twice_is_refused(tmp_path):
+    shared = np.empty(4)
+    for out in [(shared, shared), (shared[:4], shared), (tmp_path / "p.npy", str(tmp_path / "p.npy"))]:
+        with pytest.raises(ValueError, match=r"^evaluate: out gives the same (file|memory) for results 0 and 1"):
+            lazyseq.evaluate(lambda b: (b, 2 * b), np.arange(4.0), batch_size=2, out=out)
+
+
+@pytest.mark.parametrize("nworkers", [0, 2])
+def test_an_exception_in_fn_is_raised_as_it_is_naming_the_batch(nworkers):
+    def fails_on_the_second(batch):
+        if batch[0] >= 3:
+            raise ZeroDivisionError("no")
+        return batch
+
+    with pytest.raises(ZeroDivisionError) as caught:
+        lazyseq.evaluate(fails_on_the_second, np.arange(8), batch_size=3, nworkers=nworkers)
+    assert caught.value.__notes__ == ["raised on batch 1 (items 3 to 5) in evaluate"]
+
+
 def test_errors():
     data = labelled(10)
     with pytest.raises(TypeError, match="evaluate: fn must be callable, got int"):
@@ -196,6 +229,7 @@ def test_an_output_file_widens_like_an_array_evaluate_makes(tmp_path):
     path = tmp_path / "names.npy"
     got = lazyseq.evaluate(names_of, np.arange(6), batch_size=3, out=path)
     assert got.tolist() == np.load(path).tolist() == NAMES
+    assert os.path.samefile(got.filename, path)  # not the temporary file it was widened in, gone since
     mixed = lazyseq.evaluate(lambda b: b if b[0] == 0 else b + 0.5, np.arange(6), batch_size=3, out=tmp_path / "m.npy")
     assert np.load(tmp_path / "m.npy").tolist() == mixed.tolist() == [0, 1, 2, 3.5, 4.5, 5.5]
     assert sorted(os.listdir(tmp_path)) == ["m.npy", "names.npy"]
@@ -206,9 +240,11 @@ def test_an_output_you_give_refuses_values_it_cannot_hold():
     with pytest.raises(TypeError) as caught:
         lazyseq.evaluate(names_of, np.arange(6), batch_size=3, out=np.empty(6, "U2"))
     assert str(caught.value) == (
-        "evaluate: the <U12 results of batch 1 do not fit the <U2 output (strings longer than it holds, or integers "
-        "outside its range): give an output of a wider dtype"
+        "evaluate: the <U12 results of batch 1 do not fit the <U2 output (strings longer than it holds, integers "
+        "outside its range, or numbers too large for its floats): give an output of a wider dtype"
     )
+    with pytest.raises(TypeError, match=r"^evaluate: the float64 results of batch 0 do not fit the float32 output"):
+        lazyseq.evaluate(lambda b: b * 1e39, np.arange(4.0), batch_size=2, out=np.empty(4, np.float32))  # was inf
     with pytest.raises(TypeError, match=r"^evaluate: the int64 results of batch 1 do not fit the int8 output"):
         lazyseq.evaluate(lambda b: b * 100, np.arange(4), batch_size=2, out=np.empty(4, np.int8))
     small = lazyseq.evaluate(lambda b: b * 10, np.arange(4), batch_size=2, out=np.empty(4, np.int8))
