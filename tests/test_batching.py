@@ -167,8 +167,22 @@ def test_a_pad_the_items_cannot_be_is_refused(pad, message):
     with pytest.raises(lazyseq.EvaluationError) as caught:
         lazyseq.batch(np.arange(10), 3, pad=pad)[3]
     assert str(caught.value).endswith(message)
+    with pytest.raises(lazyseq.EvaluationError) as caught:  # items made one by one: the last batch became floats
+        lazyseq.batch(list(range(10)), 3, pad=pad)[3]
+    assert str(caught.value).endswith(message)
     assert lazyseq.batch(np.arange(10, dtype=np.uint8), 3, pad=0)[3].tolist() == [9, 0, 0]
     assert lazyseq.batch(np.arange(12).reshape(6, 2), 4, pad=[7, 8])[1].tolist() == [[8, 9], [10, 11], [7, 8], [7, 8]]
+
+
+def test_a_pad_for_items_made_one_by_one_is_made_like_them():
+    last = lazyseq.batch([(1, 2.0), (3, 4.0), (5, 6.0)], 2, pad=(0, 0.5))[1]
+    assert [field.dtype for field in last] == [np.int64, np.float64] and [f.tolist() for f in last] == [
+        [5, 0],
+        [6, 0.5],
+    ]
+    with pytest.raises(lazyseq.EvaluationError, match="pad 1000000.0 cannot be held as the items' dtype float16"):
+        lazyseq.batch([np.float16(1)] * 3, 2, pad=1e6)[1]  # was inf
+    assert lazyseq.batch([0, 1, 2], 2, pad=-1, collate_fn=list)[1] == [2, -1]  # a collate_fn gets the pad as it is
 
 
 def test_unbatch_rejects_bad_sizes():

@@ -1,5 +1,6 @@
 """Behaviour specific to single views: collapse of nested views, caching, uniter, shuffle, repr, write-through."""
 
+import pickle
 import subprocess
 import sys
 
@@ -84,6 +85,29 @@ def test_uniter_without_size_reads_to_the_end():
     w = lazyseq.uniter(x for x in "abc")
     with pytest.raises(IndexError, match="uniter index 5 out of range: the iterable ended after 3 items"):
         w[5]
+
+
+def test_a_slice_of_a_uniter_ends_where_its_data_does():
+    # its length was stop - start, and reading past the data raised
+    data = lazyseq.uniter(iter(range(5)), cache_size=10)
+    assert list(data[:10]) == [0, 1, 2, 3, 4] and [b.tolist() for b in data[2:10].batch(3)] == [[2, 3, 4]]
+    assert list(data[1:10:2]) == [1, 3] and list(data[3:15][1:]) == [4] and list(data[2:4]) == [2, 3]
+    with pytest.raises(TypeError, match="slice view has no known length"):
+        len(data[:10])
+
+
+def test_a_pickled_uniter_over_a_one_shot_iterator_goes_on_from_where_it_stood():
+    # the copy's item i was the original's item i + 2
+    data = lazyseq.uniter(iter([10, 20, 30, 40, 50]), cache_size=5, size=5)
+    assert data[1] == 20
+    copy = pickle.loads(pickle.dumps(data))
+    assert [copy[i] for i in range(5)] == [data[i] for i in range(5)] == [10, 20, 30, 40, 50]
+    uncached = lazyseq.uniter(iter([10, 20, 30]))
+    assert uncached[1] == 20
+    copy = pickle.loads(pickle.dumps(uncached))
+    assert copy[2] == 30
+    with pytest.raises(lazyseq.EvaluationError, match="uniter cannot go back to item 0"):
+        copy[0]
 
 
 def test_uniter_size_larger_than_data():

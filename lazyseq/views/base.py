@@ -223,6 +223,8 @@ class View(Fluent[T_co], Sequence[T_co]):
             raise TypeError(f"slice {key} needs a length, but {self._label()} view {self.endless}")
         if stop is None:
             return StridedView(self, start, step)
+        if self._may_end():  # it may end before stop: so does the slice, found by reading, as a list's would
+            return StridedView(self, start, step, max(start, operator.index(stop)))
         return GatherView(self, range(start, operator.index(stop), step))
 
     def __iter__(self) -> Iterator[T_co]:

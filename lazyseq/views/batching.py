@@ -56,7 +56,7 @@ class BatchView(View):
             chunk = self._parent._get_many(span)
         missing = self._k - len(span)
         if missing and self._pad is not None:
-            chunk = pad_chunk(chunk, self._pad, missing)
+            chunk = pad_chunk(chunk, self._pad, missing, collated=self._collate_fn is None)
         if self._collate_fn is not None:
             return self._collate_fn(chunk_rows(chunk))
         try:

@@ -117,10 +117,15 @@ def chunk_to_batch(chunk: Any) -> Any:
     return chunk
 
 
-def pad_chunk(chunk: Any, pad: Any, count: int) -> Any:
-    """Append ``count`` copies of the item ``pad``, keeping the chunk's form and dtype."""
+def pad_chunk(chunk: Any, pad: Any, count: int, collated: bool = True) -> Any:
+    """Append ``count`` copies of the item ``pad``, keeping the chunk's form and dtype.
+
+    Items made one by one, to be ``collated`` by default, get a pad made like
+    the first of them, so that it collates as they do (a ``collate_fn`` gets
+    ``pad`` as it is).
+    """
     if type(chunk) is list:
-        return chunk + [pad] * count
+        return chunk + [_padding_like(chunk[0], pad) if collated and chunk else pad] * count
     if isinstance(chunk, Columns):
         if chunk.keys is not None:
             if not isinstance(pad, Mapping) or set(pad) != set(chunk.keys):
@@ -133,8 +138,26 @@ def pad_chunk(chunk: Any, pad: Any, count: int) -> Any:
                 f"pad must be a tuple of {len(chunk.fields)} values to pad items that are "
                 f"{len(chunk.fields)}-tuples, got {pad!r}"
             )
-        return Columns(tuple(pad_chunk(f, p, count) for f, p in zip(chunk.fields, pad)), chunk.keys)
+        return Columns(tuple(pad_chunk(f, p, count, collated) for f, p in zip(chunk.fields, pad)), chunk.keys)
     return np.concatenate([chunk, _pad_rows(pad, chunk.dtype, chunk.shape[1:], count)])
+
+
+def _padding_like(item: Any, pad: Any) -> Any:
+    """``pad`` as an item like ``item``: each value in its dtype (a ``TypeError`` if it cannot be held there)."""
+    if isinstance(item, Mapping):
+        if not isinstance(pad, Mapping) or set(pad) != set(item):
+            raise ValueError(f"pad must be a dict with keys {list(item)} to pad items that are dicts, got {pad!r}")
+        return {key: _padding_like(value, pad[key]) for key, value in item.items()}
+    if isinstance(item, (tuple, list)):
+        if not isinstance(pad, (tuple, list)) or len(pad) != len(item):
+            raise ValueError(
+                f"pad must be a tuple of {len(item)} values to pad items that are {len(item)}-tuples, got {pad!r}"
+            )
+        values = [_padding_like(v, p) for v, p in zip(item, pad)]
+        kind: Any = type(item)
+        return kind._make(values) if hasattr(kind, "_make") else kind(values)  # namedtuples too
+    value = np.asarray(item)
+    return _pad_rows(pad, value.dtype, value.shape, 1)[0]
 
 
 def _pad_rows(pad: Any, dtype: np.dtype, row_shape: tuple, count: int) -> np.ndarray:

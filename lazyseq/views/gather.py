@@ -12,6 +12,7 @@ from typing import Any, overload
 import numpy as np
 
 from .base import View
+from .errors import EndOfData
 from .itemtypes import SequenceLike, T
 from .keys import Positions, array_key, compose, shift, tidy
 from .sources import as_view
@@ -72,20 +73,28 @@ class GatherView(View):
 
 
 class StridedView(View):
-    """An infinite slice of an infinite view: item ``i`` is ``parent[start + i * step]``."""
+    """A slice of a view without a length: item ``i`` is ``parent[start + i * step]``.
+
+    With ``stop`` (a parent position, for a parent that may end where its
+    data does: ``uniter``), the slice ends there or where the parent ends,
+    whichever comes first, as a list's slice does: its length stays unknown.
+    """
 
     kind = "slice"
     _items_like_parents = True
     _parent: View
     _start: int
     _step: int
+    _stop: int | None = None
 
     @property
     def _reads_new_rows(self) -> bool:
         return self._parent._reads_new_rows
 
-    def __init__(self, parent: View, start: int, step: int) -> None:
-        if type(parent) is StridedView:
+    def __init__(self, parent: View, start: int, step: int, stop: int | None = None) -> None:
+        if type(parent) is StridedView and parent._stop is None:
+            if stop is not None:
+                stop = parent._start + parent._step * stop
             start, step = parent._start + parent._step * start, parent._step * step
             parent = parent._parent
         self._parent = parent
@@ -93,11 +102,22 @@ class StridedView(View):
         self._start = start
         self._step = step
         self._len = None
+        if stop is not None:
+            self._stop = stop
+            self._length_unknown = True  # it ends at stop, found by reading there
+
+    def _position(self, i: int) -> int:
+        j = self._start + i * self._step
+        if self._stop is not None and j >= self._stop:
+            raise EndOfData(f"slice index {i} out of range: the slice ends at item {self._stop} of its parent")
+        return j
 
     def _get(self, i: int) -> Any:
-        return self._parent._get(self._start + i * self._step)
+        return self._parent._get(self._position(i))
 
     def _get_many(self, idx: Positions) -> Any:
+        if self._stop is not None and len(idx):
+            self._position(int(idx[-1] if type(idx) is range and idx.step > 0 else max(idx)))
         return self._parent._get_many(shift(self._start, self._step, idx))
 
     def _set(self, i: int, value: Any) -> None:
@@ -107,7 +127,7 @@ class StridedView(View):
         return ((self._parent, self._start + i * self._step),)
 
     def _describe(self) -> str:
-        return f"slice({self._start}, None, {self._step})"
+        return f"slice({self._start}, {self._stop}, {self._step})"
 
 
 @overload

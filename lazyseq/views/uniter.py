@@ -47,9 +47,23 @@ class UniterView(View):
         self._end: int | None = None  # where a one-shot iterator ended: it cannot start over to find out again
         self._lock = threading.Lock()
 
-    def __reduce__(self) -> tuple:  # no lock to pickle: a copy reads the iterable from its start, caching its own
+    def __reduce__(self) -> tuple:  # no lock to pickle
         size = self._len if self._size_known else None
-        return (UniterView, (self._iterable, self._cache_size, self._n_parallel, size))
+        arguments = (self._iterable, self._cache_size, self._n_parallel, size)
+        if not self._one_shot:  # a copy reads the iterable from its start, caching its own
+            return (UniterView, arguments)
+        with self._lock:  # a one-shot iterator cannot start over: a copy goes on from where it stands (if it pickles)
+            position = self._cursors[0][0] if self._cursors else None
+            state = {"position": position, "clock": self._clock, "cache": list(self._cache.items()), "end": self._end}
+        return (UniterView, arguments, state)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """A copy of a one-shot iterator's view: its iterator where the original's stood, its cache, its end."""
+        if state["position"] is not None:
+            self._cursors = [[state["position"], iter(self._iterable), 0]]
+        self._clock = state["clock"]
+        self._cache = OrderedDict(state["cache"])
+        self._end = state["end"]
 
     def _get(self, i: int) -> Any:
         with self._lock:
