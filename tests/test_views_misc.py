@@ -266,3 +266,21 @@ def test_unbatch_of_batches_of_unknown_length_ends_with_the_data():
     assert [int(x) for x in lazyseq.uniter(x for x in range(5)).batch(2).unbatch(2, 1)] == [0, 1, 2, 3, 4]
     again = lazyseq.uniter(range(5)).batch(2).unbatch(2, 1)
     assert [int(x) for x in again] == [0, 1, 2, 3, 4]
+
+
+def test_arguments_that_other_functions_refuse_are_refused_here_too():
+    # each was taken silently: 'no' as True, True as one cut, -1 as the last branch, a dict's keys as sequences
+    with pytest.raises(TypeError, match=r"^shard: contiguous must be True or False, got 'no'$"):
+        lazyseq.shard(range(6), 0, 2, contiguous="no")
+    with pytest.raises(TypeError, match=r"^split: edges must be a number of cuts, not a bool, got True$"):
+        lazyseq.split(range(6), True)
+    with pytest.raises(lazyseq.EvaluationError) as caught:
+        list(lazyseq.case([0, -1], "ab", "AB", "xy"))
+    assert str(caught.value).endswith(
+        "ValueError: case: selector[1] is -1, but it must be the number of one of the 3 sequences, from 0 to 2"
+    )
+    assert list(lazyseq.case(np.array([2, 0]), "ab", "AB", "xy")) == ["x", "b"]
+    with pytest.raises(TypeError, match=r"^concatenate: sequences must be a list of sequences, got a dict"):
+        lazyseq.concatenate({"ab": [1]})
+    with pytest.raises(TypeError, match=r"^gather's indexes needs a length, but cycle view is infinite$"):
+        lazyseq.gather("abc", lazyseq.cycle([0]))  # read for ever

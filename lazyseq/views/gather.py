@@ -157,6 +157,8 @@ def gather(sequence: SequenceLike[Any] | np.ndarray, indexes: Sequence[int] | np
     parent = as_view(sequence)
     if isinstance(indexes, range) and _within(indexes, parent._len):
         return GatherView(parent, indexes)
+    if isinstance(indexes, View):
+        indexes._need_length("gather's indexes")  # an infinite view would be read for ever
     if not isinstance(indexes, (list, np.ndarray)):
         try:
             indexes = list(indexes)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import operator
 from typing import Any
+
+import numpy as np
 
 from .base import View, lengths_must_match
 from .itemtypes import S, SequenceLike, T
@@ -31,7 +34,16 @@ class CaseView(View):
         choice = self._parents[0]._get(i)
         if self.kind == "switch":
             return 0 if choice else 1
-        return choice
+        try:
+            branch = operator.index(choice)
+        except TypeError:
+            branch = None
+        if branch is None or isinstance(choice, (bool, np.bool_)) or not 0 <= branch < len(self._values):
+            raise ValueError(
+                f"case: selector[{i}] is {choice!r}, but it must be the number of one of the "
+                f"{len(self._values)} sequences, from 0 to {len(self._values) - 1}"
+            )
+        return branch
 
     def _get(self, i: int) -> Any:
         return self._values[self._branch(i)]._get(i)

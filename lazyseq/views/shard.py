@@ -6,7 +6,7 @@ from typing import Any, overload
 
 import numpy as np
 
-from ..arguments import integer
+from ..arguments import flag, integer
 from .base import View
 from .itemtypes import SequenceLike, T
 from .sources import as_view
@@ -40,6 +40,7 @@ def shard(sequence: SequenceLike[Any] | np.ndarray, rank: int, world_size: int, 
     parent = as_view(sequence)
     world_size = integer(world_size, "shard: world_size", low=1)
     rank = integer(rank, "shard: rank")
+    contiguous = flag(contiguous, "shard: contiguous")
     if not 0 <= rank < world_size:
         raise ValueError(f"shard: rank must be between 0 and {world_size - 1}, got {rank}")
     if not contiguous:

@@ -216,7 +216,12 @@ def view(obj: SequenceLike[Any] | np.ndarray) -> View[Any]:
 
 
 def views_of(sequences: Any, expected: str) -> list[View]:
-    """Each of ``sequences`` as a view; a ``TypeError`` saying ``{expected}, got ...`` if it is not iterable."""
+    """Each of ``sequences`` as a view; a ``TypeError`` saying ``{expected}, got ...`` if it is not iterable.
+
+    A mapping is refused too: its keys would be taken for the sequences.
+    """
+    if isinstance(sequences, Mapping):
+        raise TypeError(f"{expected}, got a {type(sequences).__name__} (give list(d.values()) for its values)")
     try:
         parts = list(sequences)
     except TypeError:

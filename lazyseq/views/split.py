@@ -42,6 +42,8 @@ class SplitView(View):
 def _spans(edges: Any, n: int) -> list[tuple[int, int]]:
     if isinstance(edges, np.ndarray):  # arrays of any size have __index__: read them as Python values
         edges = edges.tolist()
+    if isinstance(edges, (bool, np.bool_)):
+        raise TypeError(f"split: edges must be a number of cuts, not a bool, got {edges!r}")
     if isinstance(edges, int) or hasattr(edges, "__index__"):
         cuts = operator.index(edges)
         if cuts < 0 or n % (cuts + 1):
