@@ -68,8 +68,14 @@ def test_infinite_combinations():
 
 
 def test_only_last_concatenated_part_may_be_infinite():
-    with pytest.raises(ValueError, match="only the last sequence may be infinite"):
+    with pytest.raises(
+        ValueError, match=r"only the last sequence may have no length, but sequence 0 \(repeat view\) is infinite$"
+    ):
         lazyseq.concatenate([lazyseq.repeat(1), [2]])
+    with pytest.raises(ValueError, match=r"but sequence 1 \(uniter view\) has no known length$"):  # said "infinite"
+        lazyseq.concatenate([[1], lazyseq.uniter(iter([2])), [3]])
+    with pytest.raises(ValueError, match="collate: all sequences must have the same length, got lengths unknown, 2"):
+        lazyseq.collate([lazyseq.uniter(iter([1, 2])), [3, 4]])
 
 
 def test_smap_finite_with_infinite_is_a_length_mismatch():

@@ -337,7 +337,9 @@ def lengths_must_match(kind: str, views: Sequence[View]) -> int | None:
     """The common length of ``views``; a ``ValueError`` naming the lengths if they differ."""
     lengths = [v._len for v in views]
     if any(length != lengths[0] for length in lengths):
-        shown = ", ".join("infinite" if n is None else str(n) for n in lengths)
+        shown = ", ".join(
+            str(v._len) if v._len is not None else "unknown" if v._may_end() else "infinite" for v in views
+        )
         raise ValueError(f"{kind}: all sequences must have the same length, got lengths {shown}")
     return lengths[0]
 

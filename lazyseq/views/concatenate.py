@@ -37,9 +37,12 @@ class ConcatenateView(View):
         flat: list[View] = []
         for part in parts:
             flat.extend(part._parents if type(part) is ConcatenateView else (part,))
-        for part in flat[:-1]:
+        for k, part in enumerate(flat[:-1]):
             if part._len is None:
-                raise ValueError("concatenate: only the last sequence may be infinite")
+                raise ValueError(
+                    f"concatenate: only the last sequence may have no length, but sequence {k} ({part._label()} view) "
+                    f"{part.endless}"
+                )
         flat = [p for p in flat[:-1] if p._len] + flat[-1:] if flat else []
         _check_item_shapes(flat)
         self._parents = tuple(flat)
