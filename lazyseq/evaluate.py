@@ -71,7 +71,9 @@ def evaluate(
     ``fn`` is raised as it is, with a note naming the batch and its items. To split the work across processes or machines, give
     each one ``lazyseq.shard(data, rank, world_size)``: every item is
     evaluated exactly once. ``progress`` shows a bar (see
-    :mod:`lazyseq.progress`).
+    :mod:`lazyseq.progress`) labelled ``description``, which also names
+    where an exception from ``fn`` was raised. Empty ``data`` is a
+    ``ValueError``: there is no first batch to take the results' form from.
 
     >>> import numpy as np
     >>> import lazyseq

@@ -190,7 +190,8 @@ def load_buffers(
     ``func()`` returned are handed over as they are.
 
     ``start_hook(worker_index)`` runs once in each worker (a hook that
-    takes no argument is called without it). Each worker
+    takes no argument is called without it); ``start_method`` and
+    ``blas_threads`` are as for :func:`~lazyseq.prefetch`. Each worker
     process seeds Python's ``random``, numpy's global generator and torch's
     (if imported) from ``seed`` and its index (``seed=None``: fresh entropy),
     so ``func()`` drawing ``np.random.randint`` gives different batches in

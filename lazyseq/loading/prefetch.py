@@ -343,7 +343,10 @@ def prefetch(
     do not fit, or are not arrays, are pickled. ``start_method`` picks
     ``"fork"``, ``"forkserver"`` or ``"spawn"`` (``None``: the platform's
     default); ``blas_threads`` caps BLAS threads in each worker process
-    (default: the available cores divided among the workers). Each worker
+    (default: the available cores divided among the workers; a forked worker
+    sets the cap once its BLAS has started threads, so its first BLAS call
+    may run with the consumer's threads: setting it before starts OpenBLAS's
+    busy-waiting pool in every worker). Each worker
     process seeds Python's ``random``, numpy's global generator and torch's
     (if imported) from ``seed`` and its index (``seed=None``: fresh entropy),
     so no two workers draw the same numbers; :func:`lazyseq.rng` gives

@@ -137,6 +137,9 @@ def serve(
     lists and dicts; an item holding anything else reaches its consumer as an
     error naming it.
 
+    ``start_hook``, ``start_method``, ``blas_threads`` and ``seed`` apply
+    to the server's worker processes as for :func:`~lazyseq.prefetch`.
+
     Security: an address other processes on this machine only can reach
     (``127.0.0.1``, ``ipc://``) needs nothing. Any other needs CURVE keys:
     ``curve_keypair=(public, secret)`` from ``zmq.curve_keypair()`` encrypts

@@ -91,7 +91,8 @@ def score(
     ``GaussianMixture``, ``KernelDensity``), that score, chunk by chunk.
     Other estimators need ``metric``: ``metric(y_true, y_pred)`` (with
     ``sample_weight=`` when items carry weights) is applied to the
-    predictions and targets, and what it returns is returned.
+    predictions and targets, and what it returns is returned. ``nworkers``
+    and ``progress`` are as for :func:`~lazyseq.sklearn.predict`.
 
     >>> import numpy as np
     >>> import lazyseq

@@ -36,7 +36,10 @@ class _Failure:
 class DeviceFeeder(Iterator):
     """An iterator over ``batches`` as tensors on ``device``, each sent there ``ahead`` batches early.
 
-    A context manager; ``close()`` (idempotent) drops the batches sent ahead
+    What :func:`~lazyseq.torch.to_device` returns, where its arguments are
+    described (``transfer``: how batches are copied, made from
+    ``pin_memory``, ``non_blocking`` and ``dtype`` when not given). A
+    context manager; ``close()`` (idempotent) drops the batches sent ahead
     and the staging buffers, and ends the iteration.
     """
 
@@ -175,7 +178,9 @@ def to_device(
     or dtype gets buffers of its own in its slot, a shorter last batch uses
     the first rows), then to the GPU on a separate stream, overlapping your
     computation; your stream waits for that copy before you use the batch.
-    ``pin_memory=False`` skips the pinned slots. On the CPU the same loop
+    ``pin_memory=False`` skips the pinned slots; ``non_blocking=False``
+    makes each copy to the GPU finish before the next batch is taken (for
+    debugging: the overlap is lost). On the CPU the same loop
     runs without pinning or streams: tensors share the arrays' memory, and
     there is no copy to overlap, so ``ahead=0`` costs least there (batches
     held ahead keep a process loader's shared slots in use).
