@@ -78,6 +78,20 @@ def test_torch_is_seeded_as_manual_seed_seeds_it_and_tracebacks_format_again_aft
     assert traceback.format_stack()[-1].startswith('  File "')
 
 
+def test_rng_gives_independent_generators_for_different_keys():
+    # keys were handed to default_rng as they are: trailing zeros ignored, large keys spilling into the next one,
+    # and rng(seed, epoch, 0) drew the very numbers that shuffle(seed=seed, epoch=epoch) drew for its order
+    draws = {
+        keys: tuple(lazyseq.rng(*keys).integers(2**62, size=4))
+        for keys in [(42, 3), (42, 3, 0), (2**32, 5), (0, 1 + 5 * 2**32)]
+    }
+    assert len(set(draws.values())) == 4
+    assert tuple(lazyseq.rng(42).integers(2**62, size=4)) != tuple(np.random.default_rng(42).integers(2**62, size=4))
+    order = list(lazyseq.shuffle(range(100), seed=42, epoch=3))
+    assert order != lazyseq.rng(42, 3, 0).permutation(100).tolist()
+    assert lazyseq.rng(7, 1, 2).normal() == lazyseq.rng(7, 1, 2).normal()
+
+
 def test_a_seed_gives_each_worker_its_own_reproducible_state():
     first_worker = lazyseq.smap(lambda _: int(np.random.randint(2**31)), range(4))
     runs = []
