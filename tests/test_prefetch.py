@@ -298,3 +298,15 @@ def test_slots_are_sized_before_the_first_result_when_the_view_says_what_its_ite
     assert slot_bytes_for_spec(pairs._item_spec()) == slot_bytes_for(64 + 64)  # each array aligned to 64 bytes
     assert slot_bytes_for_spec(lazyseq.smap(square, range(3))._item_spec()) == 0  # unknown: from the first result
     assert slot_bytes_for_spec(lazyseq.view(np.array([None, 1])).batch(2)._item_spec()) == 0  # objects: pickled
+
+
+@pytest.mark.parametrize("method", ["thread", "process"])
+def test_a_loader_follows_set_epoch_called_below_it_at_its_next_pass(method):
+    # process workers kept their copy of the pipeline: every later pass gave epoch 0
+    shuffled = lazyseq.shuffle(range(10), seed=3)
+    with lazyseq.prefetch(shuffled.batch(5), nworkers=2, method=method) as loader:
+        first = [b.tolist() for b in loader]
+        shuffled.set_epoch(1)
+        second = [b.tolist() for b in loader]
+    expected = list(lazyseq.shuffle(range(10), seed=3, epoch=1))
+    assert second == [expected[:5], expected[5:]] and second != first

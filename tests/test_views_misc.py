@@ -284,3 +284,33 @@ def test_arguments_that_other_functions_refuse_are_refused_here_too():
         lazyseq.concatenate({"ab": [1]})
     with pytest.raises(TypeError, match=r"^gather's indexes needs a length, but cycle view is infinite$"):
         lazyseq.gather("abc", lazyseq.cycle([0]))  # read for ever
+
+
+def test_a_cached_item_written_while_it_is_read_is_not_cached_stale():
+    # the read finished after the write and put the old value back in the cache, for good
+    data = [0, 1]
+    cached = None
+
+    def write_while_read(x):
+        if x == 0 and data[0] == 0:
+            cached[0] = 99  # writes through to data and forgets item 0, while this read goes on
+        return x
+
+    cached = lazyseq.add_cache(lazyseq.smap(write_while_read, data), 2)
+    cached._parent._set = lambda i, value: data.__setitem__(i, value)  # smap is read-only: write to its source
+    assert cached[0] == 0  # the value read before the write
+    assert data[0] == 99 and cached[0] == 99  # not the stale one kept
+
+
+def test_a_cache_below_every_shuffle_keeps_its_items_across_epochs():
+    calls = []
+    decoded = lazyseq.smap(lambda x: calls.append(x) or x * 10, range(6)).add_cache(6)
+    pipeline = decoded.shuffle(seed=0)
+    for epoch in range(3):
+        pipeline.set_epoch(epoch)
+        assert sorted(pipeline) == [0, 10, 20, 30, 40, 50]
+    assert len(calls) == 6  # decoded once, not once per epoch
+    above = lazyseq.shuffle(range(6), seed=0).add_cache(6)
+    first = list(above)
+    above.set_epoch(1)
+    assert list(above) == list(lazyseq.shuffle(range(6), seed=0, epoch=1)) != first  # a cache above: forgotten

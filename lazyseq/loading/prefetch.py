@@ -56,6 +56,7 @@ class PrefetchView(View[T_co]):
         self._order = ReadOrder(self._len, max_buffered.capacity(None))  # each start of the workers begins a new one
         self._send_ahead: Callable[[], None] = _nothing  # sends the next expected items (see _start)
         self._starts = 0  # how many times workers were started: each start gets new random seeds
+        self._started_epochs: tuple[int, ...] = ()  # of the pipeline's shuffles when the workers started
 
     # -- lifetime ---------------------------------------------------------------
 
@@ -71,6 +72,7 @@ class PrefetchView(View[T_co]):
             task_name=self._task_name,
         )
         self._starts += 1
+        self._started_epochs = self._parent._epochs()
         self._engine, self._order = engine, ReadOrder(self._len, engine.capacity, engine.holds)
         self._send_ahead = functools.partial(engine.refill, self._order.advance)
         return engine
@@ -163,9 +165,16 @@ class PrefetchView(View[T_co]):
         return done
 
     def __iter__(self) -> PrefetchIterator[T_co]:
+        self._follow_epochs()
         return PrefetchIterator(self)
 
+    def _follow_epochs(self) -> None:
+        """At the start of a pass: workers started before ``set_epoch`` was called on a view below stop, to restart on it."""
+        if self._engine is not None and self._parent._epochs() != self._started_epochs:
+            self.close()
+
     def _iter(self) -> Iterator[T_co]:
+        self._follow_epochs()
         return PrefetchIterator(self)
 
     def _describe(self) -> str:

@@ -30,30 +30,37 @@ class CacheView(View):
         self._size = cache_size
         self._cache: OrderedDict[int, Any] = OrderedDict()
         self._lock = threading.Lock()
+        self._changes = 0  # counts writes and epochs: a value read before one is not kept after it
 
     def _get(self, i: int) -> Any:
         with self._lock:
             if i in self._cache:
                 self._cache.move_to_end(i)
                 return self._cache[i]
+            changes = self._changes
         value = self._parent._get(i)  # computed outside the lock: other threads read on
         with self._lock:
-            self._cache[i] = value
-            self._cache.move_to_end(i)
-            while len(self._cache) > self._size:
-                self._cache.popitem(last=False)
+            if self._changes == changes:  # else item i may have been written, or the epoch changed, meanwhile
+                self._cache[i] = value
+                self._cache.move_to_end(i)
+                while len(self._cache) > self._size:
+                    self._cache.popitem(last=False)
         return value
 
     def _set(self, i: int, value: Any) -> None:
         self._parent._set(i, value)
         with self._lock:
+            self._changes += 1
             self._cache.pop(i, None)
 
     def set_epoch(self, epoch: int) -> None:
-        """Give the pipeline's shuffles ``epoch``; the items cached are of the old epoch: forgotten."""
+        """Give the pipeline's shuffles ``epoch``; items cached from an epoch that changed below are forgotten."""
+        before = self._parent._epochs()
         super().set_epoch(epoch)
-        with self._lock:
-            self._cache.clear()
+        if self._parent._epochs() != before:  # a cache above no shuffle keeps its items: they do not depend on it
+            with self._lock:
+                self._changes += 1
+                self._cache.clear()
 
     def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         return ((self._parent, i),)

@@ -95,7 +95,9 @@ def shuffle(sequence: SequenceLike[Any] | np.ndarray, seed: int | None = None, e
     """A view of ``sequence`` in a random order that depends only on ``seed`` and ``epoch``.
 
     Each epoch has its own permutation: pass ``epoch`` or call
-    ``set_epoch`` on the view (or on any view built on it). With
+    ``set_epoch`` on the view (or on any view built on it). A loader built
+    on it (``prefetch``) follows a ``set_epoch`` called below it from its
+    next pass on; its own ``set_epoch`` switches at once. With
     ``seed=None`` a seed is drawn and kept in the ``seed`` attribute.
 
     >>> import lazyseq
