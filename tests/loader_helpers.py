@@ -123,3 +123,12 @@ def torch_draw():
     import torch
 
     return np.array([torch.rand(1).item()])
+
+
+def _missing(x):
+    raise KeyError(x)
+
+
+def read_another_view(i):
+    """Reads an item of another view, as a pipeline may: how its error propagates follows lazyseq.seterr."""
+    return lazyseq.smap(_missing, range(5))[i]

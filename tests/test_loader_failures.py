@@ -18,6 +18,7 @@ from loader_helpers import (
     fail_on_seven,
     prefetch,
     raise_unpicklable,
+    read_another_view,
     return_unpicklable,
     return_unpicklable_beside_an_array,
 )
@@ -57,6 +58,19 @@ def test_passthrough_raises_the_original_exception_with_the_chain_as_a_note(meth
             with pytest.raises(ValueError, match="bad value 7") as info:
                 ahead[7]
         assert "while computing prefetch[7] -> smap(fail_on_seven)[7]" in info.value.__notes__
+    finally:
+        lazyseq.seterr(previous)
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_worker_processes_follow_the_consumers_seterr(start_method):
+    # a spawned worker started with the default: a read inside the pipeline raised EvaluationError, not KeyError
+    previous = lazyseq.seterr("passthrough")
+    try:
+        reads = lazyseq.smap(read_another_view, range(5))
+        with prefetch(reads, nworkers=1, method="process", start_method=start_method) as ahead:
+            with pytest.raises(KeyError):
+                ahead[2]
     finally:
         lazyseq.seterr(previous)
 

@@ -39,6 +39,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..views.errors import ErrorMode
 from .structure import ONE_ARRAY
 
 __all__ = [
@@ -278,6 +279,7 @@ class WorkerStart(NamedTuple):
     blas_threads: int
     blas_inherited: bool  # whether the consumer set the BLAS limit before starting the worker (see blas_limits)
     seed: int
+    error_mode: ErrorMode  # the consumer's seterr: how errors computing items propagate, in the worker too
 
 
 class CapturedError(NamedTuple):

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..views.errors import seterr
 from .backends import Done
 from .blas_limits import limits_for_workers
 from .buffering import ITEMS_AHEAD
@@ -167,7 +168,10 @@ class ProcessWorkers:
                     mine, theirs = context.Pipe(duplex=True)
                     process = context.Process(  # type: ignore[attr-defined]  # the stubs give it to subclasses only
                         target=run_worker,
-                        args=(theirs, WorkerStart(k, sent_job, start_hook, options.blas_threads, inherited, seed)),
+                        args=(
+                            theirs,
+                            WorkerStart(k, sent_job, start_hook, options.blas_threads, inherited, seed, seterr()),
+                        ),
                         name=f"lazyseq-{owner}-{k}",
                         daemon=True,
                     )

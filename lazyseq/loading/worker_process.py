@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ..views.errors import seterr
 from .blas_limits import WorkerLimit
 from .failures import capture
 from .messages import (
@@ -64,6 +65,7 @@ def run_worker(conn: Connection, start: WorkerStart) -> None:
     _lower_priority()
     _exit_with_parent()
     job, start_hook = start.job, start.start_hook
+    seterr(start.error_mode)  # a spawned worker starts with the default: the pipeline's reads raise as the consumer's
     stage = "unpickling the pipeline"
     try:
         if isinstance(job, bytes):

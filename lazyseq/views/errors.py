@@ -13,8 +13,9 @@ from typing import Any, Literal, NoReturn
 
 __all__ = ["EvaluationError", "seterr"]
 
+ErrorMode = Literal["wrap", "passthrough"]
 _MODES = ("wrap", "passthrough")
-_mode: str = "wrap"
+_mode: ErrorMode = "wrap"
 
 # Frames of these methods, whose ``self`` is a view, make up the chain. By
 # convention their local ``i`` is always an index into ``self``.
@@ -41,7 +42,7 @@ class EvaluationError(Exception):
     """
 
 
-def seterr(evaluation: Literal["wrap", "passthrough"] | None = None) -> str:
+def seterr(evaluation: ErrorMode | None = None) -> ErrorMode:
     """Choose how errors raised while computing items propagate; return the previous setting.
 
     ``"wrap"`` (the default) raises :class:`EvaluationError` with the original
