@@ -93,7 +93,7 @@ def run(
         "train_seconds_without_loader": seconds_alone,
         "train_seconds_with_loader": seconds_loaded,
         "eval_seconds": eval_time,
-        "pipeline": train_set.gather(np.arange(batch_size)).batch(batch_size),
+        "pipeline": train_set.gather(np.arange(min(batch_size, len(train_set)))).batch(batch_size),
     }
 
 

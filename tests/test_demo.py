@@ -25,3 +25,9 @@ def test_the_demo_refuses_counts_it_cannot_run_with(arguments, capsys):
     with pytest.raises(SystemExit) as stopped:  # numpy raised "high <= 0" from inside the demo
         main(arguments)
     assert stopped.value.code == 2 and "python -m lazyseq.demo: error: --" in capsys.readouterr().err
+
+
+def test_the_demo_runs_with_fewer_training_samples_than_a_minibatch(capsys):
+    # printing the pipeline took 64 training samples: IndexError with 50
+    result = demo.main(["--samples", "100", "--steps", "5", "--method", "thread"])
+    assert 0 <= result["accuracy"] <= 1 and "accuracy" in capsys.readouterr().out

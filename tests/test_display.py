@@ -62,3 +62,14 @@ def test_html_for_notebooks_is_the_same_tree_escaped():
         ._repr_html_()
         .startswith('<pre style="line-height: 1.3"><b>batch(64)  [len 2, items (float64 (64, 248), int64 (64,))]</b>\n')
     )
+
+
+def test_a_value_whose_repr_fails_or_is_huge_still_shows():
+    class Unshowable:
+        def __repr__(self):
+            raise RuntimeError("no repr")
+
+    shown = lazyseq.repeat(Unshowable(), 3).batch(2, collate_fn=list)
+    assert "repeat(<Unshowable instance at 0x" in repr(shown)  # the view is shown, not the error
+    assert "repeat(&lt;Unshowable instance at 0x" in shown._repr_html_()
+    assert repr(lazyseq.repeat([1] * 3_000_000, 2)).startswith("repeat([1, 1, 1, 1, 1, 1, ...])")

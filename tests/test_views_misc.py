@@ -314,3 +314,10 @@ def test_a_cache_below_every_shuffle_keeps_its_items_across_epochs():
     first = list(above)
     above.set_epoch(1)
     assert list(above) == list(lazyseq.shuffle(range(6), seed=0, epoch=1)) != first  # a cache above: forgotten
+
+
+def test_a_shuffle_pickles_without_its_permutation():
+    shuffled = lazyseq.shuffle(range(10**6), seed=1)
+    first = shuffled[0]  # draws the permutation: 8 MB
+    copy = pickle.loads(pickle.dumps(shuffled))
+    assert len(pickle.dumps(shuffled)) < 1000 and copy[0] == first and copy.epoch == shuffled.epoch

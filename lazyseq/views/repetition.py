@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import reprlib
 from typing import Any, overload
 
 import numpy as np
@@ -69,8 +70,16 @@ class RepeatView(View):
         return [self._value] * len(idx)
 
     def _describe(self) -> str:
-        text = repr(self._value)
-        return f"repeat({text if len(text) <= 40 else text[:37] + '...'})"
+        return f"repeat({_brief(self._value)})"
+
+
+def _brief(value: Any) -> str:
+    """A short repr of ``value``: never a whole long list, never an error (a view's repr must not fail)."""
+    try:
+        text = reprlib.repr(value)
+    except Exception:  # the value's own __repr__ failed
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 @overload

@@ -45,6 +45,10 @@ class ShuffleView(View):
     def epoch(self) -> int:
         return self._epoch
 
+    def __getstate__(self) -> dict:
+        """Without the permutation drawn: a copy (sent to a worker process) draws it again, the same, if it reads."""
+        return {**self.__dict__, "_order": None}
+
     def set_epoch(self, epoch: int) -> None:
         """Use the permutation of ``epoch`` from now on, here and in the shuffles this view reads from."""
         self._use_epoch(epoch)
