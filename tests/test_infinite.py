@@ -111,3 +111,15 @@ def test_a_view_of_unknown_length_is_not_infinite():
     assert [b.tolist() for b in batches] == [[0, 1], [2, 3], [4]]
     with pytest.raises(lazyseq.EvaluationError, match="one-shot iterator, already at its end, and item 0 is not"):
         items[0]
+
+
+def test_deep_and_shared_pipelines_without_a_length_are_told_at_once():
+    # one call per path: 20 levels over a shared parent took seconds, 400 levels overflowed the recursion limit
+    shared = lazyseq.cycle([1, 2])
+    for _ in range(20):
+        shared = lazyseq.smap(max, shared, shared)
+    deep = lazyseq.cycle([1, 2])
+    for _ in range(400):
+        deep = deep.smap(abs)
+    assert shared.is_infinite and deep.is_infinite and deep.endless == "is infinite"
+    assert not lazyseq.smap(abs, lazyseq.uniter(iter([1]))).is_infinite

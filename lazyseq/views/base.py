@@ -152,7 +152,18 @@ class View(Fluent[T_co], Sequence[T_co]):
 
         Reading past that end raises :class:`~lazyseq.views.errors.EndOfData`.
         """
-        return self._len is None and (self._length_unknown or any(p._may_end() for p in self._parents))
+        if self._len is not None:
+            return False
+        seen: set[int] = set()
+        stack: list[View] = [self]
+        while stack:  # through the views without a length below, each once (parents may be shared, and deep)
+            view = stack.pop()
+            if view._len is None and id(view) not in seen:
+                if view._length_unknown:
+                    return True
+                seen.add(id(view))
+                stack.extend(view._parents)
+        return False
 
     def _need_length(self, what: str) -> int:
         if self._len is None:
