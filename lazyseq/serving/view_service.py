@@ -257,18 +257,19 @@ class ViewService:
         engine, self._engine = self._engine, None
         if engine is not None:
             engine.close()
-        tasks = cast("list[tuple[bytes, int]]", error.tasks) if isinstance(error, WorkerDied) else None
-        held = None if tasks is None else {task: k for k, task in enumerate(tasks)}
+        held = None  # (consumer, index) -> when it was sent to the worker that died
+        if isinstance(error, WorkerDied):
+            held = {cast("tuple[bytes, int]", task): k for k, task in enumerate(error.tasks)}
         message = f"the server's workers failed: {type(error).__name__}: {error}"
         for consumer, reads in self._reads.items():
-            if tasks is None or held is None:
+            if held is None:
                 failed = list(reads.waiting)
             else:
                 sent = sorted(
                     (i not in reads.suspects, held[consumer, i], i) for i in reads.waiting if (consumer, i) in held
                 )
                 failed = [sent[0][2]] if sent else sorted(reads.waiting)[:1]
-                reads.suspects.update(i for c, i in tasks if c == consumer)
+                reads.suspects.update(i for c, i in held if c == consumer)
             for i in failed:
                 for req in reads.waiting.pop(i):
                     self.send(consumer, b"failed", {"req": req, "index": i, "message": message}, [])
