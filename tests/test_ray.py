@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from loader_helpers import fail_on_seven, square
+from loader_helpers import fail_on_seven, read_another_view, square
 from shard_helpers import contents, pipeline
 
 import lazyseq
@@ -137,6 +137,16 @@ def test_an_error_in_a_task_names_the_item_and_where_it_was_raised(cluster):
             lazyseq.EvaluationError, match=r"^failed to compute load_buffers batch 0: ZeroDivisionError"
         ):
             next(batches)
+
+
+def test_ray_tasks_follow_the_consumers_seterr(cluster):
+    previous = lazyseq.seterr("passthrough")
+    try:
+        with lazyseq.prefetch(lazyseq.smap(read_another_view, range(5)), nworkers=1, method="ray") as ahead:
+            with pytest.raises(KeyError):  # a read inside the pipeline passes its error through, as locally
+                ahead[2]
+    finally:
+        lazyseq.seterr(previous)
 
 
 def test_a_pipeline_the_nodes_cannot_import_is_reported(cluster, tmp_path, monkeypatch):

@@ -38,6 +38,7 @@ import numpy as np
 import ray
 from ray.exceptions import NodeDiedError, TaskCancelledError, WorkerCrashedError
 
+from ..views.errors import ErrorMode, seterr
 from .backends import Done
 from .buffering import run_length
 from .failures import LoaderError, WorkerDied, capture, describe_items, restore
@@ -131,7 +132,7 @@ class RayWorkers:
                 tasks.append(task)
                 args.append(arg)
             if tasks:
-                ref = self._remote.remote((self._job,), args, self._seed, self._sent)
+                ref = self._remote.remote((self._job,), args, self._seed, self._sent, seterr())
                 future = ref.future()
                 running[future] = InFlight(ref, tasks, args)
                 future.add_done_callback(functools.partial(_wake, self._signal))
@@ -257,12 +258,16 @@ def _pipeline(ref: ray.ObjectRef) -> Callable[[Any], Any]:
 
 
 @ray.remote
-def _run_remotely(holder: tuple[ray.ObjectRef], args: list, seed: int, number: int) -> list[Outcome]:
+def _run_remotely(
+    holder: tuple[ray.ObjectRef], args: list, seed: int, number: int, error_mode: ErrorMode
+) -> list[Outcome]:
     """The outcome of ``job(arg)`` for each of ``args``, in order; ``number`` counts the loader's Ray tasks.
 
     The pipeline's reference comes in a tuple, so that Ray hands it over as
-    it is instead of loading the pipeline anew for each Ray task.
+    it is instead of loading the pipeline anew for each Ray task. Errors read
+    inside the pipeline propagate as the consumer's ``seterr`` says.
     """
+    seterr(error_mode)
     try:
         job = _pipeline(holder[0])
     except Exception as error:
