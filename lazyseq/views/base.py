@@ -15,7 +15,7 @@ handled here, once, for every view.
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, overload
 
 import numpy as np
@@ -154,16 +154,26 @@ class View(Fluent[T_co], Sequence[T_co]):
         """
         if self._len is not None:
             return False
+        return any(view._length_unknown for view in self._views_below(lambda view: view._len is None))
+
+    def _epochs(self) -> tuple[int, ...]:
+        """The epochs of the shuffles this view reads from: what ``set_epoch`` changes, wherever it is called."""
+        epochs = (getattr(view, "_epoch", None) for view in self._views_below())  # a shuffle's
+        return tuple(epoch for epoch in epochs if epoch is not None)
+
+    def _views_below(self, through: Callable[[View], bool] | None = None) -> Iterator[View]:
+        """This view and the views it reads from, each once, going on only through those for which ``through`` holds.
+
+        One walk, not a call per path: parents may be shared (``collate([d, d])``), and pipelines deep.
+        """
         seen: set[int] = set()
         stack: list[View] = [self]
-        while stack:  # through the views without a length below, each once (parents may be shared, and deep)
+        while stack:
             view = stack.pop()
-            if view._len is None and id(view) not in seen:
-                if view._length_unknown:
-                    return True
+            if id(view) not in seen and (through is None or through(view)):
                 seen.add(id(view))
+                yield view
                 stack.extend(view._parents)
-        return False
 
     def _need_length(self, what: str) -> int:
         if self._len is None:

@@ -15,7 +15,7 @@ chunk is already columnar.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from numbers import Number
 from typing import Any
 
@@ -127,33 +127,29 @@ def pad_chunk(chunk: Any, pad: Any, count: int, collated: bool = True) -> Any:
     if type(chunk) is list:
         return chunk + [_padding_like(chunk[0], pad) if collated and chunk else pad] * count
     if isinstance(chunk, Columns):
-        if chunk.keys is not None:
-            if not isinstance(pad, Mapping) or set(pad) != set(chunk.keys):
-                raise ValueError(
-                    f"pad must be a dict with keys {list(chunk.keys)} to pad items that are dicts, got {pad!r}"
-                )
-            pad = [pad[key] for key in chunk.keys]
-        elif not isinstance(pad, (tuple, list)) or len(pad) != len(chunk.fields):
-            raise ValueError(
-                f"pad must be a tuple of {len(chunk.fields)} values to pad items that are "
-                f"{len(chunk.fields)}-tuples, got {pad!r}"
-            )
-        return Columns(tuple(pad_chunk(f, p, count, collated) for f, p in zip(chunk.fields, pad)), chunk.keys)
+        pads = _pad_fields(pad, chunk.keys, len(chunk.fields))
+        return Columns(tuple(pad_chunk(f, p, count, collated) for f, p in zip(chunk.fields, pads)), chunk.keys)
     return np.concatenate([chunk, _pad_rows(pad, chunk.dtype, chunk.shape[1:], count)])
+
+
+def _pad_fields(pad: Any, keys: Sequence[Any] | None, count: int) -> list:
+    """The values of ``pad``, one per field of items that are dicts with ``keys``, or ``count``-tuples (no keys)."""
+    if keys is not None:
+        if not isinstance(pad, Mapping) or set(pad) != set(keys):
+            raise ValueError(f"pad must be a dict with keys {list(keys)} to pad items that are dicts, got {pad!r}")
+        return [pad[key] for key in keys]
+    if not isinstance(pad, (tuple, list)) or len(pad) != count:
+        raise ValueError(f"pad must be a tuple of {count} values to pad items that are {count}-tuples, got {pad!r}")
+    return list(pad)
 
 
 def _padding_like(item: Any, pad: Any) -> Any:
     """``pad`` as an item like ``item``: each value in its dtype (a ``TypeError`` if it cannot be held there)."""
     if isinstance(item, Mapping):
-        if not isinstance(pad, Mapping) or set(pad) != set(item):
-            raise ValueError(f"pad must be a dict with keys {list(item)} to pad items that are dicts, got {pad!r}")
-        return {key: _padding_like(value, pad[key]) for key, value in item.items()}
+        pads = _pad_fields(pad, list(item), len(item))
+        return {key: _padding_like(value, p) for (key, value), p in zip(item.items(), pads)}
     if isinstance(item, (tuple, list)):
-        if not isinstance(pad, (tuple, list)) or len(pad) != len(item):
-            raise ValueError(
-                f"pad must be a tuple of {len(item)} values to pad items that are {len(item)}-tuples, got {pad!r}"
-            )
-        values = [_padding_like(v, p) for v, p in zip(item, pad)]
+        values = [_padding_like(v, p) for v, p in zip(item, _pad_fields(pad, None, len(item)))]
         kind: Any = type(item)
         return kind._make(values) if hasattr(kind, "_make") else kind(values)  # namedtuples too
     value = np.asarray(item)

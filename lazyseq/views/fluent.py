@@ -162,18 +162,3 @@ class Fluent(Generic[T_co]):
         """Give every ``shuffle`` in this pipeline the permutation of ``epoch``."""
         for parent in self._parents:
             parent.set_epoch(epoch)
-
-    def _epochs(self) -> tuple[int, ...]:
-        """The epochs of the shuffles this view reads from, each once: what ``set_epoch`` changes, wherever it is called."""
-        seen: set[int] = set()
-        stack: list[View] = [self]  # type: ignore[list-item]  # this mixin is a View's
-        epochs = []
-        while stack:
-            view = stack.pop()
-            if id(view) not in seen:
-                seen.add(id(view))
-                epoch = getattr(view, "_epoch", None)
-                if epoch is not None:
-                    epochs.append(epoch)
-                stack.extend(view._parents)
-        return tuple(epochs)

@@ -116,8 +116,8 @@ class StridedView(View):
         return self._parent._get(self._position(i))
 
     def _get_many(self, idx: Positions) -> Any:
-        if self._stop is not None and len(idx):
-            self._position(int(idx[-1] if type(idx) is range and idx.step > 0 else max(idx)))
+        if self._stop is not None and len(idx):  # the furthest item asked for must lie before stop
+            self._position(max(idx[0], idx[-1]) if type(idx) is range else int(idx.max()))
         return self._parent._get_many(shift(self._start, self._step, idx))
 
     def _set(self, i: int, value: Any) -> None:
