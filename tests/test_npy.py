@@ -74,3 +74,21 @@ def test_an_npz_archive_says_how_to_open_its_arrays(tmp_path):
         "files: extract the archive (it holds one .npy file per array) and open those, or load one array into "
         f"memory with np.load({str(archive)!r})['x'] and view it with lazyseq.view()"
     )
+
+
+def test_a_file_that_starts_like_a_zip_archive_but_is_none_is_named(tmp_path):
+    broken = tmp_path / "broken.npy"
+    broken.write_bytes(b"PK\x03\x04" + bytes(26))
+    with pytest.raises(ValueError) as info:
+        lazyseq.open_npy(str(broken))
+    assert str(info.value) == (
+        f"open_npy: {broken} is not a .npy file (it starts like a zip archive, an .npz file, but is not a readable "
+        "one: File is not a zip file)"
+    )
+
+
+def test_an_existing_file_whose_name_looks_like_a_pattern_is_that_file(tmp_path):
+    np.save(tmp_path / "a[1].npy", np.arange(3))
+    np.save(tmp_path / "a1.npy", np.arange(5))
+    np.testing.assert_array_equal(lazyseq.open_npy(str(tmp_path / "a[1].npy"))[:], np.arange(3))
+    assert len(lazyseq.open_npy(str(tmp_path / "a[0-9].npy"))) == 5  # no such file: a pattern

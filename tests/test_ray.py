@@ -156,11 +156,27 @@ def test_a_pipeline_the_nodes_cannot_import_is_reported(cluster, tmp_path, monke
 
     with lazyseq.prefetch(lazyseq.smap(double, range(4)), nworkers=1, method="ray") as ahead:
         with pytest.raises(
-            lazyseq.LoaderError, match=r"^prefetch: a Ray worker on node .* could not load the pipeline"
+            lazyseq.LoaderError,
+            match=r"^prefetch: a Ray worker on node .* could not load the pipeline \(ModuleNotFoundError: No module "
+            r"named 'only_here'\); every node needs the modules the pipeline uses",
         ):
             ahead[0]
         assert not ahead.workers_running
     sys.modules.pop("only_here")
+
+
+def test_a_file_the_nodes_cannot_see_is_reported_as_such(cluster, tmp_path):
+    path = tmp_path / "here_only.npy"
+    np.save(path, np.arange(6.0))
+    data = lazyseq.open_npy(str(path))  # mapped here; a node opens it again by name
+    path.unlink()
+    with lazyseq.prefetch(data, nworkers=1, method="ray") as ahead:
+        with pytest.raises(
+            lazyseq.LoaderError,
+            match=r"could not load the pipeline \(FileNotFoundError: .*here_only\.npy.*\); every node must see the "
+            r"files the pipeline memory-maps, at the same paths",
+        ):
+            ahead[0]
 
 
 @ray.remote(num_cpus=0)

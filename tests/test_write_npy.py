@@ -496,6 +496,16 @@ def test_a_shard_cut_short_under_a_manifest_that_agrees_is_named_on_open(tmp_pat
     assert message.endswith("); call write_npy again with the same arguments to redo it")
 
 
+def test_a_shard_overwritten_with_what_looks_like_a_zip_archive_is_named_on_open(tmp_path):
+    lazyseq.write_npy(pipeline(N), tmp_path, rows_per_shard=10)
+    shard = tmp_path / "f0-00001.npy"
+    size = shard.stat().st_size
+    shard.write_bytes((b"PK\x03\x04" + bytes(size))[:size])
+    message = open_error(tmp_path)
+    assert message.startswith(f"open_npy: {shard} has a header that cannot be read ({shard} is not a .npy file (it")
+    assert message.endswith("); call write_npy again with the same arguments to redo it")
+
+
 def test_a_missing_shard_is_named_on_open(tmp_path):
     lazyseq.write_npy(pipeline(N), tmp_path, rows_per_shard=10)
     os.remove(tmp_path / "f1-00003.npy")

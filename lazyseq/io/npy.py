@@ -27,7 +27,8 @@ def open_npy(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> View[np.
     """Memory-map ``.npy`` files (read-only) and view their rows one file after the other.
 
     ``paths`` is a list of files, or one glob pattern (matches are sorted by
-    name). Every file must hold the same dtype and the same shape beyond the
+    name; a path that names an existing file is that file, whatever
+    characters it holds). Every file must hold the same dtype and the same shape beyond the
     first axis; a file that does not is named in a ``ValueError``. Nothing is
     read into memory until items are accessed.
 
@@ -52,7 +53,8 @@ def open_npy(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> View[np.
         return _open_written(os.fspath(paths))
     if isinstance(paths, (str, os.PathLike)):
         pattern = os.fspath(paths)
-        files = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        literal = not glob.has_magic(pattern) or os.path.isfile(pattern)  # a file named "a[1].npy" is that file
+        files = [pattern] if literal else sorted(glob.glob(pattern))
         if not files:
             raise FileNotFoundError(f"open_npy: no file matches {pattern!r}")
     else:
@@ -150,7 +152,8 @@ def _open_shard(directory: str, file: ShardFile, field: Field, rows: int, manife
         _check_npy_magic(path)
         array = np.load(path, mmap_mode="r")
     except ValueError as error:
-        raise ValueError(f"open_npy: {path} has a header that cannot be read ({error}); {redo}") from None
+        detail = str(error).removeprefix("open_npy: ")
+        raise ValueError(f"open_npy: {path} has a header that cannot be read ({detail}); {redo}") from None
     if array.dtype != field.dtype or array.shape != shape or not array.flags.c_contiguous:
         order = "" if array.flags.c_contiguous else " in Fortran order"
         raise ValueError(
@@ -167,8 +170,14 @@ def _check_npy_magic(path: str) -> None:
     if start == _NPY_MAGIC:
         return
     if start.startswith(_ZIP_MAGIC):
-        with zipfile.ZipFile(path) as archive:
-            names = [name.removesuffix(".npy") for name in archive.namelist()]
+        try:
+            with zipfile.ZipFile(path) as archive:
+                names = [name.removesuffix(".npy") for name in archive.namelist()]
+        except (zipfile.BadZipFile, EOFError) as error:
+            raise ValueError(
+                f"open_npy: {path} is not a .npy file (it starts like a zip archive, an .npz file, but is not a "
+                f"readable one: {error})"
+            ) from None
         shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
         example = names[0] if names else "name"
         raise ValueError(

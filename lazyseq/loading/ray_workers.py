@@ -58,6 +58,24 @@ PIPELINES_KEPT = 4  # pipelines a Ray worker process keeps loaded (those of the 
 Outcome = tuple[str, Any, Any]  # ("ok", value, seconds), ("error", CapturedError, where), ("load_failed", ...)
 
 
+def _load_hint(type_name: str) -> str:
+    """What to check when a node could not unpickle the pipeline, from the name of the exception it raised.
+
+    >>> _load_hint("ModuleNotFoundError")[:40]
+    'every node needs the modules the pipelin'
+    >>> _load_hint("FileNotFoundError")[:40]
+    'every node must see the files the pipeli'
+    """
+    name = type_name.rsplit(".", 1)[-1]
+    modules = "every node needs the modules the pipeline uses (installed there, or sent with ray.init(runtime_env=...))"
+    files = "every node must see the files the pipeline memory-maps, at the same paths (a shared filesystem)"
+    if name in ("ModuleNotFoundError", "ImportError", "AttributeError"):
+        return modules
+    if name in ("FileNotFoundError", "PermissionError", "IsADirectoryError", "NotADirectoryError", "OSError"):
+        return files
+    return f"{modules}, and {files}"
+
+
 class InFlight(NamedTuple):
     """A Ray task sent: the reference to its results, the loader's tasks it computes and their arguments."""
 
@@ -198,8 +216,8 @@ class RayWorkers:
             _, captured, where = outcomes[0]
             self.close()
             raise LoaderError(
-                f"{self._owner}: {where} could not load the pipeline; every node needs the modules it uses "
-                "(installed there, or sent with ray.init(runtime_env=...))"
+                f"{self._owner}: {where} could not load the pipeline ({captured.type_name}: "
+                f"{captured.message}); {_load_hint(captured.type_name)}"
             ) from restore(captured, where)
         for task, (status, value, detail) in zip(tasks, outcomes):
             if status == "ok":
@@ -271,7 +289,9 @@ def _run_remotely(
     try:
         job = _pipeline(holder[0])
     except Exception as error:
-        return [("load_failed", _captured(error), _where())]
+        # Ray reports a pipeline it could not unpickle as a RaySystemError around the exception unpickling raised
+        cause = getattr(error, "client_exc", None)
+        return [("load_failed", _captured(cause if isinstance(cause, Exception) else error), _where())]
     seed_this_worker(seed, number)
     outcomes: list[Outcome] = []
     for arg in args:
