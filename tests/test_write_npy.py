@@ -16,6 +16,7 @@ import pytest
 from shard_helpers import contents, pipeline, rows
 
 import lazyseq
+import lazyseq.io.shard_directory
 import lazyseq.io.shard_sync
 from lazyseq.io.checksum import Sum64
 from lazyseq.views.base import View
@@ -297,11 +298,11 @@ def test_every_shard_is_synced_before_the_manifest_and_sync_false_syncs_nothing(
         lazyseq.write_npy(pipeline(N), tmp_path / "unsynced", rows_per_shard=10, nworkers=nworkers, sync=False)
         assert events.synced() == []
         events.events.clear()
-        computed = []  # a run that syncs keeps the shards of one that did not, and syncs them
+        computed = []  # a run that syncs, over a complete one that did not: keeps the shards and syncs them
         lazyseq.write_npy(pipeline(N, computed=computed), tmp_path / "unsynced", rows_per_shard=10, nworkers=nworkers)
         assert computed == [0]
-        synced, after_last_shard = events.before_manifest()
-        assert set(shards) <= synced and "unsynced" in after_last_shard
+        assert set(shards) <= set(events.synced()) and events.synced()[-1] == "unsynced"  # the directory last
+        assert [name for what, name in events.events if what == "rename"] == []  # nothing written
     finally:
         monkeypatch.undo()
     assert contents(tmp_path / "synced") == contents(tmp_path / "unsynced") == reference
@@ -787,3 +788,38 @@ def test_an_exception_that_cannot_leave_a_worker_process_is_named_once(tmp_path)
     assert str(caught.value) == (  # was "... Unpicklable: Unpicklable: code 3: item 5"
         f"write_npy: shard 2 of {tmp_path} failed at item 5 (smap(unpicklable_at_five)[5]): Unpicklable: code 3: item 5"
     )
+
+
+@pytest.mark.parametrize("nworkers", [0, 2])
+def test_a_call_over_a_complete_intact_directory_writes_nothing(tmp_path, monkeypatch, nworkers):
+    lazyseq.write_npy(pipeline(N), tmp_path, rows_per_shard=10)
+    before = contents(tmp_path)
+
+    def read_only(*args, **kwargs):
+        raise PermissionError(30, "Read-only file system")
+
+    for name in ("replace", "remove", "rename", "unlink"):
+        monkeypatch.setattr(os, name, read_only)
+    computed = []
+    written = lazyseq.write_npy(pipeline(N, computed=computed), tmp_path, rows_per_shard=10, nworkers=nworkers)
+    monkeypatch.undo()
+    assert computed == [0]  # the first item, which gives the layout to compare with
+    assert contents(tmp_path) == before and sorted(os.listdir(tmp_path)) == sorted(before)
+    np.testing.assert_array_equal(lazyseq.batch(written, N)[0][1], np.arange(N))
+
+
+def test_an_interrupt_while_a_complete_directory_is_checked_leaves_it_complete(tmp_path, monkeypatch):
+    lazyseq.write_npy(pipeline(N), tmp_path, rows_per_shard=10)
+    checked = []
+
+    def interrupted(directory, file):
+        checked.append(file.name)
+        if len(checked) == 3:
+            raise KeyboardInterrupt
+        return True
+
+    monkeypatch.setattr(lazyseq.io.shard_directory, "matches", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        lazyseq.write_npy(pipeline(N), tmp_path, rows_per_shard=10)
+    monkeypatch.undo()
+    assert len(lazyseq.open_npy(tmp_path)) == N

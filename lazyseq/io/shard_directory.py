@@ -24,17 +24,19 @@ line) is redone too.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Any
 
-from .shard_files import remove_temporaries, replace_atomically
+from .shard_files import matches, remove_temporaries, replace_atomically
 from .shard_layout import MANIFEST, PROGRESS, SHARD_FILE_NAME, Layout, ShardRecord
 from .shard_sync import sync_directory
 
-__all__ = ["MANIFEST", "PROGRESS", "ProgressLog", "Written", "finish", "prepare", "read_manifest"]
+__all__ = ["MANIFEST", "PROGRESS", "ProgressLog", "Written", "finish", "intact", "prepare", "read_manifest"]
 
 FORMAT = "lazyseq.write_npy"
 VERSION = 2
@@ -80,6 +82,40 @@ def _make_directory(directory: str) -> None:
         os.makedirs(directory, exist_ok=True)
     except OSError as error:
         raise type(error)(f"write_npy: cannot make the directory {directory}: {error.strerror or error}") from error
+
+
+def intact(directory: str, layout: Layout, threads: int) -> Written | None:
+    """What ``directory`` holds if a manifest of ``layout`` says it is complete and every file it lists has
+    its recorded size and checksum (read by up to ``threads`` threads); else ``None``.
+
+    Nothing is written: a call over a complete directory leaves it as it
+    was, and works on a read-only one.
+    """
+    if not os.path.exists(os.path.join(directory, MANIFEST)):
+        return None
+    try:
+        written = read_manifest(directory)
+    except (FileNotFoundError, ValueError):  # prepare() says what is wrong
+        return None
+    if layout.in_order_of(written.layout).differences(written.layout):
+        return None
+    layout = written.layout
+    expected = []
+    for shard in range(layout.shard_count):
+        record = written.records.get(shard)
+        if (
+            record is None
+            or record.rows != len(layout.rows(shard))
+            or [f.name for f in record.files] != (layout.file_names(shard))
+        ):
+            return None
+        expected.extend(record.files)
+    if threads > 1 and len(expected) > 1:
+        with ThreadPoolExecutor(min(threads, len(expected)), thread_name_prefix="lazyseq-write_npy-check") as pool:
+            found = list(pool.map(functools.partial(matches, directory), expected))
+    else:
+        found = [matches(directory, file) for file in expected]
+    return written if all(found) else None
 
 
 def prepare(

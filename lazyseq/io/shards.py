@@ -32,10 +32,10 @@ from ..views.errors import REMOTE_CHAIN, EvaluationError, LoaderFailure, describ
 from ..views.itemtypes import SequenceLike
 from ..views.sources import as_view
 from .npy import open_npy
-from .shard_directory import ProgressLog, finish, prepare
+from .shard_directory import ProgressLog, finish, intact, prepare
 from .shard_files import matches, npy_header, remove_temporaries, write_npy_files
 from .shard_layout import Layout, ShardRecord, read_batch
-from .shard_sync import Syncer, sync_file
+from .shard_sync import Syncer, sync_directory, sync_file
 
 __all__ = ["ShardWrites", "write_npy"]
 
@@ -158,7 +158,8 @@ def write_npy(
     computed in vectorized blocks of rows (one ``_get_many`` read per block,
     as a batch is) by ``nworkers`` threads or processes (see
     :func:`~lazyseq.prefetch`), which write the files themselves. The first
-    item is also read in the calling process, to learn the layout.
+    item is also read in the calling process, to learn the layout (an empty
+    ``seq`` is a ``ValueError``: it has no item to learn it from).
 
     ``manifest.json``, written last, lists the fields (dtype, row shape),
     the parameters, and each shard's rows and files with their sizes and
@@ -183,7 +184,9 @@ def write_npy(
     ``write_npy`` again with the same arguments (``nworkers`` and ``method``
     may differ) keeps the recorded shards whose files still have their
     recorded size and checksum, redoes the others and removes temporary
-    files; the result is the same as an uninterrupted run's. It assumes the
+    files; the result is the same as an uninterrupted run's. Over a complete
+    directory whose files all check out, it writes nothing (the directory may
+    be read-only) and returns the view. It assumes the
     items are the same as before: ``resume=False`` recomputes every shard.
     A directory written with other parameters (another layout, length or
     ``rows_per_shard``), or holding files named like shards that no manifest
@@ -223,6 +226,15 @@ def write_npy(
         _raise_failure(error, 0, None, directory)
     layout = Layout.of_items(first, length, rows_per_shard, bytes_per_shard)
     parameters = {"rows_per_shard": rows_per_shard, "bytes_per_shard": bytes_per_shard}
+    if resume and not overwrite and os.path.isdir(directory):
+        complete = intact(directory, layout, options.nworkers)
+        if complete is not None:  # nothing to redo: the directory is left as it is
+            if sync:  # it may have been written with sync=False
+                for record in complete.records.values():
+                    for file in record.files:
+                        sync_file(os.path.join(directory, file.name))
+                sync_directory(directory)
+            return open_npy(directory)
     trusted, layout = prepare(directory, layout, parameters, resume, overwrite, sync)
     # A Ray worker may run on another machine, whose cache a sync by name from here would not reach: it syncs
     # the files it writes itself. Other shards are synced by this process, off the path of the computation.
