@@ -594,7 +594,20 @@ def test_items_that_change_shape_or_dtype_are_named(tmp_path):
         lazyseq.write_npy(["a", "b"], tmp_path / "c")
     assert str(info.value) == (
         "write_npy: item 0: items must be arrays or numbers, or tuples or dicts of them, but these collate into a list"
+        "; make strings numpy arrays of a fixed-width string dtype (np.str_, np.bytes_, np.array(s, 'U20'))"
     )
+    with pytest.raises(TypeError) as info:
+        lazyseq.write_npy([{"name": "abc", "x": 1}], tmp_path / "c2")
+    assert str(info.value) == (
+        "write_npy: field 'name' of item 0 collates into a list, not an array: items must be arrays or numbers, or "
+        "tuples or dicts of them (not nested); make strings numpy arrays of a fixed-width string dtype (np.str_, "
+        "np.bytes_, np.array(s, 'U20'))"
+    )
+    structured = np.zeros(2, [("a", "<i4"), ("b", "<f8")])
+    with pytest.raises(TypeError, match=r"structured dtype .* make each of its fields a key of a dict item"):
+        lazyseq.write_npy(structured, tmp_path / "c3")
+    with pytest.raises(TypeError, match=r"must be strings of ASCII letters, digits and '_\.\+=-'.* got 'größe'"):
+        lazyseq.write_npy([{"größe": 1}], tmp_path / "c4")
     with pytest.raises(TypeError, match=r"dict keys name the files of their field, .* got 'a/b'"):
         lazyseq.write_npy([{"a/b": 1}], tmp_path / "d")
     with pytest.raises(TypeError) as info:  # its temporary file's name would not fit in 255 bytes
@@ -823,3 +836,30 @@ def test_an_interrupt_while_a_complete_directory_is_checked_leaves_it_complete(t
         lazyseq.write_npy(pipeline(N), tmp_path, rows_per_shard=10)
     monkeypatch.undo()
     assert len(lazyseq.open_npy(tmp_path)) == N
+
+
+def test_a_manifest_edited_to_name_no_field_or_odd_files_is_named(tmp_path):
+    lazyseq.write_npy(np.arange(20.0), tmp_path / "none", rows_per_shard=6)
+    edit_manifest(tmp_path / "none", lambda manifest: manifest.update(fields=[]))
+    assert open_error(tmp_path / "none") == (
+        f"open_npy: {tmp_path / 'none' / 'manifest.json'} is not a write_npy manifest: ValueError: items of kind "
+        "'array' cannot have the fields []"
+    )
+    lazyseq.write_npy([{"x": 1.0}] * 4, tmp_path / "odd", rows_per_shard=2)
+    edit_manifest(tmp_path / "odd", lambda manifest: manifest["fields"][0].update(name="../x"))
+    assert open_error(tmp_path / "odd") == (
+        f"open_npy: {tmp_path / 'odd' / 'manifest.json'} is not a write_npy manifest: ValueError: the fields "
+        "['../x'] are not all names of files in the directory"
+    )
+
+
+def test_a_rows_per_shard_beyond_the_length_is_not_reported_as_changed(tmp_path):
+    lazyseq.write_npy(np.arange(5), tmp_path, rows_per_shard=100)
+    with pytest.raises(FileExistsError) as info:
+        lazyseq.write_npy(np.arange(6), tmp_path, rows_per_shard=100)
+    assert "(length: 6, was 5): pass overwrite=True" in str(info.value)
+
+
+def test_a_directory_given_as_bytes(tmp_path):
+    written = lazyseq.write_npy(np.arange(3.0), os.fsencode(tmp_path / "out"))
+    assert list(written) == [0.0, 1.0, 2.0] and sorted(os.listdir(tmp_path / "out"))[-1] == "manifest.json"

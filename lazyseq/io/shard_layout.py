@@ -259,6 +259,14 @@ class Layout:
         if kind not in ("array", "tuple", "dict"):
             raise ValueError(f"unknown item kind {kind!r}")
         fields = tuple(Field.from_json(f) for f in data["fields"])
+        expected = (
+            [ARRAY_FIELD] if kind == "array" else [f"f{j}" for j in range(len(fields))] if kind == "tuple" else None
+        )
+        names = [f.name for f in fields]
+        if not fields or (expected is not None and names != expected):
+            raise ValueError(f"items of kind {kind!r} cannot have the fields {names}")
+        if kind == "dict" and not all(_FIELD_NAME.fullmatch(name) and len(name) <= MAX_FIELD_NAME for name in names):
+            raise ValueError(f"the fields {names} are not all names of files in the directory")
         length, rows_per_shard = int(data["length"]), int(data["rows_per_shard"])
         if length < 1 or rows_per_shard < 1:
             raise ValueError(f"length {length} and rows_per_shard {rows_per_shard} must be at least 1")
@@ -292,7 +300,8 @@ class Layout:
                     changes.append(f"row shape{name}: {new.row_shape}, was {old.row_shape}")
         if self.length != other.length:
             changes.append(f"length: {self.length}, was {other.length}")
-        if self.rows_per_shard != other.rows_per_shard:
+        whole = self.rows_per_shard == self.length and other.rows_per_shard == other.length  # one shard each
+        if self.rows_per_shard != other.rows_per_shard and not whole:  # (a larger rows_per_shard is the length)
             changes.append(f"rows_per_shard: {self.rows_per_shard}, was {other.rows_per_shard}")
         return changes
 
@@ -335,7 +344,7 @@ def _parts(batch: Any) -> tuple[Kind, list[str], list[Any]]:
         for key in batch:
             if not isinstance(key, str) or not _FIELD_NAME.fullmatch(key):
                 raise TypeError(
-                    f"dict keys name the files of their field, so they must be strings of letters, digits and "
+                    f"dict keys name the files of their field, so they must be strings of ASCII letters, digits and "
                     f"'_.+=-' (not starting with one of '.+=-'), got {key!r}"
                 )
             if len(key) > MAX_FIELD_NAME:
@@ -345,8 +354,19 @@ def _parts(batch: Any) -> tuple[Kind, list[str], list[Any]]:
                 )
         return "dict", list(batch), list(batch.values())
     raise TypeError(
-        f"items must be arrays or numbers, or tuples or dicts of them, but these collate into a {type(batch).__name__}"
+        f"items must be arrays or numbers, or tuples or dicts of them, but these collate into a "
+        f"{type(batch).__name__}{_hint(batch)}"
     )
+
+
+def _hint(values: Any) -> str:
+    """How to make arrays of ``values`` (a list that items collated into), where they are strings or tensors."""
+    first = values[0] if isinstance(values, list) and values else None
+    if isinstance(first, (str, bytes)):
+        return "; make strings numpy arrays of a fixed-width string dtype (np.str_, np.bytes_, np.array(s, 'U20'))"
+    if type(first).__module__.split(".")[0] == "torch":
+        return "; convert torch tensors with .numpy() (on the CPU)"
+    return ""
 
 
 def _all_arrays(values: list) -> bool:
@@ -357,12 +377,19 @@ def _field(name: str, value: Any) -> Field:
     if not isinstance(value, np.ndarray):
         raise TypeError(
             f"write_npy: field {name!r} of item 0 collates into a {type(value).__name__}, not an array: items "
-            "must be arrays or numbers, or tuples or dicts of them (not nested)"
+            f"must be arrays or numbers, or tuples or dicts of them (not nested){_hint(value)}"
         )
-    if value.dtype.hasobject or value.dtype.fields is not None or value.dtype.itemsize == 0:
+    if value.dtype.fields is not None:
         raise TypeError(
-            f"write_npy: field {name!r} of item 0 holds {value.dtype} values, which a plain .npy file cannot "
-            "store: use numbers, booleans, fixed-width strings or datetimes"
+            f"write_npy: field {name!r} of item 0 holds values of a structured dtype ({value.dtype}), which "
+            "write_npy does not take: make each of its fields a key of a dict item, "
+            "{key: item[key] for key in item.dtype.names}"
+        )
+    if value.dtype.hasobject or value.dtype.itemsize == 0:
+        what = "Python objects" if value.dtype.hasobject else "values of size 0"
+        raise TypeError(
+            f"write_npy: field {name!r} of item 0 holds {what} (dtype {value.dtype}), which a .npy file cannot "
+            "store as plain data: use numbers, booleans, fixed-width strings or datetimes"
         )
     return Field(name, value.dtype, tuple(value.shape[1:]))
 

@@ -219,7 +219,7 @@ def write_npy(
     overwrite = flag(overwrite, "write_npy: overwrite")
     sync = flag(sync, "write_npy: sync")
     check_progress(progress, "write_npy")  # before the directory is touched
-    directory = os.fspath(directory)
+    directory = os.fsdecode(directory)  # bytes too, as os functions take them
     try:
         first = read_batch(items, range(0, 1))
     except Exception as error:
