@@ -193,6 +193,23 @@ def test_as_dataset_items_and_lazy_batches(npy_files):
     np.testing.assert_array_equal(dataset[torch.tensor(3)][0], samples[3])  # a 0-d index: one item
 
 
+def full(i):
+    return torch.full((2,), float(i))
+
+
+def test_dataloader_over_items_that_are_tensors_or_strings():
+    tensors = lazyseq.smap(full, range(5))
+    expected = torch.tensor([[0.0, 0.0], [1.0, 1.0]])
+    for collate_fn in (None, collate):  # torch's default collation, and lazyseq's: both stack them
+        assert torch.equal(next(iter(DataLoader(as_dataset(tensors), batch_size=2, collate_fn=collate_fn))), expected)
+    x, i = next(iter(DataLoader(as_dataset(lazyseq.collate([tensors, range(5)])), batch_size=2, collate_fn=collate)))
+    assert torch.equal(x, expected) and i.tolist() == [0, 1]
+    words = next(iter(DataLoader(as_dataset(["a", "b", "c"]), batch_size=2)))  # default_collate hands them back
+    assert words == ["a", "b"] and repr(words) == "['a', 'b']"
+    travelled = pickle.loads(pickle.dumps(words))  # as a plain list, without the view
+    assert type(travelled) is list and travelled == ["a", "b"]
+
+
 def test_dataloader_over_a_view_gives_the_per_sample_batches(npy_files):
     paths, labels_path, _, _ = npy_files
     plain = list(DataLoader(PerSample(paths, labels_path), batch_size=64))

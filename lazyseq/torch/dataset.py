@@ -9,10 +9,11 @@ torch's ``default_collate`` it is the list of samples it expects.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator
 from typing import Any, cast
 
 import numpy as np
+import torch
 from torch.utils.data import Dataset, IterableDataset, default_collate
 
 from ..views.base import View
@@ -23,23 +24,26 @@ from .tensors import to_tensors
 __all__ = ["LazyBatch", "ViewDataset", "as_dataset", "collate", "from_dataset"]
 
 
-class LazyBatch(Sequence):
+class LazyBatch(list):
     """The samples at some indices of a view, for a ``collate_fn``: as a list of samples, or as one stacked batch.
 
     ``value`` is the batch as ``view.batch`` builds it (arrays stacked,
     tuples and dicts collated field by field): that is what :func:`collate`
-    uses. As a sequence, item ``k`` is the sample ``view[indices[k]]``: that
-    is what torch's ``default_collate`` reads. Either is read with one
-    vectorized gather, the first time it is asked for, and then kept.
+    uses. As a list, item ``k`` is the sample ``view[indices[k]]``: that is
+    what torch's ``default_collate`` reads (and may hand back as it is, for
+    strings). Either is read with one vectorized gather, the first time it
+    is asked for, and then kept. It pickles as the plain list of its
+    samples, without the view.
     """
 
-    __slots__ = ("_view", "_indices", "_value", "_samples")
+    __slots__ = ("_view", "_indices", "_value", "_read")
 
     def __init__(self, view: View, indices: list[int] | np.ndarray) -> None:
+        super().__init__()
         self._view = view
         self._indices = indices
         self._value: Any = _UNREAD
-        self._samples: list | None = None
+        self._read = False  # the samples, in the list itself (where torch's C code reads a list)
 
     @property
     def value(self) -> Any:
@@ -48,17 +52,35 @@ class LazyBatch(Sequence):
             self._value = _stacked(self._view, self._indices)
         return self._value
 
+    def _samples(self) -> None:
+        if not self._read:
+            count = len(self._indices)
+            list.extend(self, self._view[self._indices].batch(count, collate_fn=list)[0] if count else [])
+            self._read = True
+
     def __len__(self) -> int:
         return len(self._indices)
 
     def __getitem__(self, k: Any) -> Any:
-        if self._samples is None:
-            count = len(self._indices)
-            self._samples = self._view[self._indices].batch(count, collate_fn=list)[0] if count else []
-        return self._samples[k]
+        self._samples()
+        return list.__getitem__(self, k)
+
+    def __iter__(self) -> Iterator[Any]:
+        self._samples()
+        return list.__iter__(self)
+
+    def __eq__(self, other: object) -> bool:
+        self._samples()
+        return list.__eq__(self, other)
+
+    __hash__ = None  # type: ignore[assignment]  # a list
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        self._samples()
+        return (list, (list(list.__iter__(self)),))
 
     def __repr__(self) -> str:
-        return f"LazyBatch({len(self._indices)} samples)"
+        return list.__repr__(self) if self._read else f"LazyBatch({len(self._indices)} samples)"
 
 
 _UNREAD = object()
@@ -133,7 +155,8 @@ def collate(batch: Any) -> Any:
     A :class:`LazyBatch` (what a view's dataset returns for a batch of
     indices) becomes its batch with every array turned into a tensor that
     shares its memory (see :func:`~lazyseq.torch.to_tensors`); structure is
-    kept, tuples stay tuples. Anything else, such as the list of samples
+    kept, tuples stay tuples, and items (or fields) that are tensors are
+    stacked, as ``default_collate`` stacks them. Anything else, such as the list of samples
     from another dataset, goes to torch's ``default_collate``.
 
     >>> import numpy as np
@@ -147,8 +170,23 @@ def collate(batch: Any) -> Any:
     [tensor([1, 3]), tensor([2., 4.], dtype=torch.float64)]
     """
     if isinstance(batch, LazyBatch):
-        return to_tensors(batch.value)
+        # items that are tensors collate into a list of them: stacked, as default_collate stacks them
+        return _stack_tensors(to_tensors(batch.value))
     return default_collate(batch)
+
+
+def _stack_tensors(value: Any) -> Any:
+    """``value`` with each list of tensors in it (what items or fields that are tensors collate into) stacked."""
+    if type(value) is list:
+        if value and all(isinstance(x, torch.Tensor) for x in value):
+            return torch.stack(value)
+        return value
+    if isinstance(value, tuple):
+        fields = [_stack_tensors(x) for x in value]
+        return type(value)(*fields) if hasattr(value, "_fields") else tuple(fields)
+    if type(value) is dict:
+        return {key: _stack_tensors(x) for key, x in value.items()}
+    return value
 
 
 def from_dataset(dataset: Dataset[T]) -> View[T]:
