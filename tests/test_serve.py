@@ -4,8 +4,11 @@ Servers listen on 127.0.0.1 only; every server, consumer and process a test star
 """
 
 import gc
+import json
 import logging
+import multiprocessing
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -394,6 +397,55 @@ def test_a_stream_consumer_goes_on_when_a_new_server_comes_back_at_the_address()
     assert rest == list(range(10, 10 + received_before)) + list(range(1000, 1100))
 
 
+@pytest.mark.parametrize("first_kind", ["view", "stream"])
+def test_a_server_of_the_other_kind_back_at_the_address_is_an_error_not_a_hang(first_kind):
+    def source(kind):
+        return lazyseq.arange(100) if kind == "view" else iter(range(100))
+
+    other = "stream" if first_kind == "view" else "view"
+    first = lazyseq.serve(source(first_kind), LOOPBACK)
+    consumer = lazyseq.connect(first.address, timeout=10.0, ahead=2)
+    try:
+        assert (consumer[0] if first_kind == "view" else next(consumer)) == 0
+        first.close()
+        with lazyseq.serve(source(other), first.address):
+            with pytest.raises(lazyseq.LoaderError) as info:
+                for i in range(1, 100):
+                    consumer[i] if first_kind == "view" else next(consumer)
+        asked = "'get'" if first_kind == "view" else "'next'"
+        answers = "'next'" if other == "stream" else "'get'"
+        assert str(info.value).startswith(f"connect: the server at {first.address} refused a request while this ")
+        assert str(info.value).endswith(f"a served {other} answers {answers}, not b{asked}")
+    finally:
+        consumer.close()
+
+
+def read_two(stream, answers):
+    try:
+        answers.put(("ok", [next(stream), next(stream)]))
+    except Exception as error:
+        answers.put((type(error).__name__, str(error)))
+
+
+def test_a_stream_is_not_read_in_a_forked_child_nor_pickled():
+    with lazyseq.serve(iter(range(100)), LOOPBACK) as server, lazyseq.connect(server.address, timeout=5.0) as stream:
+        assert next(stream) == 0
+        context = multiprocessing.get_context("fork")
+        answers = context.Queue()
+        child = context.Process(target=read_two, args=(stream, answers))
+        child.start()
+        outcome = answers.get(timeout=30)
+        child.join(30)
+        assert outcome == (
+            "LoaderError",
+            f"connect: a stream served at {server.address} cannot be read in a process forked from the one that "
+            "connected to it (both would hand out the items it had received); connect to it in this process",
+        )
+        assert [next(stream) for _ in range(3)] == [1, 2, 3]  # the parent goes on, nothing handed out twice
+        with pytest.raises(TypeError, match=r"^a stream served at .* cannot be pickled: each of its items goes to"):
+            pickle.dumps(stream)
+
+
 def test_a_stream_consumer_that_left_frees_its_items_for_another():
     with lazyseq.serve(iter(range(10)), LOOPBACK) as server:
         first = lazyseq.connect(server.address, ahead=4)
@@ -500,7 +552,9 @@ def test_garbage_is_logged_and_the_server_goes_on(caplog):
         rogue.send_multipart([wire.TAG, b"get", b'{"req": 0, "index": 1, "count": 0}'])
         rogue.send_multipart([wire.TAG, b"get", b'{"req": 0, "index": 1, "count": 257}'])
         rogue.send_multipart([wire.TAG, b"sync", b"{}"])  # answered once the messages before it were read
-        assert rogue.recv_multipart() == [wire.TAG, b"synced", b"{}"]
+        answers = [rogue.recv_multipart() for _ in range(7)]
+        assert [kind for _, kind, _ in answers] == [b"refused"] * 6 + [b"synced"]  # told, where it speaks lazyseq
+        assert json.loads(answers[1][2]) == {"message": "unknown request b'launch'"}
         rogue.send_multipart([wire.TAG, b"get", b"[" * 200_000])  # over the size limit: cut off by ZeroMQ
         with lazyseq.connect(server.address) as remote:
             assert list(remote) == list(range(10))
@@ -777,7 +831,14 @@ def test_a_huge_request_or_item_harms_only_itself(caplog):
     caplog.set_level(logging.WARNING, logger="lazyseq.serve")
     items = lazyseq.smap(lambda i: 10**5000 if i == 1 else i, range(5))
     with lazyseq.serve(items, LOOPBACK) as server, lazyseq.connect(server.address) as remote:
-        remote._connection._socket.send_multipart([wire.TAG, b"get", b'{"req": ' + b"1" * 5000 + b', "index": 0}'])
+        context = zmq.Context()
+        rogue = context.socket(zmq.DEALER)
+        rogue.setsockopt(zmq.LINGER, 0)
+        rogue.connect(server.address)
+        rogue.send_multipart([wire.TAG, b"get", b'{"req": ' + b"1" * 5000 + b', "index": 0}'])
+        assert rogue.recv_multipart()[1] == b"refused"
+        rogue.close()
+        context.term()
         with pytest.raises(lazyseq.EvaluationError, match="item 1 cannot be sent: the item is an int of 16610 bits"):
             remote[1]
         assert [remote[i] for i in range(5) if i != 1] == [0, 2, 3, 4]

@@ -173,6 +173,11 @@ class RemoteStream(Iterator):
         return self
 
     def __next__(self) -> Any:
+        if self._connection.pid != os.getpid():
+            raise LoaderError(
+                f"connect: a stream served at {self.address} cannot be read in a process forked from the one that "
+                "connected to it (both would hand out the items it had received); connect to it in this process"
+            )
         with self._lock:
             if self._ended:
                 raise StopIteration
@@ -194,6 +199,12 @@ class RemoteStream(Iterator):
             except Exception as error:
                 errors.reraise(error)
         return value
+
+    def __reduce__(self) -> tuple:
+        raise TypeError(
+            f"a stream served at {self.address} cannot be pickled: each of its items goes to one consumer, and a "
+            "copy would be another one sharing this one's items; connect to the server where the items are read"
+        )
 
     def _ask(self, more: int, acks: list[int]) -> None:
         self._asked += more

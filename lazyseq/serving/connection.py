@@ -29,7 +29,7 @@ from .security import key_bytes
 __all__ = ["Connection", "ConnectionClosed"]
 
 BYE_LINGER_MS = 200
-_SERVER_KINDS = {b"welcome", b"item", b"error", b"failed", b"end", b"synced"}
+_SERVER_KINDS = {b"welcome", b"item", b"error", b"failed", b"end", b"synced", b"refused"}
 
 
 class ConnectionClosed(LoaderError):
@@ -151,13 +151,21 @@ class Connection:
                 frames = None
             if frames is not None:
                 try:
-                    return self._parse(frames)
+                    kind, header, buffers = self._parse(frames)
                 except wire.ProtocolError:
                     continue  # not from a lazyseq server: ignored
+                if kind == b"refused":  # a server that cannot answer what this client asks (it serves another kind)
+                    message = header.get("message") if isinstance(header, dict) else None
+                    raise LoaderError(
+                        f"connect: the server at {self.address} refused a request while this client was waiting for "
+                        f"{waiting_for}: {message if isinstance(message, str) else 'no reason given'}"
+                    )
+                return kind, header, buffers
             if poller.poll(int(self.interval * 1000)):
                 if self.closed:  # woken by close() from another thread
                     raise self._closed(f"waiting for {waiting_for}")
-                continue
+                if time.monotonic() - max(beat.last_answer, quiet_since) <= self.timeout:
+                    continue  # (else a socket that wakes with nothing to read: the checks below end the wait)
             now = time.monotonic()
             if beat.server is not None and self.server is not None and beat.server != self.server:
                 self.server = beat.server

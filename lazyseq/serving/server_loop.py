@@ -235,6 +235,8 @@ class ServerLoop:
             self._act_on(consumer, kind, header)
         except wire.ProtocolError as error:
             log.warning("rejected a message from %s: %s", consumer.hex(), error)
+            if len(received) >= 3 and received[1].bytes == wire.TAG:  # a lazyseq client: told, not left waiting
+                self._send(consumer, b"refused", {"message": str(error)[:500]}, [])
         except Exception:  # a bug, not the consumer's doing: logged, and the server goes on
             log.exception("the server at %s failed on a message from %s", self.address, consumer.hex())
 
