@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import signal
 import sys
 import types
@@ -59,6 +60,15 @@ def load_source(spec: str) -> Any:
     from .views.base import View
 
     if callable(source) and not isinstance(source, (View, type)):
+        try:
+            inspect.signature(source).bind()
+        except TypeError as error:  # it needs arguments: say so, without a traceback
+            raise SystemExit(
+                f"lazyseq.serve: {spec} is a function that needs arguments ({error}); name a view, or a function "
+                "that takes none and returns one"
+            ) from None
+        except ValueError:  # no signature to read (a builtin): called as it is
+            pass
         source = source()
     return source
 
@@ -77,6 +87,11 @@ def read_keys(directory: str) -> tuple[tuple[bytes, bytes], list[bytes]]:
     if secret is None:
         raise SystemExit(f"lazyseq.serve: {root / 'server.key_secret'} holds no secret key")
     clients = [zmq.auth.load_certificate(path)[0] for path in sorted((root / "clients").glob("*.key"))]
+    if not clients:
+        print(
+            f"lazyseq.serve: warning: --keys {directory}: no {root / 'clients' / '*.key'}: no client will be let in",
+            file=sys.stderr,
+        )
     return (public, secret), clients
 
 
@@ -107,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             insecure=args.insecure,
         )
     except (ValueError, TypeError, OSError) as error:
-        raise SystemExit(f"lazyseq.serve: {error}") from None
+        raise SystemExit(f"lazyseq.serve: {str(error).removeprefix('serve: ')}") from None
     try:  # an interrupt from the moment the server exists ends it quietly, even one that comes while printing
         signal.signal(signal.SIGTERM, lambda *_: server.close())
         print(server.address, flush=True)

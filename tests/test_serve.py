@@ -221,12 +221,24 @@ class ByPosition:
         return np.full(2, i)
 
 
-@pytest.mark.parametrize("source", [np.arange(5.0).reshape(5, 1), ByPosition()], ids=["array", "sequence"])
+@pytest.mark.parametrize(
+    "source", [np.arange(5.0).reshape(5, 1), ByPosition(), "abc"], ids=["array", "sequence", "str"]
+)
 def test_an_array_or_any_sequence_is_served_by_index(source):
     with lazyseq.serve(source, LOOPBACK, nworkers=2) as server:
         with lazyseq.connect(server.address) as remote:
             assert isinstance(remote, lazyseq.View) and len(remote) == len(source)
             np.testing.assert_array_equal(np.stack(list(remote)), np.stack([source[i] for i in range(len(source))]))
+
+
+def test_a_mapping_is_refused_as_a_source():
+    with pytest.raises(TypeError) as caught:
+        lazyseq.serve({"a": [1, 2]}, LOOPBACK)
+    assert str(caught.value) == (
+        "serve: source is a dict, a mapping, which has no order to serve by index and whose iteration gives only its "
+        "keys; serve a view of its values (lazyseq.collate for several arrays)"
+    )
+    assert lazyseq_threads() == []
 
 
 class TwentyFive:
@@ -635,6 +647,10 @@ def test_a_public_address_needs_keys():
         "serve: tcp://0.0.0.0:5557 can be reached from other machines, and anyone who reaches it could read the "
         "data; give curve_keypair=zmq.curve_keypair()"
     )
+    zmq_keys = pytest.importorskip("zmq").curve_keypair
+    with pytest.raises(ValueError) as caught:  # no keys to tell clients apart by: every client would get in
+        lazyseq.serve(range(3), LOOPBACK, allowed_clients=[zmq_keys()[0]])
+    assert str(caught.value).startswith("serve: allowed_clients needs curve_keypair: clients are told apart by")
     assert lazyseq_threads() == []
 
 
@@ -646,6 +662,7 @@ def test_a_public_address_needs_keys():
         ("connect", "tcp://127.0.0.1:0", "the port of 'tcp://127.0.0.1:0' must be a number from 1 to 65535, got '0'"),
         ("serve", "inproc://data", "'inproc://data' is an inproc:// endpoint, which only sockets of one ZeroMQ"),
         ("connect", "inproc://data", "'inproc://data' is an inproc:// endpoint, which only sockets of one ZeroMQ"),
+        ("serve", "udp://127.0.0.1:0", "'udp://127.0.0.1:0' is a udp:// endpoint; a lazyseq server and its clients"),
     ],
 )
 def test_endpoints_no_server_can_use_are_refused(call, address, message):
@@ -743,7 +760,12 @@ def test_the_command_says_what_is_wrong_with_its_argument():
         (["nosuchmodule:x"], "lazyseq.serve: cannot import 'nosuchmodule': No module named 'nosuchmodule'"),
         (
             ["string:digits", "--address", "bogus"],
-            "lazyseq.serve: serve: address must look like 'tcp://127.0.0.1:5557'",
+            "lazyseq.serve: address must look like 'tcp://127.0.0.1:5557'",
+        ),
+        (
+            ["os.path:join"],
+            "lazyseq.serve: os.path:join is a function that needs arguments (missing a required argument: 'a'); "
+            "name a view, or a function that takes none and returns one",
         ),
         (["string:digits", "--keys", "/nonexistent"], "lazyseq.serve: --keys /nonexistent: no /nonexistent/server.key"),
     ],
@@ -881,3 +903,15 @@ def test_a_forked_child_leaves_the_parent_server_running():
         os.waitpid(pid, 0)
         with lazyseq.connect(server.address, timeout=5) as remote:
             assert list(remote) == [0, 1, 2]
+
+
+def test_keys_without_clients_warn_that_nobody_gets_in(tmp_path, capsys):
+    zmq_auth = pytest.importorskip("zmq.auth")
+    zmq_auth.create_certificates(str(tmp_path), "server")
+    from lazyseq.serve import read_keys
+
+    (public, secret), clients = read_keys(str(tmp_path))
+    assert clients == [] and len(public) == len(secret) == 40
+    assert capsys.readouterr().err == (
+        f"lazyseq.serve: warning: --keys {tmp_path}: no {tmp_path / 'clients' / '*.key'}: no client will be let in\n"
+    )

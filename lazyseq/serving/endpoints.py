@@ -26,6 +26,11 @@ def check_endpoint(address: object, owner: str, *, binding: bool) -> str:
     if not isinstance(address, str) or "://" not in address:
         raise ValueError(f"{owner}: address must look like 'tcp://127.0.0.1:5557', got {address!r}")
     transport, _, rest = address.partition("://")
+    if transport not in ("tcp", "ipc", "inproc"):
+        raise ValueError(
+            f"{owner}: {address!r} is a {transport}:// endpoint; a lazyseq server and its clients talk over "
+            "tcp://HOST:PORT, or ipc://PATH on one machine"
+        )
     if transport == "inproc":
         raise ValueError(
             f"{owner}: {address!r} is an inproc:// endpoint, which only sockets of one ZeroMQ context can reach, and "

@@ -47,11 +47,16 @@ def is_loopback(address: str) -> bool:
         return False
 
 
-def check_address(address: str, curve_keypair: Any, insecure: bool) -> None:
+def check_address(address: str, curve_keypair: Any, insecure: bool, allowed_clients: Any = None) -> None:
     """``ValueError`` for a server bound where others can reach it, with nothing to keep them out."""
     if curve_keypair is not None and not (isinstance(curve_keypair, (tuple, list)) and len(curve_keypair) == 2):
         raise ValueError(
             f"serve: curve_keypair must be a (public, secret) pair, as zmq.curve_keypair() makes, got {curve_keypair!r:.60}"
+        )
+    if curve_keypair is None and allowed_clients is not None:
+        raise ValueError(
+            "serve: allowed_clients needs curve_keypair: clients are told apart by the CURVE keys they encrypt "
+            "with, and without encryption anyone who reaches the address is let in"
         )
     if curve_keypair is None and not insecure and not is_loopback(address):
         raise ValueError(
@@ -81,7 +86,9 @@ class ClientCheck:
         if allowed_clients is not None:
             if isinstance(allowed_clients, (str, bytes)):
                 raise ValueError("serve: allowed_clients must be a list of public keys, not one key")
-            self.allowed = {self._z85_decode(key_bytes(k, "each key of allowed_clients")) for k in allowed_clients}
+            self.allowed = {
+                self._z85_decode(key_bytes(k, "serve: each key of allowed_clients")) for k in allowed_clients
+            }
 
     def answer(self, request: list[bytes]) -> list[bytes]:
         """The reply to one ZAP request: ``200`` for a client let in, ``400`` otherwise."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..loading.buffering import ITEMS_AHEAD, Buffering
@@ -39,7 +39,11 @@ class Server:
         allowed_clients: Iterable[Any] | None,
         insecure: bool,
     ) -> None:
-        check_address(check_endpoint(address, "serve", binding=True), curve_keypair, insecure)
+        check_address(check_endpoint(address, "serve", binding=True), curve_keypair, insecure, allowed_clients)
+        if options.method == "ray" and options.nworkers:  # now, not in the server's thread (it answers heartbeats)
+            from ..loading.ray_workers import connect_to_ray
+
+            connect_to_ray("serve")
         self._loop = ServerLoop(
             self._service_for(source, options, max_buffered), address, curve_keypair, allowed_clients
         )
@@ -51,8 +55,13 @@ class Server:
 
     @staticmethod
     def _service_for(source: Any, options: LoaderOptions, max_buffered: Buffering) -> ViewService | StreamService:
-        if is_sequence_like(source) and not isinstance(source, (str, bytes)):  # what view() takes: served by index
+        if is_sequence_like(source):  # what view() takes (a str too, as a sequence of characters): served by index
             return ViewService(as_view(source), options, max_buffered)
+        if isinstance(source, Mapping):
+            raise TypeError(
+                f"serve: source is a {type(source).__name__}, a mapping, which has no order to serve by index and whose "
+                "iteration gives only its keys; serve a view of its values (lazyseq.collate for several arrays)"
+            )
         if isinstance(source, Iterable):
             if options.nworkers:
                 raise ValueError(
@@ -145,8 +154,11 @@ def serve(
     ``curve_keypair=(public, secret)`` from ``zmq.curve_keypair()`` encrypts
     everything (consumers pass ``server_key=public``), and
     ``allowed_clients=[their public keys]`` keeps every other client out
-    during the handshake; ``insecure=True`` binds without them, for a
-    network you trust. Store a secret key in a file only you can read.
+    during the handshake (it needs ``curve_keypair``: without encryption
+    clients cannot be told apart, and giving it alone is a ``ValueError``);
+    ``insecure=True`` binds without them, for a network you trust. With
+    ``method="ray"``, ``serve`` connects to Ray (or starts it) before it
+    returns, so that the server answers its consumers from the start. Store a secret key in a file only you can read.
 
     >>> import numpy as np, lazyseq
     >>> data = lazyseq.view(np.arange(12.0).reshape(6, 2)).smap(lambda row: row * 10)
