@@ -247,6 +247,27 @@ def test_validation_errors_before_training():
     with pytest.raises(TypeError, match="fit: IncrementalPCA has no score method; pass metric="):
         fit(recorder, lazyseq.view(X).batch(BATCH), validation=lazyseq.view(X))
     assert not hasattr(recorder, "components_")
+    model = GaussianNB()
+    with pytest.raises(ValueError) as info:  # X alone, for a model scored against targets
+        fit(model, labelled(LABELS).batch(BATCH), classes=[0, 1, 2], validation=lazyseq.view(X), progress=False)
+    assert str(info.value) == (
+        "fit: the items of validation are X alone, but GaussianNB is scored against targets: items must be (X, y) "
+        "or (X, y, sample_weight)"
+    )
+    assert not hasattr(model, "classes_")  # refused before the first step
+
+
+def test_one_pass_of_a_one_shot_iterator_as_far_as_steps_needs():
+    batches = (batch for batch in labelled(LABELS).batch(BATCH))
+    recorder = Recorder()
+    fit(recorder, batches, epochs=None, steps=2, progress=False)
+    assert len(recorder.calls) == 2
+
+
+def test_a_batch_of_one_torch_sample_gets_the_hint():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(ValueError, match=r"^fit: batch 0 has X of shape torch.Size\(\[3\]\), one sample"):
+        fit(GaussianNB(), [(torch.rand(3), torch.tensor(1))], classes=[0, 1], progress=False)
 
 
 # -- predict ------------------------------------------------------------------------------------------

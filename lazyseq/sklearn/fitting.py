@@ -41,7 +41,8 @@ def fit(
 
     ``epochs`` passes are made over ``batches`` (``None``: as many as
     ``steps`` needs), which must then be readable again: a view or a
-    sequence, not a one-shot iterator. ``steps`` stops after that many calls
+    sequence, not a one-shot iterator (which gives one pass: with
+    ``epochs=None``, ``fit`` stops at ``steps`` or where it ends). ``steps`` stops after that many calls
     in all; an infinite view or ``load_buffers`` needs it. A plain iterator
     that never ends cannot be recognised: without ``steps``, ``fit`` reads it
     for ever.
@@ -157,7 +158,8 @@ def _needs_targets(method: Callable) -> bool:
 def _check_rows(X: Any, step: int) -> None:
     """A batch of one sample (a view that was not batched) gets a hint instead of scikit-learn's message."""
     dtype = getattr(X, "dtype", None)
-    if getattr(X, "ndim", None) == 1 and dtype is not None and dtype.kind in "biufc":
+    numeric = getattr(dtype, "kind", "") in tuple("biufc") or type(dtype).__module__ == "torch"  # torch: no kind
+    if getattr(X, "ndim", None) == 1 and numeric:
         raise ValueError(
             f"fit: batch {step} has X of shape {X.shape}, one sample; each batch must hold several rows "
             "(X of 2 dimensions): batch a view of samples first, for instance view.batch(64)"
@@ -180,7 +182,7 @@ class _Batches:
         if endless and steps is None:
             raise ValueError(f"fit: batches {endless}, so fit would never stop: pass steps=N to stop after N batches")
         one_shot = isinstance(batches, Iterator)
-        if one_shot and not endless and epochs != 1:
+        if one_shot and not endless and epochs not in (1, None):  # epochs=None: one pass, as far as steps needs
             raise ValueError(
                 f"fit: batches is a one-shot iterator ({type(batches).__name__}) that can be read only once, "
                 f"so epochs={epochs} cannot be made; pass a view or a sequence, or epochs=1"
@@ -238,8 +240,14 @@ class _Validation:
         self.data = as_view(validation)  # checked now, not after the first hundred steps
         self.metric = metric
         self.history = history
-        if metric is None:
-            score_rule(estimator, "fit")
+        rule = "metric" if metric is not None else score_rule(estimator, "fit")
+        if rule in ("metric", "accuracy", "r2") and self.data._len != 0:  # scored against targets: are there any?
+            _, targets, _ = fields(self.data[:1].batch(1)[0], "fit: an item of validation")
+            if targets is None:
+                raise ValueError(
+                    f"fit: the items of validation are X alone, but {type(estimator).__name__} is scored against "
+                    "targets: items must be (X, y) or (X, y, sample_weight)"
+                )
 
     def __call__(self, step: int, epoch: int, bar: ProgressBar) -> None:
         value = score(self.estimator, self.data, metric=self.metric, progress=False)

@@ -88,7 +88,8 @@ def score(
     at once: accuracy for classifiers, R² for regressors (from the chunked
     predictions), and for estimators whose score adds up over samples
     (``KMeans``, ``MiniBatchKMeans``, ``PCA``, ``FactorAnalysis``,
-    ``GaussianMixture``, ``KernelDensity``), that score, chunk by chunk.
+    ``GaussianMixture``, ``KernelDensity``), that score, chunk by chunk
+    (a sum taken in another order: equal up to its last bits of rounding).
     Other estimators need ``metric``: ``metric(y_true, y_pred)`` (with
     ``sample_weight=`` when items carry weights) is applied to the
     predictions and targets, and what it returns is returned. ``nworkers``
