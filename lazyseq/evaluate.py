@@ -16,7 +16,7 @@ from .arguments import integer
 from .casting import keeps_values
 from .loading.buffering import BATCHES_AHEAD, Buffering
 from .loading.options import LoaderOptions, Method
-from .nested import describe, flatten, rebuild, skeleton_key
+from .nested import describe, flatten, in_order_of, rebuild, skeleton_key
 from .progress import progress_bar
 from .views.itemtypes import SequenceLike
 from .views.sources import as_view
@@ -138,7 +138,7 @@ class _Outputs:
     def write(self, result: Any, start: int, rows: int, batch_index: int) -> None:
         leaves: list = []
         if self.skeleton is not None:  # dicts with the same keys in another order are the same results
-            result = _in_order_of(self.skeleton, result)
+            result = in_order_of(self.skeleton, result)
         skeleton = flatten(result, leaves, is_leaf=_anything)
         try:
             leaves = [_rows_of(leaf, rows, batch_index) for leaf in leaves]
@@ -254,19 +254,6 @@ def _check_distinct(targets: list) -> None:
                     f"evaluate: out gives the same {'file' if isinstance(first, (str, os.PathLike)) else 'memory'} "
                     f"for results {b} and {a}: each would overwrite the other; give each result its own"
                 )
-
-
-def _in_order_of(skeleton: tuple, result: Any) -> Any:
-    """``result`` with its dicts' keys in the order ``skeleton`` (a first result's, see :func:`flatten`) has them."""
-    tag = skeleton[0]
-    if tag == "d" and isinstance(result, Mapping) and set(result) == set(skeleton[1]):
-        return {key: _in_order_of(child, result[key]) for key, child in zip(skeleton[1], skeleton[2])}
-    if tag in ("t", "l", "n") and isinstance(result, (tuple, list)) and len(result) == len(skeleton[-1]):
-        parts = [_in_order_of(child, part) for child, part in zip(skeleton[-1], result)]
-        if isinstance(result, list):
-            return parts
-        return type(result)(*parts) if hasattr(result, "_fields") else tuple(parts)
-    return result
 
 
 def _anything(value: Any) -> bool:

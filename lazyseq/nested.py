@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["describe", "flatten", "is_plain_array", "map_leaves", "rebuild", "skeleton_key"]
+__all__ = ["describe", "flatten", "in_order_of", "is_plain_array", "map_leaves", "rebuild", "skeleton_key"]
 
 _ndarray = np.ndarray  # one global lookup instead of two, on the hot path of flatten
 
@@ -205,3 +205,23 @@ def describe(skeleton: tuple, leaf_texts: list[str]) -> str:
     if tag == "l":
         return f"[{', '.join(parts)}]"
     return f"({parts[0]},)" if len(parts) == 1 else f"({', '.join(parts)})"
+
+
+def in_order_of(skeleton: tuple, tree: Any) -> Any:
+    """``tree`` with its dicts' keys in the order ``skeleton`` (of a first such tree, see :func:`flatten`) has them.
+
+    Dicts with other keys, and anything else that does not match, are left as they are.
+
+    >>> first = flatten({"x": 1, "y": (2, {"a": 3, "b": 4})}, [])
+    >>> in_order_of(first, {"y": (5, {"b": 6, "a": 7}), "x": 8})
+    {'x': 8, 'y': (5, {'a': 7, 'b': 6})}
+    """
+    tag = skeleton[0]
+    if tag == "d" and isinstance(tree, Mapping) and set(tree) == set(skeleton[1]):
+        return {key: in_order_of(child, tree[key]) for key, child in zip(skeleton[1], skeleton[2])}
+    if tag in ("t", "l", "n") and isinstance(tree, (tuple, list)) and len(tree) == len(skeleton[-1]):
+        parts = [in_order_of(child, part) for child, part in zip(skeleton[-1], tree)]
+        if isinstance(tree, list):
+            return parts
+        return type(tree)(*parts) if hasattr(tree, "_fields") else tuple(parts)
+    return tree

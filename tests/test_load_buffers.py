@@ -4,6 +4,7 @@ import functools
 import itertools
 import multiprocessing
 import os
+import pickle
 
 import numpy as np
 import pytest
@@ -85,6 +86,38 @@ def test_a_batch_of_another_shape_is_a_clear_error(method):
         "load_buffers: batch 2 is (float64 (3, 2), int64 (2,)), but the first batch was "
         "(float64 (4, 2), int64 (2,)); func must return batches of fixed shapes and dtypes"
     )
+
+
+class KeysInTurns:
+    """Dict batches alike but for the order of their keys, which alternates."""
+
+    def __init__(self):
+        self.count = itertools.count()
+
+    def __call__(self):
+        if next(self.count) % 2:
+            return {"a": np.zeros(2), "b": np.ones(1)}
+        return {"b": np.ones(1), "a": np.zeros(2)}
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_dict_batches_with_their_keys_in_another_order_are_alike(method):
+    with load_buffers(KeysInTurns(), max_cached=2, nworkers=1, method=method) as batches:
+        got = [next(batches) for _ in range(4)]
+    assert all(sorted(batch) == ["a", "b"] and batch["a"].tolist() == [0.0, 0.0] for batch in got)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("max_cached", [1, 2, 3])
+def test_max_cached_counts_the_batch_being_read(method, max_cached):
+    with load_buffers(Counter(), max_cached=max_cached, nworkers=1, method=method, inline_below=0) as batches:
+        for _ in range(5):
+            held = next(batches)
+            engine = batches._engine  # what is computed or on its way besides the batch held
+            assert len(engine.ready) + len(engine.pending) <= max_cached - 1
+        del held
+    with pytest.raises(TypeError, match="^a load_buffers iterator cannot be pickled: it runs workers of its own"):
+        pickle.dumps(batches)
 
 
 @pytest.mark.parametrize("method", METHODS)

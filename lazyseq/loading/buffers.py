@@ -9,7 +9,7 @@ from typing import Any, Generic, NoReturn
 import numpy as np
 
 from ..arguments import flag
-from ..nested import map_leaves
+from ..nested import in_order_of, map_leaves
 from ..views.errors import REMOTE_CHAIN, EvaluationError, seterr
 from ..views.itemtypes import T
 from .backends import Done
@@ -39,14 +39,13 @@ class BufferLoader(Iterator[T], Generic[T]):
         self._func = func
         self._copy = copy
         self._signature: tuple | None = None
+        self._skeleton: tuple | None = None  # of the first batch (its arrays not kept)
         self._first = ""
         self._delivered = 0  # batches handed out so far: numbers them in messages
         self._tasks = itertools.count()
         self._lock = ForkLocalLock()  # a forked child reads with its own
         self.closed = False
-        # With threads the consumer holds the last batch it got; with processes its slot counts among max_cached.
-        size = self._max_cached.size
-        self._ahead = Buffering(max(1, size - 1)) if options.method == "thread" and size else self._max_cached
+        self._holding = False  # whether the consumer holds the batch it got last (one of max_cached): between reads
         self._options = options
         self._starts = 0  # each start of the workers gets new random seeds
         self._engine = self._start()
@@ -55,7 +54,7 @@ class BufferLoader(Iterator[T], Generic[T]):
         engine = self._engine = Engine(
             CallFunction(self._func),
             self._options,
-            self._ahead,
+            self._max_cached,
             start=self._starts,
             slot_count=self._max_cached.size or 0,  # processes: one shared-memory slot per batch
             task_name="batch",
@@ -68,8 +67,10 @@ class BufferLoader(Iterator[T], Generic[T]):
         self._engine.refill(self._next_batches)
 
     def _next_batches(self, room: int) -> list[tuple[int, None]]:
-        """Up to ``room`` more batches to make, each into a free slot of its own where slots exist."""
+        """Up to ``room`` more batches to make (one less while the consumer holds one), each into a free slot of its
+        own where slots exist."""
         engine, count = self._engine, 0
+        room -= self._holding
         # A consumer that keeps every slot alive still gets batches (pickled) while nothing else is on its way.
         while count < room and (not (engine.pending or count) or engine.workers.has_room(count + 1)):
             count += 1
@@ -81,6 +82,7 @@ class BufferLoader(Iterator[T], Generic[T]):
 
     def __next__(self) -> T:
         with self._lock:
+            self._holding = False  # asking for the next one: done with the last one (a slot still held is not free)
             if self.closed:
                 raise StopIteration
             engine = self._engine
@@ -99,6 +101,7 @@ class BufferLoader(Iterator[T], Generic[T]):
                     if not engine.ready and not engine.pending:
                         self._refill()
                     done = engine.next_done(self._refill)
+                self._holding = True
                 self._refill()
             except BaseException as error:
                 if isinstance(error, Exception) and self._closed_meanwhile():
@@ -119,16 +122,25 @@ class BufferLoader(Iterator[T], Generic[T]):
 
     def _check_shape(self, batch: Any, number: int) -> None:
         arrays: list = []
+        if self._skeleton is not None:  # dicts with the same keys in another order are batches alike
+            batch = in_order_of(self._skeleton, batch)
         skeleton = flatten(batch, arrays)
         found = shape_key(skeleton, arrays)
         if self._signature is None:
             # described now, once: keeping the batch itself would keep its slot from being reused
             self._signature, self._first = found, signature(skeleton, layout_of(arrays)[0])
+            self._skeleton = skeleton
         elif found != self._signature:
             raise ValueError(
                 f"load_buffers: batch {number} is {signature(skeleton, layout_of(arrays)[0])}, but the first "
                 f"batch was {self._first}; func must return batches of fixed shapes and dtypes"
             )
+
+    def __reduce__(self) -> tuple:
+        raise TypeError(
+            "a load_buffers iterator cannot be pickled: it runs workers of its own; send func, and call "
+            "load_buffers where the batches are read"
+        )
 
     def _closed_meanwhile(self) -> bool:
         """Whether another thread closed the iterator while this one waited in it (its iteration ends then)."""
