@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from .shard_files import matches, remove_temporaries, replace_atomically
-from .shard_layout import MANIFEST, PROGRESS, SHARD_FILE_NAME, Layout, ShardRecord
+from .shard_layout import MANIFEST, PROGRESS, SHARD_FILE_NAME, Layout, ShardFile, ShardRecord
 from .shard_sync import sync_directory
 
 __all__ = ["MANIFEST", "PROGRESS", "ProgressLog", "Written", "finish", "intact", "prepare", "read_manifest"]
@@ -100,7 +100,7 @@ def intact(directory: str, layout: Layout, threads: int) -> Written | None:
     if layout.in_order_of(written.layout).differences(written.layout):
         return None
     layout = written.layout
-    expected = []
+    expected: list[ShardFile] = []
     for shard in range(layout.shard_count):
         record = written.records.get(shard)
         if (

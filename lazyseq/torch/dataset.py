@@ -73,7 +73,7 @@ class LazyBatch(list):
         self._samples()
         return list.__eq__(self, other)
 
-    __hash__ = None  # type: ignore[assignment]  # a list
+    __hash__ = None  # a list
 
     def __reduce__(self) -> tuple[Any, ...]:
         self._samples()
