@@ -17,7 +17,9 @@ from shard_helpers import contents, pipeline, rows
 
 import lazyseq
 import lazyseq.io.shard_directory
+import lazyseq.io.shard_files
 import lazyseq.io.shard_sync
+import lazyseq.io.shards
 from lazyseq.io.checksum import Sum64
 from lazyseq.views.base import View
 
@@ -863,3 +865,23 @@ def test_a_rows_per_shard_beyond_the_length_is_not_reported_as_changed(tmp_path)
 def test_a_directory_given_as_bytes(tmp_path):
     written = lazyseq.write_npy(np.arange(3.0), os.fsencode(tmp_path / "out"))
     assert list(written) == [0.0, 1.0, 2.0] and sorted(os.listdir(tmp_path / "out"))[-1] == "manifest.json"
+
+
+def test_the_files_of_a_complete_directory_are_read_once_when_one_shard_is_redone(tmp_path, monkeypatch):
+    lazyseq.write_npy(pipeline(N), tmp_path, rows_per_shard=10)
+    before = contents(tmp_path)
+    (tmp_path / "f1-00003.npy").write_bytes(b"damaged")
+    checked = []
+    real = lazyseq.io.shard_files.matches
+
+    def counted(directory, file):
+        checked.append(file.name)
+        return real(directory, file)
+
+    monkeypatch.setattr(lazyseq.io.shard_directory, "matches", counted)
+    monkeypatch.setattr(lazyseq.io.shards, "matches", counted)
+    computed = []
+    lazyseq.write_npy(pipeline(N, computed=computed), tmp_path, rows_per_shard=10)
+    assert sorted(checked) == sorted([f"f{j}-{k:05d}.npy" for j in (0, 1) for k in range(6)])  # each once
+    assert sorted(set(computed)) == [0, *range(30, 40)]  # item 0 for the layout, and shard 3 again
+    assert contents(tmp_path) == before

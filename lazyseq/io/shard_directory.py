@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from .shard_files import matches, remove_temporaries, replace_atomically
-from .shard_layout import MANIFEST, PROGRESS, SHARD_FILE_NAME, Layout, ShardFile, ShardRecord
+from .shard_layout import MANIFEST, PROGRESS, SHARD_FILE_NAME, Layout, ShardRecord
 from .shard_sync import sync_directory
 
-__all__ = ["MANIFEST", "PROGRESS", "ProgressLog", "Written", "finish", "intact", "prepare", "read_manifest"]
+__all__ = ["MANIFEST", "PROGRESS", "ProgressLog", "Written", "finish", "intact_shards", "prepare", "read_manifest"]
 
 FORMAT = "lazyseq.write_npy"
 VERSION = 2
@@ -84,12 +84,12 @@ def _make_directory(directory: str) -> None:
         raise type(error)(f"write_npy: cannot make the directory {directory}: {error.strerror or error}") from error
 
 
-def intact(directory: str, layout: Layout, threads: int) -> Written | None:
-    """What ``directory`` holds if a manifest of ``layout`` says it is complete and every file it lists has
-    its recorded size and checksum (read by up to ``threads`` threads); else ``None``.
+def intact_shards(directory: str, layout: Layout, threads: int) -> set[int] | None:
+    """The shards of ``directory`` whose files have their recorded size and checksum (read by up to ``threads``
+    threads), if a manifest of ``layout`` says the directory is complete; else ``None``.
 
-    Nothing is written: a call over a complete directory leaves it as it
-    was, and works on a read-only one.
+    Nothing is written: a call over a complete directory whose shards all
+    check out leaves it as it was, and works on a read-only one.
     """
     if not os.path.exists(os.path.join(directory, MANIFEST)):
         return None
@@ -99,23 +99,16 @@ def intact(directory: str, layout: Layout, threads: int) -> Written | None:
         return None
     if layout.in_order_of(written.layout).differences(written.layout):
         return None
-    layout = written.layout
-    expected: list[ShardFile] = []
-    for shard in range(layout.shard_count):
-        record = written.records.get(shard)
-        if (
-            record is None
-            or record.rows != len(layout.rows(shard))
-            or [f.name for f in record.files] != (layout.file_names(shard))
-        ):
-            return None
-        expected.extend(record.files)
-    if threads > 1 and len(expected) > 1:
-        with ThreadPoolExecutor(min(threads, len(expected)), thread_name_prefix="lazyseq-write_npy-check") as pool:
-            found = list(pool.map(functools.partial(matches, directory), expected))
+    records = [record for record in written.records.values() if written.layout.describes(record)]
+    files = [(record.shard, file) for record in records for file in record.files]
+    check = functools.partial(matches, directory)
+    if threads > 1 and len(files) > 1:
+        with ThreadPoolExecutor(min(threads, len(files)), thread_name_prefix="lazyseq-write_npy-check") as pool:
+            found = list(pool.map(check, [file for _, file in files]))
     else:
-        found = [matches(directory, file) for file in expected]
-    return written if all(found) else None
+        found = [check(file) for _, file in files]
+    damaged = {shard for (shard, _), ok in zip(files, found) if not ok}
+    return {record.shard for record in records} - damaged
 
 
 def prepare(

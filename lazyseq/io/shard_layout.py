@@ -173,6 +173,15 @@ class Layout:
     def file_names(self, shard: int) -> list[str]:
         return [self.file_name(field, shard) for field in self.fields]
 
+    def describes(self, record: ShardRecord) -> bool:
+        """Whether ``record`` is of a shard of this layout: its rows, and its files' names."""
+        shard = record.shard
+        return (
+            0 <= shard < self.shard_count
+            and record.rows == len(self.rows(shard))
+            and [f.name for f in record.files] == self.file_names(shard)
+        )
+
     # -- items -------------------------------------------------------------------
 
     def field_arrays(self, batch: Any, rows: range) -> list[np.ndarray]:
@@ -265,7 +274,7 @@ class Layout:
         names = [f.name for f in fields]
         if not fields or (expected is not None and names != expected):
             raise ValueError(f"items of kind {kind!r} cannot have the fields {names}")
-        if kind == "dict" and not all(_FIELD_NAME.fullmatch(name) and len(name) <= MAX_FIELD_NAME for name in names):
+        if kind == "dict" and any(_field_name_problem(name) for name in names):
             raise ValueError(f"the fields {names} are not all names of files in the directory")
         length, rows_per_shard = int(data["length"]), int(data["rows_per_shard"])
         if length < 1 or rows_per_shard < 1:
@@ -342,21 +351,23 @@ def _parts(batch: Any) -> tuple[Kind, list[str], list[Any]]:
         return "tuple", [f"f{j}" for j in range(len(batch))], list(batch)
     if isinstance(batch, Mapping):
         for key in batch:
-            if not isinstance(key, str) or not _FIELD_NAME.fullmatch(key):
-                raise TypeError(
-                    f"dict keys name the files of their field, so they must be strings of ASCII letters, digits and "
-                    f"'_.+=-' (not starting with one of '.+=-'), got {key!r}"
-                )
-            if len(key) > MAX_FIELD_NAME:
-                raise TypeError(
-                    f"dict keys name the files of their field, so they must be at most {MAX_FIELD_NAME} characters "
-                    f"long (a file name holds 255), got one of {len(key)}: {key[:20]}..."
-                )
+            problem = _field_name_problem(key)
+            if problem:
+                raise TypeError(f"dict keys name the files of their field, so they must be {problem}")
         return "dict", list(batch), list(batch.values())
     raise TypeError(
         f"items must be arrays or numbers, or tuples or dicts of them, but these collate into a "
         f"{type(batch).__name__}{_hint(batch)}"
     )
+
+
+def _field_name_problem(key: Any) -> str:
+    """What keeps ``key`` from naming a field's files (``""``: nothing)."""
+    if not isinstance(key, str) or not _FIELD_NAME.fullmatch(key):
+        return f"strings of ASCII letters, digits and '_.+=-' (not starting with one of '.+=-'), got {key!r}"
+    if len(key) > MAX_FIELD_NAME:
+        return f"at most {MAX_FIELD_NAME} characters long (a file name holds 255), got one of {len(key)}: {key[:20]}..."
+    return ""
 
 
 def _hint(values: Any) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any, NoReturn
 
 import numpy as np
@@ -32,9 +32,9 @@ from ..views.errors import REMOTE_CHAIN, EvaluationError, LoaderFailure, describ
 from ..views.itemtypes import SequenceLike
 from ..views.sources import as_view
 from .npy import open_npy
-from .shard_directory import ProgressLog, finish, intact, prepare
+from .shard_directory import ProgressLog, finish, intact_shards, prepare
 from .shard_files import matches, npy_header, remove_temporaries, write_npy_files
-from .shard_layout import Layout, ShardRecord, read_batch
+from .shard_layout import SHARD_FILE_NAME, Layout, ShardRecord, read_batch
 from .shard_sync import Syncer, sync_directory, sync_file
 
 __all__ = ["ShardWrites", "write_npy"]
@@ -44,7 +44,8 @@ class ShardWrites(View[ShardRecord]):
     """Item ``k`` writes shard ``k`` of ``layout`` into ``directory`` and is its record.
 
     A shard that ``trusted`` has a record of is only checked: kept if its
-    files on disk have the recorded sizes and checksums, written again if not.
+    files on disk have the recorded sizes and checksums (or if it is among
+    the shards ``checked`` already), written again if not.
     With ``sync``, a shard's files are synced to disk before its record is
     given (else whoever reads the records syncs them, or nobody does).
     After :meth:`abandon`, shards being written in this process (by worker
@@ -54,13 +55,21 @@ class ShardWrites(View[ShardRecord]):
     kind = "write_npy"
 
     def __init__(
-        self, items: View, layout: Layout, directory: str, trusted: dict[int, ShardRecord], *, sync: bool
+        self,
+        items: View,
+        layout: Layout,
+        directory: str,
+        trusted: dict[int, ShardRecord],
+        *,
+        sync: bool,
+        checked: Collection[int] = (),
     ) -> None:
         self._items = items
         self._parents = (items,)
         self._layout = layout
         self._directory = directory
         self._trusted = trusted
+        self._checked = checked
         self._sync = sync
         self._len = layout.shard_count
         self._writing = _InProgress()
@@ -70,8 +79,8 @@ class ShardWrites(View[ShardRecord]):
         rows = layout.rows(i)
         names = layout.file_names(i)
         known = self._trusted.get(i)
-        if known is not None and known.rows == len(rows) and [f.name for f in known.files] == names:
-            if all(matches(directory, file) for file in known.files):
+        if known is not None and layout.describes(known):
+            if i in self._checked or all(matches(directory, file) for file in known.files):
                 if self._sync:  # an earlier run may have ended before syncing it
                     for file in known.files:
                         sync_file(os.path.join(directory, file.name))
@@ -226,20 +235,23 @@ def write_npy(
         _raise_failure(error, 0, None, directory)
     layout = Layout.of_items(first, length, rows_per_shard, bytes_per_shard)
     parameters = {"rows_per_shard": rows_per_shard, "bytes_per_shard": bytes_per_shard}
+    checked = None  # of a complete directory, the shards whose files check out (the others are redone)
     if resume and not overwrite and os.path.isdir(directory):
-        complete = intact(directory, layout, options.nworkers)
-        if complete is not None:  # nothing to redo: the directory is left as it is
+        checked = intact_shards(directory, layout, options.nworkers)
+        if checked is not None and len(checked) == layout.shard_count:  # nothing to redo: the directory stays as it is
             if sync:  # it may have been written with sync=False
-                for record in complete.records.values():
-                    for file in record.files:
-                        sync_file(os.path.join(directory, file.name))
+                for name in os.listdir(directory):
+                    if SHARD_FILE_NAME.fullmatch(name):
+                        sync_file(os.path.join(directory, name))
                 sync_directory(directory)
             return open_npy(directory)
     trusted, layout = prepare(directory, layout, parameters, resume, overwrite, sync)
+    if checked is not None:  # read once: the files of the other shards are known not to check out
+        trusted = {shard: record for shard, record in trusted.items() if shard in checked}
     # A Ray worker may run on another machine, whose cache a sync by name from here would not reach: it syncs
     # the files it writes itself. Other shards are synced by this process, off the path of the computation.
     writers_sync = sync and options.method == "ray" and options.nworkers > 0
-    writes = ShardWrites(items, layout, directory, trusted, sync=writers_sync)
+    writes = ShardWrites(items, layout, directory, trusted, sync=writers_sync, checked=checked or ())
     ahead = Buffering.resolve(None, options, default=2 * max(1, options.nworkers))  # Ray: three runs per worker
     loader: PrefetchView[ShardRecord] = PrefetchView(writes, options, ahead, shm_size=0, task_name="shard")
     records = []

@@ -122,10 +122,12 @@ class BufferLoader(Iterator[T], Generic[T]):
 
     def _check_shape(self, batch: Any, number: int) -> None:
         arrays: list = []
-        if self._skeleton is not None:  # dicts with the same keys in another order are batches alike
-            batch = in_order_of(self._skeleton, batch)
         skeleton = flatten(batch, arrays)
         found = shape_key(skeleton, arrays)
+        if self._skeleton is not None and found != self._signature:  # dicts alike but for their keys' order?
+            arrays = []
+            skeleton = flatten(in_order_of(self._skeleton, batch), arrays)
+            found = shape_key(skeleton, arrays)
         if self._signature is None:
             # described now, once: keeping the batch itself would keep its slot from being reused
             self._signature, self._first = found, signature(skeleton, layout_of(arrays)[0])
