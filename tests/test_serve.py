@@ -241,6 +241,33 @@ def test_a_mapping_is_refused_as_a_source():
     assert lazyseq_threads() == []
 
 
+def ipv6_loopback_available() -> bool:
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not ipv6_loopback_available(), reason="this machine has no IPv6 loopback")
+@pytest.mark.parametrize("source", [np.arange(6.0).reshape(3, 2), range(3)], ids=["view", "stream"])
+def test_a_server_at_an_ipv6_address(source):
+    # ZeroMQ refused tcp://[::1] ("No such device") without its IPv6 option on both sides.
+    with lazyseq.serve(source if isinstance(source, np.ndarray) else iter(source), "tcp://[::1]:0") as server:
+        assert server.address.startswith("tcp://[::1]:")
+        with lazyseq.connect(server.address) as remote:
+            assert [np.asarray(x).tolist() for x in remote] == [np.asarray(x).tolist() for x in source]
+    assert lazyseq_threads() == []
+
+
+def test_localhost_stays_an_ipv4_address():
+    with lazyseq.serve(np.arange(3.0), "tcp://localhost:0") as server:
+        assert server.address.startswith("tcp://127.0.0.1:")
+
+
 class TwentyFive:
     """An iterable of unknown length that can start over."""
 

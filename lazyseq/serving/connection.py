@@ -22,6 +22,7 @@ from typing import Any
 from ..arguments import seconds
 from ..loading.failures import LoaderError
 from . import wire
+from .endpoints import is_ipv6
 from .failures import ServerLost
 from .frames import DONTWAIT, receive_frames, send_frames
 from .security import key_bytes
@@ -88,6 +89,7 @@ class Connection:
         zmq = self._zmq
         socket = self._context.socket(kind)
         socket.setsockopt(zmq.LINGER, 0)
+        socket.setsockopt(zmq.IPV6, is_ipv6(self.address))
         socket.setsockopt(zmq.ROUTING_ID, name)
         socket.setsockopt(zmq.RECONNECT_IVL, 50)
         socket.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)

@@ -8,7 +8,7 @@ server: a client would wait for its timeout, then report the server lost.
 
 from __future__ import annotations
 
-__all__ = ["check_endpoint"]
+__all__ = ["check_endpoint", "is_ipv6"]
 
 _HIGHEST_PORT = 65535
 
@@ -45,3 +45,14 @@ def check_endpoint(address: object, owner: str, *, binding: bool) -> str:
             which = "from 0 to 65535 (0: any free port)" if binding else "from 1 to 65535"
             raise ValueError(f"{owner}: the port of {address!r} must be a number {which}, got {port!r}")
     return address
+
+
+def is_ipv6(address: str) -> bool:
+    """Whether ``address`` is a TCP endpoint at an IPv6 address (``tcp://[::1]:5557``), for which ZeroMQ needs its
+    IPv6 option (set only then: with it, ``tcp://localhost`` may resolve to ``::ffff:127.0.0.1``).
+
+    >>> is_ipv6("tcp://[::1]:5557"), is_ipv6("tcp://127.0.0.1:5557"), is_ipv6("ipc:///tmp/s")
+    (True, False, False)
+    """
+    transport, _, rest = address.partition("://")
+    return transport == "tcp" and rest.rpartition(";")[2].startswith("[")

@@ -138,8 +138,9 @@ def serve(
     but did not use before it died goes to another.
 
     ``address`` is a ZeroMQ endpoint, ``tcp://`` or ``ipc://`` (``inproc://``
-    reaches no client, and is refused); port 0 picks a free port (the server's
-    ``.address`` says which), a port beyond 65535 is refused. Between two
+    reaches no client, and is refused), at an IPv4 address, a host name or an
+    IPv6 address in brackets (``tcp://[::1]:5557``); port 0 picks a free port
+    (the server's ``.address`` says which), a port beyond 65535 is refused. Between two
     processes of one machine, ``ipc:///tmp/NAME`` (a Unix socket) moves
     large items faster than loopback TCP. Only plain data travels, never pickle: arrays
     (header and raw buffer), numbers, strings, bytes and ``None`` in tuples,
@@ -150,7 +151,7 @@ def serve(
     to the server's worker processes as for :func:`~lazyseq.prefetch`.
 
     Security: an address other processes on this machine only can reach
-    (``127.0.0.1``, ``ipc://``) needs nothing. Any other needs CURVE keys:
+    (``127.0.0.1``, ``localhost``, ``[::1]``, ``ipc://``) needs nothing. Any other needs CURVE keys:
     ``curve_keypair=(public, secret)`` from ``zmq.curve_keypair()`` encrypts
     everything (consumers pass ``server_key=public``), and
     ``allowed_clients=[their public keys]`` keeps every other client out

@@ -42,6 +42,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from . import wire
+from .endpoints import is_ipv6
 from .frames import DONTWAIT, receive_frames, send_frames
 from .security import ZAP_ENDPOINT, ClientCheck, key_bytes
 
@@ -93,6 +94,7 @@ class ServerLoop:
             router = context.socket(zmq.ROUTER)
             sockets.append(router)
             router.setsockopt(zmq.LINGER, 0)
+            router.setsockopt(zmq.IPV6, is_ipv6(address))  # only then: tcp://localhost stays on 127.0.0.1
             router.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST_BYTES)
             router.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a consumer that reconnects under its name takes it over
             if curve_keypair is not None:
