@@ -83,7 +83,12 @@ class Server:
             self.close()
 
     def close(self) -> None:
-        """Stop serving: workers, threads and sockets are released; consumers get ``ServerLost`` after a timeout."""
+        """Stop serving: workers, threads and sockets are released; consumers get ``ServerLost`` after a timeout.
+
+        A worker thread busy computing an item cannot be stopped: as with
+        ``prefetch``, closing waits 10 s at most for such threads, then leaves
+        them to finish their item on their own (worker processes are stopped).
+        """
         if self.closed:
             return
         self.closed = True
