@@ -265,6 +265,19 @@ def test_dataset_with_a_batch_sampler_and_batch_size_none(npy_files):
     assert torch.equal(x, torch.from_numpy(samples[:100])) and torch.equal(y, torch.from_numpy(labels[:100]))
 
 
+def test_collate_takes_a_batch_from_a_batch_sampler_as_it_is(npy_files):
+    # default_collate took the batch (x, y) for two samples, and failed to stack them: [100, 248] and [100].
+    _, _, samples, labels = npy_files
+    sampler = BatchSampler(SequentialSampler(range(1000)), batch_size=100, drop_last=False)
+    loader = DataLoader(as_dataset(seed_view(npy_files)), sampler=sampler, batch_size=None, collate_fn=collate)
+    batches = list(loader)
+    assert [type(batch) for batch in batches] == [tuple] * 10
+    assert torch.equal(torch.cat([x for x, _ in batches]), torch.from_numpy(samples[:1000]))
+    assert torch.equal(torch.cat([y for _, y in batches]), torch.from_numpy(labels[:1000]))
+    x = as_dataset(np.arange(12.0).reshape(6, 2))[[4, 1]]
+    assert np.shares_memory(collate(x).numpy(), x)  # converted, not stacked again
+
+
 def test_dataset_pickles_as_its_view(npy_files):
     dataset = pickle.loads(pickle.dumps(as_dataset(seed_view(npy_files))))
     np.testing.assert_array_equal(dataset[3][0], npy_files[2][3])

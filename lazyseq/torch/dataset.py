@@ -156,8 +156,12 @@ def collate(batch: Any) -> Any:
     indices) becomes its batch with every array turned into a tensor that
     shares its memory (see :func:`~lazyseq.torch.to_tensors`); structure is
     kept, tuples stay tuples, and items (or fields) that are tensors are
-    stacked, as ``default_collate`` stacks them. Anything else, such as the list of samples
-    from another dataset, goes to torch's ``default_collate``.
+    stacked, as ``default_collate`` stacks them. A list (the samples of
+    another dataset) goes to torch's ``default_collate``. Anything else is
+    a batch already (``dataset[indices]``, which a loader with
+    ``batch_size=None`` and a ``BatchSampler`` hands over) or a single
+    sample (the same loader with a plain sampler): its arrays become tensors,
+    as :func:`~lazyseq.torch.to_tensors` makes them, and nothing is stacked again.
 
     >>> import numpy as np
     >>> import lazyseq
@@ -168,11 +172,16 @@ def collate(batch: Any) -> Any:
             [1., 0., 0.]], dtype=torch.float64), ['c', 'a'])
     >>> collate([(1, 2.0), (3, 4.0)])  # samples: torch's default_collate
     [tensor([1, 3]), tensor([2., 4.], dtype=torch.float64)]
+    >>> collate(dataset[[2, 0]])  # a batch already
+    (tensor([[0., 0., 1.],
+            [1., 0., 0.]], dtype=torch.float64), ['c', 'a'])
     """
     if isinstance(batch, LazyBatch):
         # items that are tensors collate into a list of them: stacked, as default_collate stacks them
         return _stack_tensors(to_tensors(batch.value))
-    return default_collate(batch)
+    if isinstance(batch, list):
+        return default_collate(batch)
+    return to_tensors(batch)
 
 
 def _stack_tensors(value: Any) -> Any:
