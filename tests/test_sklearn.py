@@ -270,6 +270,27 @@ def test_a_batch_of_one_torch_sample_gets_the_hint():
         fit(GaussianNB(), [(torch.rand(3), torch.tensor(1))], classes=[0, 1], progress=False)
 
 
+def test_a_torch_dataset_of_samples(classifier):
+    # Batches of tensor samples hold lists of tensors: score took the list of targets for several results.
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import TensorDataset
+
+    samples = TensorDataset(torch.from_numpy(X), torch.from_numpy(LABELS))
+    with pytest.raises(TypeError) as caught:
+        fit(GaussianNB(), samples, classes=CLASSES, progress=False)
+    assert str(caught.value) == (
+        "fit: batches must be a view, a sequence or an iterable, not TensorDataset; batches of the samples of a "
+        "TensorDataset are lazyseq.view(samples).batch(64)"
+    )
+    model = fit(GaussianNB(), lazyseq.view(samples).batch(BATCH), classes=CLASSES, progress=False)
+    expected = GaussianNB()
+    for start in range(0, len(X), BATCH):
+        expected.partial_fit(X[start : start + BATCH], LABELS[start : start + BATCH], classes=CLASSES)
+    np.testing.assert_array_equal(model.theta_, expected.theta_)
+    assert score(classifier, samples, batch_size=100, progress=False) == classifier.score(X, LABELS)
+    np.testing.assert_array_equal(predict(classifier, samples, progress=False), classifier.predict(X))
+
+
 # -- predict ------------------------------------------------------------------------------------------
 
 

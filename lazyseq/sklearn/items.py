@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import numbers
+import sys
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["ITEM_SHAPES", "fields"]
+__all__ = ["ITEM_SHAPES", "fields", "rows_of"]
 
 ITEM_SHAPES = "(X, y), (X, y, sample_weight) or X alone"
 
@@ -15,10 +16,24 @@ def fields(batch: Any, where: str) -> tuple[Any, Any, Any]:
     """``(X, y, sample_weight)`` of a batch, ``None`` for what it does not hold."""
     if isinstance(batch, (tuple, list)):
         if len(batch) == 2:
-            return batch[0], batch[1], None
+            return rows_of(batch[0]), rows_of(batch[1]), None
         if len(batch) == 3:
-            return batch[0], batch[1], batch[2]
+            return rows_of(batch[0]), rows_of(batch[1]), rows_of(batch[2])
         raise ValueError(f"{where} is a {type(batch).__name__} of {len(batch)} items; it must be {ITEM_SHAPES}")
     if batch is None or isinstance(batch, (Mapping, str, bytes, numbers.Number)) or getattr(batch, "ndim", None) == 0:
         raise TypeError(f"{where} is a {type(batch).__name__}; it must be {ITEM_SHAPES}")
     return batch, None, None
+
+
+def rows_of(field: Any) -> Any:
+    """``field``, or one array of the torch tensors it lists (``view.batch`` makes a list of tensor items or fields).
+
+    >>> import numpy as np
+    >>> rows_of([np.zeros(2), np.ones(2)])  # not tensors: as it is
+    [array([0., 0.]), array([1., 1.])]
+    """
+    if type(field) is list and field:
+        torch = sys.modules.get("torch")  # tensors only where torch was imported
+        if torch is not None and all(isinstance(x, torch.Tensor) for x in field):
+            return torch.stack(field).numpy(force=True)
+    return field

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..evaluate import evaluate
-from .items import fields
+from .items import fields, rows_of
 
 __all__ = ["predict", "score", "score_rule"]
 
@@ -66,7 +66,7 @@ def _method(estimator: Any, name: str) -> Callable:
 
 def _features(batch: Any) -> Any:
     """X of a batch: the batch itself, or the first field of a tuple."""
-    return batch[0] if isinstance(batch, (tuple, list)) else batch
+    return rows_of(batch[0]) if isinstance(batch, (tuple, list)) else batch
 
 
 # -- score --------------------------------------------------------------------------------------
