@@ -120,6 +120,34 @@ def test_unbatch_inverts_batch_of_tuples_and_dicts():
     assert list(lazyseq.unbatch([(1, 2), (3, 4)], 2)) == [1, 2, 3, 4]  # tuples of items stay items
 
 
+def plain(value):
+    """``value`` with numpy numbers as Python numbers, to compare with the items."""
+    if isinstance(value, dict):
+        return {key: plain(v) for key, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(plain(v) for v in value)
+    return value.item() if isinstance(value, np.generic) else value
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        [[k, 10 * k] for k in range(5)],
+        [(k, (k, -k)) for k in range(5)],
+        [{"x": [k, 10 * k], "name": f"n{k}"} for k in range(5)],
+        [[f"a{k}", [k, (k, "b")]] for k in range(5)],
+    ],
+    ids=["lists", "nested tuples", "dicts of lists", "deep"],
+)
+def test_unbatch_inverts_the_default_collation_of_lists_and_nested_fields(items):
+    # A batch of lists is a list of fields, read as a list of items: columns came back, silently when k items.
+    for k in (2, 3, 5):
+        batches = lazyseq.batch(items, k)
+        assert [plain(x) for x in lazyseq.unbatch(batches, k, len(items) % k)] == items
+        assert [plain(x) for x in lazyseq.unbatch(batches[::-1][::-1], k, len(items) % k)] == items
+    assert list(lazyseq.unbatch(lazyseq.batch(items, 2, collate_fn=list), 2, 1)) == items  # lists of items
+
+
 def test_unbatch_assignment_writes_through_or_says_why_not():
     data = np.zeros(6)
     flat = lazyseq.unbatch(lazyseq.batch(data, 2), 2)

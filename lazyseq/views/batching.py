@@ -134,6 +134,8 @@ class UnbatchView(View):
         self._parent = parent
         self._parents = (parent,)
         self._size = batch_size
+        # batches that batch() collated are read knowing how (lists of items and lists of fields look alike)
+        self._collated = _collated_by_default(parent)
         m = parent._len
         self._len = None if m is None else (0 if m == 0 else (m - 1) * batch_size + last)
 
@@ -142,7 +144,7 @@ class UnbatchView(View):
         batch = self._parent._get(b)
         if r >= self._checked(batch, b):  # data of unknown length ended in this batch
             raise EndOfData(f"unbatch index {i} out of range: the data ended in batch {b}")
-        return _row(batch, r)
+        return _row(batch, r, self._collated)
 
     def _get_many(self, idx: Positions) -> list:
         items, loaded = [], -1
@@ -152,7 +154,7 @@ class UnbatchView(View):
             if b != loaded:
                 current, loaded = self._parent._get(b), b
                 self._checked(current, b)
-            items.append(_row(current, r))
+            items.append(_row(current, r, self._collated))
         return items
 
     def _iter(self) -> Iterator[Any]:
@@ -162,13 +164,13 @@ class UnbatchView(View):
         for b, current in enumerate(self._parent._iter()):
             count = min(self._checked(current, b), size if n is None else n - b * size)
             for r in range(count):
-                yield _row(current, r)
+                yield _row(current, r, self._collated)
             i += count
 
     def _checked(self, batch: Any, b: int) -> int:
         """How many items ``batch`` (number ``b``) holds, checked once per batch read: items at the wrong places else."""
         try:
-            held = _length_of(batch)
+            held = _length_of(batch, self._collated)
         except TypeError:
             raise TypeError(f"unbatch: batch {b} is a {type(batch).__name__}, not a batch of items") from None
         n, size = self._len, self._size
@@ -188,7 +190,7 @@ class UnbatchView(View):
     def _set(self, i: int, value: Any) -> None:
         b, r = divmod(i, self._size)
         current = self._parent._get(b)
-        if _is_by_field(current):
+        if _is_by_field(current, self._collated):
             raise TypeError(
                 f"unbatch: cannot assign item {i}: its batch holds tuples or dicts field by field; assign "
                 "to the batched sequence's items instead"
@@ -204,37 +206,51 @@ class UnbatchView(View):
         return f"unbatch({self._size})"
 
 
-def _is_by_field(batch: Any) -> bool:
-    """Whether ``batch`` holds its items field by field, as :func:`batch` collates tuples, namedtuples and dicts.
+def _is_by_field(batch: Any, collated: bool) -> bool:
+    """Whether ``batch`` holds its items field by field, as :func:`batch` collates tuples, lists and dicts.
 
-    A dict or namedtuple always is; a tuple is when each of its parts is an
-    array or a list (as collated fields are); a list is a list of items.
+    A dict or namedtuple always is. A batch that the default collation made
+    (``collated``) is when it is a tuple, or a list of fields (each an array,
+    a list, a tuple or a dict: a list of items holds anything else). Of
+    other batches, a tuple is when each of its parts is an array or a list;
+    a list is a list of items.
     """
     if isinstance(batch, Mapping) or (isinstance(batch, tuple) and hasattr(batch, "_fields")):
         return True
+    if collated:
+        if type(batch) is tuple:
+            return True
+        return type(batch) is list and len(batch) > 0 and all(isinstance(part, _FIELDS) for part in batch)
     return type(batch) is tuple and len(batch) > 0 and all(isinstance(part, (np.ndarray, list)) for part in batch)
 
 
-def _row(batch: Any, r: int) -> Any:
+_FIELDS = (np.ndarray, list, tuple, Mapping)  # what the default collation makes of a field of several items
+
+
+def _row(batch: Any, r: int, collated: bool) -> Any:
     """Item ``r`` of ``batch``: ``batch[r]``, or, for a batch held field by field, row ``r`` of each field."""
-    if not _is_by_field(batch):
+    if not _is_by_field(batch, collated):
         return batch[r]
     if isinstance(batch, Mapping):
-        return {key: _field_row(field, r) for key, field in batch.items()}
-    rows = [_field_row(field, r) for field in batch]
-    return type(batch)(*rows) if hasattr(batch, "_fields") else tuple(rows)
+        return {key: _row(field, r, collated) for key, field in batch.items()}
+    rows = [_row(field, r, collated) for field in batch]
+    if hasattr(batch, "_fields"):
+        return type(batch)(*rows)
+    return tuple(rows) if isinstance(batch, tuple) else rows
 
 
-def _length_of(batch: Any) -> int:
+def _length_of(batch: Any, collated: bool) -> int:
     """How many items ``batch`` holds (a batch held field by field: as many as its first field's rows)."""
-    if not _is_by_field(batch):
+    if not _is_by_field(batch, collated):
         return len(batch)
-    first = next(iter(batch.values())) if isinstance(batch, Mapping) else batch[0]
-    return _length_of(first) if isinstance(first, (tuple, Mapping)) else len(first)
+    return _length_of(next(iter(batch.values())) if isinstance(batch, Mapping) else batch[0], collated)
 
 
-def _field_row(field: Any, r: int) -> Any:
-    return _row(field, r) if isinstance(field, (tuple, Mapping)) else field[r]
+def _collated_by_default(view: View) -> bool:
+    """Whether every item of ``view`` is a batch that :func:`batch` collated by default."""
+    if isinstance(view, BatchView):
+        return view._collate_fn is None
+    return view._items_like_parents and bool(view._parents) and all(map(_collated_by_default, view._parents))
 
 
 @overload
@@ -297,12 +313,19 @@ def unbatch(sequence: SequenceLike[SequenceLike[T]], batch_size: int, last_batch
     Every batch holds ``batch_size`` items, except the last, which holds
     ``last_batch_size``; ``None`` or 0 (a full last batch) mean
     ``batch_size``, so ``unbatch(b, k, n % k)`` undoes ``batch`` of ``n``
-    items whatever ``n`` is.
+    items whatever ``n`` is. Batches that :func:`batch` collated by default
+    (also through views that only select or reorder them, such as slices or
+    ``prefetch``) are taken apart as they were put together: tuples, lists and
+    dicts field by field. Other batches are lists or arrays of items, or dicts,
+    namedtuples and tuples of arrays or lists, one per field.
 
     >>> import lazyseq
     >>> list(lazyseq.unbatch([[1, 2], [3, 4], [5]], 2, last_batch_size=1))
     [1, 2, 3, 4, 5]
     >>> list(lazyseq.unbatch([[1, 2], [3, 4]], 2, 4 % 2))
     [1, 2, 3, 4]
+    >>> pairs = lazyseq.batch([[0, 0], [1, 10], [2, 20]], 2)  # items that are lists: a list of fields
+    >>> [[int(x) for x in item] for item in lazyseq.unbatch(pairs, 2, 3 % 2)]
+    [[0, 0], [1, 10], [2, 20]]
     """
     return UnbatchView(as_view(sequence), batch_size, last_batch_size)
