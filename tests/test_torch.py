@@ -193,6 +193,35 @@ def test_as_dataset_items_and_lazy_batches(npy_files):
     np.testing.assert_array_equal(dataset[torch.tensor(3)][0], samples[3])  # a 0-d index: one item
 
 
+def test_every_list_method_of_a_lazy_batch_sees_its_samples():
+    # The list itself holds the samples once read: in, count, index, reversed, + and * answered as if it were empty.
+    dataset = as_dataset(lazyseq.view([10, 20, 30, 40]))
+
+    def fresh():
+        return dataset.__getitems__([0, 1, 2])
+
+    answers = [
+        (lambda b: 20 in b, True),
+        (lambda b: b.count(20), 1),
+        (lambda b: b.index(30), 2),
+        (lambda b: list(reversed(b)), [30, 20, 10]),
+        (lambda b: b + [1], [10, 20, 30, 1]),
+        (lambda b: [1] + b, [1, 10, 20, 30]),
+        (lambda b: b * 2, [10, 20, 30] * 2),
+        (lambda b: 2 * b, [10, 20, 30] * 2),
+        (lambda b: b.copy(), [10, 20, 30]),
+        (lambda b: b < [10, 21], True),
+        (lambda b: b != [10, 20, 30], False),
+        (lambda b: (b.append(5), len(b), list(b))[1:], (4, [10, 20, 30, 5])),
+        (lambda b: (b.pop(0), len(b), list(b)), (10, 2, [20, 30])),
+    ]
+    for ask, expected in answers:
+        assert ask(fresh()) == expected
+    batch = fresh()
+    batch += [7]
+    assert type(batch) is LazyBatch and list(batch) == [10, 20, 30, 7] and len(batch) == 4
+
+
 def full(i):
     return torch.full((2,), float(i))
 

@@ -177,11 +177,7 @@ class _Batches:
         elif steps is None:
             raise ValueError("fit: epochs=None means as many passes as steps needs, so it needs steps")
         if not isinstance(batches, Iterable):
-            name = type(batches).__name__
-            hint = ""
-            if hasattr(batches, "__getitem__") and hasattr(batches, "__len__"):  # a torch Dataset, say
-                hint = f"; batches of the samples of a {name} are lazyseq.view(samples).batch(64)"
-            raise TypeError(f"fit: batches must be a view, a sequence or an iterable, not {name}{hint}")
+            raise TypeError(_not_batches(batches))
         endless = _endless(batches)
         if endless and steps is None:
             raise ValueError(f"fit: batches {endless}, so fit would never stop: pass steps=N to stop after N batches")
@@ -214,6 +210,14 @@ class _Batches:
                 del batch
             if not given or left == 0:
                 return
+
+
+def _not_batches(batches: object) -> str:
+    name = type(batches).__name__
+    hint = ""
+    if hasattr(batches, "__getitem__") and hasattr(batches, "__len__"):  # samples (a torch Dataset, say)
+        hint = f"; batches of the samples of a {name} are lazyseq.view(samples).batch(64)"
+    return f"fit: batches must be a view, a sequence or an iterable, not {name}{hint}"
 
 
 def _endless(batches: Iterable) -> str:

@@ -9,7 +9,6 @@ torch's ``default_collate`` it is the list of samples it expects.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any, cast
 
 import numpy as np
@@ -59,19 +58,11 @@ class LazyBatch(list):
             self._read = True
 
     def __len__(self) -> int:
-        return len(self._indices)
+        return list.__len__(self) if self._read else len(self._indices)
 
-    def __getitem__(self, k: Any) -> Any:
+    def __radd__(self, other: Any) -> Any:  # [1] + batch: Python asks a subclass first
         self._samples()
-        return list.__getitem__(self, k)
-
-    def __iter__(self) -> Iterator[Any]:
-        self._samples()
-        return list.__iter__(self)
-
-    def __eq__(self, other: object) -> bool:
-        self._samples()
-        return list.__eq__(self, other)
+        return other + list(list.__iter__(self)) if isinstance(other, list) else NotImplemented
 
     __hash__ = None  # a list
 
@@ -84,6 +75,28 @@ class LazyBatch(list):
 
 
 _UNREAD = object()
+
+
+def _reading_first(name: str) -> Any:
+    """``list.<name>``, called once the samples are in the list."""
+    method = getattr(list, name)
+
+    def call(self: LazyBatch, *args: Any) -> Any:
+        self._samples()
+        return method(self, *args)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = method.__doc__
+    return call
+
+
+# Every list method reads the list itself (C code), which holds the samples only once read.
+for _name in (
+    *("__getitem__", "__iter__", "__reversed__", "__contains__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__"),
+    *("__ge__", "__add__", "__mul__", "__rmul__", "__iadd__", "__imul__", "__setitem__", "__delitem__", "append"),
+    *("extend", "insert", "pop", "remove", "clear", "index", "count", "copy", "sort", "reverse"),
+):
+    setattr(LazyBatch, _name, _reading_first(_name))
 
 
 def _stacked(view: View, indices: Any) -> Any:
