@@ -186,6 +186,28 @@ def test_a_worker_that_dies_is_reported_with_its_pid_and_exit_code(how, code):
     ahead.close()
 
 
+@pytest.mark.parametrize("held, position", [((7, 8), 5), ((5, 8), 6)], ids=["another's items", "its item"])
+def test_after_a_worker_died_iteration_goes_on_at_the_item_read_unless_the_dead_worker_held_it(
+    monkeypatch, held, position
+):
+    # The item read had been computed by the other worker, and was dropped as the workers stopped: it was skipped.
+    ahead = prefetch(range(10), nworkers=2)
+    reads = iter(ahead)
+    assert [next(reads) for _ in range(5)] == [0, 1, 2, 3, 4]
+    get = ahead._get
+
+    def worker_died_once(i):
+        monkeypatch.setattr(ahead, "_get", get)
+        raise lazyseq.WorkerDied("worker process 0 died", tasks=held)
+
+    monkeypatch.setattr(ahead, "_get", worker_died_once)
+    with pytest.raises(lazyseq.WorkerDied):
+        next(reads)
+    assert reads.state_dict()["position"] == position
+    assert list(reads) == list(range(position, 10))
+    ahead.close()
+
+
 def test_a_failing_start_hook_is_a_loader_error():
     def hook(index):
         raise OSError("no GPU here")

@@ -15,7 +15,7 @@ from ..views.sources import as_view
 from .backends import Done
 from .buffering import ITEMS_AHEAD, SLOT_BUDGET, Buffering
 from .engine import Engine
-from .failures import LoaderError
+from .failures import LoaderError, WorkerDied
 from .fork_safety import ForkLocalLock
 from .jobs import ReadItem
 from .options import LoaderOptions, Method, StartMethod, serialize
@@ -214,6 +214,10 @@ class PrefetchIterator(Generic[T_co]):
         except errors.EndOfData:  # data of unknown length ended here (uniter)
             self._position = i
             raise StopIteration from None
+        except WorkerDied as error:
+            if i not in error.tasks:  # another worker's item, dropped as the workers stopped: read again next
+                self._position = i
+            raise
         except Exception as error:
             errors.reraise(error)
 
