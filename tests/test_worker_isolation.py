@@ -351,6 +351,40 @@ def test_workers_forked_while_another_thread_draws_random_numbers_start(tmp_path
     assert done == ("45.0\n" * 3, "", 0)
 
 
+MAIN_SCRIPT_TYPES_SCRIPT = textwrap.dedent(
+    """
+    import collections, sys
+    import numpy as np
+    import lazyseq
+
+    Pair = collections.namedtuple("Pair", "x y")
+
+    class Label:
+        def __init__(self, value):
+            self.value = value
+
+    def make(i):
+        return Pair(np.full(2, i), Label(i))
+
+    if __name__ == "__main__":
+        options = dict(nworkers=1, method="process", start_method=sys.argv[1])
+        with lazyseq.prefetch(lazyseq.smap(make, range(4)), **options) as ahead:
+            x = ahead[3]
+        with lazyseq.load_buffers(lambda: make(5), **options) as batches:
+            y = next(batches)
+        print(type(x) is Pair, x.x.tolist(), type(x.y) is Label, x.y.value, type(y) is Pair, y.y.value)
+    """
+)
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
+def test_items_of_types_defined_in_the_main_script_come_back_from_spawned_workers(tmp_path, start_method):
+    # The worker's copy of the class (unpickled with the pipeline) was not its main script's: PicklingError.
+    pytest.importorskip("cloudpickle")
+    done = run_unless_hung(tmp_path, MAIN_SCRIPT_TYPES_SCRIPT, start_method, hung="items of the main script's types")
+    assert done == ("True [3, 3] True 3 True 5\n", "", 0)
+
+
 CHILD_EXITS_SCRIPT = textwrap.dedent(
     """
     import os, sys

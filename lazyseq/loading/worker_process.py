@@ -147,11 +147,30 @@ def _result_message(task: Hashable, slot: int, result: Any, slots: WorkerSlots |
     try:
         return _encode_result(task, slot, result, slots, seconds)
     except Exception as error:
+        by_value = _by_value(PickledResult(task, slot, result, 0, seconds))
+        if by_value is not None:
+            return by_value
         message = f"the result cannot be sent from the worker process: {type(error).__name__}: {error}"
         try:
             raise TypeError(message) from error
         except TypeError as wrapped:
             return encode(TaskFailed(task, slot, capture(wrapped)))
+
+
+def _by_value(message: PickledResult) -> bytes | None:
+    """``message`` pickled with cloudpickle, if installed, which sends classes of the main script by value.
+
+    A worker unpickled the pipeline with those classes in it, copies of the
+    consumer's, while the main script it runs again (``spawn``,
+    ``forkserver``) defined its own: pickle refuses such a copy ("not the same
+    object as __main__.Pair"). Sent by value, the consumer gets its own class.
+    """
+    try:
+        import cloudpickle
+
+        return cloudpickle.dumps(message, protocol=5)
+    except Exception:
+        return None
 
 
 def _encode_result(task: Hashable, slot: int, result: Any, slots: WorkerSlots | None, seconds: float) -> bytes:
