@@ -310,3 +310,18 @@ def test_a_loader_follows_set_epoch_called_below_it_at_its_next_pass(method):
         second = [b.tolist() for b in loader]
     expected = list(lazyseq.shuffle(range(10), seed=3, epoch=1))
     assert second == [expected[:5], expected[5:]] and second != first
+
+
+@pytest.mark.parametrize("method", ["thread", "process"])
+def test_a_loader_read_by_index_follows_set_epoch_called_below_it(method):
+    # Only a new pass looked: reads by index, slices and batches over a process loader kept giving epoch 0.
+    shuffled = lazyseq.shuffle(lazyseq.smap(int, range(20)), seed=1)
+    with lazyseq.prefetch(shuffled, nworkers=2, method=method, inline_below=0) as loader:
+        assert list(loader) == list(lazyseq.shuffle(range(20), seed=1))
+        shuffled.set_epoch(1)
+        expected = list(lazyseq.shuffle(range(20), seed=1, epoch=1))
+        assert [loader[i] for i in range(20)] == expected
+        shuffled.set_epoch(2)
+        expected = list(lazyseq.shuffle(range(20), seed=1, epoch=2))
+        assert list(loader[:10]) == expected[:10]
+        assert [int(v) for b in loader.batch(5) for v in b] == expected

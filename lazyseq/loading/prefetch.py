@@ -11,6 +11,7 @@ from ..arguments import integer
 from ..views import errors
 from ..views.base import View
 from ..views.itemtypes import SequenceLike, T, T_co
+from ..views.shuffle import EPOCH_CHANGES
 from ..views.sources import as_view
 from .backends import Done
 from .buffering import ITEMS_AHEAD, SLOT_BUDGET, Buffering
@@ -57,6 +58,7 @@ class PrefetchView(View[T_co]):
         self._send_ahead: Callable[[], None] = _nothing  # sends the next expected items (see _start)
         self._starts = 0  # how many times workers were started: each start gets new random seeds
         self._started_epochs: tuple[int, ...] = ()  # of the pipeline's shuffles when the workers started
+        self._epoch_changes = EPOCH_CHANGES[0]  # epochs set anywhere, when this view last looked at its own
 
     # -- lifetime ---------------------------------------------------------------
 
@@ -116,6 +118,8 @@ class PrefetchView(View[T_co]):
     def _get(self, i: int) -> Any:
         if not self._options.nworkers:
             return self._parent._get(i)
+        if self._epoch_changes != EPOCH_CHANGES[0]:  # an epoch was set somewhere: perhaps below, since the start
+            self._follow_epochs()
         with self._lock:
             engine = self._engine
             if engine is None or engine.closed or engine.inherited:  # not started, failed, or forked
@@ -169,7 +173,9 @@ class PrefetchView(View[T_co]):
         return PrefetchIterator(self)
 
     def _follow_epochs(self) -> None:
-        """At the start of a pass: workers started before ``set_epoch`` was called on a view below stop, to restart on it."""
+        """Workers started before ``set_epoch`` was called on a view below stop (with what they computed ahead), to
+        restart on it: at the start of a pass, and at a read after an epoch was set anywhere."""
+        self._epoch_changes = EPOCH_CHANGES[0]
         if self._engine is not None and self._parent._epochs() != self._started_epochs:
             self.close()
 

@@ -14,6 +14,7 @@ from .sources import as_view
 
 __all__ = ["ShuffleView", "shuffle"]
 
+EPOCH_CHANGES = [0]  # how many times a shuffle's epoch was set, anywhere: loaders holding items of one look again
 COMPACT_ABOVE = 1 << 24  # items: longer permutations are stored as int32, half the size of intp
 
 
@@ -56,6 +57,7 @@ class ShuffleView(View):
 
     def _use_epoch(self, epoch: int) -> None:
         self._epoch = integer(epoch, "shuffle: epoch", low=0)
+        EPOCH_CHANGES[0] += 1
         self._order: np.ndarray | None = None
 
     @property
