@@ -1,6 +1,7 @@
 """prefetch: a view like any other, whose items workers compute ahead, identical whatever the workers."""
 
 import multiprocessing
+import os
 import pickle
 
 import numpy as np
@@ -193,6 +194,31 @@ def test_items_from_shared_slots_stay_valid_while_referenced():
         kept += [ahead[i] for i in range(60)]
     assert [int(x[0]) for x in kept] == list(range(60)) * 2
     assert all((x == x[0]).all() for x in kept)
+
+
+def slots_resident_kib():
+    """KiB of the loaders' shared-memory slots in this process's memory (Linux)."""
+    total, in_slots = 0, False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            if "-" in line.split(" ", 1)[0]:  # a mapping's first line
+                in_slots = "lazyseq-slots" in line
+            elif in_slots and line.startswith("Rss:"):
+                total += int(line.split()[1])
+    return total
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="Linux only")
+def test_an_item_kept_after_close_keeps_its_slot_not_the_pool():
+    # A slice of one item kept the whole pool's memory (every slot written) until it went.
+    with prefetch(lazyseq.smap(lambda i: np.full(1 << 17, i), range(20)), nworkers=2, method="process") as ahead:
+        for x in ahead:
+            x.sum()  # every slot's pages in this process too
+        kept = x[:2]
+        del x
+        assert slots_resident_kib() >= 10 * 1024
+    assert kept.tolist() == [19, 19]
+    assert slots_resident_kib() <= 1024 + 8  # one slot of 1 MiB, and its header page
 
 
 def test_memory_maps_travel_to_workers_as_file_locations(tmp_path):

@@ -149,8 +149,24 @@ class SharedSlots:
         try:
             self._map.close()
         except BufferError:  # delivered arrays still point into it: it goes with the last of them
-            pass
+            self._free_unleased(self._map)
         self._map = None
+
+    def _free_unleased(self, mapped: mmap.mmap) -> None:
+        """Give the memory of every slot that no delivered array uses back to the system (Linux), now.
+
+        A kept item, however small (a slice of one), keeps the whole mapping,
+        and without this the memory of every slot, until it goes.
+        """
+        if not hasattr(mmap, "MADV_REMOVE"):
+            return
+        held = {slot for slot, lease in list(self._leases.items()) if lease() is not None}
+        for slot in range(self.count):
+            if slot not in held:
+                try:
+                    mapped.madvise(mmap.MADV_REMOVE, slot * self.slot_bytes, self.slot_bytes)
+                except OSError:  # not a shared-memory file (the fallback of other systems): it stays until then
+                    return
 
 
 class WorkerSlots:
