@@ -351,3 +351,22 @@ def test_a_loader_read_by_index_follows_set_epoch_called_below_it(method):
         expected = list(lazyseq.shuffle(range(20), seed=1, epoch=2))
         assert list(loader[:10]) == expected[:10]
         assert [int(v) for b in loader.batch(5) for v in b] == expected
+
+
+def test_the_pool_holds_no_more_slots_than_the_view_has_items_and_its_failure_is_the_loaders(monkeypatch):
+    # max_buffered=100_000 for 5 items asked for 100,002 slots, and the failure read "failed to compute prefetch[0]".
+    from lazyseq.loading import shared_slots
+
+    data = np.arange(5 * 1000.0).reshape(5, 1000)
+    with prefetch(data, nworkers=1, method="process", max_buffered=100_000) as ahead:
+        assert np.array_equal(np.stack(list(ahead)), data)
+        assert ahead._engine.workers.most_held() == 5  # slots, less the two that items being read hold
+    monkeypatch.setattr(shared_slots, "available_shared_memory", lambda: 10_000)
+    with prefetch(data, nworkers=1, method="process", max_buffered=3) as ahead:
+        with pytest.raises(lazyseq.LoaderError) as caught:
+            ahead[0]
+    assert isinstance(caught.value, MemoryError)
+    assert str(caught.value) == (
+        "prefetch: the shared-memory pool needs 0.1 MiB (5 slots of 0.01 MiB) but only 0.0 MiB are available; "
+        "lower the number of buffered items or the item size"
+    )

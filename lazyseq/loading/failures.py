@@ -23,6 +23,7 @@ from .messages import CapturedError
 __all__ = [
     "LoaderClosed",
     "LoaderError",
+    "NoSharedMemory",
     "RemoteError",
     "WorkerDied",
     "capture",
@@ -66,6 +67,13 @@ class WorkerDied(LoaderError):
 
 class LoaderClosed(LoaderError):
     """A loader closed by another thread while this one waited for a result (``load_buffers``: its iteration ends)."""
+
+
+class NoSharedMemory(LoaderError, MemoryError):
+    """The shared-memory slots of a process loader need more memory than the system has for them.
+
+    A ``LoaderError`` (the loader's settings, not an item, are at fault) and a ``MemoryError``.
+    """
 
 
 class RemoteError(EvaluationError):

@@ -68,7 +68,8 @@ class PrefetchView(View[T_co]):
             self._options,
             self._max_buffered,
             start=self._starts,
-            slot_count=self._max_buffered.most + 2,  # the items being read hold one or two (processes)
+            # the items being read hold one or two (processes); no more ahead than the view has items
+            slot_count=min(self._max_buffered.most, self._len if self._len is not None else 1 << 62) + 2,
             slot_bytes=self._shm_size or slot_bytes_for_spec(self._parent._item_spec()),
             slot_budget=0 if self._max_buffered.size is not None else SLOT_BUDGET,
             task_name=self._task_name,

@@ -25,6 +25,8 @@ from collections import deque
 
 import numpy as np
 
+from .failures import NoSharedMemory
+
 __all__ = ["SharedSlots", "WorkerSlots", "available_shared_memory", "slot_bytes_for"]
 
 PAGE = mmap.PAGESIZE
@@ -75,7 +77,7 @@ class SharedSlots:
         total = count * slot_bytes
         free = available_shared_memory()
         if total > free:
-            raise MemoryError(
+            raise NoSharedMemory(
                 f"{owner}: the shared-memory pool needs {total / 2**20:.1f} MiB ({count} slots of "
                 f"{slot_bytes / 2**20:.2f} MiB) but only {free / 2**20:.1f} MiB are available; "
                 "lower the number of buffered items or the item size"
