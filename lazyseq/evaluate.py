@@ -127,6 +127,7 @@ class _Outputs:
     """Where the rows that ``fn`` returns go: arrays of ``total`` rows, created at the first batch."""
 
     def __init__(self, out: Any, total: int) -> None:
+        _check_writable(out)  # before fn runs on a first batch, which may take long
         self.out = out
         self.total = total
         self.skeleton: tuple | None = None
@@ -302,6 +303,18 @@ def _list_of_numbers(result: Any) -> list | None:
 
 def _describe(skeleton: tuple, arrays: list[np.ndarray]) -> str:
     return describe(skeleton, [f"rows of shape {a.shape[1:]}" for a in arrays])
+
+
+def _check_writable(out: Any) -> None:
+    """``ValueError`` for an array in ``out`` that cannot be written (a memory map opened read-only, say)."""
+    if isinstance(out, Mapping):
+        out = list(out.values())
+    if isinstance(out, (tuple, list)):
+        for part in out:
+            _check_writable(part)
+    elif isinstance(out, np.ndarray) and not out.flags.writeable:
+        kind = "a memory map opened read-only" if isinstance(out, np.memmap) else "a read-only array"
+        raise ValueError(f"evaluate: out is {kind}; give one it can write into (a memory map: mode='r+')")
 
 
 def _match_out(out: Any, skeleton: tuple, count: int) -> list:

@@ -135,6 +135,28 @@ def test_the_same_output_twice_is_refused(tmp_path):
             lazyseq.evaluate(lambda b: (b, 2 * b), np.arange(4.0), batch_size=2, out=out)
 
 
+def test_a_read_only_output_is_refused_before_fn_runs(tmp_path):
+    # fn ran on a whole batch first, then numpy said "assignment destination is read-only".
+    np.save(tmp_path / "p.npy", np.zeros(4))
+    read_only = np.zeros(4)
+    read_only.flags.writeable = False
+    calls = []
+
+    def fn(batch):
+        calls.append(batch)
+        return batch
+
+    cases = [
+        (read_only, "a read-only array"),
+        ({"p": np.load(tmp_path / "p.npy", mmap_mode="r")}, "a memory map opened read-only"),
+    ]
+    for out, kind in cases:
+        with pytest.raises(ValueError) as caught:
+            lazyseq.evaluate(fn, np.arange(4.0), batch_size=2, out=out)
+        assert str(caught.value) == f"evaluate: out is {kind}; give one it can write into (a memory map: mode='r+')"
+    assert calls == []
+
+
 @pytest.mark.parametrize("nworkers", [0, 2])
 def test_an_exception_in_fn_is_raised_as_it_is_naming_the_batch(nworkers):
     def fails_on_the_second(batch):
