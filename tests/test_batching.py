@@ -231,3 +231,24 @@ def test_unbatch_last_batch_size_zero_means_full_batches():
         assert list(lazyseq.unbatch(lazyseq.batch(range(n), 3), 3, n % 3)) == list(range(n))
     assert len(lazyseq.unbatch(batches, 3, 0)) == 6
     assert list(lazyseq.unbatch([], 3, 0)) == []
+
+
+def test_the_default_collation_of_mixed_items():
+    # Numbers first made every item a string; a tuple then a number, or a number then an array, raised numpy's
+    # or Python's own words.
+    assert lazyseq.batch([3, "unknown", 7], 3)[0] == [3, "unknown", 7]
+    assert lazyseq.default_collate([1.5, "x"]) == [1.5, "x"]
+    assert lazyseq.default_collate([np.str_("a"), np.str_("bc")]).dtype == np.dtype("<U2")
+    with pytest.raises(lazyseq.EvaluationError) as caught:
+        lazyseq.batch([(1, 2), 3], 2)[0]
+    assert str(caught.value) == (
+        "failed to compute batch[0]: TypeError: cannot collate item 1 (int) with item 0 (tuple); "
+        "batch(..., collate_fn=list) gives such items as a list"
+    )
+    with pytest.raises(lazyseq.EvaluationError) as caught:
+        lazyseq.batch([1, np.zeros(2)], 2)[0]
+    assert str(caught.value) == (
+        "failed to compute batch[0]: ValueError: cannot stack items of different shapes into one array: item 0 "
+        "(sequence[0]) has shape (), item 1 (sequence[1]) has shape (2,); batch(..., collate_fn=list) gives such "
+        "items as a list"
+    )

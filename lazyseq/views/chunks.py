@@ -222,7 +222,7 @@ def default_collate(items: list) -> Any:
 
     Numbers and arrays are stacked into one ``ndarray``; tuples, lists,
     namedtuples and dicts are collated field by field; anything else (strings,
-    arbitrary objects) is returned as a list.
+    arbitrary objects, numbers mixed with strings) is returned as a list.
 
     >>> default_collate([(1, 'a'), (2, 'b')])
     (array([1, 2]), ['a', 'b'])
@@ -235,7 +235,14 @@ def default_collate(items: list) -> Any:
     if isinstance(first, np.ndarray):
         return _stack(items)
     if isinstance(first, (Number, np.generic)):
-        return np.asarray(items)
+        try:
+            batch = np.asarray(items)
+        except ValueError:  # an array among the numbers
+            _stack([np.asarray(item) for item in items])  # raises MixedShapes, naming it
+            raise
+        if batch.dtype.kind in "US" and not isinstance(first, (np.str_, np.bytes_)):  # numbers and strings
+            return list(items)  # not the numbers made strings
+        return batch
     if isinstance(first, Mapping):
         keys = set(first)
         for k, item in enumerate(items):
@@ -248,7 +255,12 @@ def default_collate(items: list) -> Any:
         return {key: default_collate([item[key] for item in items]) for key in first}
     if isinstance(first, (tuple, list)):
         width = len(first)
-        for item in items:
+        for k, item in enumerate(items):
+            if not isinstance(item, (tuple, list)):
+                raise TypeError(
+                    f"cannot collate item {k} ({type(item).__name__}) with item 0 ({type(first).__name__}); "
+                    "batch(..., collate_fn=list) gives such items as a list"
+                )
             if len(item) != width:
                 raise ValueError(f"cannot collate items of different lengths: {width} and {len(item)}")
         columns = [default_collate(list(column)) for column in zip(*items)]
