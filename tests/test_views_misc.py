@@ -321,3 +321,11 @@ def test_a_shuffle_pickles_without_its_permutation():
     first = shuffled[0]  # draws the permutation: 8 MB
     copy = pickle.loads(pickle.dumps(shuffled))
     assert len(pickle.dumps(shuffled)) < 1000 and copy[0] == first and copy.epoch == shuffled.epoch
+
+
+def test_a_view_of_unknown_length_is_false_when_it_has_no_item():
+    # It was always True, as if it could not end (and len() raises for it).
+    assert not lazyseq.uniter(iter([]))
+    assert not lazyseq.uniter(iter(range(3)))[5:]
+    assert lazyseq.uniter(iter(range(3)))[2:]
+    assert lazyseq.cycle([1])  # infinite

@@ -135,7 +135,16 @@ class View(Fluent[T_co], Sequence[T_co]):
         return self._len
 
     def __bool__(self) -> bool:
-        return self._len is None or self._len > 0
+        """Whether the view has items: of a view of unknown length that may end, whether it has a first one."""
+        if self._len is not None:
+            return self._len > 0
+        if not self._may_end():
+            return True
+        try:
+            self._get(0)
+        except EndOfData:
+            return False
+        return True
 
     @property
     def is_infinite(self) -> bool:
