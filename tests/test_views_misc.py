@@ -329,3 +329,12 @@ def test_a_view_of_unknown_length_is_false_when_it_has_no_item():
     assert not lazyseq.uniter(iter(range(3)))[5:]
     assert lazyseq.uniter(iter(range(3)))[2:]
     assert lazyseq.cycle([1])  # infinite
+
+
+def test_an_arange_too_long_to_index_says_so():
+    with pytest.raises(ValueError) as caught:
+        lazyseq.arange(2**70)
+    assert str(caught.value) == (
+        "arange: range(0, 1180591620717411303424) holds more than 2**63 - 1 integers, more than a view can index"
+    )
+    assert len(lazyseq.arange(2**62)) == 2**62

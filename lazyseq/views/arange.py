@@ -18,7 +18,12 @@ class ArangeView(View):
 
     def __init__(self, range_: range) -> None:
         self._range = range_
-        self._len = len(range_)
+        try:
+            self._len = len(range_)
+        except OverflowError:
+            raise ValueError(
+                f"arange: {range_} holds more than 2**63 - 1 integers, more than a view can index"
+            ) from None
 
     def _get(self, i: int) -> int:
         return self._range[i]
