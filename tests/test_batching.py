@@ -252,3 +252,17 @@ def test_the_default_collation_of_mixed_items():
         "(sequence[0]) has shape (), item 1 (sequence[1]) has shape (2,); batch(..., collate_fn=list) gives such "
         "items as a list"
     )
+
+
+def test_masked_arrays_keep_their_masks_or_are_refused():
+    # The mask was dropped: masked values read as data.
+    masked = np.ma.masked_array([[1, 2], [3, 4]], mask=[[False, True], [False, False]])
+    with pytest.raises(TypeError) as caught:
+        lazyseq.view(masked)
+    assert str(caught.value) == (
+        "view() of a masked array would lose its mask; view its values and mask side by side, "
+        "lazyseq.collate([array.data, np.ma.getmaskarray(array)]), or array.filled(value)"
+    )
+    batch = lazyseq.batch([masked[0], masked[1]], 2)[0]
+    assert isinstance(batch, np.ma.MaskedArray)
+    assert batch.mask.tolist() == [[False, True], [False, False]] and batch.data.tolist() == [[1, 2], [3, 4]]

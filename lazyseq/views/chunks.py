@@ -208,7 +208,10 @@ class MixedShapes(ValueError):
 
 def _stack(items: list) -> np.ndarray:
     try:
-        return np.stack(items)
+        batch = np.stack(items)
+        if isinstance(batch, np.ma.MaskedArray):  # masked items: np.stack drops their masks
+            return np.ma.stack(items)
+        return batch
     except ValueError:
         shape = items[0].shape
         for k, item in enumerate(items):

@@ -30,6 +30,11 @@ class ArraySource(View):
     def __init__(self, array: np.ndarray) -> None:
         if array.ndim == 0:
             raise TypeError("view() needs an array with at least one dimension, got a 0-d array")
+        if isinstance(array, np.ma.MaskedArray):  # its rows would be read as plain arrays: the masked values shown
+            raise TypeError(
+                "view() of a masked array would lose its mask; view its values and mask side by side, "
+                "lazyseq.collate([array.data, np.ma.getmaskarray(array)]), or array.filled(value)"
+            )
         self.source = array  # kept as given: a memory map remembers its file
         self._array = np.asarray(array)  # plain ndarray: indexing returns ndarrays, not memmaps
         self._len = len(array)
