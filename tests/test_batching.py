@@ -266,3 +266,10 @@ def test_masked_arrays_keep_their_masks_or_are_refused():
     batch = lazyseq.batch([masked[0], masked[1]], 2)[0]
     assert isinstance(batch, np.ma.MaskedArray)
     assert batch.mask.tolist() == [[False, True], [False, False]] and batch.data.tolist() == [[1, 2], [3, 4]]
+
+
+def test_pad_of_items_collated_into_a_list_is_used_as_it_is():
+    # It was checked against the dtype numpy gives the first item: '<U1' refused "<pad>".
+    assert lazyseq.batch(["a", "b", "c"], 2, pad="<pad>")[-1] == ["c", "<pad>"]
+    last = lazyseq.batch([("a", 1), ("b", 2), ("c", 3)], 2, pad=("<pad>", 0))[-1]
+    assert last[0] == ["c", "<pad>"] and last[1].tolist() == [3, 0]

@@ -152,6 +152,8 @@ def _padding_like(item: Any, pad: Any) -> Any:
         values = [_padding_like(v, p) for v, p in zip(item, _pad_fields(pad, None, len(item)))]
         kind: Any = type(item)
         return kind._make(values) if hasattr(kind, "_make") else kind(values)  # namedtuples too
+    if not isinstance(item, (np.ndarray, Number, np.generic)):  # collated into a list (strings...): pad as it is
+        return pad
     value = np.asarray(item)
     return _pad_rows(pad, value.dtype, value.shape, 1)[0]
 
