@@ -307,14 +307,12 @@ def _describe(skeleton: tuple, arrays: list[np.ndarray]) -> str:
 
 def _check_writable(out: Any) -> None:
     """``ValueError`` for an array in ``out`` that cannot be written (a memory map opened read-only, say)."""
-    if isinstance(out, Mapping):
-        out = list(out.values())
-    if isinstance(out, (tuple, list)):
-        for part in out:
-            _check_writable(part)
-    elif isinstance(out, np.ndarray) and not out.flags.writeable:
-        kind = "a memory map opened read-only" if isinstance(out, np.memmap) else "a read-only array"
-        raise ValueError(f"evaluate: out is {kind}; give one it can write into (a memory map: mode='r+')")
+    arrays: list[np.ndarray] = []
+    flatten(out, arrays, is_leaf=lambda value: isinstance(value, np.ndarray))
+    for array in arrays:
+        if not array.flags.writeable:
+            kind = "a memory map opened read-only" if isinstance(array, np.memmap) else "a read-only array"
+            raise ValueError(f"evaluate: out is {kind}; give one it can write into (a memory map: mode='r+')")
 
 
 def _match_out(out: Any, skeleton: tuple, count: int) -> list:

@@ -68,8 +68,7 @@ class PrefetchView(View[T_co]):
             self._options,
             self._max_buffered,
             start=self._starts,
-            # the items being read hold one or two (processes); no more ahead than the view has items
-            slot_count=min(self._max_buffered.most, self._len if self._len is not None else 1 << 62) + 2,
+            slot_count=self._slots_ahead() + 2,  # the items being read hold one or two (processes)
             slot_bytes=self._shm_size or slot_bytes_for_spec(self._parent._item_spec()),
             slot_budget=0 if self._max_buffered.size is not None else SLOT_BUDGET,
             task_name=self._task_name,
@@ -79,6 +78,11 @@ class PrefetchView(View[T_co]):
         self._engine, self._order = engine, ReadOrder(self._len, engine.capacity, engine.holds)
         self._send_ahead = functools.partial(engine.refill, self._order.advance)
         return engine
+
+    def _slots_ahead(self) -> int:
+        """Items that may be computed ahead at most: ``max_buffered``'s, within the view's length."""
+        most = self._max_buffered.most
+        return most if self._len is None else min(most, self._len)
 
     def close(self) -> None:
         """Stop the workers and drop the items computed ahead; reading again starts them anew.

@@ -8,7 +8,7 @@ server: a client would wait for its timeout, then report the server lost.
 
 from __future__ import annotations
 
-__all__ = ["check_endpoint", "is_ipv6"]
+__all__ = ["check_endpoint", "is_ipv6", "tcp_host"]
 
 _HIGHEST_PORT = 65535
 
@@ -47,6 +47,17 @@ def check_endpoint(address: object, owner: str, *, binding: bool) -> str:
     return address
 
 
+def tcp_host(address: str) -> str | None:
+    """The host of a ``tcp://`` endpoint as written (an IPv6 one in brackets), the destination's for
+    ``tcp://source;destination``; None for other transports.
+
+    >>> tcp_host("tcp://[::1]:5557"), tcp_host("tcp://eth0;10.0.0.2:5557"), tcp_host("ipc:///tmp/s")
+    ('[::1]', '10.0.0.2', None)
+    """
+    transport, _, rest = address.partition("://")
+    return rest.rpartition(":")[0].rpartition(";")[2] if transport == "tcp" else None
+
+
 def is_ipv6(address: str) -> bool:
     """Whether ``address`` is a TCP endpoint at an IPv6 address (``tcp://[::1]:5557``), for which ZeroMQ needs its
     IPv6 option (set only then: with it, ``tcp://localhost`` may resolve to ``::ffff:127.0.0.1``).
@@ -54,5 +65,4 @@ def is_ipv6(address: str) -> bool:
     >>> is_ipv6("tcp://[::1]:5557"), is_ipv6("tcp://127.0.0.1:5557"), is_ipv6("ipc:///tmp/s")
     (True, False, False)
     """
-    transport, _, rest = address.partition("://")
-    return transport == "tcp" and rest.rpartition(";")[2].startswith("[")
+    return (tcp_host(address) or "").startswith("[")

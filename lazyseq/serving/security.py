@@ -18,6 +18,8 @@ import ipaddress
 from collections.abc import Iterable
 from typing import Any
 
+from .endpoints import tcp_host
+
 __all__ = ["ClientCheck", "check_address", "is_loopback", "key_bytes"]
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
@@ -31,14 +33,12 @@ def is_loopback(address: str) -> bool:
     >>> is_loopback("tcp://0.0.0.0:5557"), is_loopback("tcp://*:5557"), is_loopback("tcp://10.0.0.2:5557")
     (False, False, False)
     """
-    transport, _, rest = address.partition("://")
-    if transport in ("ipc", "inproc"):
+    if address.startswith(("ipc://", "inproc://")):
         return True
-    if transport != "tcp":
+    host = tcp_host(address)  # of the destination, in "source;destination": what is bound
+    if host is None:
         return False
-    host = rest.rpartition(":")[0].strip("[]")
-    if ";" in host:  # "source;destination": what is bound is the destination
-        host = host.rpartition(";")[2]
+    host = host.strip("[]")
     if host == "localhost":
         return True
     try:
