@@ -34,7 +34,7 @@ from ..views.sources import as_view
 from .npy import open_npy
 from .shard_directory import ProgressLog, finish, intact_shards, prepare
 from .shard_files import matches, npy_header, remove_temporaries, write_npy_files
-from .shard_layout import SHARD_FILE_NAME, Layout, ShardRecord, read_batch
+from .shard_layout import Layout, ShardRecord, read_batch
 from .shard_sync import Syncer, sync_directory, sync_file
 
 __all__ = ["ShardWrites", "write_npy"]
@@ -240,8 +240,8 @@ def write_npy(
         checked = intact_shards(directory, layout, options.nworkers)
         if checked is not None and len(checked) == layout.shard_count:  # nothing to redo: the directory stays as it is
             if sync:  # it may have been written with sync=False
-                for name in os.listdir(directory):
-                    if SHARD_FILE_NAME.fullmatch(name):
+                for shard in range(layout.shard_count):
+                    for name in layout.file_names(shard):
                         sync_file(os.path.join(directory, name))
                 sync_directory(directory)
             return open_npy(directory)
