@@ -20,7 +20,9 @@ workloads:
    a good loader costs the consumer (almost) nothing;
 3. a costly per-sample transform, pure Python (holds the GIL: processes) or
    numpy (releases it: threads): speedup over reading synchronously, next to
-   two workers that split the batches with no loader at all;
+   two workers that split the batches with no loader at all; and the loader
+   placed under ``shuffle().batch()`` (over the samples), against that
+   shuffled pipeline read synchronously;
 4. overlap: producer and consumer each take 5 ms a batch (both sleep), 300
    batches. The ideal is one producer step plus 300 consumer steps: the first
    batch cannot be consumed before it is made, and from then on two workers,
@@ -493,6 +495,7 @@ def bench_transforms(settings: Settings) -> list[Result]:
             "batch",
             lambda t, sync=sync: f"{sync.best / t.best:.2f}x synchronous",
         )
+        below = measure_prefetch_below_a_shuffle(samples, transform, method, n, settings, label)
         lazy = timings[f"lazyseq prefetch {plural}"]
         limit = timings.pop(f"two independent {plural}, no loader")
         references = [name for name in timings if name not in ("synchronous", f"lazyseq prefetch {plural}")]
@@ -509,8 +512,46 @@ def bench_transforms(settings: Settings) -> list[Result]:
                 f"2 independent {plural} {sync.best / limit.best:.2f}x",
                 f"{limit.best / lazy.best:.2f}",
             ),
+            below,
         ]
     return results
+
+
+@contextlib.contextmanager
+def prefetch_below_a_shuffle(samples, method: str) -> Iterator[Iterable]:
+    """lazyseq's prefetch over the samples, shuffled and batched above it: each batch's samples go out together."""
+    with lazyseq.prefetch(samples, nworkers=WORKERS, method=method) as ahead:
+        yield ahead.shuffle(seed=0).batch(TRANSFORM_BATCH)
+
+
+def measure_prefetch_below_a_shuffle(
+    samples: np.ndarray, transform, method: str, n: int, settings: Settings, label: str
+) -> Result:
+    """The same transform with the loader under ``shuffle().batch()``, against that pipeline without a loader."""
+
+    def view(k: int):
+        return lazyseq.smap(transform, samples[: k * TRANSFORM_BATCH])
+
+    plural = {"thread": "threads", "process": "processes"}[method]
+    loaders: dict[str, Loader] = {
+        "synchronous, shuffled": lambda k: plain(view(k).shuffle(seed=0).batch(TRANSFORM_BATCH)),
+        f"lazyseq prefetch {plural} below the shuffle": lambda k: prefetch_below_a_shuffle(view(k), method),
+    }
+    same_batches(loaders)
+    timings = measure(loaders, n, settings.repeats, warm_units=2)
+    sync, lazy = timings.values()
+    print_timings(
+        f"3. Per-sample transform, {label}, the loader below shuffle().batch({TRANSFORM_BATCH})",
+        timings,
+        "batch",
+        lambda t: f"{sync.best / t.best:.2f}x synchronous",
+    )
+    return Result(
+        f"3. {label}, {plural} below a shuffle: speedup",
+        f"{sync.best / lazy.best:.2f}x",
+        "synchronous shuffled 1.00x",
+        f"{sync.best / lazy.best:.2f}",
+    )
 
 
 # -- 4. overlap ----------------------------------------------------------------------------------

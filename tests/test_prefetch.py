@@ -1,14 +1,25 @@
 """prefetch: a view like any other, whose items workers compute ahead, identical whatever the workers."""
 
+import functools
 import multiprocessing
 import os
 import pickle
+import threading
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from loader_helpers import nested, noisy, prefetch, remember_worker, slow_in_worker_zero, square, worker_index
+from loader_helpers import (
+    fail_on_seven,
+    nested,
+    noisy,
+    prefetch,
+    remember_worker,
+    slow_in_worker_zero,
+    square,
+    worker_index,
+)
 from test_properties import check_view
 
 import lazyseq
@@ -156,6 +167,66 @@ def test_slices_and_batches_of_a_prefetched_view_read_through_its_workers():
         assert list(ahead[::-30]) == [99**2, 69**2, 39**2, 9**2]
         np.testing.assert_array_equal(ahead.batch(8)[-1], [x * x for x in range(96, 100)])
         assert ahead.workers_running
+
+
+@pytest.mark.parametrize("method", ["thread", "process"])
+def test_items_read_together_through_a_gather_are_those_of_the_view(method):
+    with prefetch(lazyseq.smap(square, range(40)), nworkers=2, method=method, inline_below=0) as ahead:
+        expected = lazyseq.smap(square, range(40)).shuffle(seed=3).batch(6)
+        assert [b.tolist() for b in ahead.shuffle(seed=3).batch(6)] == [b.tolist() for b in expected]
+        # An item wanted twice is computed twice, as any view reads it.
+        assert ahead[np.array([3, 1, 3, 39, -1])].batch(5)[0].tolist() == [9, 1, 9, 39**2, 39**2]
+    with prefetch(lazyseq.smap(fail_on_seven, range(40)), nworkers=2, method=method, inline_below=0) as ahead:
+        with pytest.raises(lazyseq.EvaluationError) as caught:
+            ahead[np.array([3, 1, 7, 2])].batch(4)[0]
+        assert str(caught.value) == (
+            "failed to compute batch[0] -> gather[2] -> prefetch[7] -> smap(fail_on_seven)[7]: ValueError: bad value 7"
+        )
+        assert ahead[np.array([12, 5, 30])].batch(3)[0].tolist() == [12, 5, 30]  # the loader goes on
+
+
+def wait_for_the_other_worker(barrier, x):
+    barrier.wait()
+    return x
+
+
+def test_items_read_together_through_a_gather_are_computed_together():
+    barrier = threading.Barrier(2, timeout=30)  # two items that run at once pass it: one at a time never does
+    source = lazyseq.smap(functools.partial(wait_for_the_other_worker, barrier), range(16))
+    with prefetch(source, nworkers=2, inline_below=0) as ahead:
+        assert [b.tolist() for b in ahead[np.arange(15, -1, -1)].batch(4)] == [
+            [15, 14, 13, 12], [11, 10, 9, 8], [7, 6, 5, 4], [3, 2, 1, 0]
+        ]  # fmt: skip
+
+
+class CountingReads(lazyseq.views.base.View):
+    """An array's rows that record how many are read at once."""
+
+    def __init__(self, array):
+        self._array = array
+        self._len = len(array)
+        self.sizes = []
+
+    def _get(self, i):
+        self.sizes.append(1)
+        return self._array[i]
+
+    def _get_many(self, idx):
+        self.sizes.append(len(idx))
+        return self._array[idx]
+
+
+@pytest.mark.parametrize("nworkers", [0, 2])
+def test_cheap_items_read_together_are_read_at_once_by_the_reader(nworkers):
+    source = CountingReads(np.arange(40.0).reshape(20, 2))
+    ahead = prefetch(source, nworkers=nworkers)  # threads, cheap items: computed by the reader
+    batches = ahead[np.arange(19, -1, -1)].batch(5)
+    np.testing.assert_array_equal(np.concatenate(list(batches)), source._array[::-1])
+    np.testing.assert_array_equal(np.concatenate(list(ahead.batch(5))), source._array)
+    # With threads the first item is timed alone, to tell whether items are worth the workers.
+    assert source.sizes == ([5] * 8 if nworkers == 0 else [1, 4] + [5] * 7)
+    assert not ahead.workers_running
+    ahead.close()
 
 
 def test_closing_stops_the_workers_and_reading_again_restarts_them():

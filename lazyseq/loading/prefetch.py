@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import functools
 import operator
 from collections.abc import Callable, Iterator
@@ -10,7 +11,9 @@ from typing import Any, Generic, cast
 from ..arguments import integer
 from ..views import errors
 from ..views.base import View
+from ..views.chunks import chunk_rows
 from ..views.itemtypes import SequenceLike, T, T_co
+from ..views.keys import Positions
 from ..views.shuffle import EPOCH_CHANGES
 from ..views.sources import as_view
 from .backends import Done
@@ -32,7 +35,9 @@ class PrefetchView(View[T_co]):
     The view guesses the next items from the last two reads (ascending by
     default, or any constant step) and keeps up to ``max_buffered`` of them
     computed or in progress (see :mod:`~lazyseq.loading.buffering`). Reads
-    that follow no step fetch only what is asked.
+    that follow no step fetch only what is asked; a read of many items at
+    once (``_get_many``: a batch of a gather above this view) sends them all,
+    in their order, as room allows.
     """
 
     kind = "prefetch"
@@ -147,6 +152,75 @@ class PrefetchView(View[T_co]):
             raise done.value
         return done.value
 
+    def _get_many(self, idx: Positions) -> Any:
+        if not self._options.nworkers:
+            return self._parent._get_many(idx)
+        if len(idx) < 2:
+            return super()._get_many(idx)
+        if self._epoch_changes != EPOCH_CHANGES[0]:  # as in _get
+            self._follow_epochs()
+        with self._lock:
+            engine = self._engine
+            if engine is None or engine.closed or engine.inherited:
+                engine = self._start()
+            cost = engine.cost
+            if cost is not None and cost.inline and not (engine.pending or engine.ready):
+                if not cost.count:  # the first item, timed alone, says whether the others are worth the workers
+                    first = self._get(int(idx[0]))
+                    return [first, *chunk_rows(self._get_many(idx[1:]))]
+                chunk = engine.compute_many_here(self._parent._get_many, idx, len(idx))
+                self._order.read(int(idx[-2]))
+                self._order.read(int(idx[-1]))
+                engine.check_open()  # closed by another thread while this one computed: see close()
+                return chunk
+            if type(idx) is range and idx.step == 1 and engine.started:
+                return super()._get_many(idx)  # item by item: in order, the reads ahead follow
+            try:
+                values = []
+                # ``i``, a local of this frame, names the failing item in the chain of views (views/errors.py)
+                for i, done in self._read_many(engine, self._order, [int(k) for k in idx]):  # noqa: B007
+                    if done.status == "error":
+                        raise done.value
+                    values.append(done.value)
+                return values
+            except BaseException as error:  # as in _get
+                if isinstance(error, Exception) and not isinstance(error, LoaderError):
+                    engine.check_open()
+                engine.failed(error)
+                raise
+
+    def _read_many(self, engine: Engine, order: ReadOrder, positions: list[int]) -> Iterator[tuple[int, Done]]:
+        """Each of ``positions`` with its outcome; the workers get them in that order, up to ``max_buffered`` at a time."""
+        engine.keep_only(positions, positions[0])  # what was read ahead for other items is dropped
+        order.frontier = None  # nothing is guessed while these are read, nor after: their order was given
+        order.read(positions[-2])
+        order.read(positions[-1])
+        later = collections.Counter(positions)  # an item wanted twice is computed twice, as a view reads it
+        upcoming = iter(positions)
+        sent: set[int] = set()  # the items given to the workers (or read) in this call
+
+        def send_next() -> None:
+            room = engine.room()
+            tasks = []
+            for i in upcoming if room else ():
+                if i not in sent and not engine.holds(i):
+                    sent.add(i)
+                    tasks.append((i, i))
+                    room -= 1
+                    if not room:
+                        break
+            engine.submit(tasks)
+
+        send_next()
+        for i in positions:
+            sent.add(i)  # a read may come before the workers got it (when they have no room): sent by wait_for
+            done = engine.wait_for(i, i, send_next)
+            later[i] -= 1
+            if later[i]:  # wanted again further on: computed again
+                engine.submit([(i, i)])
+            yield i, done
+            send_next()
+
     @staticmethod
     def _compute_first(engine: Engine, order: ReadOrder, i: int) -> Any:
         try:
@@ -172,6 +246,9 @@ class PrefetchView(View[T_co]):
         done = engine.wait_for(i, i, None if sent else send_ahead)
         send_ahead()
         return done
+
+    def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
+        return ((self._parent, i),)
 
     def __iter__(self) -> PrefetchIterator[T_co]:
         self._follow_epochs()
@@ -349,7 +426,9 @@ def prefetch(
     of shared memory; for Ray see below). It is a
     view like any other (``len``, negative indices, slices and gathers that
     read through it, errors naming the item); reading in order is the fast
-    path, and any other order still gets the right items. ``nworkers=0``
+    path, and any other order still gets the right items. A read of many
+    items at once (a batch of a gather or a shuffle of it) hands them to the
+    workers together, ``max_buffered`` at a time. ``nworkers=0``
     computes each item when it is read, in the reader's thread; a negative
     ``nworkers`` means all available cores but ``-nworkers``.
 
