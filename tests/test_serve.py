@@ -10,6 +10,7 @@ import multiprocessing
 import os
 import pickle
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -117,6 +118,11 @@ def test_wire_round_trip_keeps_values_and_types():
         ([served_pipelines], "the item[0] is a builtins.module, which cannot be sent"),
         (np.ma.masked_array([1, 2], [0, 1]), "the item is a numpy.ma.MaskedArray: only plain numpy arrays are sent"),
         ({"n": 2**5000}, "the item['n'] is an int of 5001 bits: larger than 4096 bits cannot be sent"),
+        (
+            np.array(["ab", "c"], dtype=np.dtypes.StringDType()),
+            "the item is an array of variable-width strings (dtype StringDType()): their bytes are not in the array's "
+            "buffer; convert it to a fixed-width str dtype",
+        ),
     ],
 )
 def test_wire_refuses_what_needs_code_to_rebuild(item, message):
@@ -697,6 +703,40 @@ def test_endpoints_no_server_can_use_are_refused(call, address, message):
     with pytest.raises(ValueError) as caught:
         lazyseq.serve(range(3), address) if call == "serve" else lazyseq.connect(address, timeout=0.5)
     assert str(caught.value).startswith(f"{call}: {message}")
+    assert lazyseq_threads() == []
+
+
+def test_an_ipc_file_is_not_taken_from_a_live_server_and_is_removed_at_close(tmp_path):
+    path = tmp_path / "data.sock"
+    address = f"ipc://{path}"
+    with lazyseq.serve(np.arange(3), address):
+        with pytest.raises(OSError) as caught:  # ZeroMQ alone replaced the file: new clients read the second server
+            lazyseq.serve(np.arange(100, 103), address)
+        assert str(caught.value) == (
+            f"serve: cannot listen at {address}: another server is listening there (Address already in use)"
+        )
+        with lazyseq.connect(address, timeout=5) as remote:
+            assert list(remote) == [0, 1, 2]
+    assert not path.exists()
+    leftover = socket.socket(socket.AF_UNIX)  # the file of a server that ended without removing it
+    leftover.bind(str(path))
+    leftover.close()
+    with lazyseq.serve(np.arange(3), address), lazyseq.connect(address, timeout=5) as remote:
+        assert list(remote) == [0, 1, 2]
+    assert not path.exists() and lazyseq_threads() == []
+
+
+def test_a_curve_keypair_must_be_a_public_key_and_its_secret_key():
+    public, secret = zmq.curve_keypair()
+    for pair in [(secret, public), (zmq.curve_keypair()[0], secret)]:  # swapped, or the public key of another pair
+        with pytest.raises(ValueError) as caught:  # accepted, and every client then waited out its timeout
+            lazyseq.serve(range(3), LOOPBACK, curve_keypair=pair)
+        assert str(caught.value) == (
+            "serve: curve_keypair[0] is not the public key of curve_keypair[1]: give (public, secret) in that order, "
+            "both from one call of zmq.curve_keypair()"
+        )
+        with pytest.raises(ValueError, match=r"^connect: curve_keypair\[0\] is not the public key of"):
+            lazyseq.connect("tcp://127.0.0.1:5557", server_key=public, curve_keypair=pair)
     assert lazyseq_threads() == []
 
 

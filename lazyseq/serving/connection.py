@@ -25,7 +25,7 @@ from . import wire
 from .endpoints import is_ipv6
 from .failures import ServerLost
 from .frames import DONTWAIT, receive_frames, send_frames
-from .security import key_bytes
+from .security import key_bytes, keypair_bytes
 
 __all__ = ["Connection", "ConnectionClosed"]
 
@@ -59,12 +59,10 @@ class Connection:
         context = self._context = zmq.Context()
         curve = None
         if server_key is not None:
-            public, secret = curve_keypair if curve_keypair is not None else zmq.curve_keypair()
-            curve = (
-                key_bytes(server_key, "connect: server_key"),
-                key_bytes(public, "connect: curve_keypair[0] (the public key)"),
-                key_bytes(secret, "connect: curve_keypair[1] (the secret key)"),
+            public, secret = keypair_bytes(
+                curve_keypair if curve_keypair is not None else zmq.curve_keypair(), "connect"
             )
+            curve = (key_bytes(server_key, "connect: server_key"), public, secret)
         self._curve = curve
         socket = self._socket = self._open(zmq.DEALER, self.name)
         self._poller = zmq.Poller()

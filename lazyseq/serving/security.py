@@ -49,10 +49,8 @@ def is_loopback(address: str) -> bool:
 
 def check_address(address: str, curve_keypair: Any, insecure: bool, allowed_clients: Any = None) -> None:
     """``ValueError`` for a server bound where others can reach it, with nothing to keep them out."""
-    if curve_keypair is not None and not (isinstance(curve_keypair, (tuple, list)) and len(curve_keypair) == 2):
-        raise ValueError(
-            f"serve: curve_keypair must be a (public, secret) pair, as zmq.curve_keypair() makes, got {curve_keypair!r:.60}"
-        )
+    if curve_keypair is not None:
+        keypair_bytes(curve_keypair, "serve")
     if curve_keypair is None and allowed_clients is not None:
         raise ValueError(
             "serve: allowed_clients needs curve_keypair: clients are told apart by the CURVE keys they encrypt "
@@ -73,6 +71,28 @@ def key_bytes(key: Any, what: str) -> bytes:
     if not isinstance(key, bytes) or len(key) != 40:
         raise ValueError(f"{what} must be a 40-character Z85 key as made by zmq.curve_keypair(), got {key!r:.60}")
     return key
+
+
+def keypair_bytes(keypair: Any, owner: str) -> tuple[bytes, bytes]:
+    """A ``(public, secret)`` CURVE pair as two 40-byte Z85 keys; ``ValueError`` unless ``public`` is ``secret``'s."""
+    import zmq
+
+    if not (isinstance(keypair, (tuple, list)) and len(keypair) == 2):
+        raise ValueError(
+            f"{owner}: curve_keypair must be a (public, secret) pair, as zmq.curve_keypair() makes, got {keypair!r:.60}"
+        )
+    public = key_bytes(keypair[0], f"{owner}: curve_keypair[0] (the public key)")
+    secret = key_bytes(keypair[1], f"{owner}: curve_keypair[1] (the secret key)")
+    try:
+        matches = zmq.curve_public(secret) == public
+    except zmq.ZMQError:  # not Z85
+        matches = False
+    if not matches:
+        raise ValueError(
+            f"{owner}: curve_keypair[0] is not the public key of curve_keypair[1]: give (public, secret) in that "
+            "order, both from one call of zmq.curve_keypair()"
+        )
+    return public, secret
 
 
 class ClientCheck:

@@ -147,7 +147,9 @@ def serve(
     IPv6 address in brackets (``tcp://[::1]:5557``); port 0 picks a free port
     (the server's ``.address`` says which), a port beyond 65535 is refused. Between two
     processes of one machine, ``ipc:///tmp/NAME`` (a Unix socket) moves
-    large items faster than loopback TCP. Only plain data travels, never pickle: arrays
+    large items faster than loopback TCP; a server refuses the file of one
+    that is listening (``OSError``, as for a TCP port in use), replaces one
+    left by a server that died, and removes its own at close. Only plain data travels, never pickle: arrays
     (header and raw buffer), numbers, strings, bytes and ``None`` in tuples,
     lists and dicts; an item holding anything else reaches its consumer as an
     error naming it.

@@ -44,7 +44,8 @@ from typing import TYPE_CHECKING, Any
 from . import wire
 from .endpoints import is_ipv6
 from .frames import DONTWAIT, receive_frames, send_frames
-from .security import ZAP_ENDPOINT, ClientCheck, key_bytes
+from .security import ZAP_ENDPOINT, ClientCheck, keypair_bytes
+from .socket_files import SocketFile, refuse_if_listening
 
 if TYPE_CHECKING:
     from .stream_service import StreamService
@@ -98,16 +99,16 @@ class ServerLoop:
             router.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST_BYTES)
             router.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a consumer that reconnects under its name takes it over
             if curve_keypair is not None:
-                public, secret = curve_keypair
                 router.curve_server = True
-                router.curve_publickey = key_bytes(public, "serve: curve_keypair[0] (the public key)")
-                router.curve_secretkey = key_bytes(secret, "serve: curve_keypair[1] (the secret key)")
+                router.curve_publickey, router.curve_secretkey = keypair_bytes(curve_keypair, "serve")
                 router.zap_domain = b"lazyseq"
+            refuse_if_listening(address, "serve")  # ZeroMQ would take an ipc:// file from a live server
             try:
                 router.bind(address)
             except zmq.ZMQError as error:
                 raise OSError(f"serve: cannot listen at {address}: {error}") from None
             self.address: str = router.getsockopt_string(zmq.LAST_ENDPOINT)
+            self._socket_file = SocketFile(self.address)
         except BaseException:
             for socket in sockets:
                 socket.close(linger=0)
@@ -132,6 +133,7 @@ class ServerLoop:
             self.thread.join()
         os.close(self._stopper_fd)
         self._context.term()
+        self._socket_file.remove()
 
     def _run(self) -> None:
         import zmq

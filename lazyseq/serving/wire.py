@@ -107,6 +107,12 @@ def _encode(value: Any, buffers: list, where: str, depth: int) -> Any:
                 f"{where} is a {type(value).__module__}.{type(value).__qualname__}: only plain numpy arrays are sent "
                 "(what the subclass adds, a mask for one, would be lost); convert it with np.asarray or send its parts"
             )
+        if value.dtype.kind == "T":  # numpy's StringDType: strings of any length, stored outside the array
+            raise TypeError(
+                f"{where} is an array of variable-width strings (dtype {value.dtype}): their bytes are not in the "
+                "array's buffer; convert it to a fixed-width str dtype (np.array(value.tolist()), or "
+                "value.astype('U20') for strings of 20 characters at most), or to a list"
+            )
         if value.dtype.hasobject:
             raise TypeError(
                 f"{where} is an array of Python objects (dtype {value.dtype}): only arrays of plain data can be "
