@@ -4,7 +4,7 @@ import threading
 import time
 
 from lazyseq.loading.options import LoaderOptions
-from lazyseq.loading.thread_workers import ThreadWorkers
+from lazyseq.loading.thread_workers import ThreadWorkers, worker_stopping
 
 
 def test_close_skips_the_queued_tasks_and_waits_for_the_running_one():
@@ -29,3 +29,20 @@ def test_close_skips_the_queued_tasks_and_waits_for_the_running_one():
     assert ran == [0]
     assert [workers._tickets[k].state for k in range(1, 5)] == ["skipped"] * 4
     assert not any(t.name.startswith("lazyseq-prefetch") for t in threading.enumerate())
+
+
+def test_a_job_can_tell_that_its_loader_is_closing():
+    started, answers = threading.Event(), []
+
+    def job(arg):
+        answers.append(worker_stopping())
+        started.set()
+        workers._stopping.wait(timeout=60)  # until close() began
+        answers.append(worker_stopping())
+        return arg
+
+    workers = ThreadWorkers(job, LoaderOptions.check("prefetch", nworkers=1))
+    workers.submit_many([(0, 0)])
+    started.wait()
+    workers.close()
+    assert answers == [False, True] and not worker_stopping()

@@ -352,6 +352,28 @@ def test_a_failing_write_leaves_no_thread(tmp_path, monkeypatch, nworkers, error
         assert "lazyseq-write_npy-sync" in seen
 
 
+def test_a_shard_being_written_by_a_worker_thread_stops_at_its_next_block_when_the_run_fails(tmp_path):
+    # Shard 1 is one block of 4 MiB at most: its rows were all computed before the failure was reported.
+    second_shard_began, computed = threading.Event(), []
+
+    def row(i):
+        computed.append(i)
+        if i == 5:
+            second_shard_began.wait(timeout=30)
+            raise ValueError(f"row {i} is bad")
+        if i >= 1000:
+            second_shard_began.set()
+            if i == 1000:  # the first block of shard 1 ends once the loader is stopping
+                lazyseq.loading.thread_workers._this_worker.stopping.wait(timeout=30)
+        return float(i)
+
+    with pytest.raises(lazyseq.EvaluationError, match=r"failed at item 5 .*row 5 is bad$"):
+        lazyseq.write_npy(lazyseq.smap(row, range(2000)), tmp_path, rows_per_shard=1000, nworkers=2)
+    first_block = list(range(1000, 1000 + lazyseq.io.shard_layout.FIRST_BLOCK_ROWS))
+    assert [i for i in computed if i >= 1000] == first_block
+    assert sorted(os.listdir(tmp_path)) == ["progress.jsonl"] and lazyseq_threads() == []
+
+
 def test_a_failing_first_item_changes_nothing(tmp_path):
     with pytest.raises(lazyseq.EvaluationError) as info:
         lazyseq.write_npy(pipeline(N, fail_at=0), tmp_path, rows_per_shard=10)

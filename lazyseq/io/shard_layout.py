@@ -24,6 +24,7 @@ from ..views.chunks import MixedShapes, chunk_rows, chunk_to_batch
 
 __all__ = [
     "BLOCK_BYTES",
+    "FIRST_BLOCK_ROWS",
     "MANIFEST",
     "PROGRESS",
     "SHARD_FILE_NAME",
@@ -34,7 +35,9 @@ __all__ = [
     "read_batch",
 ]
 
-BLOCK_BYTES = 4 * 2**20  # about how much of a shard is computed (and held in memory) at once
+BLOCK_BYTES = 4 * 2**20  # about how much of a shard is computed (and held in memory) at once, at most
+BLOCK_SECONDS = 0.1  # and about how long that takes, at most: a run that fails or is interrupted stops that soon
+FIRST_BLOCK_ROWS = 8  # a shard's first block, timed to size the next ones
 ARRAY_FIELD = "data"  # the name of the one field of array items
 _FIELD_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=-]*")  # a dict key that can be part of a file name
 MAX_FIELD_NAME = 200  # characters: "<key>-<shard>.npy", written as ".<that>.<8 hex>.tmp", within 255 bytes
@@ -165,6 +168,19 @@ class Layout:
         """How many rows of a shard are computed at once: one vectorized read of about ``BLOCK_BYTES``."""
         row_bytes = sum(f.row_bytes for f in self.fields)
         return max(1, min(self.rows_per_shard, BLOCK_BYTES // max(1, row_bytes)))
+
+    def next_block_rows(self, rows: int, seconds: float) -> int:
+        """How many rows to read next, after ``rows`` took ``seconds``: ``BLOCK_SECONDS`` of them, up to ``block_rows``.
+
+        Blocks grow at most eightfold at a time, from ``FIRST_BLOCK_ROWS``:
+
+        >>> import numpy as np
+        >>> layout = Layout.of_items(np.zeros((1,)), length=10**6, rows_per_shard=10**6)  # blocks of 524288 rows
+        >>> layout.next_block_rows(8, 1e-5), layout.next_block_rows(512, 1e-5), layout.next_block_rows(512, 0.4)
+        (64, 4096, 128)
+        """
+        wanted = int(rows * BLOCK_SECONDS / max(seconds, 1e-9))
+        return max(1, min(wanted, 8 * rows, self.block_rows))
 
     def file_name(self, field: Field, shard: int) -> str:
         digits = max(5, len(str(self.shard_count - 1)))  # names sort in shard order

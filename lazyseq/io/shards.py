@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from collections.abc import Collection, Iterator
 from typing import Any, NoReturn
 
@@ -25,6 +26,7 @@ from ..arguments import flag, integer
 from ..loading.buffering import Buffering
 from ..loading.options import LoaderOptions, Method
 from ..loading.prefetch import PrefetchView
+from ..loading.thread_workers import worker_stopping
 from ..progress import check_progress, progress_bar
 from ..views import errors
 from ..views.base import View
@@ -34,7 +36,7 @@ from ..views.sources import as_view
 from .npy import open_npy
 from .shard_directory import ProgressLog, finish, intact_shards, prepare
 from .shard_files import matches, npy_header, remove_temporaries, write_npy_files
-from .shard_layout import Layout, ShardRecord, read_batch
+from .shard_layout import FIRST_BLOCK_ROWS, Layout, ShardRecord, read_batch
 from .shard_sync import Syncer, sync_directory, sync_file
 
 __all__ = ["ShardWrites", "write_npy"]
@@ -49,7 +51,8 @@ class ShardWrites(View[ShardRecord]):
     With ``sync``, a shard's files are synced to disk before its record is
     given (else whoever reads the records syncs them, or nobody does).
     After :meth:`abandon`, shards being written in this process (by worker
-    threads) stop at their next block and remove their temporary files.
+    threads) stop at their next block (a block takes ``BLOCK_SECONDS`` at most,
+    after its first) and remove their temporary files.
     """
 
     kind = "write_npy"
@@ -72,7 +75,7 @@ class ShardWrites(View[ShardRecord]):
         self._checked = checked
         self._sync = sync
         self._len = layout.shard_count
-        self._writing = _InProgress()
+        self._stopped = threading.Event()  # set when the run failed: shards being written stop
 
     def _get(self, i: int) -> ShardRecord:
         layout, directory = self._layout, self._directory
@@ -86,56 +89,40 @@ class ShardWrites(View[ShardRecord]):
                         sync_file(os.path.join(directory, file.name))
                 return known
         headers = [npy_header(field, len(rows)) for field in layout.fields]
-        with self._writing:
-            files = write_npy_files(directory, names, headers, self._blocks(rows), sync=self._sync)
+        files = write_npy_files(directory, names, headers, self._blocks(rows), sync=self._sync)
         return ShardRecord(i, len(rows), files)
 
     def _blocks(self, rows: range) -> Iterator[list[np.ndarray]]:
-        step = self._layout.block_rows
-        for start in range(rows.start, rows.stop, step):
-            self._writing.check()
-            yield self._layout.read(self._items, range(start, min(start + step, rows.stop)))
+        """The shard's rows, in vectorized reads of ``BLOCK_BYTES`` and ``BLOCK_SECONDS`` at most."""
+        layout, items, stopped = self._layout, self._items, self._stopped
+        start, step = rows.start, min(FIRST_BLOCK_ROWS, layout.block_rows)
+        while start < rows.stop:
+            if stopped.is_set() or worker_stopping():  # the run failed, or was interrupted
+                raise _Abandoned("write_npy stopped: another shard failed, or the run was interrupted")
+            stop = min(start + step, rows.stop)
+            began = time.perf_counter()
+            block = layout.read(items, range(start, stop))
+            step = layout.next_block_rows(stop - start, time.perf_counter() - began)
+            yield block
+            start = stop
 
     def abandon(self) -> None:
-        """Stop the shards being written in this process, and wait until they have cleaned up."""
-        self._writing.abandon()
+        """Make the shards being written in this process (by worker threads) stop at their next block.
+
+        They remove their temporary files as they stop; whoever stops the
+        threads (closing the loader) waits for them.
+        """
+        self._stopped.set()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_writing": None}  # a worker process has its own
+        return {**self.__dict__, "_stopped": None}  # a worker process has its own
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, _writing=_InProgress())
+        self.__dict__.update(state, _stopped=threading.Event())
 
     def _describe(self) -> str:
         layout = self._layout
         return f"write_npy({self._directory!r}, {layout.shard_count} shards of {layout.rows_per_shard} rows)"
-
-
-class _InProgress:
-    """How many shards are being written in this process, and whether they should stop."""
-
-    def __init__(self) -> None:
-        self._count = 0
-        self._stop = False
-        self._changed = threading.Condition()
-
-    def __enter__(self) -> None:
-        with self._changed:
-            self._count += 1
-
-    def __exit__(self, *exc_info: object) -> None:
-        with self._changed:
-            self._count -= 1
-            self._changed.notify_all()
-
-    def check(self) -> None:
-        if self._stop:
-            raise _Abandoned("write_npy stopped: another shard failed")
-
-    def abandon(self) -> None:
-        with self._changed:
-            self._stop = True
-            self._changed.wait_for(lambda: self._count == 0)
 
 
 class _Abandoned(Exception):
@@ -166,7 +153,9 @@ def write_npy(
     same byte for byte whatever ``nworkers`` and ``method``. Each shard is
     computed in vectorized blocks of rows (one ``_get_many`` read per block,
     as a batch is) by ``nworkers`` threads or processes (see
-    :func:`~lazyseq.prefetch`), which write the files themselves. The first
+    :func:`~lazyseq.prefetch`), which write the files themselves: a worker
+    writes whole shards, so workers need as many shards to share (for an
+    expensive pipeline with a small output, give ``rows_per_shard``). The first
     item is also read in the calling process, to learn the layout (an empty
     ``seq`` is a ``ValueError``: it has no item to learn it from).
 

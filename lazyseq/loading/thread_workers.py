@@ -16,9 +16,21 @@ from .failures import LoaderError
 from .options import LoaderOptions
 from .result_signal import ResultSignal
 
-__all__ = ["ThreadWorkers"]
+__all__ = ["ThreadWorkers", "worker_stopping"]
 
 JOIN_SECONDS = 10.0  # a thread cannot be stopped: one busy in a user function finishes its item first
+
+_this_worker = threading.local()  # in a worker thread: .stopping, set when its loader closes
+
+
+def worker_stopping() -> bool:
+    """Whether this is a worker thread whose loader is closing: a long job can check it, and stop early.
+
+    >>> worker_stopping()  # not a worker thread
+    False
+    """
+    stopping = getattr(_this_worker, "stopping", None)
+    return stopping is not None and stopping.is_set()
 
 
 class ThreadWorkers:
@@ -36,10 +48,11 @@ class ThreadWorkers:
         self._results: queue.SimpleQueue = queue.SimpleQueue()
         self._tickets: dict = {}  # task -> its latest _Ticket
         self._signal = ResultSignal()
+        self._stopping = threading.Event()  # what worker_stopping() reads in the threads
         self._threads = [
             threading.Thread(
                 target=_serve,
-                args=(k, job, options.start_hook, self._tasks, self._results, self._signal),
+                args=(k, job, options.start_hook, self._tasks, self._results, self._signal, self._stopping),
                 name=f"lazyseq-{owner}-{k}",
                 daemon=True,
             )
@@ -122,6 +135,7 @@ class ThreadWorkers:
         if self.closed:
             return
         self.closed = True
+        self._stopping.set()
         for ticket in list(self._tickets.values()):  # queued tasks are skipped: the threads go straight to the end
             ticket.move("queued", "cancelled")
         for _ in self._threads:
@@ -158,7 +172,10 @@ def _serve(
     tasks: queue.SimpleQueue,
     results: queue.SimpleQueue,
     signal: ResultSignal,
+    stopping: threading.Event,
 ) -> None:
+    _this_worker.stopping = stopping
+
     def put(entry: tuple) -> None:
         results.put(entry)
         signal.notify()
