@@ -255,6 +255,36 @@ def test_validation_errors_before_training():
         "or (X, y, sample_weight)"
     )
     assert not hasattr(model, "classes_")  # refused before the first step
+    with pytest.raises(ValueError) as info:  # an error about evaluate's data, after all the training
+        fit(model, labelled(LABELS).batch(BATCH), classes=[0, 1, 2], validation=labelled(LABELS)[:0], progress=False)
+    assert str(info.value) == "fit: validation is empty: there is nothing to score the estimator on"
+    assert not hasattr(model, "classes_")
+
+
+def test_string_labels_in_a_list_are_scored_whole():
+    # A list of strings in a batch was taken for several results of the chunk; a chunk's strings cut to its width.
+    names = ["a", "horse", "cat"]
+    labels = [names[k] for k in LABELS]
+    model = GaussianNB().fit(X, labels)
+    data = lazyseq.collate([X, labels])
+    assert score(model, data, batch_size=BATCH, progress=False) == model.score(X, labels)
+    history = []
+    fit(GaussianNB(), data.batch(BATCH), classes=names, validation=data, history=history, progress=False)
+    assert history[-1]["score"] == model.score(X, labels)
+
+
+def test_tensor_items_alone_are_rows_of_x():
+    # A batch of tensor items is a list of tensors: its first two were taken for (X, y), its first for X.
+    torch = pytest.importorskip("torch")
+    tensors = lazyseq.smap(torch.from_numpy, X)
+    kmeans = MiniBatchKMeans(2, n_init=1, random_state=0).fit(X)
+    np.testing.assert_array_equal(predict(kmeans, tensors, batch_size=BATCH, progress=False), kmeans.predict(X))
+    assert score(kmeans, tensors, batch_size=BATCH, progress=False) == pytest.approx(kmeans.score(X), rel=1e-12)
+    model = fit(IncrementalPCA(2), tensors.batch(BATCH), progress=False)
+    expected = IncrementalPCA(2)
+    for start in range(0, N, BATCH):
+        expected.partial_fit(X[start : start + BATCH])
+    np.testing.assert_array_equal(model.components_, expected.components_)
 
 
 def test_one_pass_of_a_one_shot_iterator_as_far_as_steps_needs():

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..evaluate import evaluate
-from .items import fields, rows_of
+from .items import features, fields
 
 __all__ = ["predict", "score", "score_rule"]
 
@@ -46,7 +46,7 @@ def predict(
     compute = _method(estimator, method)
 
     def on_batch(batch: Any) -> Any:
-        return compute(_features(batch))
+        return compute(features(batch))
 
     return evaluate(on_batch, data, batch_size, out=out, nworkers=nworkers, progress=progress, description=method)
 
@@ -62,11 +62,6 @@ def _method(estimator: Any, name: str) -> Callable:
     if not callable(method):
         raise TypeError(f"predict: {type(estimator).__name__}.{name} is not a method")
     return method
-
-
-def _features(batch: Any) -> Any:
-    """X of a batch: the batch itself, or the first field of a tuple."""
-    return rows_of(batch[0]) if isinstance(batch, (tuple, list)) else batch
 
 
 # -- score --------------------------------------------------------------------------------------
@@ -200,7 +195,8 @@ def _supervised(estimator: Any, metric: Callable) -> tuple[Callable, Callable]:
                 "items must be (X, y) or (X, y, sample_weight)"
             )
         predictions = estimator.predict(X)
-        return (predictions, y) if weights is None else (predictions, y, weights)
+        y = _column(y)  # a list would be taken for several outputs
+        return (predictions, y) if weights is None else (predictions, y, _column(weights))
 
     def finish(results: tuple) -> Any:
         predictions, targets, *weights = results
@@ -208,6 +204,14 @@ def _supervised(estimator: Any, metric: Callable) -> tuple[Callable, Callable]:
         return metric(targets, predictions, **keywords)
 
     return collect, finish
+
+
+def _column(values: Any) -> Any:
+    """Targets or weights as an array: strings as Python objects, so that no chunk cuts the next one's to its width."""
+    if not isinstance(values, (list, tuple)):
+        return values
+    array = np.asarray(values)
+    return np.array(values, dtype=object) if array.dtype.kind in "USV" else array
 
 
 def _per_sample(estimator: Any, reduce: Callable[[np.ndarray], Any]) -> tuple[Callable, Callable]:
