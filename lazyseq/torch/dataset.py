@@ -140,7 +140,8 @@ def as_dataset(view: SequenceLike[Any]) -> ViewDataset:
     turned into tensors as it is, instead of one call per sample. Torch's
     default collation works too: it reads the samples one by one, as from
     any dataset, and gives the same values (as lists where lazyseq's
-    batches are tuples). ``dataset[indices]`` with a list or array of
+    batches are tuples; it refuses arrays not in the machine's byte order,
+    which ``lazyseq.torch.collate`` converts). ``dataset[indices]`` with a list or array of
     indices is one stacked batch, for a loader with ``batch_size=None``
     and a ``BatchSampler`` as its sampler. The dataset pickles as its view,
     so ``num_workers > 0`` works wherever the view pickles (memory maps
