@@ -30,6 +30,12 @@ class RemoteView(View):
     the right items, one round trip each. A server that restarts at the same
     address within ``timeout`` is asked again for what was lost; one that
     stays away raises :class:`~lazyseq.ServerLost`.
+
+    >>> import lazyseq
+    >>> with lazyseq.serve(lazyseq.smap(lambda x: x * 10, range(5)), "tcp://127.0.0.1:0") as server:
+    ...     with lazyseq.connect(server.address) as remote:
+    ...         len(remote), remote[-1], list(remote[1:3])
+    (5, 40, [10, 20])
     """
 
     kind = "served"
@@ -153,6 +159,12 @@ class RemoteStream(Iterator):
     once this consumer has handed it to its caller and told the server
     (:meth:`sync` waits until the server knows); items received but not
     handed out when the consumer dies go to another consumer.
+
+    >>> import lazyseq
+    >>> with lazyseq.serve(iter(["a", "b", "c"]), "tcp://127.0.0.1:0") as server:
+    ...     with lazyseq.connect(server.address) as stream:
+    ...         list(stream)
+    ['a', 'b', 'c']
     """
 
     def __init__(self, connection: Connection, ahead: int) -> None:

@@ -27,7 +27,16 @@ MAX_WANTED = 1024  # the most stream items one consumer may ask for ahead of wha
 
 
 class Server:
-    """A running data server; see :func:`~lazyseq.serve`. Closes on ``close()``, ``with``, or garbage collection."""
+    """A running data server; see :func:`~lazyseq.serve`. Closes on ``close()``, ``with``, or garbage collection.
+
+    >>> import lazyseq
+    >>> server = lazyseq.serve(range(3), "tcp://127.0.0.1:0")  # port 0: any free port, .address says which
+    >>> server.address.startswith("tcp://127.0.0.1:"), server.closed
+    (True, False)
+    >>> server.close()
+    >>> server.closed
+    True
+    """
 
     def __init__(
         self,

@@ -33,6 +33,12 @@ class LazyBatch(list):
     strings). Either is read with one vectorized gather, the first time it
     is asked for, and then kept. It pickles as the plain list of its
     samples, without the view.
+
+    >>> import numpy as np, lazyseq
+    >>> from lazyseq.torch.dataset import LazyBatch
+    >>> batch = LazyBatch(lazyseq.view(np.arange(12).reshape(6, 2)), [4, 1])
+    >>> batch.value.tolist(), len(batch), batch[1].tolist()
+    ([[8, 9], [2, 3]], 2, [2, 3])
     """
 
     __slots__ = ("_view", "_indices", "_value", "_read")
@@ -107,7 +113,14 @@ def _stacked(view: View, indices: Any) -> Any:
 
 
 class ViewDataset(Dataset):
-    """A map-style torch Dataset over a lazyseq view (see :func:`as_dataset`)."""
+    """A map-style torch Dataset over a lazyseq view (see :func:`as_dataset`).
+
+    >>> import numpy as np, lazyseq
+    >>> from lazyseq.torch import ViewDataset
+    >>> dataset = ViewDataset(lazyseq.view(np.arange(12).reshape(6, 2)))
+    >>> len(dataset), dataset[5].tolist(), dataset[[0, 2]].tolist()
+    (6, [10, 11], [[0, 1], [4, 5]])
+    """
 
     def __init__(self, view: View) -> None:
         self.view = view

@@ -41,6 +41,12 @@ class DeviceFeeder(Iterator):
     ``pin_memory``, ``non_blocking`` and ``dtype`` when not given). A
     context manager; ``close()`` (idempotent) drops the batches sent ahead
     and the staging buffers, and ends the iteration.
+
+    >>> import numpy as np, lazyseq
+    >>> from lazyseq.torch import to_device
+    >>> with to_device(lazyseq.view(np.ones((6, 2))).batch(4), "cpu") as feeder:
+    ...     [tuple(batch.shape) for batch in feeder]
+    [(4, 2), (2, 2)]
     """
 
     def __init__(

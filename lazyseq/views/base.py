@@ -32,9 +32,20 @@ __all__ = ["View", "lengths_must_match"]
 class View(Fluent[T_co], Sequence[T_co]):
     """A lazy, random-access sequence: nothing is computed until an item is read.
 
-    ``View[T]`` is a view whose items are ``T``, for type checkers.
-    ``_len`` is the number of items, or ``None`` for an infinite view.
-    ``_parents`` are the views this one reads from.
+    Every view is a ``collections.abc.Sequence``: ``len``, indexing with
+    negative indices, slices and index arrays (which give views), iteration,
+    ``in``, ``index`` and ``count``; its combinators are methods too
+    (``view.smap(f)``, ``view.batch(k)``, ...). ``View[T]`` is a view whose
+    items are ``T``, for type checkers. An infinite view has no ``len``.
+    Views are made by :func:`lazyseq.view` and the combinators, not by
+    calling ``View``.
+
+    >>> import lazyseq
+    >>> squares = lazyseq.view(range(10)).smap(lambda x: x * x)
+    >>> isinstance(squares, lazyseq.View), len(squares), squares[-1], list(squares[2:5])
+    (True, 10, 81, [4, 9, 16])
+    >>> squares[[1, 3]].batch(2)[0]
+    array([1, 9])
     """
 
     kind = "view"
