@@ -1,12 +1,14 @@
 """The loader engine, driven through the worker protocol by a backend written here: any backend that keeps the
 protocol of lazyseq.loading.backends works, without a change to the engine."""
 
+import os
 import select
 
 import pytest
 
 from lazyseq.loading.backends import Done, start_workers
-from lazyseq.loading.engine import Engine
+from lazyseq.loading.engine import Engine, _close_in
+from lazyseq.loading.fork_safety import fork_generation
 from lazyseq.loading.options import LoaderOptions
 
 
@@ -206,3 +208,12 @@ def test_results_in_slots_come_back_for_tasks_of_any_hashable_kind(tasks):
             del done, full, nested
     finally:
         workers.close()
+
+
+def test_the_finalizer_closes_the_workers_only_in_the_process_that_started_them():
+    # A collection in a child being forked may run it before the fork is counted: the process id tells.
+    closed = []
+    _close_in(os.getpid() + 1, fork_generation(), lambda: closed.append("other process"))
+    _close_in(os.getpid(), fork_generation() + 1, lambda: closed.append("other generation"))
+    _close_in(os.getpid(), fork_generation(), lambda: closed.append("here"))
+    assert closed == ["here"]

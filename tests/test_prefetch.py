@@ -185,6 +185,44 @@ def test_items_read_together_through_a_gather_are_those_of_the_view(method):
         assert ahead[np.array([12, 5, 30])].batch(3)[0].tolist() == [12, 5, 30]  # the loader goes on
 
 
+@pytest.mark.parametrize("method", ["thread", "process"])
+def test_an_error_read_through_a_batch_names_the_item_as_without_a_loader(method):
+    source = lazyseq.smap(fail_on_seven, range(40))
+    with prefetch(source, nworkers=2, method=method) as ahead:
+        for _ in range(2):  # the first reads (threads: computed by the reader), and once the workers run
+            with pytest.raises(lazyseq.EvaluationError) as caught:
+                ahead.batch(10)[0]
+            assert str(caught.value).startswith("failed to compute batch[0] -> prefetch[7] -> smap(fail_on_seven)[7]")
+            with pytest.raises(lazyseq.EvaluationError) as caught:
+                ahead[np.array([3, 1, 7, 2])].batch(4)[0]
+            assert str(caught.value).startswith("failed to compute batch[0] -> gather[2] -> prefetch[7] -> smap(")
+            assert ahead.batch(10)[1].tolist() == list(range(10, 20))
+
+
+def records(count):
+    """Dicts in an array of Python objects: the array is the batch; the same dicts made one by one are collated."""
+    array = np.empty(count, dtype=object)
+    array[:] = [{"id": i} for i in range(count)]
+    return array
+
+
+def test_a_batch_is_the_same_whoever_computed_its_items():
+    # A batch the reader read at once was the parent's chunk, one the workers computed the list of its items.
+    expected = {"id": np.array([2, 4, 3, 6])}
+    with prefetch(lazyseq.view(records(8)), nworkers=2) as ahead:  # threads: the reader computes these
+        batches = ahead[np.array([2, 4, 3, 6])].batch(4)
+        for _ in range(3):
+            batch = batches[0]
+            assert list(batch) == ["id"] and batch["id"].tolist() == expected["id"].tolist()
+
+
+def test_an_item_wanted_twice_in_one_read_waits_for_its_turn():
+    computed = []
+    with prefetch(lazyseq.smap(computed.append, range(20)), nworkers=1, max_buffered=2, inline_below=0) as ahead:
+        ahead[np.r_[0:20, 0:20]].batch(40, collate_fn=list)[0]
+    assert computed == list(range(20)) * 2  # the second 0 was sent as soon as the first was read
+
+
 def wait_for_the_other_worker(barrier, x):
     barrier.wait()
     return x
@@ -223,8 +261,8 @@ def test_cheap_items_read_together_are_read_at_once_by_the_reader(nworkers):
     batches = ahead[np.arange(19, -1, -1)].batch(5)
     np.testing.assert_array_equal(np.concatenate(list(batches)), source._array[::-1])
     np.testing.assert_array_equal(np.concatenate(list(ahead.batch(5))), source._array)
-    # With threads the first item is timed alone, to tell whether items are worth the workers.
-    assert source.sizes == ([5] * 8 if nworkers == 0 else [1, 4] + [5] * 7)
+    # With threads the first two items are timed alone, to tell whether items are worth the workers.
+    assert source.sizes == ([5] * 8 if nworkers == 0 else [1, 1, 3] + [5] * 7)
     assert not ahead.workers_running
     ahead.close()
 

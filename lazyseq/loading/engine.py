@@ -26,6 +26,7 @@ at the first task that goes to them.
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Sequence
@@ -110,7 +111,7 @@ class Engine:
         self.pending: set[Hashable] = set()  # sent to the workers
         self.cancelled: set[Hashable] = set()  # pending, no longer wanted
         self._sent: list = []  # tasks sent from the timer thread of compute_here, not recorded yet
-        self._finalizer = weakref.finalize(self, _close_in, self._generation, self.workers.close)
+        self._finalizer = weakref.finalize(self, _close_in, os.getpid(), self._generation, self.workers.close)
 
     # -- state -------------------------------------------------------------------
 
@@ -354,7 +355,11 @@ def _daemon_thread_at_exit() -> bool:
     return threading.current_thread().daemon and not threading.main_thread().is_alive()
 
 
-def _close_in(generation: int, close: Callable[[], None]) -> None:
-    """Close the workers, but only in the process that started them (a forked child inherits the finalizer)."""
-    if fork_generation() == generation:
+def _close_in(pid: int, generation: int, close: Callable[[], None]) -> None:
+    """Close the workers, but only in the process that started them (a forked child inherits the finalizer).
+
+    The process id says it even while a child is being forked: a garbage
+    collection there may run the finalizer before the fork is counted.
+    """
+    if os.getpid() == pid and fork_generation() == generation:
         close()

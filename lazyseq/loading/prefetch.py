@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import functools
 import operator
 from collections.abc import Callable, Iterator
@@ -11,7 +10,7 @@ from typing import Any, Generic, cast
 from ..arguments import integer
 from ..views import errors
 from ..views.base import View
-from ..views.chunks import chunk_rows
+from ..views.chunks import batches_as_its_rows, chunk_rows
 from ..views.itemtypes import SequenceLike, T, T_co
 from ..views.keys import Positions
 from ..views.shuffle import EPOCH_CHANGES
@@ -153,10 +152,10 @@ class PrefetchView(View[T_co]):
         return done.value
 
     def _get_many(self, idx: Positions) -> Any:
-        if not self._options.nworkers:
+        if not self._options.nworkers or not len(idx):
             return self._parent._get_many(idx)
-        if len(idx) < 2:
-            return super()._get_many(idx)
+        if len(idx) == 1:
+            return [self._get(int(idx[0]))]
         if self._epoch_changes != EPOCH_CHANGES[0]:  # as in _get
             self._follow_epochs()
         with self._lock:
@@ -165,21 +164,23 @@ class PrefetchView(View[T_co]):
                 engine = self._start()
             cost = engine.cost
             if cost is not None and cost.inline and not (engine.pending or engine.ready):
-                if not cost.count:  # the first item, timed alone, says whether the others are worth the workers
+                if cost.count < 2:  # the first two items, timed alone, say whether items are worth the workers
                     first = self._get(int(idx[0]))
                     return [first, *chunk_rows(self._get_many(idx[1:]))]
                 chunk = engine.compute_many_here(self._parent._get_many, idx, len(idx))
                 self._order.read(int(idx[-2]))
                 self._order.read(int(idx[-1]))
                 engine.check_open()  # closed by another thread while this one computed: see close()
-                return chunk
+                # A batch must not depend on who computed its items: as a list of them, unless it is the same.
+                return chunk if batches_as_its_rows(chunk) else chunk_rows(chunk)
             if type(idx) is range and idx.step == 1 and engine.started:
-                return super()._get_many(idx)  # item by item: in order, the reads ahead follow
+                return [self._get(i) for i in idx]  # in order, the reads ahead follow
             try:
-                values = []
+                values: list = []
                 # ``i``, a local of this frame, names the failing item in the chain of views (views/errors.py)
                 for i, done in self._read_many(engine, self._order, [int(k) for k in idx]):  # noqa: B007
                     if done.status == "error":
+                        values.clear()  # the traceback keeps this frame: not the items read (their slots)
                         raise done.value
                     values.append(done.value)
                 return values
@@ -190,34 +191,42 @@ class PrefetchView(View[T_co]):
                 raise
 
     def _read_many(self, engine: Engine, order: ReadOrder, positions: list[int]) -> Iterator[tuple[int, Done]]:
-        """Each of ``positions`` with its outcome; the workers get them in that order, up to ``max_buffered`` at a time."""
+        """Each of ``positions`` with its outcome; the workers get them in that order, as room allows.
+
+        An item wanted twice is computed twice, as a view reads it: its next
+        occurrence goes to the workers when its turn in that order comes.
+        """
         engine.keep_only(positions, positions[0])  # what was read ahead for other items is dropped
         order.frontier = None  # nothing is guessed while these are read, nor after: their order was given
         order.read(positions[-2])
         order.read(positions[-1])
-        later = collections.Counter(positions)  # an item wanted twice is computed twice, as a view reads it
-        upcoming = iter(positions)
-        sent: set[int] = set()  # the items given to the workers (or read) in this call
+        following = _next_occurrences(positions)
+        sent: set[int] = set()  # the items given to the workers (or read) and not read since
+        scanned = 0  # the positions before this one were sent, or held already
 
         def send_next() -> None:
+            nonlocal scanned
             room = engine.room()
             tasks = []
-            for i in upcoming if room else ():
+            while room and scanned < len(positions):
+                i = positions[scanned]
+                scanned += 1
                 if i not in sent and not engine.holds(i):
                     sent.add(i)
                     tasks.append((i, i))
                     room -= 1
-                    if not room:
-                        break
             engine.submit(tasks)
 
         send_next()
-        for i in positions:
+        for k, i in enumerate(positions):
             sent.add(i)  # a read may come before the workers got it (when they have no room): sent by wait_for
             done = engine.wait_for(i, i, send_next)
-            later[i] -= 1
-            if later[i]:  # wanted again further on: computed again
-                engine.submit([(i, i)])
+            again = following[k]
+            if again is not None:  # wanted again: sent when the scan reaches it, or now if it went past
+                if again < scanned:
+                    engine.submit([(i, i)])
+                else:
+                    sent.discard(i)
             yield i, done
             send_next()
 
@@ -403,6 +412,20 @@ def slot_bytes_for_spec(spec: tuple | None) -> int:
 
 def _nothing() -> None:
     pass
+
+
+def _next_occurrences(positions: list[int]) -> list[int | None]:
+    """For each position, where the same item comes next in ``positions`` (None: it does not).
+
+    >>> _next_occurrences([3, 1, 3, 3])
+    [2, None, 3, None]
+    """
+    following: list[int | None] = [None] * len(positions)
+    last: dict[int, int] = {}
+    for k in range(len(positions) - 1, -1, -1):
+        following[k] = last.get(positions[k])
+        last[positions[k]] = k
+    return following
 
 
 def prefetch(

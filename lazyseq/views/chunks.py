@@ -25,6 +25,7 @@ from ..casting import keeps_values
 
 __all__ = [
     "Columns",
+    "batches_as_its_rows",
     "MixedShapes",
     "default_collate",
     "chunk_rows",
@@ -106,6 +107,28 @@ def chunk_rows(chunk: Any) -> list:
         rows = zip(*(chunk_rows(field) for field in chunk.fields))
         return list(rows) if chunk.keys is None else [chunk.item(row) for row in rows]
     return list(chunk)
+
+
+def batches_as_its_rows(chunk: Any) -> bool:
+    """Whether the chunk makes the batch that its rows, collated one by one, make: same structure and dtypes.
+
+    Not so for arrays of Python objects (the array is the batch; its rows
+    would be collated), nor for 1-D arrays of strings or of numbers in a byte
+    order not the machine's (their rows are numpy scalars: collated, strings
+    take the batch's widest and numbers the machine's byte order).
+
+    >>> import numpy as np
+    >>> batches_as_its_rows(np.zeros((4, 2), ">f8")), batches_as_its_rows(np.zeros(4, ">f8"))
+    (True, False)
+    """
+    if type(chunk) is list:
+        return True
+    if isinstance(chunk, Columns):
+        return all(map(batches_as_its_rows, chunk.fields))
+    dtype = chunk.dtype
+    if dtype.hasobject:
+        return False
+    return chunk.ndim >= 2 or (dtype.kind not in "USV" and dtype.isnative)
 
 
 def chunk_to_batch(chunk: Any) -> Any:

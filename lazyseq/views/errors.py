@@ -102,6 +102,8 @@ def describe_chain(tb: TracebackType | None) -> str:
     for owner, local_vars in reversed(steps):
         index = local_vars.get("i")
         if index is None and inner is not None:
+            if inner[0] is owner:  # the same view, reading many items through its own _get (or again)
+                continue
             index = _find_source_index(owner, local_vars.get("idx"), inner)
         if parts and index is not None and (owner, index) == inner:
             continue  # the same item seen from two methods of one view
