@@ -1,5 +1,6 @@
 """write_npy: shards byte-identical whatever the workers, atomic files, resuming after a kill, open_npy of a directory."""
 
+import errno
 import json
 import os
 import pickle
@@ -372,6 +373,21 @@ def test_a_shard_being_written_by_a_worker_thread_stops_at_its_next_block_when_t
     first_block = list(range(1000, 1000 + lazyseq.io.shard_layout.FIRST_BLOCK_ROWS))
     assert [i for i in computed if i >= 1000] == first_block
     assert sorted(os.listdir(tmp_path)) == ["progress.jsonl"] and lazyseq_threads() == []
+
+
+@pytest.mark.parametrize("nworkers", [0, 2])
+def test_a_full_disk_is_an_os_error_naming_the_shard_not_a_failure_of_its_items(tmp_path, monkeypatch, nworkers):
+    def no_space(path, mode):  # for the shards' files (the progress log is written first)
+        if "data-" in os.path.basename(path):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return open(path, mode)
+
+    monkeypatch.setattr(lazyseq.io.shard_files, "open", no_space, raising=False)
+    with pytest.raises(OSError) as caught:  # was "EvaluationError: ... failed at items 0 to 9: OSError: ..."
+        lazyseq.write_npy(lazyseq.smap(float, range(20)), tmp_path, rows_per_shard=10, nworkers=nworkers)
+    assert type(caught.value) is OSError and caught.value.errno == errno.ENOSPC
+    assert caught.value.__notes__[-1] == f"while writing shard 0 of {tmp_path}"
+    assert temporaries(tmp_path) == [] and lazyseq_threads() == []
 
 
 def test_a_failing_first_item_changes_nothing(tmp_path):

@@ -280,6 +280,9 @@ def _raise_failure(error: Exception, shard: int, rows: range | None, directory: 
         raise error
     cause = error.__cause__ if isinstance(error, EvaluationError) and error.__cause__ is not None else error
     chain = _chain_in_items(cause)
+    if isinstance(cause, OSError) and not chain:  # not an item's: writing the files failed (a full disk...)
+        cause.add_note(f"while writing shard {shard} of {directory}")
+        raise cause
     item = re.search(r"\[(\d+)\]$", chain.split(" -> ")[0]) if chain else None
     failed_item = getattr(cause, "failed_item", None)  # an item unlike item 0 (see Layout.read)
     message = str(cause)
