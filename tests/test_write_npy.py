@@ -375,6 +375,29 @@ def test_a_shard_being_written_by_a_worker_thread_stops_at_its_next_block_when_t
     assert sorted(os.listdir(tmp_path)) == ["progress.jsonl"] and lazyseq_threads() == []
 
 
+def longdouble_with_noise(i):
+    """Extended-precision values whose unused bytes (x87: 6 in 16) hold noise, as memory left them."""
+    values = np.arange(4, dtype=np.longdouble) / (i + 3)
+    values.view(np.uint8).reshape(4, 16)[:, 10:] = np.random.default_rng().integers(256, size=(4, 6), dtype=np.uint8)
+    return values
+
+
+@pytest.mark.skipif(
+    np.finfo(np.longdouble).nmant != 63 or np.dtype(np.longdouble).itemsize != 16,
+    reason="longdouble is not x87 extended precision in 16 bytes here",
+)
+def test_extended_precision_numbers_make_the_same_files_whatever_their_unused_bytes(tmp_path):
+    source = lazyseq.smap(longdouble_with_noise, range(30))
+    written = []
+    for k, options in enumerate([{}, {"nworkers": 2}, {"nworkers": 2, "method": "process"}]):
+        lazyseq.write_npy(source, tmp_path / str(k), rows_per_shard=8, **options)
+        written.append(contents(tmp_path / str(k)))
+    assert written[0] == written[1] == written[2]
+    stored = np.load(tmp_path / "0" / "data-00000.npy")
+    assert not stored.view(np.uint8).reshape(-1, 16)[:, 10:].any()
+    np.testing.assert_array_equal(stored[3], np.arange(4, dtype=np.longdouble) / 6)
+
+
 @pytest.mark.parametrize("nworkers", [0, 2])
 def test_a_full_disk_is_an_os_error_naming_the_shard_not_a_failure_of_its_items(tmp_path, monkeypatch, nworkers):
     def no_space(path, mode):  # for the shards' files (the progress log is written first)

@@ -158,8 +158,40 @@ def matches(directory: str, expected: ShardFile) -> bool:
 
 
 def _bytes_of(array: np.ndarray) -> memoryview:
-    """The bytes of ``array`` in C order, without a copy where it is already laid out so."""
-    return np.ascontiguousarray(array).reshape(-1).view(np.uint8).data
+    """The bytes of ``array`` in C order, without a copy where it is already laid out so.
+
+    The padding of x87 extended-precision numbers (``np.longdouble`` on x86:
+    10 bytes of value in 16) holds whatever memory held: it is written as
+    zeros, so that the same values always make the same file.
+
+    >>> import numpy as np
+    >>> values = np.array([1.5, -2.0], np.longdouble)
+    >>> bytes(_bytes_of(values)) == bytes(_bytes_of(values.copy())), np.array_equal(
+    ...     np.frombuffer(_bytes_of(values), np.longdouble), values)
+    (True, True)
+    """
+    contiguous = np.ascontiguousarray(array)
+    padding = _padding(contiguous.dtype)
+    if padding:
+        contiguous = contiguous.copy()  # never the caller's array, which may be the source's
+        numbers = contiguous.reshape(-1).view(np.uint8).reshape(-1, contiguous.dtype.itemsize)
+        for unused in padding:
+            numbers[:, unused] = 0
+    return contiguous.reshape(-1).view(np.uint8).data
+
+
+_X87_BYTES = 10  # an x87 extended-precision number, stored in 12 or 16 bytes
+_X87 = np.finfo(np.longdouble).nmant == 63 and np.dtype(np.longdouble).itemsize > _X87_BYTES
+
+
+def _padding(dtype: np.dtype) -> list[slice]:
+    """The bytes of each element of ``dtype`` that hold no value: those after each x87 number's 10 bytes."""
+    if not _X87 or dtype.kind not in "fc" or not dtype.isnative:
+        return []
+    size = dtype.itemsize // 2 if dtype.kind == "c" else dtype.itemsize
+    if size != np.dtype(np.longdouble).itemsize:
+        return []
+    return [slice(start + _X87_BYTES, start + size) for start in range(0, dtype.itemsize, size)]
 
 
 def _remove_quietly(path: str) -> None:
