@@ -18,8 +18,10 @@ taken by every worker process, before any of the user's code runs:
   lock cannot be held from Python: the thread that forks reads the
   generator's state, which waits for a draw in progress to end, and keeps the
   GIL from then until the fork, so that a thread drawing in a Python loop
-  cannot start its next draw before it (a draw made without the GIL in
-  between, by native code looping on its own, is not covered).
+  cannot start its next draw before it. A draw that begins in between (torch
+  lets go of the GIL before it takes its lock) is not covered: seeding then
+  fails in that worker, with a ``RuntimeError`` that says so (see
+  :mod:`.seeding`), and the loader raises ``LoaderError``, rather than hang.
 
 (The standard streams' own locks need nothing: multiprocessing flushes them
 in the forking thread before it forks.) Only processes that
@@ -53,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ForkLocalLock", "fork_generation", "forking_workers", "started_worker"]
+__all__ = ["ForkLocalLock", "fork_generation", "forked_worker", "forking_workers", "started_worker"]
 
 _local = threading.local()  # in a forked child, the thread that forked lives on with its values
 _kept: list[Any] = []  # a forked worker's inherited stdin: closing or collecting it would take its lock
@@ -97,6 +99,11 @@ def forking_workers() -> Iterator[None]:
         yield
     finally:
         _local.forking = False
+
+
+def forked_worker() -> bool:
+    """Whether this process was forked by :func:`forking_workers` (the thread that forked lives on in it)."""
+    return bool(getattr(_local, "forking", False)) and _forks[0] > 0
 
 
 def started_worker(process: multiprocessing.process.BaseProcess) -> None:

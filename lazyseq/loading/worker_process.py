@@ -30,6 +30,7 @@ import numpy as np
 from ..views.errors import seterr
 from .blas_limits import WorkerLimit
 from .failures import capture
+from .fork_safety import forked_worker
 from .messages import (
     PickledResult,
     Ready,
@@ -72,7 +73,8 @@ def run_worker(conn: Connection, start: WorkerStart) -> None:
             job = pickle.loads(job)
         if isinstance(start_hook, bytes):
             start_hook = pickle.loads(start_hook)
-        seed_this_worker(start.seed, start.index)  # after unpickling, which may import torch; before the hook
+        stage = "seeding the random generators"
+        seed_this_worker(start.seed, start.index, forked=forked_worker())  # after unpickling (torch?), before the hook
         stage = "start_hook"
         if start_hook is not None:
             start_hook(start.index)
