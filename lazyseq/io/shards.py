@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 import time
 from collections.abc import Collection, Iterator
 from typing import Any, NoReturn
@@ -50,9 +49,10 @@ class ShardWrites(View[ShardRecord]):
     the shards ``checked`` already), written again if not.
     With ``sync``, a shard's files are synced to disk before its record is
     given (else whoever reads the records syncs them, or nobody does).
-    After :meth:`abandon`, shards being written in this process (by worker
-    threads) stop at their next block (a block takes ``BLOCK_SECONDS`` at most,
-    after its first) and remove their temporary files.
+    Once its loader closes (a run that failed, or was interrupted), shards
+    being written by worker threads stop at their next block (a block takes
+    ``BLOCK_SECONDS`` at most, after its first) and remove their temporary
+    files.
     """
 
     kind = "write_npy"
@@ -75,7 +75,6 @@ class ShardWrites(View[ShardRecord]):
         self._checked = checked
         self._sync = sync
         self._len = layout.shard_count
-        self._stopped = threading.Event()  # set when the run failed: shards being written stop
 
     def _get(self, i: int) -> ShardRecord:
         layout, directory = self._layout, self._directory
@@ -94,10 +93,10 @@ class ShardWrites(View[ShardRecord]):
 
     def _blocks(self, rows: range) -> Iterator[list[np.ndarray]]:
         """The shard's rows, in vectorized reads of ``BLOCK_BYTES`` and ``BLOCK_SECONDS`` at most."""
-        layout, items, stopped = self._layout, self._items, self._stopped
+        layout, items = self._layout, self._items
         start, step = rows.start, min(FIRST_BLOCK_ROWS, layout.block_rows)
         while start < rows.stop:
-            if stopped.is_set() or worker_stopping():  # the run failed, or was interrupted
+            if worker_stopping():  # the loader is closing: the run failed, or was interrupted
                 raise _Abandoned("write_npy stopped: another shard failed, or the run was interrupted")
             stop = min(start + step, rows.stop)
             began = time.perf_counter()
@@ -105,20 +104,6 @@ class ShardWrites(View[ShardRecord]):
             step = layout.next_block_rows(stop - start, time.perf_counter() - began)
             yield block
             start = stop
-
-    def abandon(self) -> None:
-        """Make the shards being written in this process (by worker threads) stop at their next block.
-
-        They remove their temporary files as they stop; whoever stops the
-        threads (closing the loader) waits for them.
-        """
-        self._stopped.set()
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_stopped": None}  # a worker process has its own
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, _stopped=threading.Event())
 
     def _describe(self) -> str:
         layout = self._layout
@@ -264,8 +249,7 @@ def write_npy(
                 bar.update()
             syncer.wait()
     except BaseException:  # the shards still in progress are of no use: stop them, and leave no temporary file
-        writes.abandon()
-        loader.close()
+        loader.close()  # its worker threads stop at their next block
         remove_temporaries(directory)
         raise
     loader.close()

@@ -207,21 +207,14 @@ class Engine:
             try:
                 try:
                     with start_if_slow(FIRST_ONLY_ABOVE * cost.inline_below, functools.partial(self._send, ahead)):
-                        return self._timed(arg, cost)
+                        return self._timed(self._job, arg, cost)
                 finally:  # whatever the item gave: the tasks sent are on their way
                     sent, self._sent = self._sent, []
                     self.pending.update(t for t, _ in sent)
             except BaseException as error:  # only now: the timer thread has finished starting the workers
                 self.failed(error)
                 raise
-        try:
-            if cost.untimed:
-                cost.untimed -= 1
-                return self._job(arg)
-            return self._timed(arg, cost)
-        except BaseException as error:
-            self.failed(error)
-            raise
+        return self._compute(self._job, arg, cost)
 
     def compute_many_here(self, read: Callable[[Any], Any], arg: Any, count: int) -> Any:
         """``read(arg)``, the ``count`` items that ``arg`` names read at once in the reader's thread, and timed.
@@ -229,23 +222,25 @@ class Engine:
         The items are cheap enough to compute here (:attr:`inline`), and read
         together they may cost less still (vectorized): their average is timed.
         """
-        cost: ItemCost = self.cost  # type: ignore[assignment]  # as in compute_here
+        return self._compute(read, arg, self.cost, count)  # type: ignore[arg-type]  # as in compute_here
+
+    def _compute(self, call: Callable[[Any], Any], arg: Any, cost: ItemCost, count: int = 1) -> Any:
+        """``call(arg)``, timed unless ``cost`` lets it go untimed; an error closes the engine as :meth:`failed` says."""
         try:
             if cost.untimed:
                 cost.untimed -= 1
-                return read(arg)
-            began = perf_counter()
-            value = read(arg)
-            cost.add((perf_counter() - began) / count)
-            return value
+                return call(arg)
+            return self._timed(call, arg, cost, count)
         except BaseException as error:
             self.failed(error)
             raise
 
-    def _timed(self, arg: Any, cost: ItemCost) -> Any:
+    @staticmethod
+    def _timed(call: Callable[[Any], Any], arg: Any, cost: ItemCost, count: int = 1) -> Any:
+        """``call(arg)``, its seconds (per item, for ``count`` items) added to ``cost``."""
         began = perf_counter()
-        value = self._job(arg)
-        cost.add(perf_counter() - began)
+        value = call(arg)
+        cost.add((perf_counter() - began) / count)
         return value
 
     def _send(self, ahead: Callable[[], list]) -> None:

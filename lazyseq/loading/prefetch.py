@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, cast
 
 from ..arguments import integer
@@ -168,8 +168,7 @@ class PrefetchView(View[T_co]):
                     first = self._get(int(idx[0]))
                     return [first, *chunk_rows(self._get_many(idx[1:]))]
                 chunk = engine.compute_many_here(self._parent._get_many, idx, len(idx))
-                self._order.read(int(idx[-2]))
-                self._order.read(int(idx[-1]))
+                self._order.read_many(idx)
                 engine.check_open()  # closed by another thread while this one computed: see close()
                 # A batch must not depend on who computed its items: as a list of them, unless it is the same.
                 return chunk if batches_as_its_rows(chunk) else chunk_rows(chunk)
@@ -198,8 +197,7 @@ class PrefetchView(View[T_co]):
         """
         engine.keep_only(positions, positions[0])  # what was read ahead for other items is dropped
         order.frontier = None  # nothing is guessed while these are read, nor after: their order was given
-        order.read(positions[-2])
-        order.read(positions[-1])
+        order.read_many(positions)
         following = _next_occurrences(positions)
         sent: set[int] = set()  # the items given to the workers (or read) and not read since
         scanned = 0  # the positions before this one were sent, or held already
@@ -369,6 +367,11 @@ class ReadOrder:
         steady = step == self.step
         self.step, self.last = step, i
         return steady
+
+    def read_many(self, positions: Sequence[int] | Positions) -> None:
+        """Note reads of ``positions`` (two at least), in that order: the last two say the step."""
+        self.read(int(positions[-2]))
+        self.read(int(positions[-1]))
 
     def expected(self, i: int) -> range:
         """The items expected after item ``i``, within the view."""

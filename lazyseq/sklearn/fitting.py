@@ -251,7 +251,7 @@ class _Validation:
         rule = "metric" if metric is not None else score_rule(estimator, "fit")
         if self.data._len == 0:
             raise ValueError("fit: validation is empty: there is nothing to score the estimator on")
-        if rule in ("metric", "accuracy", "r2") and self.data._len != 0:  # scored against targets: are there any?
+        if rule in ("metric", "accuracy", "r2"):  # scored against targets: are there any?
             _, targets, _ = fields(self.data[:1].batch(1)[0], "fit: an item of validation")
             if targets is None:
                 raise ValueError(
