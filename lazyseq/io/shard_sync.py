@@ -38,7 +38,7 @@ class Syncer:
 
     The thread starts with the first file and ends at :meth:`wait` or at the
     end of the ``with`` block, whatever ends it (an exception, an interrupt).
-    A failed sync is raised by :meth:`wait`; the files after it are not synced.
+    A failed sync is raised by :meth:`wait`, with a note naming the file; the files after it are not synced.
 
     >>> import os, tempfile
     >>> folder = tempfile.mkdtemp()
@@ -67,9 +67,11 @@ class Syncer:
     def _run(self) -> None:
         while (name := self._names.get()) is not None:
             if self._error is None and not self._stop:
+                path = os.path.join(self._directory, name)
                 try:
-                    sync_file(os.path.join(self._directory, name))
+                    sync_file(path)
                 except BaseException as error:  # raised by wait(), in the caller's thread
+                    error.add_note(f"while syncing {path} to disk")
                     self._error = error
 
     def wait(self) -> None:
