@@ -14,6 +14,8 @@ timed from the call to the last file on disk. Ratios use the best repeat.
    worker processes vs two independent processes that each compute every
    other shard and write it with ``np.save`` (flushed and synced, as
    ``write_npy`` does), no lazyseq at all; and ``write_npy`` with no workers.
+   Then ``write_npy`` with 2 worker processes and the default shard size: all
+   the rows are one shard, which the workers write in pieces.
 2. Write throughput of a cheap pipeline: the rows of the memory maps as they
    are (34 MiB), then the same files listed 8 times over (272 MiB, where the
    fixed costs of a call weigh less), in 4 MiB shards, written by ``write_npy`` (no workers, and 2 worker
@@ -126,15 +128,16 @@ def bench_transform(paths: list[str], settings: Settings, folder: str) -> list[R
     transform = functools.partial(spin, loops=loops)
     data = lazyseq.open_npy(paths)[:n]
 
-    def lazy(nworkers: int) -> Run:
+    def lazy(nworkers: int, rows_per_shard: int | None = SHARD_ROWS) -> Run:
         return lambda target: lazyseq.write_npy(
-            data.smap(transform), target, rows_per_shard=SHARD_ROWS, nworkers=nworkers, method="process"
+            data.smap(transform), target, rows_per_shard=rows_per_shard, nworkers=nworkers, method="process"
         )
 
     runs: dict[str, Run] = {
         "write_npy, 2 processes": lazy(2),
         "two independent processes, no lazyseq": functools.partial(independent_processes, source, transform),
         "write_npy, no workers": lazy(0),
+        "write_npy, 2 processes, one shard": lazy(2, None),
     }
     check_same_shards(runs, folder)
     timings = measure(runs, folder, settings.repeats)
@@ -146,12 +149,19 @@ def bench_transform(paths: list[str], settings: Settings, folder: str) -> list[R
         lambda t: f"{sync.best / t.best:.2f}x no workers",
     )
     lazy2, limit = timings["write_npy, 2 processes"], timings["two independent processes, no lazyseq"]
+    one = timings["write_npy, 2 processes, one shard"]
     return [
         Result(
             "1. 1 ms/row transform, write_npy 2 processes vs two independent processes",
             f"{n / lazy2.best:,.0f} rows/s",
             f"2 independent {n / limit.best:,.0f} rows/s",
             f"{limit.best / lazy2.best:.2f}",
+        ),
+        Result(
+            "1. 1 ms/row transform, one shard (default size), write_npy 2 processes vs two independent processes",
+            f"{n / one.best:,.0f} rows/s",
+            f"2 independent {n / limit.best:,.0f} rows/s",
+            f"{limit.best / one.best:.2f}",
         ),
         Result(
             "1. 1 ms/row transform, write_npy 2 processes vs no workers",

@@ -3,7 +3,7 @@ import random
 import numpy as np
 import pytest
 
-from lazyseq.io.checksum import Sum64, file_sum64
+from lazyseq.io.checksum import Sum64, file_sum64, joined
 
 MASK = 2**64 - 1
 
@@ -60,3 +60,14 @@ def test_a_file_is_summed_in_pieces(tmp_path):
     empty = tmp_path / "empty.bin"
     empty.write_bytes(b"")
     assert file_sum64(empty) == (0, "0" * 32)
+
+
+@pytest.mark.parametrize("size", [0, 8, 1000, 8 * 3000 + 5])
+def test_sums_of_pieces_cut_at_words_join_into_the_sum_of_the_whole(size):
+    data = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8).tobytes()
+    generator = random.Random(size)
+    for _ in range(20):
+        cuts = sorted(generator.randrange(0, size // 8 + 1) * 8 for _ in range(generator.randrange(0, 5)))
+        bounds = [0, *cuts, size]
+        pieces = [Sum64(data[start:stop]) for start, stop in zip(bounds, bounds[1:])]
+        assert joined(piece.state() for piece in pieces) == Sum64(data).hexdigest() == by_hand(data), bounds

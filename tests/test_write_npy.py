@@ -197,6 +197,25 @@ def test_rows_that_arrays_hold_are_written_from_where_they_are(tmp_path, monkeyp
 # -- atomic and resumable ----------------------------------------------------------
 
 
+def test_a_shard_too_few_for_the_workers_is_written_in_pieces_by_all_of_them(tmp_path):
+    # One shard of 1000 rows, two worker threads: each writes pieces of it at their places in its files.
+    threads = {}
+
+    def record(i):
+        threads.setdefault(threading.current_thread().name, []).append(i)
+        return np.full(3, i, dtype=np.int64), np.float32(i) / 3
+
+    source = lazyseq.smap(record, range(1000))
+    lazyseq.write_npy(source, tmp_path / "alone", nworkers=0)
+    threads.clear()
+    written = lazyseq.write_npy(source, tmp_path / "shared", nworkers=2)
+    threads.pop(threading.current_thread().name)  # item 0, read to learn the layout
+    assert len(threads) == 2 and sorted(i for rows in threads.values() for i in rows) == list(range(1000))
+    assert contents(tmp_path / "shared") == contents(tmp_path / "alone")
+    assert os.listdir(tmp_path / "shared") == os.listdir(tmp_path / "alone") and temporaries(tmp_path / "shared") == []
+    np.testing.assert_array_equal(written[999][0], [999] * 3)
+
+
 @pytest.mark.parametrize(
     "writer, resumer",
     [
@@ -353,25 +372,27 @@ def test_a_failing_write_leaves_no_thread(tmp_path, monkeypatch, nworkers, error
         assert "lazyseq-write_npy-sync" in seen
 
 
-def test_a_shard_being_written_by_a_worker_thread_stops_at_its_next_block_when_the_run_fails(tmp_path):
-    # Shard 1 is one block of 4 MiB at most: its rows were all computed before the failure was reported.
-    second_shard_began, computed = threading.Event(), []
+@pytest.mark.parametrize(("length", "second"), [(8000, 1000), (2000, 256)], ids=["shards", "pieces"])
+def test_a_shard_being_written_by_a_worker_thread_stops_at_its_next_block_when_the_run_fails(tmp_path, length, second):
+    # 8 shards of 1000 rows for 2 workers: whole shards; 2 shards: pieces of 256 rows. The second task (from row
+    # ``second``) is one block of 4 MiB at most: its rows were all computed before the failure was reported.
+    second_task_began, computed = threading.Event(), []
 
     def row(i):
         computed.append(i)
         if i == 5:
-            second_shard_began.wait(timeout=30)
+            second_task_began.wait(timeout=30)
             raise ValueError(f"row {i} is bad")
-        if i >= 1000:
-            second_shard_began.set()
-            if i == 1000:  # the first block of shard 1 ends once the loader is stopping
+        if i >= second:
+            second_task_began.set()
+            if i == second:  # the first block of the second task ends once the loader is stopping
                 lazyseq.loading.thread_workers._this_worker.stopping.wait(timeout=30)
         return float(i)
 
     with pytest.raises(lazyseq.EvaluationError, match=r"failed at item 5 .*row 5 is bad$"):
-        lazyseq.write_npy(lazyseq.smap(row, range(2000)), tmp_path, rows_per_shard=1000, nworkers=2)
-    first_block = list(range(1000, 1000 + lazyseq.io.shard_layout.FIRST_BLOCK_ROWS))
-    assert [i for i in computed if i >= 1000] == first_block
+        lazyseq.write_npy(lazyseq.smap(row, range(length)), tmp_path, rows_per_shard=1000, nworkers=2)
+    first_block = list(range(second, second + lazyseq.io.shard_layout.FIRST_BLOCK_ROWS))
+    assert [i for i in computed if i >= second] == first_block
     assert sorted(os.listdir(tmp_path)) == ["progress.jsonl"] and lazyseq_threads() == []
 
 
@@ -405,12 +426,33 @@ def test_a_full_disk_is_an_os_error_naming_the_shard_not_a_failure_of_its_items(
             raise OSError(errno.ENOSPC, "No space left on device")
         return open(path, mode)
 
+    def no_space_at(descriptor, data, offset):  # shards written in pieces (two shards for two workers)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
     monkeypatch.setattr(lazyseq.io.shard_files, "open", no_space, raising=False)
+    monkeypatch.setattr(os, "pwrite", no_space_at)
     with pytest.raises(OSError) as caught:  # was "EvaluationError: ... failed at items 0 to 9: OSError: ..."
         lazyseq.write_npy(lazyseq.smap(float, range(20)), tmp_path, rows_per_shard=10, nworkers=nworkers)
     assert type(caught.value) is OSError and caught.value.errno == errno.ENOSPC
     assert caught.value.__notes__[-1] == f"while writing shard 0 of {tmp_path}"
     assert temporaries(tmp_path) == [] and lazyseq_threads() == []
+
+
+@on_linux
+def test_a_sync_that_fails_names_the_file_and_leaves_no_manifest(tmp_path, monkeypatch):
+    real_fsync = os.fsync
+
+    def fsync(descriptor):
+        if os.readlink(f"/proc/self/fd/{descriptor}").endswith("data-00001.npy"):
+            raise OSError(errno.EIO, "Input/output error")
+        real_fsync(descriptor)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(OSError) as caught:
+        lazyseq.write_npy(lazyseq.smap(float, range(20)), tmp_path, rows_per_shard=10)
+    assert caught.value.errno == errno.EIO
+    assert caught.value.__notes__ == [f"while syncing {tmp_path / 'data-00001.npy'} to disk"]
+    assert "manifest.json" not in os.listdir(tmp_path) and temporaries(tmp_path) == []
 
 
 def test_a_failing_first_item_changes_nothing(tmp_path):

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import os
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-__all__ = ["Sum64", "file_crc32", "file_sum64"]
+__all__ = ["Sum64", "file_crc32", "file_sum64", "joined"]
 
 _MASK = 2**64 - 1
 _WORD = np.dtype("<u8")
@@ -55,6 +55,7 @@ class Sum64:
         self._sum = 0  # A over the whole words so far
         self._weighted = 0  # B over the whole words so far
         self._partial = b""  # the bytes of a word not yet complete
+        self._words = 0  # whole words so far
         if len(data):
             self.add(data)
 
@@ -76,11 +77,21 @@ class Sum64:
 
     def hexdigest(self) -> str:
         """``A`` then ``B``, 16 hexadecimal digits each, counting the bytes of an incomplete last word padded."""
-        total, weighted = self._sum, self._weighted
-        if self._partial:
-            word = int.from_bytes(self._partial, "little")
-            total, weighted = (total + word) & _MASK, (weighted + total + word) & _MASK
+        total, weighted, _ = self.state()
         return f"{total:016x}{weighted:016x}"
+
+    def state(self) -> tuple[int, int, int]:
+        """``(A, B, n)``: the sums of the bytes so far as if they were a file, and its words (the last padded).
+
+        The states of pieces of a file cut at multiples of 8 bytes give the
+        file's checksum (:func:`joined`): pieces summed apart, by different
+        workers, need not be summed again.
+        """
+        total, weighted = self._sum, self._weighted
+        if not self._partial:
+            return total, weighted, self._words
+        word = int.from_bytes(self._partial, "little")
+        return (total + word) & _MASK, (weighted + total + word) & _MASK, self._words + 1
 
     def _add_words(self, words: np.ndarray) -> None:
         # Appending m words to n: A' = A + S and B' = B + m*A + T, where S is their sum and T their sum
@@ -102,6 +113,32 @@ class Sum64:
         weighted = count * total - offset
         self._weighted = (self._weighted + count * self._sum + weighted) & _MASK
         self._sum = (self._sum + total) & _MASK
+        self._words += count
+
+
+def joined(states: Iterable[tuple[int, int, int]]) -> str:
+    """The checksum (:meth:`Sum64.hexdigest`) of the pieces whose :meth:`Sum64.state` ``states`` are, in file order.
+
+    Every piece but the last must hold a multiple of 8 bytes. A word at
+    position ``j`` of a piece of ``m`` words weighs ``m - j + 1`` there, and
+    ``n - j + 1`` in the file of ``n`` words, where it is at ``j + s`` (``s``:
+    the words before the piece): the piece adds ``A_i`` to ``A`` and
+    ``B_i + (n - s - m) * A_i`` to ``B``.
+
+    >>> data = bytes(range(100)) * 3
+    >>> pieces = [Sum64(data[:64]), Sum64(data[64:72]), Sum64(data[72:])]
+    >>> joined(piece.state() for piece in pieces) == Sum64(data).hexdigest()
+    True
+    """
+    states = list(states)
+    words = sum(count for _, _, count in states)
+    total = weighted = 0
+    end = 0  # words up to the end of the current piece
+    for piece_total, piece_weighted, count in states:
+        end += count
+        total += piece_total
+        weighted += piece_weighted + (words - end) * piece_total
+    return f"{total & _MASK:016x}{weighted & _MASK:016x}"
 
 
 def file_sum64(path: str | os.PathLike[str]) -> tuple[int, str]:

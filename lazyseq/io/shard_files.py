@@ -38,6 +38,7 @@ __all__ = [
     "replace_atomically",
     "temporary_name",
     "write_npy_files",
+    "write_npy_piece",
 ]
 
 # what temporary_name makes of the files write_npy writes: other hidden files are not ours to remove
@@ -63,10 +64,14 @@ def npy_header(field: Field, rows: int) -> bytes:
     return out.getvalue()
 
 
-def temporary_name(path: str) -> str:
-    """A fresh hidden name next to ``path``, which :func:`remove_temporaries` recognizes."""
+def temporary_name(path: str, token: str | None = None) -> str:
+    """A hidden name next to ``path``, which :func:`remove_temporaries` recognizes.
+
+    Fresh, or the one that ``token`` (8 hexadecimal digits) makes: the writers
+    of the pieces of one file share it (see :func:`write_npy_piece`).
+    """
     folder, name = os.path.split(path)
-    return os.path.join(folder, f".{name}.{os.urandom(4).hex()}.tmp")
+    return os.path.join(folder, f".{name}.{token or os.urandom(4).hex()}.tmp")
 
 
 def remove_temporaries(directory: str) -> None:
@@ -143,6 +148,59 @@ def write_npy_files(
             _remove_quietly(temporary)
         raise
     return tuple(ShardFile(name, size, summed.hexdigest()) for name, size, summed in zip(names, sizes, sums))
+
+
+def write_npy_piece(
+    directory: str,
+    names: Sequence[str],
+    starts: Sequence[bytes],
+    offsets: Sequence[int],
+    blocks: Iterator[list[np.ndarray]],
+    token: str,
+) -> tuple[tuple[tuple[int, int, int], ...], tuple[int, ...]]:
+    """Write a piece of each of the files ``names``: ``starts[j]``, then field ``j`` of every block, at ``offsets[j]``.
+
+    The files are the temporary ones that ``token`` names (see
+    :func:`temporary_name`), made by the first piece to arrive and shared by
+    every piece of them, each writing its own bytes at its own place; whoever
+    collects the pieces renames the files once all are written. Gives each
+    file's checksum state of the bytes written (:meth:`~.checksum.Sum64.state`)
+    and how many there are. An exception on the way removes the temporary
+    files: the other pieces are of no use then.
+    """
+    temporaries = [temporary_name(os.path.join(directory, name), token) for name in names]
+    sums = [Sum64(start) for start in starts]
+    sizes = [len(start) for start in starts]
+    places = list(offsets)
+    try:
+        with ExitStack() as stack:
+            descriptors = []
+            for temporary in temporaries:
+                descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+                stack.callback(os.close, descriptor)
+                descriptors.append(descriptor)
+            for j, start in enumerate(starts):
+                places[j] = _write_at(descriptors[j], memoryview(start), places[j])
+            for arrays in blocks:
+                for j, array in enumerate(arrays):
+                    data = _bytes_of(array)
+                    sums[j].add(data)  # while the bytes are in the processor's caches
+                    sizes[j] += len(data)
+                    places[j] = _write_at(descriptors[j], data, places[j])
+    except BaseException:
+        for temporary in temporaries:
+            _remove_quietly(temporary)
+        raise
+    return tuple(summed.state() for summed in sums), tuple(sizes)
+
+
+def _write_at(descriptor: int, data: memoryview, offset: int) -> int:
+    """Write ``data`` at ``offset`` of the file; where its bytes end."""
+    data = data.cast("B")
+    while len(data):
+        written = os.pwrite(descriptor, data, offset)
+        data, offset = data[written:], offset + written
+    return offset
 
 
 def matches(directory: str, expected: ShardFile) -> bool:

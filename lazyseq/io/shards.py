@@ -1,10 +1,11 @@
 """A pipeline computed once, in parallel, into ``.npy`` shards that later runs memory-map: ``write_npy``.
 
-The shards are the items of a view, :class:`ShardWrites`, whose item ``k``
-writes shard ``k`` and gives its record; ``write_npy`` reads that view through
-:func:`~lazyseq.prefetch`, so the shards are computed by the loader's workers
-(threads, processes, or any backend ``method`` names), each worker writing its
-shards' files itself: only the small records travel back. What a shard holds
+The shards are written by the items of a view, :class:`ShardWrites`, each a
+whole shard or a piece of one (where shards are too few to share among the
+workers, see :mod:`.shard_pieces`), and giving its record; ``write_npy`` reads
+that view through :func:`~lazyseq.prefetch`, so the shards are computed by the
+loader's workers (threads, processes, or any backend ``method`` names), each
+worker writing its files itself: only the small records travel back. What a shard holds
 depends on the layout alone (see :mod:`.shard_layout`), so the output does not
 depend on the workers; how a run records its progress and resumes is in
 :mod:`.shard_directory`, how each file is written atomically in
@@ -16,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any, NoReturn
 
 import numpy as np
@@ -34,21 +35,26 @@ from ..views.itemtypes import SequenceLike
 from ..views.sources import as_view
 from .npy import open_npy
 from .shard_directory import ProgressLog, finish, intact_shards, prepare
-from .shard_files import matches, npy_header, remove_temporaries, write_npy_files
+from .shard_files import matches, npy_header, remove_temporaries, write_npy_files, write_npy_piece
 from .shard_layout import FIRST_BLOCK_ROWS, Layout, ShardRecord, read_batch
+from .shard_pieces import Piece, PieceWritten, finish_shard, plan
 from .shard_sync import Syncer, sync_directory, sync_file
 
 __all__ = ["ShardWrites", "write_npy"]
 
 
-class ShardWrites(View[ShardRecord]):
-    """Item ``k`` writes shard ``k`` of ``layout`` into ``directory`` and is its record.
+class ShardWrites(View[Any]):
+    """Item ``t`` does task ``t`` of ``tasks`` in ``directory``: a shard of ``layout``, or a piece of one.
 
-    A shard that ``trusted`` has a record of is only checked: kept if its
-    files on disk have the recorded sizes and checksums (or if it is among
-    the shards ``checked`` already), written again if not.
-    With ``sync``, a shard's files are synced to disk before its record is
-    given (else whoever reads the records syncs them, or nobody does).
+    A whole shard (``count == 1``) is written, and its item is its
+    :class:`~.shard_layout.ShardRecord`; a piece of one is written into the
+    shard's temporary files that ``token`` names, and its item is a
+    :class:`~.shard_pieces.PieceWritten`, which the caller collects (see
+    :mod:`.shard_pieces`). A shard that ``trusted`` has a record of is only
+    checked: kept if its files on disk have the recorded sizes and checksums
+    (or if it is among the shards ``checked`` already), written again if not.
+    With ``sync``, a whole shard's files are synced to disk before its record
+    is given (else whoever reads the records syncs them, or nobody does).
     Once its loader closes (a run that failed, or was interrupted), shards
     being written by worker threads stop at their next block (a block takes
     ``BLOCK_SECONDS`` at most, after its first) and remove their temporary
@@ -66,6 +72,8 @@ class ShardWrites(View[ShardRecord]):
         *,
         sync: bool,
         checked: Collection[int] = (),
+        tasks: Sequence[Piece] | None = None,
+        token: str = "",
     ) -> None:
         self._items = items
         self._parents = (items,)
@@ -74,22 +82,45 @@ class ShardWrites(View[ShardRecord]):
         self._trusted = trusted
         self._checked = checked
         self._sync = sync
-        self._len = layout.shard_count
+        self._tasks = plan(layout, 0) if tasks is None else tasks
+        self._token = token
+        self._len = len(self._tasks)
 
-    def _get(self, i: int) -> ShardRecord:
+    def _get(self, i: int) -> ShardRecord | PieceWritten:
+        task = self._tasks[i]
+        if task.count == 1:
+            return self._whole(task.shard)
+        return self._piece(task)
+
+    def _whole(self, shard: int) -> ShardRecord:
         layout, directory = self._layout, self._directory
-        rows = layout.rows(i)
-        names = layout.file_names(i)
-        known = self._trusted.get(i)
+        rows = layout.rows(shard)
+        names = layout.file_names(shard)
+        known = self._trusted.get(shard)
         if known is not None and layout.describes(known):
-            if i in self._checked or all(matches(directory, file) for file in known.files):
+            if shard in self._checked or all(matches(directory, file) for file in known.files):
                 if self._sync:  # an earlier run may have ended before syncing it
                     for file in known.files:
                         sync_file(os.path.join(directory, file.name))
                 return known
         headers = [npy_header(field, len(rows)) for field in layout.fields]
         files = write_npy_files(directory, names, headers, self._blocks(rows), sync=self._sync)
-        return ShardRecord(i, len(rows), files)
+        return ShardRecord(shard, len(rows), files)
+
+    def _piece(self, piece: Piece) -> PieceWritten:
+        layout = self._layout
+        shard_rows = layout.rows(piece.shard)
+        headers = [npy_header(field, len(shard_rows)) for field in layout.fields]
+        before = piece.rows.start - shard_rows.start  # rows of the shard before the piece
+        if piece.index == 0:
+            starts, offsets = headers, [0] * len(headers)
+        else:
+            starts = [b""] * len(headers)
+            offsets = [len(header) + before * field.row_bytes for header, field in zip(headers, layout.fields)]
+        names = layout.file_names(piece.shard)
+        blocks = self._blocks(piece.rows)
+        states, sizes = write_npy_piece(self._directory, names, starts, offsets, blocks, self._token)
+        return PieceWritten(piece, states, sizes)
 
     def _blocks(self, rows: range) -> Iterator[list[np.ndarray]]:
         """The shard's rows, in vectorized reads of ``BLOCK_BYTES`` and ``BLOCK_SECONDS`` at most."""
@@ -107,7 +138,8 @@ class ShardWrites(View[ShardRecord]):
 
     def _describe(self) -> str:
         layout = self._layout
-        return f"write_npy({self._directory!r}, {layout.shard_count} shards of {layout.rows_per_shard} rows)"
+        pieces = f", in {self._len} pieces" if self._len != layout.shard_count else ""
+        return f"write_npy({self._directory!r}, {layout.shard_count} shards of {layout.rows_per_shard} rows{pieces})"
 
 
 class _Abandoned(Exception):
@@ -138,11 +170,13 @@ def write_npy(
     same byte for byte whatever ``nworkers`` and ``method``. Each shard is
     computed in vectorized blocks of rows (one ``_get_many`` read per block,
     as a batch is) by ``nworkers`` threads or processes (see
-    :func:`~lazyseq.prefetch`), which write the files themselves: a worker
-    writes whole shards, so workers need as many shards to share (for an
-    expensive pipeline with a small output, give ``rows_per_shard``). The first
-    item is also read in the calling process, to learn the layout (an empty
-    ``seq`` is a ``ValueError``: it has no item to learn it from).
+    :func:`~lazyseq.prefetch`), which write the files themselves. Where the
+    shards are fewer than four per worker (an expensive pipeline with a small
+    output is one shard), each is written in pieces, several workers writing
+    their rows at their places in its files (not with ``method="ray"``, whose
+    workers may be on other machines: there a worker writes whole shards).
+    The first item is also read in the calling process, to learn the layout
+    (an empty ``seq`` is a ``ValueError``: it has no item to learn it from).
 
     ``manifest.json``, written last, lists the fields (dtype, row shape),
     the parameters, and each shard's rows and files with their sizes and
@@ -225,9 +259,15 @@ def write_npy(
     # A Ray worker may run on another machine, whose cache a sync by name from here would not reach: it syncs
     # the files it writes itself. Other shards are synced by this process, off the path of the computation.
     writers_sync = sync and options.method == "ray" and options.nworkers > 0
-    writes = ShardWrites(items, layout, directory, trusted, sync=writers_sync, checked=checked or ())
+    # Pieces of a shard are written at their places in its files, by the workers of one machine (Ray's may not be).
+    sharing = options.nworkers if options.method != "ray" and hasattr(os, "pwrite") else 0
+    tasks = plan(layout, sharing, kept=trusted)
+    token = os.urandom(4).hex()  # the temporary files of the shards written in pieces
+    writes = ShardWrites(
+        items, layout, directory, trusted, sync=writers_sync, checked=checked or (), tasks=tasks, token=token
+    )
     ahead = Buffering.resolve(None, options, default=2 * max(1, options.nworkers))  # Ray: three runs per worker
-    loader: PrefetchView[ShardRecord] = PrefetchView(writes, options, ahead, shm_size=0, task_name="shard")
+    loader: PrefetchView[Any] = PrefetchView(writes, options, ahead, shm_size=0, task_name="shard")
     records = []
     try:
         with (
@@ -235,12 +275,26 @@ def write_npy(
             Syncer(directory) as syncer,
             progress_bar(layout.shard_count, "write_npy", progress, "shard") as bar,
         ):
-            shards = iter(loader)
-            for shard in range(layout.shard_count):
+            results = iter(loader)
+            pieces: list[PieceWritten] = []  # of the shard being written in pieces
+            for task in tasks:
                 try:
-                    record = next(shards)
+                    result = next(results)
                 except Exception as error:
-                    _raise_failure(error, shard, layout.rows(shard), directory)
+                    _raise_failure(error, task.shard, task.rows, directory)
+                if isinstance(result, PieceWritten):
+                    pieces.append(result)
+                    if len(pieces) < task.count:
+                        continue
+                    try:
+                        record = finish_shard(directory, layout, pieces, token)
+                    except OSError as error:
+                        error.add_note(f"while writing shard {task.shard} of {directory}")
+                        raise
+                    pieces = []
+                else:
+                    record = result
+                shard = record.shard
                 if record != trusted.get(shard):
                     log.append(record)
                 if sync and not writers_sync:
