@@ -68,7 +68,9 @@ def evaluate(
     results that would not survive them (a string cut short, an integer out
     of range, a number too large for its floats) with a ``TypeError``. Two
     outputs may not be the same file or share memory. An exception raised by
-    ``fn`` is raised as it is, with a note naming the batch and its items. To split the work across processes or machines, give
+    ``fn`` is raised as it is, with a note naming the batch and its items,
+    except ``StopIteration``, which would silently end a loop around the
+    call: it becomes a ``RuntimeError`` (as in a generator). To split the work across processes or machines, give
     each one ``lazyseq.shard(data, rank, world_size)``: every item is
     evaluated exactly once. ``progress`` shows a bar (see
     :mod:`lazyseq.progress`) labelled ``description``, which also names
@@ -109,6 +111,11 @@ def evaluate(
                 rows = min(batch_size, n - start)
                 try:
                     result = fn(batch)
+                except StopIteration as error:  # as it is, it would end the caller's loop (map, a generator) silently
+                    raise RuntimeError(
+                        f"evaluate: fn raised StopIteration on batch {k} (items {start} to {start + rows - 1}) "
+                        f"in {description}"
+                    ) from error
                 except Exception as error:  # raised as it is, with where it happened
                     error.add_note(f"raised on batch {k} (items {start} to {start + rows - 1}) in {description}")
                     raise

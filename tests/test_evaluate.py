@@ -169,6 +169,19 @@ def test_an_exception_in_fn_is_raised_as_it_is_naming_the_batch(nworkers):
     assert caught.value.__notes__ == ["raised on batch 1 (items 3 to 5) in evaluate"]
 
 
+def test_a_stop_iteration_from_fn_is_an_error_not_the_end_of_the_callers_loop():
+    def model(batch):
+        if batch[0] >= 20:
+            next(iter([]))  # a bug in the model
+        return batch * 2
+
+    datasets = [np.arange(10.0), np.arange(20.0, 30.0)]
+    with pytest.raises(RuntimeError) as caught:
+        list(map(lambda data: lazyseq.evaluate(model, data, batch_size=4), datasets))  # was: one result, no error
+    assert str(caught.value) == "evaluate: fn raised StopIteration on batch 0 (items 0 to 3) in evaluate"
+    assert type(caught.value.__cause__) is StopIteration
+
+
 def test_errors():
     data = labelled(10)
     with pytest.raises(TypeError, match="evaluate: fn must be callable, got int"):
