@@ -4,6 +4,7 @@ import functools
 import gc
 import multiprocessing
 import os
+import signal
 import threading
 import time
 
@@ -12,6 +13,7 @@ import pytest
 from loader_helpers import load_buffers, prefetch, square
 
 import lazyseq
+import lazyseq.loading.process_workers
 
 
 def lazyseq_threads():
@@ -195,3 +197,59 @@ def test_a_loader_closed_while_its_reader_computes_an_item_delivers_nothing(clea
         assert type(ended[0]) is lazyseq.loading.failures.LoaderClosed
     else:
         assert type(ended[0]) is StopIteration
+
+
+def blocks_from_one(i):
+    if i >= 1:
+        threading.Event().wait()  # never returns: stopped by the close
+    time.sleep(0.001)  # not a cheap item, whose result would wait for the next one of its run (Outbox)
+    return np.full(4, i)
+
+
+def test_a_second_ctrl_c_while_worker_processes_stop_still_stops_them_all(clean, monkeypatch):
+    # The close waits for the workers to finish their items; a Ctrl-C then (users press it again) used to cut it
+    # short: workers running, descriptors open, the loader marked closed.
+    real_wait = lazyseq.loading.process_workers.wait
+    interrupts = []
+
+    def interrupted_wait(things, timeout=None):
+        if not interrupts:
+            interrupts.append(True)
+            signal.raise_signal(signal.SIGINT)
+        return real_wait(things, timeout)
+
+    ahead = prefetch(lazyseq.smap(blocks_from_one, range(8)), nworkers=2, method="process", start_method="fork")
+    assert ahead[0].tolist() == [0] * 4  # items 1 and 2 are being computed, and never end
+    monkeypatch.setattr(lazyseq.loading.process_workers, "wait", interrupted_wait)
+    with pytest.raises(KeyboardInterrupt):
+        ahead.close()
+    assert interrupts == [True] and multiprocessing.active_children() == []
+
+
+def test_a_second_ctrl_c_while_worker_threads_finish_their_items_ends_the_wait(clean, monkeypatch):
+    release = threading.Event()
+
+    def blocks(i):
+        if i >= 1:
+            release.wait(timeout=60)
+        return i
+
+    real_join, interrupts = threading.Thread.join, []
+
+    def interrupted_join(thread, timeout=None):
+        if thread.name.startswith("lazyseq-") and not interrupts:
+            interrupts.append(True)
+            signal.raise_signal(signal.SIGINT)
+        return real_join(thread, timeout)
+
+    ahead = prefetch(lazyseq.smap(blocks, range(8)), nworkers=2, inline_below=0)
+    assert ahead[0] == 0
+    monkeypatch.setattr(threading.Thread, "join", interrupted_join)
+    with pytest.raises(KeyboardInterrupt):
+        ahead.close()  # without the second Ctrl-C: up to 10 s, until the items end
+    monkeypatch.undo()
+    busy = lazyseq_threads()
+    release.set()  # the threads end their items on their own, and exit
+    for thread in busy:
+        thread.join(timeout=10)
+    assert interrupts == [True] and busy  # the close did not wait for the items to end

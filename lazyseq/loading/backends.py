@@ -42,6 +42,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence, Sized
 from typing import Any, Literal, NamedTuple, Protocol
 
+from .closing import interrupts_deferred
 from .item_cost import ItemCost, TimedJob
 from .options import LoaderOptions
 
@@ -165,4 +166,5 @@ class DeferredWorkers:
     def close(self) -> None:
         self._closed = True
         if self.workers is not None:
-            self.workers.close()
+            with interrupts_deferred():  # all the way, whatever Ctrl-C says meanwhile (see .closing)
+                self.workers.close()

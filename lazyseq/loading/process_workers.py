@@ -15,6 +15,7 @@ process sentinels, so a worker that dies is noticed at once.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import multiprocessing.util
 import os
@@ -30,6 +31,7 @@ from ..views.errors import seterr
 from .backends import Done
 from .blas_limits import limits_for_workers
 from .buffering import ITEMS_AHEAD
+from .closing import wait_unless_hurried
 from .failures import LoaderError, WorkerDied, describe_items, exit_description, restore
 from .fork_safety import forking_workers, started_worker
 from .item_cost import ItemCost
@@ -418,13 +420,19 @@ class ProcessWorkers:
                 self._send(k, Stop())
             except OSError:  # the worker is gone already
                 pass
-        alive = [p for p in self._processes if p.is_alive()]
-        if alive:
-            wait([p.sentinel for p in alive], STOP_SECONDS)
+        running = [p.sentinel for p in self._processes if p.is_alive()]
+
+        def ended(timeout: float) -> bool:
+            for sentinel in wait(running, timeout):
+                running.remove(sentinel)
+            return not running
+
+        if running:
+            wait_unless_hurried(ended, STOP_SECONDS)  # a second Ctrl-C: terminated at once (see .closing)
         for process in self._processes:
             if process.is_alive():
                 process.terminate()
-                process.join(STOP_SECONDS)
+                wait_unless_hurried(functools.partial(_joined, process), STOP_SECONDS)
             if process.is_alive():
                 process.kill()
                 process.join()
@@ -434,3 +442,9 @@ class ProcessWorkers:
             conn.close()
         if self._slots is not None:
             self._slots.close()
+
+
+def _joined(process: multiprocessing.process.BaseProcess, timeout: float) -> bool:
+    """Whether ``process`` ended within ``timeout`` seconds."""
+    process.join(timeout)
+    return not process.is_alive()

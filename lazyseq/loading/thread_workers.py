@@ -12,6 +12,7 @@ from collections.abc import Callable, Hashable, Sequence, Sized
 from typing import Any, Literal
 
 from .backends import Done
+from .closing import wait_unless_hurried
 from .failures import LoaderError
 from .options import LoaderOptions
 from .result_signal import ResultSignal
@@ -141,10 +142,15 @@ class ThreadWorkers:
         for _ in self._threads:
             self._tasks.put(None)
         current = threading.current_thread()
-        deadline = time.monotonic() + JOIN_SECONDS  # one wait for them all, not one each
-        for thread in self._threads:
-            if thread is not current:
+        others = [thread for thread in self._threads if thread is not current]
+
+        def ended(timeout: float) -> bool:
+            deadline = time.monotonic() + timeout  # one wait for them all, not one each
+            for thread in others:
                 thread.join(max(0.0, deadline - time.monotonic()))
+            return not any(thread.is_alive() for thread in others)
+
+        wait_unless_hurried(ended, JOIN_SECONDS)  # a second Ctrl-C: the threads end their items on their own
         self._signal.close()
 
 
