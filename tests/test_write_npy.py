@@ -345,6 +345,22 @@ def test_a_worker_process_that_dies_is_reported_with_its_shard(tmp_path):
     assert not [name for name in os.listdir(tmp_path) if name.endswith((".tmp", "manifest.json"))]
 
 
+def test_a_worker_process_that_dies_on_a_piece_is_reported_with_its_rows_and_shard(tmp_path):
+    # One shard of 200 rows for 2 workers: 7 pieces of 32 rows (the last 8); row 77 is in piece 2.
+    with pytest.raises(lazyseq.WorkerDied, match=r"died with signal SIGKILL while computing piece (\d+, )*2\b") as info:
+        lazyseq.write_npy(lazyseq.smap(dies_at_77, range(200)), tmp_path, nworkers=2, method="process")
+    assert "piece 2 is rows 64 to 95 of shard 0 (its piece 3 of 7)" in info.value.__notes__
+    assert not [name for name in os.listdir(tmp_path) if name.endswith((".tmp", "manifest.json"))]
+
+
+def test_a_progress_log_left_beside_a_manifest_is_removed_by_the_next_run(tmp_path):
+    # A run stopped between writing its manifest and removing its progress log (a Ctrl-C there) left both.
+    lazyseq.write_npy(pipeline(N), tmp_path, rows_per_shard=10)
+    (tmp_path / "progress.jsonl").write_text("")
+    lazyseq.write_npy(pipeline(N), tmp_path, rows_per_shard=10)
+    assert "progress.jsonl" not in os.listdir(tmp_path)
+
+
 def lazyseq_threads():
     return [thread.name for thread in threading.enumerate() if thread.name.startswith("lazyseq-")]
 
@@ -372,10 +388,12 @@ def test_a_failing_write_leaves_no_thread(tmp_path, monkeypatch, nworkers, error
         assert "lazyseq-write_npy-sync" in seen
 
 
-@pytest.mark.parametrize(("length", "second"), [(8000, 1000), (2000, 256)], ids=["shards", "pieces"])
-def test_a_shard_being_written_by_a_worker_thread_stops_at_its_next_block_when_the_run_fails(tmp_path, length, second):
-    # 8 shards of 1000 rows for 2 workers: whole shards; 2 shards: pieces of 256 rows. The second task (from row
-    # ``second``) is one block of 4 MiB at most: its rows were all computed before the failure was reported.
+@pytest.mark.parametrize(("length", "second", "size"), [(8000, 1000, 1000), (2000, 256, 256)], ids=["shards", "pieces"])
+def test_a_shard_being_written_by_a_worker_thread_stops_at_its_next_block_when_the_run_fails(
+    tmp_path, length, second, size
+):
+    # 8 shards of 1000 rows for 2 workers: whole shards; 2 shards: pieces of 256 rows. The second task (``size``
+    # rows from row ``second``) stops after its first block. (The worker that failed may start the third task.)
     second_task_began, computed = threading.Event(), []
 
     def row(i):
@@ -392,8 +410,9 @@ def test_a_shard_being_written_by_a_worker_thread_stops_at_its_next_block_when_t
     with pytest.raises(lazyseq.EvaluationError, match=r"failed at item 5 .*row 5 is bad$"):
         lazyseq.write_npy(lazyseq.smap(row, range(length)), tmp_path, rows_per_shard=1000, nworkers=2)
     first_block = list(range(second, second + lazyseq.io.shard_layout.FIRST_BLOCK_ROWS))
-    assert [i for i in computed if i >= second] == first_block
-    assert sorted(os.listdir(tmp_path)) == ["progress.jsonl"] and lazyseq_threads() == []
+    assert [i for i in computed if second <= i < second + size] == first_block
+    names = os.listdir(tmp_path)  # a third task, begun meanwhile, may have ended: a shard that the next run redoes
+    assert "manifest.json" not in names and temporaries(tmp_path) == [] and lazyseq_threads() == []
 
 
 def longdouble_with_noise(i):

@@ -36,7 +36,17 @@ from .shard_files import matches, remove_temporaries, replace_atomically
 from .shard_layout import MANIFEST, PROGRESS, SHARD_FILE_NAME, Layout, ShardRecord
 from .shard_sync import sync_directory
 
-__all__ = ["MANIFEST", "PROGRESS", "ProgressLog", "Written", "finish", "intact_shards", "prepare", "read_manifest"]
+__all__ = [
+    "MANIFEST",
+    "PROGRESS",
+    "ProgressLog",
+    "Written",
+    "finish",
+    "forget_progress",
+    "intact_shards",
+    "prepare",
+    "read_manifest",
+]
 
 FORMAT = "lazyseq.write_npy"
 VERSION = 2
@@ -193,7 +203,15 @@ def finish(
     shards = ",\n".join(f"  {json.dumps(record.to_json())}" for record in records)  # one line per shard
     text = header.replace('"shards": []', f'"shards": [\n{shards}\n ]')
     replace_atomically(os.path.join(directory, MANIFEST), (text + "\n").encode(), sync=sync)
-    os.remove(os.path.join(directory, PROGRESS))  # not synced: a progress log back after a power loss is ignored
+    forget_progress(directory)  # not synced: a progress log back after a power loss is ignored
+
+
+def forget_progress(directory: str) -> None:
+    """Remove the progress log of a directory that has its manifest, if it is there and may be removed."""
+    try:
+        os.remove(os.path.join(directory, PROGRESS))
+    except OSError:  # gone already, or a directory that may only be read (harmless: the manifest comes first)
+        pass
 
 
 def _read_state(directory: str) -> Written | None:

@@ -34,7 +34,7 @@ from ..views.errors import REMOTE_CHAIN, EvaluationError, LoaderFailure, describ
 from ..views.itemtypes import SequenceLike
 from ..views.sources import as_view
 from .npy import open_npy
-from .shard_directory import ProgressLog, finish, intact_shards, prepare
+from .shard_directory import ProgressLog, finish, forget_progress, intact_shards, prepare
 from .shard_files import matches, npy_header, remove_temporaries, write_npy_files, write_npy_piece
 from .shard_layout import FIRST_BLOCK_ROWS, Layout, ShardRecord, read_batch
 from .shard_pieces import Piece, PieceWritten, finish_shard, plan
@@ -247,6 +247,7 @@ def write_npy(
     if resume and not overwrite and os.path.isdir(directory):
         checked = intact_shards(directory, layout, options.nworkers)
         if checked is not None and len(checked) == layout.shard_count:  # nothing to redo: the directory stays as it is
+            forget_progress(directory)  # left by a run stopped between writing the manifest and removing it
             if sync:  # it may have been written with sync=False
                 for shard in range(layout.shard_count):
                     for name in layout.file_names(shard):
@@ -267,7 +268,8 @@ def write_npy(
         items, layout, directory, trusted, sync=writers_sync, checked=checked or (), tasks=tasks, token=token
     )
     ahead = Buffering.resolve(None, options, default=2 * max(1, options.nworkers))  # Ray: three runs per worker
-    loader: PrefetchView[Any] = PrefetchView(writes, options, ahead, shm_size=0, task_name="shard")
+    name = "shard" if len(tasks) == layout.shard_count else "piece"  # what a worker's task is, in messages
+    loader: PrefetchView[Any] = PrefetchView(writes, options, ahead, shm_size=0, task_name=name)
     records = []
     try:
         with (
@@ -281,7 +283,7 @@ def write_npy(
                 try:
                     result = next(results)
                 except Exception as error:
-                    _raise_failure(error, task.shard, task.rows, directory)
+                    _raise_failure(error, task.shard, task.rows, directory, tasks)
                 if isinstance(result, PieceWritten):
                     pieces.append(result)
                     if len(pieces) < task.count:
@@ -303,18 +305,32 @@ def write_npy(
                 bar.update()
             syncer.wait()
     except BaseException:  # the shards still in progress are of no use: stop them, and leave no temporary file
-        loader.close()  # its worker threads stop at their next block
-        remove_temporaries(directory)
+        try:
+            loader.close()  # its worker threads stop at their next block
+        finally:  # a Ctrl-C while the workers stop is raised once they are stopped (see loading.closing)
+            remove_temporaries(directory)
         raise
     loader.close()
     finish(directory, layout, parameters, records, sync)
     return open_npy(directory)
 
 
-def _raise_failure(error: Exception, shard: int, rows: range | None, directory: str) -> NoReturn:
-    """Raise ``error``, from computing shard ``shard`` (items ``rows``), saying which shard and which item failed."""
+def _raise_failure(
+    error: Exception, shard: int, rows: range | None, directory: str, tasks: Sequence[Piece] = ()
+) -> NoReturn:
+    """Raise ``error``, from computing shard ``shard`` (items ``rows``), saying which shard and which item failed.
+
+    A worker that died names the ``tasks`` it held: the pieces of shards are told apart by a note.
+    """
     if isinstance(error, LoaderFailure) or errors.seterr() == "passthrough":
         error.add_note(f"while writing shard {shard} of {directory}")
+        for task in getattr(error, "tasks", ()):
+            piece = tasks[task] if isinstance(task, int) and 0 <= task < len(tasks) else None
+            if piece is not None and piece.count > 1:
+                error.add_note(
+                    f"piece {task} is rows {piece.rows.start} to {piece.rows[-1]} of shard {piece.shard} "
+                    f"(its piece {piece.index + 1} of {piece.count})"
+                )
         raise error
     cause = error.__cause__ if isinstance(error, EvaluationError) and error.__cause__ is not None else error
     chain = _chain_in_items(cause)
