@@ -22,7 +22,7 @@ import functools
 import io
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 
 import numpy as np
@@ -124,19 +124,10 @@ def write_npy_files(
     """
     paths = [os.path.join(directory, name) for name in names]
     temporaries = [temporary_name(path) for path in paths]
-    sums = [Sum64(header) for header in headers]
-    sizes = [len(header) for header in headers]
     try:
         with ExitStack() as stack:
             files = [stack.enter_context(open(t, "wb")) for t in temporaries]
-            for file, header in zip(files, headers):
-                file.write(header)
-            for arrays in blocks:
-                for j, array in enumerate(arrays):
-                    data = _bytes_of(array)
-                    sums[j].add(data)  # while the bytes are in the processor's caches
-                    sizes[j] += len(data)
-                    files[j].write(data)
+            sums, sizes = _write_fields([file.write for file in files], headers, blocks)
             if sync:
                 for file in files:
                     file.flush()
@@ -169,24 +160,14 @@ def write_npy_piece(
     files: the other pieces are of no use then.
     """
     temporaries = [temporary_name(os.path.join(directory, name), token) for name in names]
-    sums = [Sum64(start) for start in starts]
-    sizes = [len(start) for start in starts]
-    places = list(offsets)
     try:
         with ExitStack() as stack:
-            descriptors = []
-            for temporary in temporaries:
+            writes = []
+            for temporary, offset in zip(temporaries, offsets):
                 descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
                 stack.callback(os.close, descriptor)
-                descriptors.append(descriptor)
-            for j, start in enumerate(starts):
-                places[j] = _write_at(descriptors[j], memoryview(start), places[j])
-            for arrays in blocks:
-                for j, array in enumerate(arrays):
-                    data = _bytes_of(array)
-                    sums[j].add(data)  # while the bytes are in the processor's caches
-                    sizes[j] += len(data)
-                    places[j] = _write_at(descriptors[j], data, places[j])
+                writes.append(_WriteAt(descriptor, offset))
+            sums, sizes = _write_fields(writes, starts, blocks)
     except BaseException:
         for temporary in temporaries:
             _remove_quietly(temporary)
@@ -194,13 +175,36 @@ def write_npy_piece(
     return tuple(summed.state() for summed in sums), tuple(sizes)
 
 
-def _write_at(descriptor: int, data: memoryview, offset: int) -> int:
-    """Write ``data`` at ``offset`` of the file; where its bytes end."""
-    data = data.cast("B")
-    while len(data):
-        written = os.pwrite(descriptor, data, offset)
-        data, offset = data[written:], offset + written
-    return offset
+def _write_fields(
+    writes: Sequence[Callable[[bytes | memoryview], object]],
+    starts: Sequence[bytes],
+    blocks: Iterator[list[np.ndarray]],
+) -> tuple[list[Sum64], list[int]]:
+    """``writes[j]`` gets ``starts[j]``, then field ``j`` of every block; the checksum and size of what each got."""
+    sums = [Sum64(start) for start in starts]
+    sizes = [len(start) for start in starts]
+    for write, start in zip(writes, starts):
+        write(start)
+    for arrays in blocks:
+        for j, array in enumerate(arrays):
+            data = _bytes_of(array)
+            sums[j].add(data)  # while the bytes are in the processor's caches
+            sizes[j] += len(data)
+            writes[j](data)
+    return sums, sizes
+
+
+class _WriteAt:
+    """Writes what it is given to a file, one piece after the other from ``offset``, wherever the file ends."""
+
+    def __init__(self, descriptor: int, offset: int) -> None:
+        self._descriptor, self._offset = descriptor, offset
+
+    def __call__(self, data: bytes | memoryview) -> None:
+        view = memoryview(data).cast("B")
+        while len(view):
+            written = os.pwrite(self._descriptor, view, self._offset)
+            view, self._offset = view[written:], self._offset + written
 
 
 def matches(directory: str, expected: ShardFile) -> bool:

@@ -130,9 +130,7 @@ class PrefetchView(View[T_co]):
         if self._epoch_changes != EPOCH_CHANGES[0]:  # an epoch was set somewhere: perhaps below, since the start
             self._follow_epochs()
         with self._lock:
-            engine = self._engine
-            if engine is None or engine.closed or engine.inherited:  # not started, failed, or forked
-                engine = self._start()
+            engine = self._running_engine()
             order = self._order
             cost = engine.cost  # engine.inline, without a call at every read
             if cost is not None and cost.inline and i not in engine.pending and i not in engine.ready:
@@ -142,10 +140,8 @@ class PrefetchView(View[T_co]):
                 return value
             try:
                 done = self._read(engine, order, i)
-            except BaseException as error:  # an interrupt between two steps of the engine stops it too
-                if isinstance(error, Exception) and not isinstance(error, LoaderError):
-                    engine.check_open()  # closed by another thread while this read went on: whatever broke, that is why
-                engine.failed(error)
+            except BaseException as error:
+                _read_failed(engine, error)
                 raise
         if done.status == "error":
             raise done.value
@@ -159,9 +155,7 @@ class PrefetchView(View[T_co]):
         if self._epoch_changes != EPOCH_CHANGES[0]:  # as in _get
             self._follow_epochs()
         with self._lock:
-            engine = self._engine
-            if engine is None or engine.closed or engine.inherited:
-                engine = self._start()
+            engine = self._running_engine()
             cost = engine.cost
             if cost is not None and cost.inline and not (engine.pending or engine.ready):
                 if cost.count < 2:  # the first two items, timed alone, say whether items are worth the workers
@@ -183,11 +177,16 @@ class PrefetchView(View[T_co]):
                         raise done.value
                     values.append(done.value)
                 return values
-            except BaseException as error:  # as in _get
-                if isinstance(error, Exception) and not isinstance(error, LoaderError):
-                    engine.check_open()
-                engine.failed(error)
+            except BaseException as error:
+                _read_failed(engine, error)
                 raise
+
+    def _running_engine(self) -> Engine:
+        """The engine to read with (under the lock): a new one if none was started, or it failed, or was forked."""
+        engine = self._engine
+        if engine is None or engine.closed or engine.inherited:
+            engine = self._start()
+        return engine
 
     def _read_many(self, engine: Engine, order: ReadOrder, positions: list[int]) -> Iterator[tuple[int, Done]]:
         """Each of ``positions`` with its outcome; the workers get them in that order, as room allows.
@@ -415,6 +414,17 @@ def slot_bytes_for_spec(spec: tuple | None) -> int:
 
 def _nothing() -> None:
     pass
+
+
+def _read_failed(engine: Engine, error: BaseException) -> None:
+    """A read through ``engine`` raised ``error``: an interrupt between two steps of the engine stops it too.
+
+    An error while another thread closed the engine is reported as that
+    (``LoaderClosed``): whatever broke, that is why.
+    """
+    if isinstance(error, Exception) and not isinstance(error, LoaderError):
+        engine.check_open()
+    engine.failed(error)
 
 
 def _next_occurrences(positions: list[int]) -> list[int | None]:
