@@ -208,6 +208,17 @@ def test_worker_processes_of_a_pipeline_without_linear_algebra_start_no_blas_thr
         assert set(ahead) == {2}  # the worker's own thread, and the one that watches its parent
 
 
+def test_forked_workers_of_a_consumer_that_uses_torch_seed_it_without_a_thread_of_their_own():
+    pytest.importorskip("torch")  # imported: a forked worker seeds torch's generator, in the parent-watching thread
+    from loader_helpers import thread_count
+
+    counts = set()
+    for _ in range(8):  # a thread started to seed, ended but not yet gone, showed in some first tasks only
+        with prefetch(lazyseq.smap(thread_count, range(20)), nworkers=2, method="process", start_method="fork") as ahead:
+            counts.update(ahead)
+    assert counts == {2}
+
+
 def test_a_tensor_made_from_a_batch_keeps_its_slot():
     torch = pytest.importorskip("torch")
     with load_buffers(Counter(), max_cached=2, nworkers=1, method="process") as batches:

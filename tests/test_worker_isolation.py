@@ -19,6 +19,7 @@ import pytest
 from loader_helpers import alive, die_on, torch_draw
 
 import lazyseq
+from lazyseq.loading.parent_watch import ParentWatch
 from lazyseq.loading.seeding import seed_this_worker, seed_torch, worker_states
 
 START_METHODS = multiprocessing.get_all_start_methods()
@@ -354,10 +355,15 @@ def test_a_forked_worker_whose_torch_generator_stays_locked_fails_to_start_rathe
 
     monkeypatch.setitem(sys.modules, "torch", LockedTorch)
     monkeypatch.setattr("lazyseq.loading.seeding.TORCH_LOCK_SECONDS", 0.05)
-    with pytest.raises(RuntimeError, match=r"^torch's random generator was locked when this worker was forked: "):
-        seed_this_worker(1234, 0, forked=True)
-    locked.set()
-    seed_this_worker(1234, 0, forked=True)  # seeded within the bound: nothing raised
+    watch = ParentWatch(check_seconds=0.25)  # the worker's other thread, which runs the seeding
+    try:
+        with pytest.raises(RuntimeError, match=r"^torch's random generator was locked when this worker was forked: "):
+            seed_this_worker(1234, 0, watch.run_within)
+        locked.set()
+        seed_this_worker(1234, 0, watch.run_within)  # seeded within the bound: nothing raised
+    finally:
+        locked.set()
+        watch.close()
 
 
 @pytest.mark.parametrize("library", ["numpy", "torch"])

@@ -27,8 +27,8 @@ import functools
 import os
 import random
 import sys
-import threading
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -52,51 +52,35 @@ def worker_states(base: int, worker: int) -> tuple[int, tuple[int, ...], int]:
     return python, tuple(words[4:8]), torch_seed & ((1 << 63) - 1)
 
 
-def seed_this_worker(base: int, worker: int, forked: bool = False) -> None:
+def seed_this_worker(
+    base: int, worker: int, run_within: Callable[[float, Callable[[], None]], bool] | None = None
+) -> None:
     """Seed the global generators of this process for worker ``worker`` (called first thing in a worker).
 
-    In a ``forked`` worker, torch's generator may have been locked by another
+    In a forked worker, torch's generator may have been locked by another
     thread of the consumer at the fork (see :mod:`.fork_safety`): locked for
-    ever, since that thread is not in the worker. Rather than hang, seeding
-    it then fails, with a ``RuntimeError`` that says so.
+    ever, since that thread is not in the worker. Rather than hang, a forked
+    worker gives ``run_within(seconds, call)``, which runs the call in another
+    of its threads and says whether it returned in time; seeding then fails
+    after :data:`TORCH_LOCK_SECONDS`, with a ``RuntimeError`` that says so.
     """
     python, numpy_words, torch_seed = worker_states(base, worker)
     random.seed(python)
     np.random.seed(numpy_words)
     torch = sys.modules.get("torch")  # only if the pipeline already uses it: never imported here
-    if torch is not None and hasattr(torch, "manual_seed"):
-        if forked:
-            _within(TORCH_LOCK_SECONDS, functools.partial(seed_torch, torch, torch_seed))
-        else:
-            seed_torch(torch, torch_seed)
-
-
-TORCH_LOCK_SECONDS = 5.0  # seeding takes microseconds: a generator locked this long is locked for ever
-
-
-def _within(seconds: float, call: Any) -> None:
-    """``call()`` in a thread of its own; ``RuntimeError`` if it has not returned after ``seconds`` (see above)."""
-    outcome: list[BaseException | None] = []
-
-    def run() -> None:
-        try:
-            call()
-        except BaseException as error:
-            outcome.append(error)
-        else:
-            outcome.append(None)
-
-    thread = threading.Thread(target=run, name="lazyseq-seeding", daemon=True)
-    thread.start()
-    thread.join(seconds)
-    if not outcome:
+    if torch is None or not hasattr(torch, "manual_seed"):
+        return
+    if run_within is None:
+        seed_torch(torch, torch_seed)
+    elif not run_within(TORCH_LOCK_SECONDS, functools.partial(seed_torch, torch, torch_seed)):
         raise RuntimeError(
             "torch's random generator was locked when this worker was forked: another thread of the consumer was "
             "drawing from it (torch.randn, ...) at that moment, and its lock stays held in the worker; start the "
             "workers with start_method='forkserver' or 'spawn', or keep other threads from drawing while they start"
         )
-    if outcome[0] is not None:
-        raise outcome[0]
+
+
+TORCH_LOCK_SECONDS = 5.0  # seeding takes microseconds: a generator locked this long is locked for ever
 
 
 def seed_torch(torch: Any, seed: int) -> None:

@@ -8,7 +8,7 @@ slot the task came with) or the pickled result, with the seconds the task took
 several to a write (see :class:`Outbox`): each write wakes the consumer, and a
 wake-up costs more than such a task. It ignores SIGINT (the consumer
 decides what an interrupt means), limits its BLAS threads, and exits on its
-own when the consumer's process goes away.
+own when the consumer's process goes away (see :mod:`.parent_watch`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ import os
 import pickle
 import select
 import signal
-import threading
-import time
 from collections.abc import Hashable
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import recv_handle
@@ -50,6 +48,7 @@ from .messages import (
     read_frame,
     write_all,
 )
+from .parent_watch import ParentWatch
 from .seeding import seed_this_worker
 from .shared_slots import WorkerSlots
 from .structure import address_of, flatten, layout_of, one_array_in_slot, place_in_slot
@@ -64,7 +63,7 @@ def run_worker(conn: Connection, start: WorkerStart) -> None:
     """Serve tasks until told to stop, until the connection closes, or until the parent dies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _lower_priority()
-    _exit_with_parent()
+    watch = ParentWatch(PARENT_CHECK_SECONDS)  # exits this process once the consumer's is gone
     job, start_hook = start.job, start.start_hook
     seterr(start.error_mode)  # a spawned worker starts with the default: the pipeline's reads raise as the consumer's
     stage = "unpickling the pipeline"
@@ -74,7 +73,8 @@ def run_worker(conn: Connection, start: WorkerStart) -> None:
         if isinstance(start_hook, bytes):
             start_hook = pickle.loads(start_hook)
         stage = "seeding the random generators"
-        seed_this_worker(start.seed, start.index, forked=forked_worker())  # after unpickling (torch?), before the hook
+        # after unpickling (torch?), before the hook
+        seed_this_worker(start.seed, start.index, watch.run_within if forked_worker() else None)
         stage = "start_hook"
         if start_hook is not None:
             start_hook(start.index)
@@ -288,15 +288,3 @@ def _lower_priority() -> None:
         os.nice(NICENESS)
     except (AttributeError, OSError):  # no nice() here, or not allowed
         pass
-
-
-def _exit_with_parent() -> None:
-    """Exit as soon as the process that started this one is gone (no orphans, whatever the start method)."""
-    parent = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(PARENT_CHECK_SECONDS)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="lazyseq-parent-watch", daemon=True).start()
