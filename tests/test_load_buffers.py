@@ -214,7 +214,9 @@ def test_forked_workers_of_a_consumer_that_uses_torch_seed_it_without_a_thread_o
 
     counts = set()
     for _ in range(8):  # a thread started to seed, ended but not yet gone, showed in some first tasks only
-        with prefetch(lazyseq.smap(thread_count, range(20)), nworkers=2, method="process", start_method="fork") as ahead:
+        with prefetch(
+            lazyseq.smap(thread_count, range(20)), nworkers=2, method="process", start_method="fork"
+        ) as ahead:
             counts.update(ahead)
     assert counts == {2}
 

@@ -10,6 +10,7 @@ import multiprocessing
 import os
 import pickle
 import re
+import select
 import socket
 import subprocess
 import sys
@@ -109,6 +110,20 @@ def test_wire_round_trip_keeps_values_and_types():
         same(wire.decode(wire.loads(frames[0]), frames[1:]), item)
 
 
+def test_wire_sends_a_str_subclass_as_its_text_not_as_what_str_gives():
+    import enum
+
+    class Color(str, enum.Enum):  # noqa: UP042  # what code written before StrEnum does
+        RED = "red"
+
+    class Tagged(str):
+        def __str__(self):
+            return "tagged"
+
+    tree, buffers = wire.encode([Color.RED, {"c": Color.RED}, Tagged("abc")])
+    assert wire.decode(wire.loads(wire.dumps(tree)), buffers) == ["red", {"c": "red"}, "abc"]
+
+
 @pytest.mark.parametrize(
     "item, message",
     [
@@ -157,6 +172,16 @@ def test_wire_keeps_complex_numbers_with_nan_and_inf():
     tree, buffers = wire.encode([complex(float("nan"), 1), complex(0, float("-inf"))])
     nan, inf = wire.decode(wire.loads(wire.dumps(tree)), buffers)
     assert nan.real != nan.real and nan.imag == 1 and inf == complex(0, float("-inf"))
+
+
+def test_wire_carries_what_it_sends_at_its_limits():
+    # Sent, then refused by the consumer: arrays of 33 to 64 dimensions, a complex number at the deepest level.
+    deepest = 1 + 2j
+    for _ in range(wire.MAX_DEPTH):
+        deepest = [deepest]
+    for item in (np.zeros((1,) * 64), deepest):
+        tree, buffers = wire.encode(item)
+        same(wire.decode(wire.loads(wire.dumps(tree)), buffers), item)
 
 
 def test_wire_rejects_deep_nesting_and_bad_json():
@@ -569,6 +594,47 @@ def test_an_error_computing_an_item_names_the_item_and_the_chain(server_process)
         assert remote[4] == 4  # the server goes on
 
 
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("error", [SystemExit, KeyboardInterrupt])
+def test_an_item_that_raises_what_is_not_an_exception_fails_alone_and_the_server_goes_on(stream, error):
+    # SystemExit (a library calling sys.exit), asyncio.CancelledError...: the server's thread ended, silently.
+    def load(i):
+        if i == 1:
+            raise error("item 1 gave up")
+        return i
+
+    source = (load(i) for i in range(3)) if stream else lazyseq.smap(load, range(3))
+    with lazyseq.serve(source, LOOPBACK) as server, lazyseq.connect(server.address, timeout=5) as remote:
+        if stream:
+            assert next(remote) == 0
+            with pytest.raises(lazyseq.EvaluationError, match=r"^failed to compute stream\[1\]: RemoteError: "):
+                next(remote)
+            assert list(remote) == []  # a generator that raised has ended
+        else:
+            assert remote[0] == 0
+            with pytest.raises(lazyseq.EvaluationError) as caught:
+                remote[1]
+            assert str(caught.value) == (
+                f"failed to compute served[1] -> smap({load.__qualname__})[1]: RemoteError: {error.__name__}: item 1 gave up"
+            )
+            assert remote[2] == 2
+        assert server._loop.thread.is_alive()
+
+
+def test_serve_forever_raises_when_the_server_thread_ended_on_an_error(monkeypatch, caplog):
+    def broken(*_):
+        raise RuntimeError("a bug")
+
+    with lazyseq.serve(range(3), LOOPBACK) as server:
+        monkeypatch.setattr(server._loop, "_sweep", broken)  # the thread calls it within SWEEP_SECONDS
+        with caplog.at_level(logging.ERROR, "lazyseq.serve"), pytest.raises(lazyseq.LoaderError) as caught:
+            server.serve_forever()
+    assert str(caught.value) == (
+        f"serve: the server at {server.address} stopped on an error, which the 'lazyseq.serve' logger reported"
+    )
+    assert server.closed and f"the server at {server.address} failed" in caplog.text
+
+
 def test_an_object_array_item_is_refused_by_name_and_the_server_goes_on():
     items = lazyseq.smap(lambda i: np.array([i, "x"], dtype=object) if i == 1 else np.arange(i), range(3))
     with lazyseq.serve(items, LOOPBACK) as server, lazyseq.connect(server.address) as remote:
@@ -792,8 +858,16 @@ def test_what_is_held_for_a_consumer_stays_bounded():
 
 
 def test_close_and_garbage_collection_leave_nothing_behind():
+    def serve_large_items():  # pyzmq starts a thread of its own, for the buffers sent without a copy, and keeps it
+        with lazyseq.serve(lazyseq.smap(np.ones, [2**17, 2**18]), LOOPBACK, nworkers=2) as server:
+            with lazyseq.connect(server.address) as remote:
+                assert [x.nbytes for x in remote] == [2**20, 2**21]
+
+    serve_large_items()
     gc.collect()
+    threads = set(threading.enumerate())
     fds = len(os.listdir("/proc/self/fd"))
+    serve_large_items()
     with lazyseq.serve(range(20), LOOPBACK, nworkers=2) as server:
         remote = lazyseq.connect(server.address)
         assert list(remote) == list(range(20))
@@ -804,6 +878,7 @@ def test_close_and_garbage_collection_leave_nothing_behind():
     del server, stream  # garbage collection closes both
     gc.collect()
     assert lazyseq_threads() == []
+    assert set(threading.enumerate()) == threads
     assert len(os.listdir("/proc/self/fd")) == fds
 
 
@@ -970,6 +1045,21 @@ def test_a_forked_child_leaves_the_parent_server_running():
         os.waitpid(pid, 0)
         with lazyseq.connect(server.address, timeout=5) as remote:
             assert list(remote) == [0, 1, 2]
+
+
+def test_a_forked_child_that_closes_its_copy_of_a_consumer_leaves_the_parent_waiting_quietly():
+    # The child's close() woke the parent's reader through their shared pipe, for ever: 100% CPU in every wait.
+    with lazyseq.serve(range(3), LOOPBACK) as server, lazyseq.connect(server.address, timeout=5) as remote:
+        assert remote[0] == 0
+        pid = os.fork()
+        if pid == 0:
+            remote.close()
+            os._exit(0)
+        os.waitpid(pid, 0)
+        connection = remote._connection
+        assert not connection.closed
+        assert select.select([connection._wake_fd], [], [], 0)[0] == []  # the wake-up pipe stayed empty
+        assert remote[1] == 1
 
 
 def test_keys_without_clients_warn_that_nobody_gets_in(tmp_path):

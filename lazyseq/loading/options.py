@@ -59,7 +59,11 @@ class LoaderOptions:
     """How a loader's workers run, checked when the loader is made.
 
     ``inline_below`` is resolved here: seconds under which an item is computed
-    by the reader itself (0: never).
+    by the reader itself (0: never). ``interrupts_stop``: whether an item that
+    raises what is not an ``Exception`` (``KeyboardInterrupt``, ``SystemExit``)
+    in a worker thread stops the loader, which raises it to its reader (a
+    loader read by the user's own code), or fails that item alone (a server:
+    its readers are its consumers, which hear of it as of any other failure).
 
     >>> options = LoaderOptions.check("prefetch", nworkers=2, method="process")
     >>> options.nworkers, options.method, options.inline_below
@@ -80,6 +84,7 @@ class LoaderOptions:
     blas_threads: int
     inline_below: float
     seed: int | None
+    interrupts_stop: bool = True
 
     @classmethod
     def check(

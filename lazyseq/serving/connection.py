@@ -200,6 +200,8 @@ class Connection:
         if self.closed:
             return
         self.closed = True
+        if os.getpid() != self.pid:  # a forked child's copy: the sockets, pipes and thread are its parent's
+            return
         try:
             os.write(self._waker_fd, b"c")
         except OSError:

@@ -6,6 +6,7 @@ The work is done by :class:`.server_loop.ServerLoop`, in a thread of its own;
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import weakref
@@ -13,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..loading.buffering import ITEMS_AHEAD, Buffering
+from ..loading.failures import LoaderError
 from ..loading.options import LoaderOptions, Method, StartMethod
 from ..views.sources import as_view, is_sequence_like
 from .endpoints import check_endpoint
@@ -87,7 +89,10 @@ class Server:
         try:
             while not self._stopped.wait(0.2):
                 if not self._loop.thread.is_alive():
-                    break
+                    raise LoaderError(
+                        f"serve: the server at {self.address} stopped on an error, which the 'lazyseq.serve' "
+                        "logger reported"
+                    )
         finally:
             self.close()
 
@@ -185,5 +190,6 @@ def serve(
     6 [20. 30.] [100. 110.]
     """
     options = LoaderOptions.check("serve", nworkers, method, start_hook, start_method, blas_threads, 0.0, seed)
+    options = dataclasses.replace(options, interrupts_stop=False)  # an item's SystemExit fails that item only
     ahead = Buffering.resolve(max_buffered, options, ITEMS_AHEAD, deepen=True)
     return Server(source, address, options, ahead, curve_keypair, allowed_clients, insecure)

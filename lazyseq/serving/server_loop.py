@@ -175,7 +175,7 @@ class ServerLoop:
                 if now - last_sweep > SWEEP_SECONDS:
                     last_sweep = now
                     self._sweep(now)
-        except Exception:
+        except BaseException:  # a bug: logged (serve_forever raises), and what the server holds is released
             log.exception("the server at %s failed", self.address)
         finally:
             service.close()

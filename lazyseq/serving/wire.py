@@ -48,6 +48,7 @@ __all__ = ["MAX_DEPTH", "TAG", "ProtocolError", "decode", "dumps", "encode", "lo
 
 TAG = b"lazyseq/1"  # the first frame of every message: which protocol, which version
 MAX_DEPTH = 64  # nesting deeper than this is refused, on both sides
+MAX_DIMENSIONS = 64  # numpy's own limit on an array's dimensions
 MAX_INT_BITS = 4096  # larger ints are refused (JSON parsers stop at about 4,300 digits)
 MAX_COUNT = 256  # items one 'get' may ask for
 MAX_TIMEOUT = 86400.0  # seconds: the longest silence a consumer may ask the server to wait out (its hello's timeout)
@@ -145,7 +146,7 @@ def _encode(value: Any, buffers: list, where: str, depth: int) -> Any:
     if isinstance(value, float):
         return _encode(float(value), buffers, where, depth)
     if isinstance(value, str):
-        return str(value)
+        return str.__str__(value)  # its text: an enum's str() would be its name
     raise TypeError(
         f"{where} is a {kind.__module__}.{kind.__qualname__}, which cannot be sent: items may hold numpy arrays, "
         "numbers, strings, bytes and None, in tuples, lists and dicts"
@@ -216,7 +217,7 @@ def _decode(node: Any, buffers: Sequence, used: list, depth: int) -> Any:
     if tag == "b":
         return bytes(_buffer(buffers, used, body))
     if tag == "c":
-        parts = [_decode(part, buffers, used, depth + 1) for part in _fields(body, tag, 2)]
+        parts = [_decode(part, buffers, used, depth) for part in _fields(body, tag, 2)]  # numbers: no deeper
         if not all(type(part) in (int, float) for part in parts):
             raise ProtocolError(f"a complex number has parts that are not numbers: {_short(body)}")
         return complex(*parts)
@@ -257,7 +258,7 @@ def _array(buffers: Sequence, used: list, k: Any, dtype_name: Any, shape: Any) -
         raise ProtocolError(f"not a dtype: {dtype_name!r}") from None
     if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
         raise ProtocolError(f"dtype {dtype_name!r} is not allowed: only plain data travels")
-    if type(shape) is not list or len(shape) > 32 or not all(type(n) is int and n >= 0 for n in shape):
+    if type(shape) is not list or len(shape) > MAX_DIMENSIONS or not all(type(n) is int and n >= 0 for n in shape):
         raise ProtocolError(f"not an array shape: {_short(shape)}")
     buffer = memoryview(_buffer(buffers, used, k))
     count = math.prod(shape)
