@@ -54,6 +54,18 @@ def test_an_explicit_number_is_obeyed(method):
         Buffering.resolve(-1, options(method, owner="load_buffers"), 2, "max_cached")
 
 
+@pytest.mark.parametrize("method", ["thread", "process"])
+def test_a_number_beyond_any_use_is_refused_at_once(method):
+    # max_cached=10**9 hung: the loader counted and sent a billion tasks before it knew what they would need.
+    assert Buffering.resolve(2**16, options(method), default=10).size == 2**16
+    assert Buffering.resolve(10**9, options(method), default=10, items=5).size == 10**9  # all of them: obeyed
+    with pytest.raises(ValueError) as caught:
+        lazyseq.load_buffers(lambda: np.zeros(10), max_cached=10**9, nworkers=2, method=method)
+    assert str(caught.value) == (
+        "load_buffers: max_cached must be at most 65,536 (items kept ahead of the reader), got 1000000000"
+    )
+
+
 def test_the_engine_follows_the_timings_for_ray_only():
     ray = Engine(abs, options("ray"), Buffering(None, ray_workers=2))
     fixed = Engine(abs, options("ray"), 10)

@@ -253,3 +253,25 @@ def test_a_second_ctrl_c_while_worker_threads_finish_their_items_ends_the_wait(c
     for thread in busy:
         thread.join(timeout=10)
     assert interrupts == [True] and busy  # the close did not wait for the items to end
+
+
+@pytest.mark.parametrize("method", ["thread", "process"])
+def test_a_ctrl_c_while_workers_start_leaves_none_running(clean, monkeypatch, method):
+    # Raised just after start() had started a worker (after the fork, for a process), before the loader counted
+    # it: that worker was left running (a process and its pipes; a thread blocked for ever on its queue).
+    cls = threading.Thread if method == "thread" else multiprocessing.process.BaseProcess
+    real_start, starts = cls.start, []
+
+    def interrupted_start(worker):
+        real_start(worker)
+        if worker.name.startswith("lazyseq-"):
+            starts.append(worker.name)
+            if len(starts) == 2:
+                signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(cls, "start", interrupted_start)
+    options = {"start_method": "fork"} if method == "process" else {}
+    with pytest.raises(KeyboardInterrupt):
+        with prefetch(lazyseq.smap(square, range(20)), nworkers=3, method=method, inline_below=0, **options) as ahead:
+            list(ahead)
+    assert starts == [f"lazyseq-prefetch-{k}" for k in range(3)]  # every worker started, then all were stopped

@@ -1,7 +1,9 @@
 """How many items a loader keeps computed or in progress ahead of its reader: ``max_buffered``, resolved here.
 
 An explicit ``max_buffered`` (``max_cached`` for ``load_buffers``) is
-always obeyed. Left out (``None``), it is the loader's default for threads
+always obeyed, up to ``MAX_BUFFERED`` (65,536), or beyond the items a view
+has (all of them, then): more is refused, as a loader would spend minutes
+sending that many tasks before the memory they need is known, and checked. Left out (``None``), it is the loader's default for threads
 (10 items for ``prefetch``, 4 batches for ``evaluate``, 2 for
 ``load_buffers``), and otherwise it follows the items' timings:
 
@@ -41,6 +43,7 @@ __all__ = [
     "BATCHES_CACHED",
     "ITEMS_AHEAD",
     "MAX_AHEAD",
+    "MAX_BUFFERED",
     "MAX_RUN",
     "SLOT_BUDGET",
     "TASK_SECONDS",
@@ -57,6 +60,7 @@ BATCHES_AHEAD = 4  # evaluate, with threads and processes
 BATCHES_CACHED = 2  # load_buffers, with threads and processes
 
 TASK_SECONDS = 0.05  # work per Ray task: sending one and collecting it costs 1-5 ms (a lease, a push, a reply)
+MAX_BUFFERED = 2**16  # an explicit max_buffered (max_cached) larger than this is refused, not obeyed for minutes
 MAX_RUN = 256  # items per Ray task at most, however cheap: what the runs of a worker hold stays bounded
 RUNS_PER_WORKER = 3  # one computing, the next one ready to go, and one for the results not read yet
 
@@ -110,11 +114,29 @@ class Buffering:
 
     @classmethod
     def resolve(
-        cls, given: int | None, options: LoaderOptions, default: int, name: str = "max_buffered", deepen: bool = False
+        cls,
+        given: int | None,
+        options: LoaderOptions,
+        default: int,
+        name: str = "max_buffered",
+        deepen: bool = False,
+        items: int | None = None,
     ) -> Buffering:
-        """``given`` items (checked), else ``default``; sized from the timings for Ray, and if ``deepen`` for processes."""
+        """``given`` items (checked), else ``default``; sized from the timings for Ray, and if ``deepen`` for processes.
+
+        ``items``: how many items there are, if known (a number above it
+        means "all of them", whatever its size).
+        """
         if given is not None:
-            return cls(positive(given, name, options.owner))
+            size = positive(given, name, options.owner)
+            if (
+                min(size, size if items is None else items) > MAX_BUFFERED
+            ):  # each costs a task sent, memory held, a shared-memory slot: no use beyond
+                raise ValueError(
+                    f"{options.owner}: {name} must be at most {MAX_BUFFERED:,} (items kept ahead of the reader), "
+                    f"got {given!r}"
+                )
+            return cls(size)
         if options.method == "ray" and options.nworkers:
             return cls(None, options.nworkers)
         if deepen and options.method == "process" and options.nworkers:

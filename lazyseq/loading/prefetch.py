@@ -531,5 +531,6 @@ def prefetch(
     options = LoaderOptions.check(
         "prefetch", nworkers, method, start_hook, start_method, blas_threads, inline_below, seed
     )
-    buffering = Buffering.resolve(max_buffered, options, ITEMS_AHEAD, deepen=True)
-    return PrefetchView(as_view(sequence), options, buffering, shm_size)
+    source = as_view(sequence)
+    buffering = Buffering.resolve(max_buffered, options, ITEMS_AHEAD, deepen=True, items=source._len)
+    return PrefetchView(source, options, buffering, shm_size)

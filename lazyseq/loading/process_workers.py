@@ -31,7 +31,7 @@ from ..views.errors import seterr
 from .backends import Done
 from .blas_limits import limits_for_workers
 from .buffering import ITEMS_AHEAD
-from .closing import wait_unless_hurried
+from .closing import interrupts_deferred, wait_unless_hurried
 from .failures import LoaderError, WorkerDied, describe_items, exit_description, restore
 from .fork_safety import forking_workers, started_worker
 from .item_cost import ItemCost
@@ -165,7 +165,11 @@ class ProcessWorkers:
         self._started: set[int] = set()  # workers that said they are ready
         self._results = 0  # results received, timed or not (see _timed)
         try:
-            with limits_for_workers(context.get_start_method(), options.blas_threads) as inherited, forking_workers():
+            with (
+                interrupts_deferred(),  # a Ctrl-C in start(), after the fork, would leave that worker unknown here
+                limits_for_workers(context.get_start_method(), options.blas_threads) as inherited,
+                forking_workers(),
+            ):
                 for k in range(options.nworkers):
                     mine, theirs = context.Pipe(duplex=True)
                     process = context.Process(  # type: ignore[attr-defined]  # the stubs give it to subclasses only

@@ -12,7 +12,7 @@ from collections.abc import Callable, Hashable, Sequence, Sized
 from typing import Any, Literal
 
 from .backends import Done
-from .closing import wait_unless_hurried
+from .closing import interrupts_deferred, wait_unless_hurried
 from .failures import LoaderError
 from .options import LoaderOptions
 from .result_signal import ResultSignal
@@ -63,9 +63,10 @@ class ThreadWorkers:
         self.closed = False
         started = 0
         try:
-            for thread in self._threads:
-                thread.start()
-                started += 1
+            with interrupts_deferred():  # a Ctrl-C in start(), once the thread runs, would leave it unknown here
+                for thread in self._threads:
+                    thread.start()
+                    started += 1
         except BaseException as error:  # past the system's limit on threads, say: none is left running
             self._threads = self._threads[:started]
             self.close()
