@@ -490,6 +490,28 @@ def test_a_server_of_the_other_kind_back_at_the_address_is_an_error_not_a_hang(f
         consumer.close()
 
 
+def test_a_server_back_at_the_address_serving_another_view_is_an_error_not_other_data():
+    # The consumer went on with the length it was told first, reading the new view's first items as the old's.
+    first = lazyseq.serve(lazyseq.arange(10), LOOPBACK)
+    remote = lazyseq.connect(first.address, timeout=10.0)
+    try:
+        assert remote[0] == 0
+        first.close()
+        with lazyseq.serve(lazyseq.arange(50), first.address):
+            with pytest.raises(lazyseq.LoaderError) as caught:
+                for i in range(1, 10):
+                    remote[i]
+            with pytest.raises(lazyseq.LoaderError) as again:
+                remote[1]
+        assert str(caught.value) == (
+            f"connect: the server at {first.address} came back serving a view of length 50, where it served a view "
+            "of length 10: connect again to read what it serves now"
+        )
+        assert again.value is caught.value
+    finally:
+        remote.close()
+
+
 def read_two(stream, answers):
     try:
         answers.put(("ok", [next(stream), next(stream)]))
@@ -699,12 +721,14 @@ def test_a_get_for_several_items_gets_one_answer_each():
         client.close()
         context.term()
     answers.sort(key=lambda answer: answer[1]["req"])  # the error is known at once, the items once computed
-    assert answers[:3] == [(b"item", {"req": 5 + k, "index": 7 + k}, [7 + k] * 2) for k in range(3)]
+    token = server._loop._token  # which server answered: a consumer notices one that came back as another
+    assert answers[:3] == [(b"item", {"req": 5 + k, "index": 7 + k, "server": token}, [7 + k] * 2) for k in range(3)]
     assert answers[3] == (
         b"error",
         {
             "req": 8,
             "index": 10,
+            "server": token,
             "type": "IndexError",
             "message": "index 10 out of range for the served view of length 10",
             "chain": "",

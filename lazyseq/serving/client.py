@@ -50,6 +50,8 @@ class RemoteView(View):
         self._ahead = ahead
         self._settings = settings  # what connect() was given: a copy of this view in a worker reconnects
         self._remote_label = str(info.get("label", "a view"))
+        self._served = _what_is_served(info)  # a server back at the address must serve the same
+        self._replaced: LoaderError | None = None  # set once it serves something else
         self._lock = threading.Lock()
         self._next_req = 0
         self._asked: dict[int, int] = {}  # request number -> index, for requests not answered yet
@@ -65,6 +67,8 @@ class RemoteView(View):
         if self._connection.pid != os.getpid():  # a forked worker: its parent's sockets are not its own
             self._connect_here()
         with self._lock:
+            if self._replaced is not None:
+                raise self._replaced
             n = self._len
             in_order = i == self._last + 1  # then every item asked for or arrived is still wanted
             stop = i + 1 + self._ahead if in_order else i + 1
@@ -113,12 +117,17 @@ class RemoteView(View):
 
     def _receive_one(self, i: int) -> None:
         kind, header, buffers = self._connection.receive(waiting_for=f"item {i}")
-        if kind in (b"restarted", b"silent"):  # what was asked may be lost: ask again (answers twice are dropped)
-            for number, index in list(self._asked.items()):
-                self._connection.send(b"get", {"req": number, "index": index})
+        if kind == b"restarted":
+            self._server_restarted()
+            return
+        if kind == b"silent":  # an answer may have been lost with a broken connection
+            self._ask_again()
             return
         if kind not in (b"item", b"error", b"failed") or not isinstance(header, dict):
             return
+        server = header.get("server")
+        if isinstance(server, str) and server != self._connection.server:  # answered before a heartbeat said so
+            self._server_restarted()
         answered = header.get("req")
         j = self._asked.pop(answered, None) if isinstance(answered, int) else None
         if j is None:  # an answer to a request dropped after a jump, or answered already
@@ -135,6 +144,26 @@ class RemoteView(View):
         else:
             self._arrived[j] = ("error", LoaderError(f"{where} could not compute item {j}: {header.get('message')}"))
 
+    def _server_restarted(self) -> None:
+        """A new server at the address: read on if it serves the same view; ask it what the last one lost."""
+        self._check_still_served(self._connection.hello())
+        self._ask_again()
+
+    def _ask_again(self) -> None:
+        """Ask again for everything asked and not answered (an answer that comes twice is dropped)."""
+        for number, index in list(self._asked.items()):
+            self._connection.send(b"get", {"req": number, "index": index})
+
+    def _check_still_served(self, info: Any) -> None:
+        """``LoaderError`` (now and at every later read) if a server that came back serves another view."""
+        served = _what_is_served(info)
+        if served != self._served:
+            self._replaced = LoaderError(
+                f"connect: the server at {self.address} came back serving {_described(served)}, where it served "
+                f"{_described(self._served)}: connect again to read what it serves now"
+            )
+            raise self._replaced
+
     def _describe(self) -> str:
         return f"served({self.address}) {self._remote_label}"
 
@@ -150,6 +179,19 @@ class RemoteView(View):
 
     def __reduce__(self) -> tuple:
         return (_reconnect, (self._settings,))
+
+
+def _what_is_served(info: Any) -> tuple:
+    """What tells one served view from another: its kind and length (the same view may be described otherwise)."""
+    info = info if isinstance(info, dict) else {}
+    return info.get("kind"), info.get("length"), info.get("may_end")
+
+
+def _described(served: tuple) -> str:
+    kind, length, may_end = served
+    if kind != "view":
+        return f"a {kind}" if isinstance(kind, str) else "something else"
+    return f"a view of length {length}" if not may_end else "a view of unknown length"
 
 
 class RemoteStream(Iterator):
