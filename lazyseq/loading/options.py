@@ -84,7 +84,7 @@ class LoaderOptions:
     blas_threads: int
     inline_below: float
     seed: int | None
-    interrupts_stop: bool = True
+    interrupts_stop: bool = True  # derived from the owner: False for "serve"
 
     @classmethod
     def check(
@@ -126,9 +126,9 @@ class LoaderOptions:
             blas = positive(blas_threads, "blas_threads", owner)
         if seed is not None:
             seed = integer(seed, f"{owner}: seed", low=0, expected="a non-negative integer or None")
-        return cls(
-            owner, count, method, start_hook, start_method, blas, _where(owner, method, start_hook, inline_below), seed
-        )
+        where = _where(owner, method, start_hook, inline_below)
+        # A server's readers are its consumers: an item's SystemExit is their item's failure, not a reason to stop.
+        return cls(owner, count, method, start_hook, start_method, blas, where, seed, interrupts_stop=owner != "serve")
 
     @property
     def pickles_pipeline(self) -> bool:

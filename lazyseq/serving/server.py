@@ -6,7 +6,6 @@ The work is done by :class:`.server_loop.ServerLoop`, in a thread of its own;
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import threading
 import weakref
@@ -190,6 +189,5 @@ def serve(
     6 [20. 30.] [100. 110.]
     """
     options = LoaderOptions.check("serve", nworkers, method, start_hook, start_method, blas_threads, 0.0, seed)
-    options = dataclasses.replace(options, interrupts_stop=False)  # an item's SystemExit fails that item only
     ahead = Buffering.resolve(max_buffered, options, ITEMS_AHEAD, deepen=True)
     return Server(source, address, options, ahead, curve_keypair, allowed_clients, insecure)

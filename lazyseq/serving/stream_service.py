@@ -19,7 +19,6 @@ an item of another that happens to have the same number.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -73,9 +72,7 @@ class StreamService:
     kind = "stream"
 
     def __init__(self, iterable: Iterable, max_buffered: int, max_wanted: int, send: Send | None = None) -> None:
-        options = dataclasses.replace(
-            LoaderOptions.check("serve", 1, "thread", inline_below=0.0), interrupts_stop=False
-        )
+        options = LoaderOptions.check("serve", 1, "thread", inline_below=0.0)
         self._drawer = Engine(_Draw(iter(iterable)), options, max_buffered, task_name="item")
         self._max_buffered = max_buffered
         self._max_wanted = max_wanted  # the most items a consumer may ask for ahead of what it acknowledged

@@ -86,7 +86,7 @@ class ViewService:
     def _get(self, consumer: bytes, req: int, i: int) -> None:
         n = self.view._len
         if i < 0 or (n is not None and i >= n):
-            self.send(consumer, b"error", {"req": req, "index": i, "server": self.token, **_index_error(i, n)}, [])
+            self._answer(consumer, b"error", req, i, _index_error(i, n))
             return
         reads = self._reads.get(consumer)
         if reads is None:
@@ -221,7 +221,7 @@ class ViewService:
         if done.status == "error":
             header = failure_header(done.value)
             for req in reqs:
-                self.send(consumer, b"error", {"req": req, "index": i, "server": self.token, **header}, [])
+                self._answer(consumer, b"error", req, i, header)
         else:
             self._send_item(consumer, reqs, i, done.value)
 
@@ -231,10 +231,16 @@ class ViewService:
         except TypeError as error:
             header = {"type": "TypeError", "message": f"item {i} cannot be sent: {error}", "chain": "", "traceback": ""}
             for req in reqs:
-                self.send(consumer, b"error", {"req": req, "index": i, "server": self.token, **header}, [])
+                self._answer(consumer, b"error", req, i, header)
             return
         for req in reqs:
-            self.send(consumer, b"item", {"req": req, "index": i, "server": self.token, "tree": tree}, buffers)
+            self._answer(consumer, b"item", req, i, {"tree": tree}, buffers)
+
+    def _answer(
+        self, consumer: bytes, kind: bytes, req: int, i: int, fields: dict[str, Any], buffers: list | None = None
+    ) -> None:
+        """Answer request ``req`` (item ``i``), naming this server instance: a consumer notices one that came back."""
+        self.send(consumer, kind, {"req": req, "index": i, "server": self.token, **fields}, buffers or [])
 
     def _engine_failed(self, error: LoaderError) -> None:
         """The workers cannot go on; which waiting requests hear why, and which are asked of new workers.
@@ -272,9 +278,7 @@ class ViewService:
                 reads.suspects.update(i for c, i in held if c == consumer)
             for i in failed:
                 for req in reads.waiting.pop(i):
-                    self.send(
-                        consumer, b"failed", {"req": req, "index": i, "server": self.token, "message": message}, []
-                    )
+                    self._answer(consumer, b"failed", req, i, {"message": message})
             reads.held.clear()  # what was computed ahead went with the workers
             reads.frontier = reads.last + 1
             self._ask_again = self._ask_again or bool(reads.waiting)
