@@ -199,8 +199,9 @@ def test_a_loader_closed_while_its_reader_computes_an_item_delivers_nothing(clea
         assert type(ended[0]) is StopIteration
 
 
-def blocks_from_one(i):
+def blocks_from_one(blocked, i):
     if i >= 1:
+        blocked.release()
         threading.Event().wait()  # never returns: stopped by the close
     time.sleep(0.001)  # not a cheap item, whose result would wait for the next one of its run (Outbox)
     return np.full(4, i)
@@ -218,8 +219,13 @@ def test_a_second_ctrl_c_while_worker_processes_stop_still_stops_them_all(clean,
             signal.raise_signal(signal.SIGINT)
         return real_wait(things, timeout)
 
-    ahead = prefetch(lazyseq.smap(blocks_from_one, range(8)), nworkers=2, method="process", start_method="fork")
-    assert ahead[0].tolist() == [0] * 4  # items 1 and 2 are being computed, and never end
+    blocked = multiprocessing.get_context("fork").Semaphore(0)
+    items = lazyseq.smap(functools.partial(blocks_from_one, blocked), range(8))
+    ahead = prefetch(items, nworkers=2, method="process", start_method="fork")
+    assert ahead[0].tolist() == [0] * 4
+    # Both workers inside an item that never ends: a worker still between two items when the close asks it to
+    # stop would exit at once, and the close would have nothing to wait for.
+    assert blocked.acquire(timeout=60) and blocked.acquire(timeout=60)
     monkeypatch.setattr(lazyseq.loading.process_workers, "wait", interrupted_wait)
     with pytest.raises(KeyboardInterrupt):
         ahead.close()
