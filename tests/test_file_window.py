@@ -1,6 +1,7 @@
 """Rows of several memory-mapped files gathered straight into given memory (a worker's shared slot)."""
 
 import gc
+import multiprocessing
 import os
 import pickle
 import subprocess
@@ -123,6 +124,29 @@ def test_process_workers_deliver_the_rows_of_several_files(tmp_path, start_metho
     with lazyseq.prefetch(view, nworkers=2, method="process", start_method=start_method) as ahead:
         got = [batch.copy() for batch in ahead]
     assert np.concatenate(got).tobytes() == whole[positions].tobytes()  # random bits: NaNs among them
+
+
+def test_forked_workers_inherit_the_window_made_once_by_the_consumer(tmp_path, monkeypatch):
+    # Each worker made its own at its first batch, reading the list of the process's mappings: milliseconds where
+    # many libraries are loaded (torch, scipy), at every start of the workers.
+    paths = write_parts(str(tmp_path), np.float64, (248,), (500, 300, 7))
+    whole = np.concatenate([np.load(p) for p in paths])
+    made = multiprocessing.get_context("fork").Value("i", 0)  # counted wherever it is made
+    real_over = FileWindow.over.__func__
+
+    def counted_over(cls, arrays):
+        with made.get_lock():
+            made.value += 1
+        return real_over(cls, arrays)
+
+    monkeypatch.setattr(FileWindow, "over", classmethod(counted_over))
+    data = lazyseq.open_npy(paths)
+    for start in range(3):  # the window stays with the data: workers started again inherit it too
+        positions = np.random.default_rng(start).integers(0, len(whole), size=40 * 32)
+        with lazyseq.prefetch(data.gather(positions).batch(32), 2, "process", start_method="fork") as ahead:
+            got = [batch.copy() for batch in ahead]
+        assert np.concatenate(got).tobytes() == whole[positions].tobytes()
+    assert made.value == 1
 
 
 def test_a_file_cut_short_since_it_was_mapped_gives_no_window_and_no_crash(tmp_path):

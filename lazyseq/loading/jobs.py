@@ -3,13 +3,16 @@
 A job is called as ``job(arg)``. A worker process that has a shared-memory
 slot for the result calls ``job.write_into(arg, slot)`` instead, which may
 build the result's arrays directly in ``slot`` (bytes) and saves copying them
-there afterwards.
+there afterwards. Before worker processes are forked, the consumer calls
+``job.before_fork()``: what it makes then, every worker inherits rather than
+making its own at its first task. Workers without shared slots also take a
+plain function, which they only call.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -19,10 +22,13 @@ if TYPE_CHECKING:
 __all__ = ["CallFunction", "Job", "ReadItem"]
 
 
+@runtime_checkable
 class Job(Protocol):
     def __call__(self, arg: Any) -> Any: ...
 
     def write_into(self, arg: Any, slot: np.ndarray) -> Any: ...
+
+    def before_fork(self) -> None: ...
 
 
 class ReadItem:
@@ -45,6 +51,10 @@ class ReadItem:
     def write_into(self, i: int, slot: np.ndarray) -> Any:
         return self.view._get_into(i, slot)
 
+    def before_fork(self) -> None:
+        for view in self.view._views_below():
+            view._before_fork()
+
 
 class CallFunction:
     """``job(_)`` is ``func()`` (the ``load_buffers`` job)."""
@@ -57,3 +67,6 @@ class CallFunction:
 
     def write_into(self, _: Any, slot: np.ndarray) -> Any:
         return self.func()  # its arrays are the function's own: copied into the slot when sent
+
+    def before_fork(self) -> None:
+        pass  # a function's state is its own business

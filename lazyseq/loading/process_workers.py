@@ -35,6 +35,7 @@ from .closing import interrupts_deferred, wait_unless_hurried
 from .failures import LoaderError, WorkerDied, describe_items, exit_description, restore
 from .fork_safety import forking_workers, started_worker
 from .item_cost import ItemCost
+from .jobs import Job
 from .message_reader import EXITED, MessageReader, Unreadable
 from .messages import (
     PickledResult,
@@ -153,11 +154,13 @@ class ProcessWorkers:
 
         start_hook: Any = options.start_hook
         sent_job: Any = job
-        if options.pickles_pipeline:  # a forked worker inherits the objects themselves
+        if options.pickles_pipeline:
             check_main_module(context.get_start_method(), owner)
             sent_job = serialize(job, "the pipeline", owner)
             if start_hook is not None:
                 start_hook = serialize(start_hook, "start_hook", owner)
+        elif isinstance(job, Job):  # a forked worker inherits the objects themselves, and what they made before
+            job.before_fork()
         self._conns, self._processes = [], []
         self._busy: list[dict] = []  # task -> its argument, for the tasks sent to each worker and not answered yet
         self._backlog = Backlog()  # (task, arg) not sent yet, in order

@@ -82,6 +82,13 @@ class View(Fluent[T_co], Sequence[T_co]):
         """Whether _get_many returns arrays made for that read (see chunks.new_rows) that nothing else refers to."""
         return False
 
+    def _before_fork(self) -> None:
+        """Make now what processes forked from this one would each make at their first read: they inherit it.
+
+        Worker processes started with ``fork`` call it in the consumer, on every
+        view of the pipeline, before forking. The default has nothing to make.
+        """
+
     def _get_into(self, i: int, buffer: np.ndarray) -> Any:
         """Item ``i``, with the arrays this view builds for it placed in ``buffer`` (bytes) where they fit.
 

@@ -98,6 +98,10 @@ class ConcatenateView(View):
             return parts[0]._get_many(idx) if parts else []
         return scatter(pieces, positions, len(idx))
 
+    def _before_fork(self) -> None:
+        if self._window is not None:
+            self._window.prepare_writing()
+
     def _stored_rows(self, rows: range) -> np.ndarray | None:
         if not rows:
             return None

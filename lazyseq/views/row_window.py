@@ -124,6 +124,15 @@ class RowWindow:
         offsets += positions * self._row_bytes
         return self._window[offsets].view(self._item)
 
+    def prepare_writing(self) -> None:
+        """Map the files side by side now (see :meth:`rows`), rather than at the first batch built in given memory.
+
+        Finding which file each map shows reads this process's list of mappings:
+        a few milliseconds where many libraries are loaded. Processes forked
+        after this call inherit the window instead of each building its own.
+        """
+        self._file_window()
+
     def _file_window(self) -> tuple[np.ndarray, np.ndarray] | None:
         """The files behind the arrays mapped side by side, made at the first call, or None where they cannot be.
 
