@@ -91,6 +91,20 @@ def test_no_window_over_more_files_than_the_mappings_allowed_can_spare(tmp_path,
     assert FileWindow.over(arrays) is None
 
 
+def test_windows_held_together_leave_the_process_most_of_its_mappings(tmp_path, monkeypatch):
+    # Views held side by side each kept a window within the limit, and together took every mapping the process
+    # may have: the next np.load(mmap_mode="r") failed with "Cannot allocate memory".
+    arrays = [np.load(p, mmap_mode="r") for p in write_parts(str(tmp_path), np.float64, (3,), (5, 4, 2))]
+    monkeypatch.setattr("lazyseq.views.file_window._max_map_count", lambda: 80)  # room for 5 files
+    first = FileWindow.over(arrays)
+    assert first is not None
+    assert FileWindow.over(arrays) is None  # 3 files more would take 12 mappings
+    assert FileWindow.over(arrays[:1]) is not None  # 1 file: 8, and it is let go at once
+    del first
+    gc.collect()
+    assert FileWindow.over(arrays) is not None
+
+
 def test_no_window_where_the_maps_may_differ_from_the_files(tmp_path):
     paths = write_parts(str(tmp_path), np.float64, (3,), (5, 4))
     assert FileWindow.over([np.load(p) for p in paths]) is None  # in memory: no file

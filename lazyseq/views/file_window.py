@@ -22,7 +22,8 @@ only elements computed from valid positions. Linux on x86-64 and ARM64 only
 file mapped first (same device and inode, from ``/proc/self/maps``): one
 replaced since is not used. Elsewhere, and where the files cannot be aligned,
 are shorter than their maps, are not the files mapped first, or are too many
-(each takes two of the mappings a process may have), there is no such window
+(each takes two of the mappings a process may have, and the windows of a
+process take an eighth of them at most, together), there is no such window
 and batches are gathered as before.
 """
 
@@ -67,16 +68,27 @@ def _libc() -> ctypes.CDLL | None:
 
 _LIBC = _libc()
 
+# The mappings that the windows alive in this process may take (each file: one, and one for the gap after it),
+# one entry per window. A list, whose append and remove are atomic: windows are made and dropped by any thread, and
+# a process forked meanwhile inherits no lock held by another.
+_mappings_held: list[int] = []
+
+
+def _room_for(mappings: int) -> bool:
+    """Whether windows may take ``mappings`` more: all of them, an eighth at most of what the process may have."""
+    return sum(_mappings_held) + mappings <= _max_map_count() // 8
+
 
 class _Reservation:
-    """A range of addresses, unmapped (with whatever was mapped into it) when this object goes away."""
+    """A range of addresses for ``mappings`` mappings, unmapped (with them) when this object goes away."""
 
-    def __init__(self, libc: ctypes.CDLL, size: int) -> None:
+    def __init__(self, libc: ctypes.CDLL, size: int, mappings: int) -> None:
         address = libc.mmap(None, size, _PROT_NONE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
         if address in (None, _FAILED):
             raise OSError(ctypes.get_errno(), "cannot reserve address space")
         self.address, self.size = address, size
-        self._finalizer = weakref.finalize(self, libc.munmap, address, size)
+        _mappings_held.append(mappings)
+        self._finalizer = weakref.finalize(self, _release, libc, address, size, mappings)
 
     def map_file(self, libc: ctypes.CDLL, address: int, length: int, path: str, offset: int, identity: tuple) -> None:
         """Map ``length`` bytes of the file at ``path`` from ``offset`` (a page boundary) read-only at ``address``.
@@ -117,7 +129,7 @@ class FileWindow:
     @classmethod
     def over(cls, arrays: Sequence[np.ndarray]) -> FileWindow | None:
         """A window over the files behind ``arrays`` (C-contiguous memory maps, one row size), or None."""
-        if _LIBC is None or 2 * len(arrays) > _max_map_count() // 8:  # a mapping per file and per gap
+        if _LIBC is None or not _room_for(2 * len(arrays)):  # a mapping per file and per gap
             return None
         row_bytes = arrays[0].itemsize * math.prod(arrays[0].shape[1:])
         mapped_files = _MappedFiles()
@@ -152,7 +164,7 @@ class FileWindow:
     def _map(cls, places: list, row_bytes: int, size: int) -> FileWindow | None:
         libc = _LIBC
         assert libc is not None
-        reservation = _Reservation(libc, size)
+        reservation = _Reservation(libc, size, 2 * len(places))
         free = -(-reservation.address // PAGE) * PAGE  # the first address not used yet
         origin = -1  # address of the first file's row 0
         first_rows = []
@@ -175,6 +187,11 @@ class FileWindow:
             "version": 3,
         }
         return cls(np.asarray(_Interface(interface, reservation)), first_rows)
+
+
+def _release(libc: ctypes.CDLL, address: int, size: int, mappings: int) -> None:
+    libc.munmap(address, size)
+    _mappings_held.remove(mappings)
 
 
 def _max_map_count() -> int:
