@@ -341,6 +341,61 @@ def test_memory_maps_travel_to_workers_as_file_locations(tmp_path):
             np.testing.assert_array_equal(got, expected)
 
 
+def test_a_memory_map_whose_file_was_replaced_is_refused_where_it_is_opened_again(tmp_path):
+    # Workers that get the pipeline pickled (spawn, forkserver) open memory maps again by file name: they read
+    # whatever file was there, while the consumer's maps showed the old one, and batches mixed the two silently.
+    path = tmp_path / "rows.npy"
+    np.save(path, np.arange(40.0).reshape(20, 2))
+    rows = lazyseq.open_npy(path)
+    np.save(tmp_path / "new.npy", np.zeros((20, 2)))
+    os.replace(tmp_path / "new.npy", path)
+    message = (
+        f"{path} is not the file that the view's memory map showed: another file was put at that name since (a "
+        "memory map travels to other processes by file name); make the view again over the new file, or keep the "
+        "old one there while its loaders run"
+    )
+    with pytest.raises(OSError) as refused:
+        pickle.loads(pickle.dumps(rows.batch(4)))
+    assert str(refused.value) == message
+    with prefetch(rows.batch(4), nworkers=1, method="process", start_method="spawn") as ahead:
+        with pytest.raises(lazyseq.LoaderError, match="could not start: unpickling the pipeline failed") as failed:
+            ahead[0]
+    assert str(failed.value.__cause__) == message
+    assert rows[3].tolist() == [6.0, 7.0]  # the consumer still reads the file it mapped
+
+
+def test_where_the_system_does_not_say_which_file_is_mapped_a_file_replaced_after_pickling_is_refused(
+    tmp_path, monkeypatch
+):
+    path = tmp_path / "rows.npy"
+    np.save(path, np.arange(40.0).reshape(20, 2))
+    rows = lazyseq.open_npy(path)
+    real_stat = os.stat
+
+    def unprivileged_stat(name, *args, **kwargs):  # reading /proc/self/map_files needs CAP_SYS_ADMIN
+        if str(name).startswith("/proc/self/map_files/"):
+            raise PermissionError(1, "Operation not permitted", name)
+        return real_stat(name, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", unprivileged_stat)
+    pickled = pickle.dumps(rows)
+    assert pickle.loads(pickled)[3].tolist() == [6.0, 7.0]
+    np.save(tmp_path / "new.npy", np.zeros((20, 2)))
+    os.replace(tmp_path / "new.npy", path)
+    with pytest.raises(OSError, match="is not the file that the view's memory map showed"):
+        pickle.loads(pickled)
+
+
+def test_a_memory_map_whose_file_was_written_in_place_is_read_as_the_consumer_reads_it(tmp_path):
+    path = tmp_path / "rows.npy"
+    np.save(path, np.arange(40.0).reshape(20, 2))
+    rows = lazyseq.open_npy(path)
+    np.save(path, np.full((20, 2), 5.0))  # the same file, rewritten: the consumer's map shows the new values too
+    with prefetch(rows.batch(4), nworkers=1, method="process", start_method="spawn") as ahead:
+        assert [batch.tolist() for batch in ahead] == [batch.tolist() for batch in rows.batch(4)]
+    assert rows[0].tolist() == [5.0, 5.0]
+
+
 def structures():
     """Random results: arrays of assorted dtypes and shapes, strings, numbers, nested in tuples, lists, dicts."""
     dtypes = st.sampled_from(["int8", "uint16", "int64", "float32", "float64", "bool", "complex64", "U3"])

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import os
+import socket
 from collections.abc import Iterator, Mapping
 from typing import Any, overload
 
@@ -74,11 +77,12 @@ class ArraySource(View):
         return f"{name} {self._array.dtype} {self._array.shape}"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # A memory map travels to worker processes as where its bytes are in the file, not as its data.
+        # A memory map travels to worker processes as where its bytes are in the file, not as its data, with the
+        # file it maps: on this machine, a file replaced at that name since is refused, not read in its place.
         where = memmap_location(self.source)
         if where is None:
             return (ArraySource, (self.source,))
-        return (_reopened_source, where)
+        return (_reopened_source, (*where, _mapped_file(self.source)))
 
 
 def memmap_location(array: np.ndarray) -> tuple | None:
@@ -101,10 +105,62 @@ def memmap_location(array: np.ndarray) -> tuple | None:
     return (array.filename, mode, first, high - low, array.dtype, array.shape, array.strides, array.ctypes.data - low)
 
 
+def _mapped_file(array: np.ndarray) -> tuple | None:
+    """``(machine, device, inode)`` of the file that ``array`` maps (a memory map that ``memmap_location`` places).
+
+    The file mapped, which may no longer be the one at its name, where the
+    system says (``/proc/self/map_files``, which needs privileges); else the
+    file at its name now. ``machine`` says where that holds; None elsewhere.
+    """
+    import mmap
+
+    machine = _this_machine()
+    if machine is None:
+        return None
+    mapped = array._mmap  # type: ignore[attr-defined]  # numpy's own mmap object (see memmap_location)
+    start = np.frombuffer(mapped, dtype=np.uint8).ctypes.data
+    end = start + -(-len(mapped) // mmap.PAGESIZE) * mmap.PAGESIZE
+    try:
+        stat = os.stat(f"/proc/self/map_files/{start:x}-{end:x}")
+    except OSError:  # not permitted, or the map was merged with a neighbour (or split)
+        try:
+            stat = os.stat(array.filename)  # type: ignore[attr-defined]  # a memory map's
+        except OSError:
+            return None
+    return (machine, stat.st_dev, stat.st_ino)
+
+
+@functools.cache
+def _this_machine() -> tuple[str, str] | None:
+    """This boot of this machine (Linux): where a file's device and inode name the same file."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as boot:
+            return (boot.read().strip(), socket.gethostname())
+    except OSError:
+        return None
+
+
 def _reopened_source(
-    filename: str, mode: Any, first: int, length: int, dtype: np.dtype, shape: tuple, strides: tuple, start: int
+    filename: str,
+    mode: Any,
+    first: int,
+    length: int,
+    dtype: np.dtype,
+    shape: tuple,
+    strides: tuple,
+    start: int,
+    mapped: tuple | None = None,
 ) -> ArraySource:
-    raw = np.memmap(filename, dtype=np.uint8, mode=mode, offset=first, shape=(length,))
+    with open(filename, "rb" if mode == "r" else "r+b") as file:  # closed once mapped: the map holds it
+        if mapped is not None and mapped[0] == _this_machine():
+            stat = os.fstat(file.fileno())
+            if (stat.st_dev, stat.st_ino) != mapped[1:]:
+                raise OSError(
+                    f"{filename} is not the file that the view's memory map showed: another file was put at that "
+                    "name since (a memory map travels to other processes by file name); make the view again over "
+                    "the new file, or keep the old one there while its loaders run"
+                )
+        raw = np.memmap(file, dtype=np.uint8, mode=mode, offset=first, shape=(length,))
     array = np.ndarray.__new__(np.memmap, shape, dtype, buffer=raw, offset=start, strides=strides)
     # what np.memmap sets on its views: the map remembers its file again (if sent on, or for a FileWindow)
     array._mmap, array.filename = raw._mmap, raw.filename  # type: ignore[attr-defined]  # numpy's own attribute
