@@ -19,8 +19,7 @@ import pytest
 from loader_helpers import alive, die_on, torch_draw
 
 import lazyseq
-from lazyseq.loading.parent_watch import ParentWatch
-from lazyseq.loading.seeding import seed_this_worker, seed_torch, worker_states
+from lazyseq.loading.seeding import seed_torch, worker_states
 
 START_METHODS = multiprocessing.get_all_start_methods()
 
@@ -344,26 +343,54 @@ DRAWING_SCRIPT = textwrap.dedent(
 )
 
 
-def test_a_forked_worker_whose_torch_generator_stays_locked_fails_to_start_rather_than_hang(monkeypatch):
+class LockedTorch:
+    """torch as a forked worker sees it when a draw held the generator's lock at the fork: seeding never returns."""
+
+    @staticmethod
+    def manual_seed(seed):
+        threading.Event().wait()
+
+
+def test_a_forked_worker_whose_torch_generator_stays_locked_is_ended_and_says_why(monkeypatch):
     # A draw that began without the GIL between the consumer's last look and the fork leaves the lock held.
-    locked = threading.Event()
-
-    class LockedTorch:  # torch.manual_seed waiting on a lock that nobody in this process will release
-        @staticmethod
-        def manual_seed(seed):
-            locked.wait()
-
     monkeypatch.setitem(sys.modules, "torch", LockedTorch)
     monkeypatch.setattr("lazyseq.loading.seeding.TORCH_LOCK_SECONDS", 0.05)
-    watch = ParentWatch(check_seconds=0.25)  # the worker's other thread, which runs the seeding
+    with lazyseq.prefetch(range(4), nworkers=1, method="process", start_method="fork") as ahead:
+        with pytest.raises(lazyseq.WorkerDied) as raised:
+            ahead[0]
+    pid = str(raised.value).split("(pid ")[1].split(")")[0]
+    assert str(raised.value) == (
+        f"prefetch: worker process 0 (pid {pid}) died with signal SIGALRM while starting: torch's random generator "
+        "was locked when this worker was forked: another thread of the consumer was drawing from it (torch.randn, "
+        "...) at that moment, and its lock stays held in the worker, whose seeding of the generator had not "
+        "returned after 0.05 s; start the workers with start_method='forkserver' or 'spawn', or keep other "
+        "threads from drawing while they start"
+    )
+
+
+class SeededTorch:
+    @staticmethod
+    def manual_seed(seed):
+        pass
+
+
+def alarm_state(item):
+    return signal.getsignal(signal.SIGALRM).__name__, signal.getitimer(signal.ITIMER_REAL)
+
+
+def test_a_forked_worker_seeds_torch_under_a_timer_it_then_clears(monkeypatch):
+    def on_alarm(signum, frame):  # the consumer's own handler: the worker has it back after seeding
+        pass
+
+    monkeypatch.setitem(sys.modules, "torch", SeededTorch)
+    previous = signal.signal(signal.SIGALRM, on_alarm)
     try:
-        with pytest.raises(RuntimeError, match=r"^torch's random generator was locked when this worker was forked: "):
-            seed_this_worker(1234, 0, watch.run_within)
-        locked.set()
-        seed_this_worker(1234, 0, watch.run_within)  # seeded within the bound: nothing raised
+        with lazyseq.prefetch(
+            lazyseq.smap(alarm_state, range(2)), nworkers=1, method="process", start_method="fork"
+        ) as ahead:
+            assert list(ahead) == [("on_alarm", (0.0, 0.0))] * 2
     finally:
-        locked.set()
-        watch.close()
+        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.mark.parametrize("library", ["numpy", "torch"])
@@ -372,7 +399,7 @@ def test_workers_forked_while_another_thread_draws_random_numbers_start(tmp_path
     if library == "torch":
         pytest.importorskip("torch")
     done = run_unless_hung(tmp_path, DRAWING_SCRIPT, library, hung=f"forked while drawing from {library}")
-    # Rarely (about one run in ten), a torch draw begins between the last look and the fork: the worker says so.
+    # Rarely (a few runs in a hundred), a torch draw begins between the last look and the fork: the loader says so.
     locked = library == "torch" and "torch's random generator was locked when this worker was forked" in done[1]
     assert done == ("45.0\n" * 3, "", 0) or (locked and done[2] != 0)
 

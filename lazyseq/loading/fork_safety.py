@@ -19,9 +19,9 @@ taken by every worker process, before any of the user's code runs:
   generator's state, which waits for a draw in progress to end, and keeps the
   GIL from then until the fork, so that a thread drawing in a Python loop
   cannot start its next draw before it. A draw that begins in between (torch
-  lets go of the GIL before it takes its lock) is not covered: seeding then
-  fails in that worker, with a ``RuntimeError`` that says so (see
-  :mod:`.seeding`), and the loader raises ``LoaderError``, rather than hang.
+  lets go of the GIL before it takes its lock) is not covered: that worker
+  is then ended by a timer (see :mod:`.seeding`), and the loader raises
+  ``WorkerDied``, saying why, rather than hang.
 
 (The standard streams' own locks need nothing: multiprocessing flushes them
 in the forking thread before it forks.) Only processes that

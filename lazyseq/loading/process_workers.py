@@ -56,6 +56,7 @@ from .messages import (
     write_all,
 )
 from .options import LoaderOptions, serialize
+from .seeding import seeding_death
 from .shared_slots import SharedSlots, slot_bytes_for
 from .structure import ONE_ARRAY, rebuild
 from .task_queue import Backlog
@@ -148,6 +149,7 @@ class ProcessWorkers:
                 "nworkers=0), or the other one method='thread'"
             )
         context = multiprocessing.get_context(options.start_method)
+        self._forked = context.get_start_method() == "fork"
         # Every worker seeds numpy's global generator first thing; numpy imports numpy.random at first use, which
         # takes 15-25 ms. Imported here, once for the program, forked workers find it imported.
         import numpy.random  # noqa: F401
@@ -407,6 +409,9 @@ class ProcessWorkers:
                 " while starting, before it could compute anything; what it printed (the cause, usually a "
                 "traceback) went to the standard error of this process"
             )
+            seeding = seeding_death(process.exitcode) if self._forked else None
+            if seeding is not None:
+                doing = f" while starting: {seeding}"
         message = (
             f"{self._owner}: worker process {k} (pid {process.pid}) died with "
             f"{exit_description(process.exitcode)}{doing}"

@@ -23,17 +23,16 @@ come from :func:`lazyseq.rng` instead: a generator made from the item itself.
 
 from __future__ import annotations
 
-import functools
 import os
 import random
+import signal
 import sys
 import traceback
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-__all__ = ["base_seed", "seed_this_worker", "seed_torch", "worker_states"]
+__all__ = ["base_seed", "seed_this_worker", "seed_torch", "seeding_death", "worker_states"]
 
 
 def base_seed(seed: int | None, start: int) -> int:
@@ -52,17 +51,18 @@ def worker_states(base: int, worker: int) -> tuple[int, tuple[int, ...], int]:
     return python, tuple(words[4:8]), torch_seed & ((1 << 63) - 1)
 
 
-def seed_this_worker(
-    base: int, worker: int, run_within: Callable[[float, Callable[[], None]], bool] | None = None
-) -> None:
+def seed_this_worker(base: int, worker: int, forked: bool = False) -> None:
     """Seed the global generators of this process for worker ``worker`` (called first thing in a worker).
 
-    In a forked worker, torch's generator may have been locked by another
-    thread of the consumer at the fork (see :mod:`.fork_safety`): locked for
-    ever, since that thread is not in the worker. Rather than hang, a forked
-    worker gives ``run_within(seconds, call)``, which runs the call in another
-    of its threads and says whether it returned in time; seeding then fails
-    after :data:`TORCH_LOCK_SECONDS`, with a ``RuntimeError`` that says so.
+    In a worker ``forked`` from the consumer, torch's generator may have been
+    locked by another thread of the consumer at the fork (see
+    :mod:`.fork_safety`): locked for ever, since that thread is not in the
+    worker, and torch waits for that lock holding the GIL, so that no other
+    thread of the worker can run either. Rather than hang, such a worker is
+    ended by the system: seeding runs under a timer whose signal, SIGALRM,
+    kills the process after :data:`TORCH_LOCK_SECONDS` (the signal's default
+    action, which needs no Python code to run). The consumer then reports the
+    death with :func:`seeding_death`.
     """
     python, numpy_words, torch_seed = worker_states(base, worker)
     random.seed(python)
@@ -70,17 +70,37 @@ def seed_this_worker(
     torch = sys.modules.get("torch")  # only if the pipeline already uses it: never imported here
     if torch is None or not hasattr(torch, "manual_seed"):
         return
-    if run_within is None:
+    if not forked:
         seed_torch(torch, torch_seed)
-    elif not run_within(TORCH_LOCK_SECONDS, functools.partial(seed_torch, torch, torch_seed)):
-        raise RuntimeError(
-            "torch's random generator was locked when this worker was forked: another thread of the consumer was "
-            "drawing from it (torch.randn, ...) at that moment, and its lock stays held in the worker; start the "
-            "workers with start_method='forkserver' or 'spawn', or keep other threads from drawing while they start"
-        )
+        return
+    previous = signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.setitimer(signal.ITIMER_REAL, TORCH_LOCK_SECONDS)
+    try:
+        seed_torch(torch, torch_seed)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 TORCH_LOCK_SECONDS = 5.0  # seeding takes microseconds: a generator locked this long is locked for ever
+
+
+def seeding_death(exitcode: int | None) -> str | None:
+    """Why a forked worker that ended with ``exitcode`` before it was ready died, if seeding ended it.
+
+    >>> seeding_death(-signal.SIGALRM).split(":")[0]
+    "torch's random generator was locked when this worker was forked"
+    >>> seeding_death(1) is None
+    True
+    """
+    if exitcode != -signal.SIGALRM:
+        return None
+    return (
+        "torch's random generator was locked when this worker was forked: another thread of the consumer was "
+        "drawing from it (torch.randn, ...) at that moment, and its lock stays held in the worker, whose seeding "
+        f"of the generator had not returned after {TORCH_LOCK_SECONDS:g} s; start the workers with "
+        "start_method='forkserver' or 'spawn', or keep other threads from drawing while they start"
+    )
 
 
 def seed_torch(torch: Any, seed: int) -> None:

@@ -63,7 +63,7 @@ def run_worker(conn: Connection, start: WorkerStart) -> None:
     """Serve tasks until told to stop, until the connection closes, or until the parent dies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _lower_priority()
-    watch = ParentWatch(PARENT_CHECK_SECONDS)  # exits this process once the consumer's is gone
+    ParentWatch(PARENT_CHECK_SECONDS)  # exits this process once the consumer's is gone
     job, start_hook = start.job, start.start_hook
     seterr(start.error_mode)  # a spawned worker starts with the default: the pipeline's reads raise as the consumer's
     stage = "unpickling the pipeline"
@@ -74,7 +74,7 @@ def run_worker(conn: Connection, start: WorkerStart) -> None:
             start_hook = pickle.loads(start_hook)
         stage = "seeding the random generators"
         # after unpickling (torch?), before the hook
-        seed_this_worker(start.seed, start.index, watch.run_within if forked_worker() else None)
+        seed_this_worker(start.seed, start.index, forked=forked_worker())
         stage = "start_hook"
         if start_hook is not None:
             start_hook(start.index)
