@@ -56,9 +56,9 @@ def available_shared_memory() -> int:
     return stats.f_bavail * stats.f_frsize
 
 
-def _anonymous_file(size: int) -> int:
+def _anonymous_file(size: int, name: str) -> int:
     if hasattr(os, "memfd_create"):
-        fd = os.memfd_create("lazyseq-slots", os.MFD_CLOEXEC)
+        fd = os.memfd_create(name, os.MFD_CLOEXEC)
     else:
         fd, path = tempfile.mkstemp(prefix="lazyseq-", dir=_shared_folder())
         os.unlink(path)
@@ -71,20 +71,29 @@ def _anonymous_file(size: int) -> int:
 
 
 class SharedSlots:
-    """``count`` slots of ``slot_bytes`` each, in the consumer's process."""
+    """``count`` slots of ``slot_bytes`` each, in the consumer's process.
 
-    def __init__(self, count: int, slot_bytes: int, owner: str) -> None:
+    The pool is made anew (named ``name``: what ``/proc/<pid>/fd`` shows of
+    a ``memfd``), or, given ``fd``, the one that descriptor holds (a pool
+    another process made): then the pool takes the descriptor over.
+    """
+
+    def __init__(
+        self, count: int, slot_bytes: int, owner: str, *, fd: int | None = None, name: str = "lazyseq-slots"
+    ) -> None:
         total = count * slot_bytes
-        free = available_shared_memory()
-        if total > free:
-            raise NoSharedMemory(
-                f"{owner}: the shared-memory pool needs {total / 2**20:.1f} MiB ({count} slots of "
-                f"{slot_bytes / 2**20:.2f} MiB) but only {free / 2**20:.1f} MiB are available; "
-                "lower the number of buffered items or the item size"
-            )
+        if fd is None:
+            free = available_shared_memory()
+            if total > free:
+                raise NoSharedMemory(
+                    f"{owner}: the shared-memory pool needs {total / 2**20:.1f} MiB ({count} slots of "
+                    f"{slot_bytes / 2**20:.2f} MiB) but only {free / 2**20:.1f} MiB are available; "
+                    "lower the number of buffered items or the item size"
+                )
+            fd = _anonymous_file(total, name)
         self.count = count
         self.slot_bytes = slot_bytes
-        self.fd = _anonymous_file(total)
+        self.fd = fd
         self._map: mmap.mmap | None = mmap.mmap(self.fd, total)
         self._memory: memoryview | None = memoryview(self._map)
         self._slot_memory = [self._memory[k * slot_bytes : (k + 1) * slot_bytes] for k in range(count)]
@@ -122,6 +131,11 @@ class SharedSlots:
     def give_back(self, slot: int) -> None:
         """Return a slot that was taken but not delivered."""
         self._free.append(slot)
+
+    def memory(self, slot: int) -> memoryview:
+        """The bytes of ``slot``, to write a result into (the side that fills the slots)."""
+        assert self._memory is not None, "slots written after close()"
+        return self._slot_memory[slot]
 
     def lease(self, slot: int) -> np.ndarray:
         """The bytes of ``slot`` as a fresh array; the slot is free again once that array is gone."""

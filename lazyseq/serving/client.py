@@ -15,6 +15,7 @@ from . import wire
 from .connection import Connection
 from .endpoints import check_endpoint
 from .failures import restore_failure
+from .shared_items import ReceivedPool, hello_fields
 
 __all__ = ["RemoteStream", "RemoteView", "connect"]
 
@@ -58,6 +59,8 @@ class RemoteView(View):
         self._asking: dict[int, int] = {}  # index -> its request number
         self._arrived: dict[int, tuple[str, Any]] = {}  # index -> ("ok", value) or ("error", exception)
         self._last = -1
+        self._pool: ReceivedPool | None = None  # on the server's machine: where it writes items (see .shared_items)
+        self._slot_of: dict[int, int] = {}  # request number -> the slot of the pool it named
 
     @property
     def address(self) -> str:
@@ -96,9 +99,10 @@ class RemoteView(View):
         connection = Connection(
             settings["address"], settings["timeout"], settings["server_key"], settings["curve_keypair"]
         )
-        connection.hello()
+        connection.hello(_hello_fields(settings))
         self._connection, self._lock = connection, threading.Lock()
         self._asked, self._asking, self._arrived, self._last = {}, {}, {}, -1
+        self._pool, self._slot_of = None, {}  # the parent's: it names their slots
 
     def _ask(self, indices: list[int]) -> None:
         """Ask for ``indices`` (ascending), one request per run of consecutive ones."""
@@ -109,9 +113,14 @@ class RemoteView(View):
                 self._next_req += count
                 for offset in range(count):
                     self._asked[req + offset], self._asking[first + offset] = first + offset, req + offset
-                header = {"req": req, "index": first}
+                header: dict[str, Any] = {"req": req, "index": first}
                 if count > 1:
                     header["count"] = count
+                if self._pool is not None:
+                    slots = self._pool.take(count)
+                    if slots[0] >= 0:  # free ones come first
+                        header["slots"] = slots
+                        self._slot_of.update((req + k, slot) for k, slot in enumerate(slots) if slot >= 0)
                 self._connection.send(b"get", header)
                 start = k
 
@@ -128,14 +137,27 @@ class RemoteView(View):
         server = header.get("server")
         if isinstance(server, str) and server != self._connection.server:  # answered before a heartbeat said so
             self._server_restarted()
+        if "pool" in header and self._pool is None and self._settings.get("shared_memory", True):
+            self._pool = ReceivedPool.open(header["pool"])
         answered = header.get("req")
+        slot = self._slot_of.pop(answered, -1) if isinstance(answered, int) else -1  # ours again with the answer
+        places = header.get("places") if kind == b"item" else None
+        if places is not None and (slot < 0 or header.get("slot") != slot):
+            if slot >= 0:
+                self._give_back(slot)
+            return  # written into a pool or slot no longer ours (a server gone since): asked again, not read
         j = self._asked.pop(answered, None) if isinstance(answered, int) else None
+        if j is None or places is None:  # an answer to a request dropped after a jump; or not written into the slot
+            self._give_back(slot)
         if j is None:  # an answer to a request dropped after a jump, or answered already
             return
         del self._asking[j]
         where = f"the server at {self.address}"
         if kind == b"item":
             try:
+                if places is not None:
+                    assert self._pool is not None  # a slot was named: the pool is there
+                    buffers = self._pool.buffers(slot, places)
                 self._arrived[j] = ("ok", wire.decode(header.get("tree"), buffers))
             except wire.ProtocolError as error:
                 self._arrived[j] = ("error", error)
@@ -144,8 +166,18 @@ class RemoteView(View):
         else:
             self._arrived[j] = ("error", LoaderError(f"{where} could not compute item {j}: {header.get('message')}"))
 
+    def _give_back(self, slot: int) -> None:
+        if slot >= 0 and self._pool is not None:
+            self._pool.give_back(slot)
+
     def _server_restarted(self) -> None:
-        """A new server at the address: read on if it serves the same view; ask it what the last one lost."""
+        """A new server at the address: read on if it serves the same view; ask it what the last one lost.
+
+        The last server's pool goes (items read from it stay readable); the new one makes another.
+        """
+        if self._pool is not None:
+            self._pool.close()
+        self._pool, self._slot_of = None, {}
         self._check_still_served(self._connection.hello())
         self._ask_again()
 
@@ -168,8 +200,14 @@ class RemoteView(View):
         return f"served({self.address}) {self._remote_label}"
 
     def close(self) -> None:
-        """Disconnect (the server frees what it held for this consumer); idempotent."""
+        """Disconnect (the server frees what it held for this consumer); idempotent.
+
+        Items already read stay readable, those read from shared memory too.
+        """
         self._connection.close()
+        pool, self._pool = self._pool, None
+        if pool is not None and self._connection.pid == os.getpid():
+            pool.close()
 
     def __enter__(self) -> RemoteView:
         return self
@@ -324,6 +362,7 @@ def connect(
     server_key: Any = None,
     curve_keypair: tuple[Any, Any] | None = None,
     ahead: int = 4,
+    shared_memory: bool = True,
 ) -> RemoteView | RemoteStream:
     """Connect to a :func:`~lazyseq.serve` server: a view of what it serves, or an iterator over its stream.
 
@@ -340,6 +379,13 @@ def connect(
     this client's ``(public, secret)`` pair (one is made when not given; the
     server must allow its public key if it lists ``allowed_clients``).
 
+    A served view read on the server's own machine (over loopback or
+    ``ipc://``) gets its items' arrays through shared memory rather than the
+    socket, where the system lets this process open the server's (Linux, the
+    same user): the server writes each item into a slot of a pool it made for
+    this consumer, reused once nothing refers to the item any more.
+    ``shared_memory=False`` keeps everything on the socket.
+
     >>> import lazyseq
     >>> with lazyseq.serve(iter(["a", "b", "c"]), "tcp://127.0.0.1:0") as server:
     ...     with lazyseq.connect(server.address) as stream:
@@ -350,15 +396,22 @@ def connect(
 
     ahead = positive(ahead, "ahead", "connect")
     check_endpoint(address, "connect", binding=False)
-    settings = {"address": address, "timeout": timeout, "server_key": server_key, "curve_keypair": curve_keypair}
+    settings = {
+        "address": address,
+        "timeout": timeout,
+        "server_key": server_key,
+        "curve_keypair": curve_keypair,
+        "ahead": ahead,
+        "shared_memory": bool(shared_memory),
+    }
     connection = Connection(address, timeout, server_key, curve_keypair)
     try:
-        info = connection.hello()
+        info = connection.hello(_hello_fields(settings))
         if not isinstance(info, dict) or info.get("kind") not in ("view", "stream"):
             raise wire.ProtocolError(f"{address} did not answer as a lazyseq server")
         if info["kind"] == "stream":
             return RemoteStream(connection, ahead)
-        return RemoteView(connection, info, ahead, {**settings, "ahead": ahead})
+        return RemoteView(connection, info, ahead, settings)
     except BaseException:
         connection.close()
         raise
@@ -366,3 +419,8 @@ def connect(
 
 def _reconnect(settings: dict) -> RemoteView | RemoteStream:
     return connect(**settings)
+
+
+def _hello_fields(settings: dict) -> dict:
+    """What a consumer says in its hello besides its timeout: where it runs, if it takes items in shared memory."""
+    return hello_fields(settings["ahead"]) if settings.get("shared_memory", True) else {}

@@ -77,6 +77,7 @@ class Connection:
             self, _close, self.pid, socket, self.heartbeat, context, (self._wake_fd, self._waker_fd)
         )
         self.server: str | None = None  # the server instance answering, from its welcome
+        self._hello_fields: dict = {}
         self.heartbeat.start()
 
     @property
@@ -118,9 +119,14 @@ class Connection:
             return " (with CURVE: check server_key, and that the server allows this client's public key)"
         return ""
 
-    def hello(self) -> dict:
-        """Ask what the server serves; ``ServerLost`` if no server answers within ``timeout``."""
-        self.send(b"hello", {"timeout": self.timeout})
+    def hello(self, fields: dict | None = None) -> dict:
+        """Ask what the server serves, saying ``fields`` too (those of the last hello if None).
+
+        ``ServerLost`` if no server answers within ``timeout``.
+        """
+        if fields is not None:
+            self._hello_fields = fields
+        self.send(b"hello", {**self._hello_fields, "timeout": self.timeout})
         while True:
             kind, header, _ = self.receive(waiting_for="an answer to hello")
             if kind == b"welcome":

@@ -34,6 +34,7 @@ had not acknowledged go to other consumers.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import threading
@@ -232,6 +233,7 @@ class ServerLoop:
             now = time.monotonic()
             if kind == b"hello":
                 self._seen[consumer] = (now, _timeout(header))
+                self._service.hello(consumer, header, _on_this_machine(self.address, received[0]))
                 self._send(consumer, b"welcome", {**self.info, "server": self._token}, [])
                 return
             heard = self._seen.get(consumer)
@@ -254,6 +256,18 @@ class ServerLoop:
         if consumer in self._seen:  # only a consumer that said hello: pings do not make entries
             self._seen[consumer] = (time.monotonic(), _timeout(header))
         self._send(sender, b"pong", {"server": self._token}, [])
+
+
+def _on_this_machine(address: str, frame: Any) -> bool:
+    """Whether the consumer that sent ``frame`` connected from this machine: over ``ipc://``, or from loopback."""
+    if address.startswith("ipc://"):
+        return True
+    try:
+        peer = ipaddress.ip_address(frame.get("Peer-Address"))
+    except Exception:  # no address to read (inproc://), or not one
+        return False
+    mapped = getattr(peer, "ipv4_mapped", None)
+    return bool(peer.is_loopback or (mapped is not None and mapped.is_loopback))
 
 
 def _timeout(header: Any) -> float:

@@ -93,6 +93,9 @@ class StreamService:
     def consumers(self) -> list[bytes]:
         return list(self._consumers)
 
+    def hello(self, consumer: bytes, header: Any, local: bool) -> None:
+        """A consumer said hello (stream items always come through the socket)."""
+
     def handle(self, consumer: bytes, kind: bytes, header: Any) -> None:
         if kind != b"next":
             raise wire.ProtocolError(f"a served stream answers 'next', not {kind!r}")

@@ -22,6 +22,7 @@ from ..loading.options import LoaderOptions
 from ..views.base import View
 from . import wire
 from .failures import failure_header
+from .shared_items import ServedPool, same_machine
 
 __all__ = ["ViewService"]
 
@@ -31,7 +32,7 @@ Send = Callable[[bytes, bytes, Any, list], None]  # (consumer, kind, header, buf
 class _Reads:
     """What one consumer asked for and what is computed for it."""
 
-    __slots__ = ("waiting", "held", "suspects", "last", "frontier", "steady")
+    __slots__ = ("waiting", "held", "suspects", "last", "frontier", "steady", "slots")
 
     def __init__(self) -> None:
         self.waiting: dict[int, list[int]] = {}  # index -> the request numbers waiting for it
@@ -40,6 +41,9 @@ class _Reads:
         self.last = -1  # the index asked for last: reads are assumed to start in order
         self.frontier = 0  # the next index to compute ahead while reads go in order
         self.steady = True  # whether the last read followed the one before: only then are items computed ahead
+        self.slots: dict[
+            int, int
+        ] = {}  # request number -> the slot of the consumer's pool it named (see .shared_items)
 
 
 class ViewService:
@@ -59,6 +63,8 @@ class ViewService:
         self._engine: Engine | None = None
         self._starts = 0
         self._ask_again = False  # whether requests wait that failed workers left unanswered
+        self._pools: dict[bytes, ServedPool | None] = {}  # consumers on this machine -> their pool (None: not made yet)
+        self._pool_slots: dict[bytes, int] = {}  # ... and the slots they asked for
 
     def info(self) -> dict[str, Any]:
         view = self.view
@@ -70,8 +76,18 @@ class ViewService:
 
     # -- requests --------------------------------------------------------------------
 
+    def hello(self, consumer: bytes, header: Any, local: bool) -> None:
+        """A consumer (new, or back) said hello; one on this machine (``local``) may get a pool of slots."""
+        self._close_pool(consumer)
+        slots = same_machine(header) if local else 0
+        if slots:
+            self._pools[consumer], self._pool_slots[consumer] = None, slots
+
     def handle(self, consumer: bytes, kind: bytes, header: Any) -> None:
-        """A ``get``: item ``index`` as request ``req``, or ``count`` items from there, requests ``req`` onwards."""
+        """A ``get``: item ``index`` as request ``req``, or ``count`` items from there, requests ``req`` onwards.
+
+        ``slots``, if given, names a slot of the consumer's pool for each item (-1: none).
+        """
         if kind != b"get":
             raise wire.ProtocolError(f"a served view answers 'get', not {kind!r}")
         if type(header) is not dict or type(header.get("req")) is not int or type(header.get("index")) is not int:
@@ -79,11 +95,19 @@ class ViewService:
         count = header.get("count", 1)
         if type(count) is not int or not 1 <= count <= wire.MAX_COUNT:
             raise wire.ProtocolError(f"'get' needs a 'count' from 1 to {wire.MAX_COUNT}, if any")
+        slots = header.get("slots", [-1] * count)
+        if type(slots) is not list or len(slots) != count or not all(type(slot) is int for slot in slots):
+            raise wire.ProtocolError("'get' needs 'slots', if any, to be a list of one integer per item")
+        pool = self._pools.get(consumer)
+        if pool is None:  # none made, or let go (the consumer went silent): its items come through the socket
+            slots = [-1] * count
+        elif not all(slot == -1 or pool.holds(slot) for slot in slots):
+            raise wire.ProtocolError("'get' names slots that its pool does not have")
         req, i = header["req"], header["index"]
         for k in range(count):
-            self._get(consumer, req + k, i + k)
+            self._get(consumer, req + k, i + k, slots[k])
 
-    def _get(self, consumer: bytes, req: int, i: int) -> None:
+    def _get(self, consumer: bytes, req: int, i: int, slot: int = -1) -> None:
         n = self.view._len
         if i < 0 or (n is not None and i >= n):
             self._answer(consumer, b"error", req, i, _index_error(i, n))
@@ -95,6 +119,8 @@ class ViewService:
         if req in waiting:  # asked again after a silence: answered once
             return
         waiting.append(req)
+        if slot >= 0:
+            reads.slots[req] = slot
         reads.steady = i == reads.last + 1
         if not reads.steady:  # a jump: what was computed ahead is not wanted any more
             self._drop_ahead(consumer, reads)
@@ -111,11 +137,18 @@ class ViewService:
 
     def forget(self, consumer: bytes) -> None:
         """Drop what is held for a consumer that left or died (tasks in progress end unread)."""
+        self._close_pool(consumer)
         reads = self._reads.pop(consumer, None)
         engine = self._engine
         if reads is not None and engine is not None:
             for i in reads.held:
                 engine.ready.pop((consumer, i), None)
+
+    def _close_pool(self, consumer: bytes) -> None:
+        self._pool_slots.pop(consumer, None)
+        pool = self._pools.pop(consumer, None)
+        if pool is not None:
+            pool.close()
 
     # -- computing -------------------------------------------------------------------
 
@@ -223,9 +256,9 @@ class ViewService:
             for req in reqs:
                 self._answer(consumer, b"error", req, i, header)
         else:
-            self._send_item(consumer, reqs, i, done.value)
+            self._send_item(consumer, reads, reqs, i, done.value)
 
-    def _send_item(self, consumer: bytes, reqs: list[int], i: int, value: Any) -> None:
+    def _send_item(self, consumer: bytes, reads: _Reads, reqs: list[int], i: int, value: Any) -> None:
         try:
             tree, buffers = wire.encode(value)
         except TypeError as error:
@@ -233,13 +266,34 @@ class ViewService:
             for req in reqs:
                 self._answer(consumer, b"error", req, i, header)
             return
+        fields: dict[str, Any] = {"tree": tree}
+        pool = self._pools.get(consumer)
+        if pool is None and consumer in self._pools and buffers:  # the first item with arrays: its pool is made
+            others = sum(made.size for made in self._pools.values() if made is not None)
+            pool = self._pools[consumer] = ServedPool.for_item(self._pool_slots[consumer], buffers, others)
+            if pool is None:  # too little shared memory: through the socket
+                self._pools.pop(consumer)
+            else:
+                fields["pool"] = pool.announcement()
         for req in reqs:
-            self._answer(consumer, b"item", req, i, {"tree": tree}, buffers)
+            slot = reads.slots.pop(req, -1)
+            places = pool.write(slot, buffers) if pool is not None and slot >= 0 and buffers else None
+            if places is None:
+                self._answer(consumer, b"item", req, i, fields, buffers)
+            else:
+                self._answer(consumer, b"item", req, i, {**fields, "slot": slot, "places": places})
 
     def _answer(
         self, consumer: bytes, kind: bytes, req: int, i: int, fields: dict[str, Any], buffers: list | None = None
     ) -> None:
-        """Answer request ``req`` (item ``i``), naming this server instance: a consumer notices one that came back."""
+        """Answer request ``req`` (item ``i``), naming this server instance: a consumer notices one that came back.
+
+        A slot of the consumer's pool that the request named is the consumer's again with the answer.
+        """
+        if kind != b"item":
+            reads = self._reads.get(consumer)
+            if reads is not None:
+                reads.slots.pop(req, None)
         self.send(consumer, kind, {"req": req, "index": i, "server": self.token, **fields}, buffers or [])
 
     def _engine_failed(self, error: LoaderError) -> None:
@@ -305,6 +359,8 @@ class ViewService:
         if engine is not None:
             engine.close()
         self._reads.clear()
+        for consumer in list(self._pools):
+            self._close_pool(consumer)
 
 
 def _index_error(i: int, n: int | None) -> dict[str, str]:

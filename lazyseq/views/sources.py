@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import functools
 import os
-import socket
 from collections.abc import Iterator, Mapping
 from typing import Any, overload
 
 import numpy as np
 
+from ..machine import this_machine
 from .arange import ArangeView
 from .base import View
 from .chunks import new_rows
@@ -114,7 +113,7 @@ def _mapped_file(array: np.ndarray) -> tuple | None:
     """
     import mmap
 
-    machine = _this_machine()
+    machine = this_machine()
     if machine is None:
         return None
     mapped = array._mmap  # type: ignore[attr-defined]  # numpy's own mmap object (see memmap_location)
@@ -130,16 +129,6 @@ def _mapped_file(array: np.ndarray) -> tuple | None:
     return (machine, stat.st_dev, stat.st_ino)
 
 
-@functools.cache
-def _this_machine() -> tuple[str, str] | None:
-    """This boot of this machine (Linux): where a file's device and inode name the same file."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as boot:
-            return (boot.read().strip(), socket.gethostname())
-    except OSError:
-        return None
-
-
 def _reopened_source(
     filename: str,
     mode: Any,
@@ -152,7 +141,7 @@ def _reopened_source(
     mapped: tuple | None = None,
 ) -> ArraySource:
     with open(filename, "rb" if mode == "r" else "r+b") as file:  # closed once mapped: the map holds it
-        if mapped is not None and mapped[0] == _this_machine():
+        if mapped is not None and mapped[0] == this_machine():
             stat = os.fstat(file.fileno())
             if (stat.st_dev, stat.st_ino) != mapped[1:]:
                 raise OSError(

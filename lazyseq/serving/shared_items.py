@@ -1,0 +1,207 @@
+"""Items for a consumer on the same machine: written into shared memory that it maps, not sent through the socket.
+
+Over a socket, every array of an item is copied into the kernel and out
+again, into memory the consumer has just allocated (and must fault in). A
+consumer on the server's machine (the same boot of the same host, connected
+over loopback or ``ipc://``) says so in its hello; the server then makes it a
+pool of slots, a ``memfd`` of its own, sized from the first item it sends
+(which tells the consumer where the pool is: the server's pid, the
+descriptor, and the pool's name, which carries a random token). The consumer
+opens it through ``/proc/<pid>/fd`` and checks that it is that pool (its
+name, its size): where it cannot (another user, another pid namespace, a
+system without ``/proc``), it reads on over the socket as before.
+
+From then on, each request names a free slot of the pool for each item it
+asks for; the server copies the item's buffers into that slot and sends only
+the item's tree and where its buffers lie (``places``: ``[offset, size]``
+pairs, checked by the consumer against the slot's size). The consumer's
+arrays are views of a lease of the slot (see
+:class:`~lazyseq.loading.shared_slots.SharedSlots`): the slot is named in a
+request again only once nothing refers to the item. A slot named in a
+request comes back to the consumer with the answer to that request, used or
+not (an item too large for it, an error), so that the server never writes
+into a slot the consumer has since handed out. Nothing but plain bytes is
+read from the pool, as from the socket: no pickle either way.
+
+>>> import numpy as np
+>>> served = ServedPool(2, 4096)
+>>> places = served.write(1, [np.arange(3.0).view(np.uint8), b"zz"])
+>>> places
+[[0, 24], [64, 2]]
+>>> received = ReceivedPool.open(served.announcement())
+>>> sorted(received.take(2))
+[0, 1]
+>>> [bytes(buffer) for buffer in received.buffers(1, places)][1]
+b'zz'
+>>> received.close(); served.close()
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..loading.shared_slots import PAGE, SharedSlots, available_shared_memory, slot_bytes_for
+from ..machine import this_machine
+from .wire import ProtocolError
+
+__all__ = ["EXTRA_SLOTS", "ReceivedPool", "ServedPool", "hello_fields", "same_machine"]
+
+NAME = "lazyseq-served-"  # the start of every pool's name; a random token follows
+ALIGN = 64  # each buffer of an item starts at a multiple of this in its slot (a cache line)
+EXTRA_SLOTS = 4  # slots beyond those asked ahead: items the consumer's loop still holds
+MAX_SLOTS = 256
+MAX_POOL_SHARE = 8  # a server's pools take at most this fraction of the shared memory available, together
+
+
+def hello_fields(ahead: int) -> dict[str, Any]:
+    """What a consumer's hello says so that a server on its machine makes it a pool (nothing elsewhere)."""
+    machine = this_machine()
+    if machine is None or not hasattr(os, "memfd_create"):
+        return {}
+    return {"machine": list(machine), "slots": min(ahead + EXTRA_SLOTS, MAX_SLOTS)}
+
+
+def same_machine(hello: Any) -> int:
+    """How many slots the consumer that sent ``hello`` wants, if it runs on this machine; else 0."""
+    machine = this_machine()
+    if machine is None or not isinstance(hello, dict) or hello.get("machine") != list(machine):
+        return 0
+    slots = hello.get("slots")
+    return slots if type(slots) is int and 0 < slots <= MAX_SLOTS else 0
+
+
+def _aligned(offset: int) -> int:
+    return -(-offset // ALIGN) * ALIGN
+
+
+class ServedPool:
+    """The server's side of one consumer's pool: it writes items into the slots the consumer names."""
+
+    def __init__(self, count: int, slot_bytes: int) -> None:
+        self.name = NAME + os.urandom(8).hex()
+        self._slots = SharedSlots(count, slot_bytes, "serve", name=self.name)
+
+    @classmethod
+    def for_item(cls, count: int, buffers: Sequence[Any], others: int = 0) -> ServedPool | None:
+        """A pool whose slots hold items like one of ``buffers``, beside pools of ``others`` bytes.
+
+        None if they would take more than a share of the shared memory available.
+        """
+        slot_bytes = slot_bytes_for(_aligned(sum(_aligned(memoryview(b).nbytes) for b in buffers)))
+        if others + count * slot_bytes > (others + available_shared_memory()) // MAX_POOL_SHARE:
+            return None
+        try:
+            return cls(count, slot_bytes)
+        except OSError:
+            return None
+
+    def announcement(self) -> dict[str, Any]:
+        """Where the consumer finds the pool."""
+        slots = self._slots
+        return {"pid": os.getpid(), "fd": slots.fd, "name": self.name, "count": slots.count, "bytes": slots.slot_bytes}
+
+    @property
+    def size(self) -> int:
+        return self._slots.count * self._slots.slot_bytes
+
+    def holds(self, slot: Any) -> bool:
+        return type(slot) is int and 0 <= slot < self._slots.count
+
+    def write(self, slot: int, buffers: Sequence[Any]) -> list[list[int]] | None:
+        """Copy ``buffers`` into ``slot``: where each lies, or None if they do not fit (nothing is written)."""
+        views = [memoryview(buffer).cast("B") for buffer in buffers]
+        places, end = [], 0
+        for view in views:
+            start = _aligned(end)
+            end = start + view.nbytes
+            places.append([start, view.nbytes])
+        if end > self._slots.slot_bytes:
+            return None
+        memory = np.frombuffer(self._slots.memory(slot), np.uint8)
+        for (start, size), view in zip(places, views):
+            memory[start : start + size] = np.frombuffer(view, np.uint8)  # numpy copies without the GIL
+        return places
+
+    def close(self) -> None:
+        """Let the pool go: the consumer keeps what it maps until it lets go too."""
+        self._slots.close()
+
+
+def _announced(announcement: Any) -> tuple[int, int, str, int, int] | None:
+    """``(pid, fd, name, count, slot_bytes)`` from a pool's announcement, if they are what they must be."""
+    if not isinstance(announcement, dict):
+        return None
+    pid, fd, name = announcement.get("pid"), announcement.get("fd"), announcement.get("name")
+    count, slot_bytes = announcement.get("count"), announcement.get("bytes")
+    if not (type(pid) is int and type(fd) is int and type(count) is int and type(slot_bytes) is int):
+        return None
+    if not (isinstance(name, str) and name.startswith(NAME) and 0 < count <= MAX_SLOTS and slot_bytes > 0):
+        return None
+    return (pid, fd, name, count, slot_bytes) if slot_bytes % PAGE == 0 else None
+
+
+class ReceivedPool:
+    """The consumer's side of the pool: free slots to name in requests, and the items written into them."""
+
+    def __init__(self, slots: SharedSlots) -> None:
+        self._slots = slots
+
+    @classmethod
+    def open(cls, announcement: Any) -> ReceivedPool | None:
+        """The pool that ``announcement`` describes, or None where it cannot be opened here or is not that pool."""
+        fields = _announced(announcement)
+        if fields is None:
+            return None
+        pid, fd, name, count, slot_bytes = fields
+        expected = f"/memfd:{name} (deleted)"
+        path = f"/proc/{pid}/fd/{fd}"
+        try:
+            if os.readlink(path) != expected:  # another process, or another descriptor, at that number
+                return None
+            mine = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except OSError:  # another user's, another pid namespace, no /proc: the socket it is
+            return None
+        try:
+            # What was opened, not what the path showed a moment before (the server may have closed it since).
+            if os.readlink(f"/proc/self/fd/{mine}") == expected and os.fstat(mine).st_size == count * slot_bytes:
+                return cls(SharedSlots(count, slot_bytes, "connect", fd=mine))  # which takes the descriptor over
+        except OSError:
+            pass
+        os.close(mine)
+        return None
+
+    def take(self, count: int) -> list[int]:
+        """``count`` slots to name in a request: free ones, then -1 (the item comes through the socket)."""
+        return self._slots.take_many(count)
+
+    def give_back(self, slot: int) -> None:
+        """A slot named in a request whose answer did not use it."""
+        self._slots.give_back(slot)
+
+    def buffers(self, slot: int, places: Any) -> list[np.ndarray]:
+        """The buffers of an item the server wrote into ``slot`` at ``places``; the slot is leased (see the module).
+
+        :class:`~lazyseq.serving.wire.ProtocolError` for places that are not within the slot.
+        """
+        size = self._slots.slot_bytes
+        if type(places) is not list or len(places) > size:
+            raise ProtocolError("an item's 'places' are not a list of [offset, size] pairs within its slot")
+        for place in places:
+            if not (
+                type(place) is list
+                and len(place) == 2
+                and all(type(n) is int for n in place)
+                and 0 <= place[0]
+                and 0 <= place[1] <= size - place[0]
+            ):
+                raise ProtocolError(f"an item's place {str(place)[:40]} is not an [offset, size] pair within its slot")
+        holder = self._slots.lease(slot)
+        return [holder[start : start + length] for start, length in places]
+
+    def close(self) -> None:
+        """No more slots: items received from the pool stay readable while they are referred to."""
+        self._slots.close()

@@ -1,0 +1,242 @@
+"""A consumer on the server's machine: items written into a pool of shared memory, checked, never overwritten in use.
+
+Servers listen on 127.0.0.1 only; every server and consumer a test starts is stopped by it.
+"""
+
+import contextlib
+import os
+import tempfile
+
+import numpy as np
+import pytest
+import served_pipelines
+
+import lazyseq
+
+zmq = pytest.importorskip("zmq")
+
+from test_serve import ServerProcess, same  # noqa: E402
+
+from lazyseq.loading.shared_slots import PAGE  # noqa: E402
+from lazyseq.serving import server_loop, shared_items, wire  # noqa: E402
+from lazyseq.serving.connection import Connection  # noqa: E402
+from lazyseq.serving.shared_items import ReceivedPool, ServedPool, hello_fields, same_machine  # noqa: E402
+
+LOOPBACK = "tcp://127.0.0.1:0"
+BATCHES = lazyseq.view(np.arange(40 * 6, dtype=np.float64).reshape(40, 6)).batch(4)  # 10 batches, each its own
+
+pytestmark = pytest.mark.skipif(not hello_fields(4), reason="shared memory between processes needs Linux's memfd")
+
+
+@pytest.fixture
+def pool_reads(monkeypatch):
+    """How many items the consumers of this process read from a pool."""
+    reads = []
+    real = ReceivedPool.buffers
+
+    def counted(self, slot, places):
+        reads.append(slot)
+        return real(self, slot, places)
+
+    monkeypatch.setattr(ReceivedPool, "buffers", counted)
+    return reads
+
+
+def served_pools():
+    """The pools of shared memory this process holds open (a server's, a consumer's: each by name, once)."""
+    links = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            links.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:  # the listing's own descriptor, closed since
+            pass
+    return sorted({link for link in links if link.startswith("/memfd:lazyseq-served-")})
+
+
+@contextlib.contextmanager
+def raw_consumer(hello):
+    """A server of BATCHES and a bare connection to it that said ``hello``: its answer to a get of item 0."""
+    with lazyseq.serve(BATCHES, LOOPBACK) as server:
+        connection = Connection(server.address, timeout=30.0)
+        try:
+            connection.hello(hello)
+            connection.send(b"get", {"req": 0, "index": 0})
+            yield connection, connection.receive("item 0")
+        finally:
+            connection.close()
+
+
+def test_a_consumer_on_the_server_machine_reads_its_items_from_shared_memory(pool_reads):
+    with lazyseq.serve(BATCHES, LOOPBACK, nworkers=2) as server, lazyseq.connect(server.address) as remote:
+        read = [batch.copy() for batch in remote]
+        assert [batch.tolist() for batch in read] == [batch.tolist() for batch in BATCHES]
+        assert len(pool_reads) == 5  # the first 1 + 4 asked for before the first answer told where the pool is
+        assert remote[3].flags.writeable  # as a local loader's batches: the consumer's own while it holds them
+
+
+def test_a_server_in_another_process_writes_assorted_items_into_the_consumer_s_pool(pool_reads):
+    server = ServerProcess("assorted")
+    try:
+        local = served_pipelines.assorted()
+        with lazyseq.connect(server.address, ahead=2) as remote:
+            for i in [*range(40), -1, 7, 3]:  # in order, then jumps
+                same(remote[i], local[i])
+        assert len(pool_reads) >= 40 - 3
+    finally:
+        server.stop()
+
+
+def test_items_the_consumer_holds_are_never_overwritten_and_more_than_the_pool_holds_come_through_the_socket(
+    pool_reads,
+):
+    with lazyseq.serve(BATCHES, LOOPBACK, nworkers=2) as server, lazyseq.connect(server.address, ahead=1) as remote:
+        held = [remote[i] for i in range(10)]  # a pool of 1 + 4 slots: five of them in shared memory
+        assert len(pool_reads) == 5
+        for _ in range(3):  # every slot is held: the socket it is
+            assert [batch.tolist() for batch in remote] == [batch.tolist() for batch in BATCHES]
+        assert len(pool_reads) == 5
+        del held[2:]  # two from the socket kept, three slots free again
+        for _ in range(3):
+            assert [batch.tolist() for batch in remote] == [batch.tolist() for batch in BATCHES]
+        assert len(pool_reads) == 35
+        kept = [remote[i] for i in range(10)]
+    assert [batch.tolist() for batch in held + kept] == [batch.tolist() for batch in [*BATCHES[:2], *BATCHES]]
+
+
+def test_shared_memory_false_keeps_every_item_on_the_socket(pool_reads):
+    with lazyseq.serve(BATCHES, LOOPBACK) as server:
+        with lazyseq.connect(server.address, shared_memory=False) as remote:
+            assert [batch.tolist() for batch in remote] == [batch.tolist() for batch in BATCHES]
+    assert pool_reads == []
+
+
+def test_a_pool_the_consumer_cannot_open_leaves_its_items_on_the_socket(monkeypatch, pool_reads):
+    def not_permitted(path):  # another user's server, or one in another pid namespace
+        raise PermissionError(1, "Operation not permitted", path)
+
+    monkeypatch.setattr(shared_items.os, "readlink", not_permitted)
+    with lazyseq.serve(BATCHES, LOOPBACK) as server, lazyseq.connect(server.address) as remote:
+        assert [batch.tolist() for batch in remote] == [batch.tolist() for batch in BATCHES]
+    assert pool_reads == []
+
+
+def test_a_consumer_back_at_a_new_server_reads_from_the_new_one_s_pool(pool_reads):
+    first = lazyseq.serve(BATCHES, LOOPBACK)
+    address = first.address
+    with lazyseq.connect(address, ahead=1) as remote:
+        assert [remote[i].tolist() for i in range(4)] == [batch.tolist() for batch in BATCHES[:4]]
+        assert len(pool_reads) == 2
+        first.close()
+        with lazyseq.serve(BATCHES, address):
+            assert [batch.tolist() for batch in remote] == [batch.tolist() for batch in BATCHES]
+    # from the new server, those asked before its first answer told where its pool is come through the socket
+    # (two or three, as the restart is noticed by a heartbeat or by an answer), every later one from its pool
+    assert 2 + 7 <= len(pool_reads) <= 2 + 8
+
+
+def test_the_server_lets_a_consumer_s_pool_go_when_it_leaves_or_says_hello_again():
+    with raw_consumer(hello_fields(4)) as (connection, (kind, header, buffers)):
+        for _ in range(2):
+            assert kind == b"item" and set(header["pool"]) == {"pid", "fd", "name", "count", "bytes"}
+            assert served_pools() == [f"/memfd:{header['pool']['name']} (deleted)"]
+            connection.hello()  # the same again: the first pool goes, the next answer makes another
+            connection.send(b"get", {"req": 1, "index": 1})
+            kind, header, buffers = connection.receive("item 1")
+        connection.send(b"bye", {})
+        connection.send(b"sync", {})  # answered once the goodbye was acted on
+        assert connection.receive("synced")[0] == b"synced"
+        assert served_pools() == []
+
+
+def test_a_consumer_that_says_it_runs_elsewhere_gets_no_pool():
+    with raw_consumer({"machine": ["another boot", "another host"], "slots": 4}) as (_, (kind, header, buffers)):
+        assert "pool" not in header and len(buffers) == 1
+        assert served_pools() == []
+
+
+def test_a_request_naming_slots_the_pool_lacks_is_refused_and_the_server_goes_on():
+    with raw_consumer(hello_fields(4)) as (connection, (kind, header, buffers)):
+        count = header["pool"]["count"]
+        for slots in ([count], [-2], [0, 1], "0", [True]):
+            connection.send(b"get", {"req": 1, "index": 1, "slots": slots})
+            with pytest.raises(lazyseq.LoaderError, match="refused a request"):
+                connection.receive("item 1")
+        connection.send(b"get", {"req": 2, "index": 2, "slots": [0]})
+        kind, header, buffers = connection.receive("item 2")
+        assert (kind, header["slot"], header["places"], buffers) == (b"item", 0, [[0, 4 * 6 * 8]], [])
+
+
+def test_pools_are_offered_only_to_consumers_of_this_machine():
+    here = hello_fields(4)
+    assert same_machine(here) == 8  # the slots it asks for: ahead, and a few the loop may hold
+    assert same_machine({**here, "machine": ["another boot", here["machine"][1]]}) == 0
+    assert [same_machine({**here, "slots": slots}) for slots in (0, 257, 2.0, True)] == [0, 0, 0, 0]
+
+    class Frame:
+        def __init__(self, peer):
+            self.peer = peer
+
+        def get(self, name):
+            assert name == "Peer-Address"
+            return self.peer
+
+    local = ["127.0.0.1", "127.0.0.2", "::1", "::ffff:127.0.0.1"]
+    assert [server_loop._on_this_machine("tcp://127.0.0.1:5557", Frame(peer)) for peer in local] == [True] * 4
+    elsewhere = ["10.0.0.7", "::ffff:10.0.0.7", "2001:db8::1", "", None]
+    assert [server_loop._on_this_machine("tcp://0.0.0.0:5557", Frame(peer)) for peer in elsewhere] == [False] * 5
+    assert server_loop._on_this_machine("ipc:///tmp/lazyseq.ipc", Frame("localhost:0:0:22885"))
+
+
+def test_a_consumer_opens_only_the_pool_it_was_told_of():
+    served = ServedPool(2, PAGE)
+    good = served.announcement()
+    try:
+        with tempfile.TemporaryFile() as other:
+            wrong = [
+                {**good, "name": "lazyseq-served-0000000000000000"},  # another pool's name
+                {**good, "name": "not-lazyseq"},
+                {**good, "bytes": 2 * PAGE},  # not its size
+                {**good, "bytes": PAGE + 1},
+                {**good, "count": 0},
+                {**good, "fd": other.fileno()},  # another file of that process
+                {**good, "pid": 2**22 + 7},  # no such process
+                {**good, "pid": "1"},
+                "a pool",
+            ]
+            assert [ReceivedPool.open(announcement) for announcement in wrong] == [None] * len(wrong)
+        received = ReceivedPool.open(good)
+        assert received is not None
+        received.close()
+    finally:
+        served.close()
+
+
+def test_places_outside_the_slot_are_a_protocol_error():
+    served = ServedPool(1, PAGE)
+    received = ReceivedPool.open(served.announcement())
+    try:
+        for places in ([[0, PAGE + 1]], [[PAGE, 1]], [[-1, 4]], [[0, -1]], [[0]], [[0.0, 4]], [(0, 4)], {"0": 4}):
+            with pytest.raises(wire.ProtocolError):
+                received.buffers(0, places)
+        assert [bytes(b) for b in received.buffers(0, [[PAGE - 2, 2], [0, 0]])] == [b"\0\0", b""]
+    finally:
+        received.close()
+        served.close()
+
+
+def test_an_item_too_large_for_its_slot_comes_through_the_socket(pool_reads):
+    sizes = [4, 4, 4, 400, 4, 4]  # the pool is sized from the first item
+    items = lazyseq.smap(lambda n: np.ones(n * 1024), sizes)
+    with lazyseq.serve(items, LOOPBACK) as server, lazyseq.connect(server.address, ahead=1) as remote:
+        assert [batch.size for batch in remote] == [n * 1024 for n in sizes]
+    assert len(pool_reads) == 3  # not the first two (asked before the pool was known), nor the large one
+
+
+def test_the_pools_of_a_server_take_an_eighth_of_the_shared_memory_at_most(monkeypatch, pool_reads):
+    monkeypatch.setattr(shared_items, "available_shared_memory", lambda: 64 * PAGE)  # room for one pool of 8 pages
+    with lazyseq.serve(BATCHES, LOOPBACK) as server:
+        with lazyseq.connect(server.address) as first, lazyseq.connect(server.address) as second:
+            assert [batch.tolist() for batch in first] == [batch.tolist() for batch in BATCHES]
+            assert len(pool_reads) == 5
+            assert [batch.tolist() for batch in second] == [batch.tolist() for batch in BATCHES]
+            assert len(pool_reads) == 5  # no room for its pool: the socket
