@@ -15,13 +15,15 @@ repeat, and each comparison is a ratio of timings taken in the same run.
    gathers the same batches in its one thread and sends them (what this
    machine gives a served pipeline); and the same bytes sent by a bare pyzmq
    ROUTER/DEALER pair (the transport's limit), in GB/s, for these batches and
-   for 1 MiB ones. The served pipeline is also read over ``ipc://`` (a Unix
-   socket: same machine only).
+   for 1 MiB ones. The served pipeline is read as a consumer on the server's
+   machine reads it (the arrays through shared memory), and as one on another
+   machine would (``shared_memory=False``: everything through the socket),
+   over loopback TCP and over ``ipc://`` (a Unix socket).
 2. Fuel's tutorial workload: 5 ms to produce a batch, 10 ms to train on it,
    5 epochs of 10 batches; served vs the ideal max(producer, consumer) (the
    consumer alone, measured: its sleeps overshoot on a busy machine), and the
    same loop in one process.
-3. CURVE encryption on: the loader-bound run again.
+3. CURVE encryption on: the loader-bound run again, through the socket.
 """
 
 from __future__ import annotations
@@ -228,8 +230,9 @@ def bench_loader_bound(directory: str, count: int, repeats: int) -> tuple[list[l
             view = gathered_batches(directory, batch, count)
             runs = {
                 "local prefetch, 2 threads": local_run(view, 2),
-                "served, server's 2 threads": served_run(servers["batches"].address),
-                "served over ipc://": served_run(servers["batches-ipc"].address),
+                "served, shared memory": served_run(servers["batches"].address),
+                "served, socket": served_run(servers["batches"].address, shared_memory=False),
+                "served over ipc://, socket": served_run(servers["batches-ipc"].address, shared_memory=False),
                 "hand-written server, numpy": raw_run(servers["handwritten"].address, count),
                 "raw pyzmq, same bytes": raw_run(servers["raw"].address, count),
             }
@@ -245,12 +248,13 @@ def bench_loader_bound(directory: str, count: int, repeats: int) -> tuple[list[l
             rows.append(
                 [label, name, f"{best:.3f} s", f"{statistics.median(seconds):.3f} s", f"{gigabytes / best:.2f}"]
             )
-        local, served, ipc, handwritten, raw = (min(times[name]) for name in runs)
+        local, shared, socket, ipc, handwritten, raw = (min(times[name]) for name in runs)
         for name, lazy, reference, seconds in [
-            ("served", served, "local prefetch", local),
-            ("served", served, "hand-written server", handwritten),
-            ("served", served, "raw pyzmq", raw),
-            ("served over ipc://", ipc, "local prefetch", local),
+            ("served, shared memory", shared, "local prefetch", local),
+            ("served, socket", socket, "local prefetch", local),
+            ("served, socket", socket, "hand-written server", handwritten),
+            ("served, socket", socket, "raw pyzmq", raw),
+            ("served over ipc://, socket", ipc, "local prefetch", local),
         ]:
             results.append(
                 Result(
@@ -298,8 +302,8 @@ def bench_curve(directory: str, count: int, repeats: int) -> tuple[list[list[str
     curve = ServerProcess("batches", directory, 256, count, keys=f"{public.decode()},{secret.decode()}")
     try:
         runs = {
-            "served, plain": served_run(plain.address),
-            "served, CURVE": served_run(curve.address, server_key=public),
+            "served, plain": served_run(plain.address, shared_memory=False),
+            "served, CURVE": served_run(curve.address, server_key=public, shared_memory=False),
         }
         times = measure(runs, repeats)
     finally:
