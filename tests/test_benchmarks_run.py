@@ -55,7 +55,8 @@ def test_machine_benchmark_quick_run():
 def test_server_benchmark_quick_run():
     pytest.importorskip("zmq")
     out = quick_run("bench_server.py")
-    assert "| 1. 256 x 248 (0.5 MiB): served vs local prefetch" in out
+    assert "| 1. 256 x 248 (0.5 MiB): served, shared memory vs local prefetch" in out
+    assert "| 1. 256 x 248 (0.5 MiB): served, socket vs hand-written server" in out
     assert "| 2. Fuel's workload: served vs ideal (consumer alone)" in out
     assert "| 3. CURVE on vs off" in out
 
