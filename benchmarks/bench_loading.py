@@ -18,8 +18,9 @@ workloads:
    in four memory-mapped ``.npy`` files, read by a consumer that does nothing;
 2. a training loop: ``GaussianNB.partial_fit`` on random batches of 64, where
    a good loader costs the consumer (almost) nothing;
-3. a costly per-sample transform, pure Python (holds the GIL: processes) or
-   numpy (releases it: threads): speedup over reading synchronously, next to
+3. a costly per-sample transform, pure Python (holds the GIL: processes; an
+   integer loop, and work on text) or numpy (releases it: threads): speedup
+   over reading synchronously, next to
    two workers that split the batches with no loader at all; and the loader
    placed under ``shuffle().batch()`` (over the samples), against that
    shuffled pipeline read synchronously;
@@ -405,6 +406,12 @@ def bench_training_loop(paths: list[str], labels_path: str, settings: Settings) 
 # -- 3. a costly per-sample transform ----------------------------------------------------------
 
 
+def text_work(sample: np.ndarray, words: int) -> np.ndarray:
+    """Pure Python work on text (it holds the GIL): ``words`` numbers written out, joined, split and counted."""
+    text = " ".join(str(k * 7919) for k in range(words)).upper()
+    return sample + (sum(len(word) for word in text.split()) & 1)
+
+
 def ufunc_work(sample: np.ndarray, values: np.ndarray, every: int) -> np.ndarray:
     """Numpy busy work that releases the GIL: a ufunc over a large array, then a reduction."""
     return sample + np.sin(values + sample[0]).reshape(-1, every).sum(axis=1)[: len(sample)]
@@ -452,11 +459,13 @@ def bench_transforms(settings: Settings) -> list[Result]:
     n = settings.transform_batches
     samples = np.random.default_rng(3).standard_normal((n * TRANSFORM_BATCH, 8))
     loops = calibrate(lambda size: spin(samples[0], size), 20_000, SAMPLE_SECONDS)
+    words = calibrate(lambda size: text_work(samples[0], size), 5_000, SAMPLE_SECONDS)
     every = 8
     block = calibrate(lambda size: ufunc_work(samples[0], np.ones(size * every), every), 5_000, SAMPLE_SECONDS)
     values = np.random.default_rng(4).standard_normal(block * every)
     transforms = {
         "pure Python (holds the GIL)": (functools.partial(spin, loops=loops), "process"),
+        "pure Python on text": (functools.partial(text_work, words=words), "process"),
         "numpy (releases the GIL)": (functools.partial(ufunc_work, values=values, every=every), "thread"),
     }
     results = []
