@@ -4,8 +4,11 @@ Servers listen on 127.0.0.1 only; every server and consumer a test starts is sto
 """
 
 import contextlib
+import gc
+import multiprocessing
 import os
 import tempfile
+import threading
 
 import numpy as np
 import pytest
@@ -240,3 +243,82 @@ def test_the_pools_of_a_server_take_an_eighth_of_the_shared_memory_at_most(monke
             assert len(pool_reads) == 5
             assert [batch.tolist() for batch in second] == [batch.tolist() for batch in BATCHES]
             assert len(pool_reads) == 5  # no room for its pool: the socket
+
+
+def test_a_consumer_collected_without_close_lets_its_pool_go():
+    server = ServerProcess("assorted")  # its pools are not this process's: only the consumers' are counted
+    try:
+        for _ in range(3):
+            remote = lazyseq.connect(server.address)
+            assert len(list(remote)) == 40
+            del remote
+        gc.collect()
+        assert served_pools() == []
+    finally:
+        server.stop()
+
+
+def pool_descriptors():
+    """How many descriptors of pools this process holds (each pool: its own, and one its memory map keeps)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:lazyseq-served-")
+    return count
+
+
+def report_pools_and(held, end):
+    end.send((pool_descriptors(), [bytes(item) for item in held]))
+
+
+def forked_child_report(held):
+    fork = multiprocessing.get_context("fork")
+    ends = fork.Pipe()
+    child = fork.Process(target=report_pools_and, args=(held, ends[1]))
+    child.start()
+    report = ends[0].recv()
+    child.join()
+    return report
+
+
+def test_a_forked_child_lets_go_of_the_pools_it_inherited():
+    served = ServedPool(2, PAGE)
+    received = ReceivedPool.open(served.announcement())
+    try:
+        assert forked_child_report([]) == (0, [])
+        served.write(1, [b"kept"])
+        held = received.buffers(1, [[0, 4]])  # an item that the child inherits: readable there, its map kept
+        assert forked_child_report(held) == (1, [b"kept"])
+        assert pool_descriptors() == 4  # the parent's pools work on
+        served.write(0, [b"more"])
+        assert bytes(received.buffers(0, [[0, 4]])[0]) == b"more"
+    finally:
+        received.close()
+        served.close()
+
+
+def test_requests_waiting_when_the_consumer_says_hello_again_are_answered_through_the_socket():
+    gate = threading.Event()
+
+    def gated(i):
+        if i == 5:
+            gate.wait(30)
+        return np.full(3, float(i))
+
+    with lazyseq.serve(lazyseq.smap(gated, range(10)), LOOPBACK, nworkers=2) as server:
+        connection = Connection(server.address, timeout=30.0)
+        try:
+            connection.hello(hello_fields(4))
+            connection.send(b"get", {"req": 0, "index": 0})
+            first = connection.receive("item 0")[1]["pool"]["name"]
+            connection.send(b"get", {"req": 1, "index": 5, "slots": [2]})  # waits at the gate
+            connection.hello()  # the pool goes, and with it the slot that request named
+            connection.send(b"get", {"req": 2, "index": 1})
+            kind, header, buffers = connection.receive("item 1")
+            assert header["pool"]["name"] != first
+            gate.set()
+            kind, header, buffers = connection.receive("item 5")
+            assert (header["req"], "places" in header, np.frombuffer(buffers[0]).tolist()) == (1, False, [5.0] * 3)
+        finally:
+            gate.set()
+            connection.close()

@@ -11,6 +11,13 @@ A slot delivered to the consumer is *leased*: its arrays are views of one fresh
 ``uint8`` array per delivery, and the slot returns to the pool only when that
 array (hence every view of it) has been garbage collected. A batch is thus
 never overwritten while anything still refers to it.
+
+A pool's descriptor is closed by :meth:`SharedSlots.close`, or when the pool
+is garbage collected. A process forked from one with pools (a worker process,
+say) lets go of its copies of them at once: it closes the descriptors and
+unmaps each pool that nothing in it refers to (one that an array it inherited
+uses stays mapped; the memory of its free slots is left alone, since in the
+parent those slots may hold batches again).
 """
 
 from __future__ import annotations
@@ -70,6 +77,13 @@ def _anonymous_file(size: int, name: str) -> int:
     return fd
 
 
+def _close_quietly(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
 class SharedSlots:
     """``count`` slots of ``slot_bytes`` each, in the consumer's process.
 
@@ -94,6 +108,7 @@ class SharedSlots:
         self.count = count
         self.slot_bytes = slot_bytes
         self.fd = fd
+        self._close_fd = weakref.finalize(self, _close_quietly, fd)  # on close(), or when the pool is collected
         self._map: mmap.mmap | None = mmap.mmap(self.fd, total)
         self._memory: memoryview | None = memoryview(self._map)
         self._slot_memory = [self._memory[k * slot_bytes : (k + 1) * slot_bytes] for k in range(count)]
@@ -103,6 +118,7 @@ class SharedSlots:
         self._leases: dict[int, weakref.ref] = {}
         self._lock = threading.Lock()
         self.closed = False
+        _pools.add(self)
 
     def free_count(self) -> int:
         returned = self._returned
@@ -151,12 +167,16 @@ class SharedSlots:
         self._leases.pop(slot, None)
         self._returned.append(slot)
 
-    def close(self) -> None:
-        """Stop handing out slots. The memory lives on while delivered arrays still use it."""
+    def close(self, *, free_unleased: bool = True) -> None:
+        """Stop handing out slots. The memory lives on while delivered arrays still use it.
+
+        ``free_unleased=False``: the memory of the slots no array uses is left
+        as it is (a forked child's copy of a pool that its parent uses on).
+        """
         if self.closed:
             return
         self.closed = True
-        os.close(self.fd)
+        self._close_fd()
         self._memory = None
         for view in self._slot_memory:  # exported views would keep the map from closing
             view.release()
@@ -165,7 +185,8 @@ class SharedSlots:
         try:
             self._map.close()
         except BufferError:  # delivered arrays still point into it: it goes with the last of them
-            self._free_unleased(self._map)
+            if free_unleased:
+                self._free_unleased(self._map)
         self._map = None
 
     def _free_unleased(self, mapped: mmap.mmap) -> None:
@@ -204,3 +225,15 @@ class WorkerSlots:
     def address(self, slot: int) -> int:
         """Where ``slot`` begins in this process's memory."""
         return self._address + slot * self.slot_bytes
+
+
+_pools: weakref.WeakSet[SharedSlots] = weakref.WeakSet()  # the pools of this process, not closed yet
+
+
+def _let_go_of_inherited_pools() -> None:
+    """In a forked child: the parent's pools are the parent's (see the module)."""
+    for pool in list(_pools):
+        pool.close(free_unleased=False)
+
+
+os.register_at_fork(after_in_child=_let_go_of_inherited_pools)

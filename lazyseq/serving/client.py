@@ -157,7 +157,11 @@ class RemoteView(View):
             try:
                 if places is not None:
                     assert self._pool is not None  # a slot was named: the pool is there
-                    buffers = self._pool.buffers(slot, places)
+                    try:
+                        buffers = self._pool.buffers(slot, places)
+                    except wire.ProtocolError:  # places outside the slot: nothing was leased
+                        self._give_back(slot)
+                        raise
                 self._arrived[j] = ("ok", wire.decode(header.get("tree"), buffers))
             except wire.ProtocolError as error:
                 self._arrived[j] = ("error", error)

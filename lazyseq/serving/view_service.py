@@ -79,6 +79,9 @@ class ViewService:
     def hello(self, consumer: bytes, header: Any, local: bool) -> None:
         """A consumer (new, or back) said hello; one on this machine (``local``) may get a pool of slots."""
         self._close_pool(consumer)
+        reads = self._reads.get(consumer)
+        if reads is not None:  # the slots its waiting requests named were the last pool's: the socket for them
+            reads.slots.clear()
         slots = same_machine(header) if local else 0
         if slots:
             self._pools[consumer], self._pool_slots[consumer] = None, slots
