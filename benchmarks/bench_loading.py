@@ -65,6 +65,7 @@ from common import (
     spin,
     stack,
     stack_fields,
+    text_work,
     write_samples,
 )
 from loader_timing import (
@@ -404,12 +405,6 @@ def bench_training_loop(paths: list[str], labels_path: str, settings: Settings) 
 
 
 # -- 3. a costly per-sample transform ----------------------------------------------------------
-
-
-def text_work(sample: np.ndarray, words: int) -> np.ndarray:
-    """Pure Python work on text (it holds the GIL): ``words`` numbers written out, joined, split and counted."""
-    text = " ".join(str(k * 7919) for k in range(words)).upper()
-    return sample + (sum(len(word) for word in text.split()) & 1)
 
 
 def ufunc_work(sample: np.ndarray, values: np.ndarray, every: int) -> np.ndarray:

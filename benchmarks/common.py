@@ -126,6 +126,12 @@ def spin(sample: np.ndarray, loops: int) -> np.ndarray:
     return sample + (total & 1)
 
 
+def text_work(sample: np.ndarray, words: int) -> np.ndarray:
+    """Pure Python work on text (it holds the GIL): ``words`` numbers written out, joined, split and counted."""
+    text = " ".join(str(k * 7919) for k in range(words)).upper()
+    return sample + (sum(len(word) for word in text.split()) & 1)
+
+
 def calibrate(work: Callable[[int], object], guess: int, seconds: float) -> int:
     """The size that makes ``work(size)`` take about ``seconds`` (best of a few calls)."""
     size = guess
