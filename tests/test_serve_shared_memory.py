@@ -322,3 +322,37 @@ def test_requests_waiting_when_the_consumer_says_hello_again_are_answered_throug
         finally:
             gate.set()
             connection.close()
+
+
+def test_a_consumer_closed_while_it_reads_an_item_from_its_pool_ends_the_read_cleanly(monkeypatch):
+    with lazyseq.serve(BATCHES, LOOPBACK) as server:
+        remote = lazyseq.connect(server.address)
+        assert [remote[i].tolist() for i in range(6)] == [batch.tolist() for batch in BATCHES[:6]]
+        receive = remote._connection.receive
+
+        def closed_meanwhile(*args, **kwargs):  # as another thread would close it, once an answer is in
+            answer = receive(*args, **kwargs)
+            remote.close()
+            return answer
+
+        monkeypatch.setattr(remote._connection, "receive", closed_meanwhile)
+        assert remote[6].tolist() == BATCHES[6].tolist()  # the answer in hand is read from the pool
+        with pytest.raises(lazyseq.LoaderError, match="closed"):
+            remote[0]
+
+
+def test_a_pool_that_cannot_be_mapped_leaves_the_items_on_the_socket(monkeypatch):
+    gc.collect()
+    served = ServedPool(2, PAGE)
+    try:
+        descriptors = pool_descriptors()
+
+        def no_memory(*args, **kwargs):
+            raise OSError(12, "Cannot allocate memory")
+
+        monkeypatch.setattr("lazyseq.loading.shared_slots.mmap.mmap", no_memory)
+        assert ReceivedPool.open(served.announcement()) is None
+        gc.collect()
+        assert pool_descriptors() == descriptors  # its descriptor closed, once
+    finally:
+        served.close()

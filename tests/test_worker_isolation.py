@@ -368,6 +368,35 @@ def test_a_forked_worker_whose_torch_generator_stays_locked_is_ended_and_says_wh
     )
 
 
+def test_a_forked_worker_whose_torch_generator_stays_locked_is_ended_even_with_sigalrm_blocked(monkeypatch):
+    # A forked worker keeps the signal mask of the thread that forked it: one that blocks SIGALRM
+    monkeypatch.setitem(sys.modules, "torch", LockedTorch)
+    monkeypatch.setattr("lazyseq.loading.seeding.TORCH_LOCK_SECONDS", 0.05)
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    try:
+        with lazyseq.prefetch(range(4), nworkers=1, method="process", start_method="fork") as ahead:
+            with pytest.raises(lazyseq.WorkerDied, match="torch's random generator was locked"):
+                ahead[0]
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+def alarm_in_start_hook(worker):
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.setitimer(signal.ITIMER_REAL, 0.01)
+    threading.Event().wait()
+
+
+def test_a_worker_ended_by_an_alarm_of_its_own_without_torch_is_not_blamed_on_torch(monkeypatch):
+    monkeypatch.delitem(sys.modules, "torch", raising=False)  # not imported: nothing to seed under a timer
+    with lazyseq.prefetch(
+        range(4), nworkers=1, method="process", start_method="fork", start_hook=alarm_in_start_hook
+    ) as ahead:
+        with pytest.raises(lazyseq.WorkerDied) as raised:
+            ahead[0]
+    assert "died with signal SIGALRM while starting, before it could compute anything" in str(raised.value)
+
+
 class SeededTorch:
     @staticmethod
     def manual_seed(seed):

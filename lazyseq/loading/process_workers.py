@@ -149,7 +149,8 @@ class ProcessWorkers:
                 "nworkers=0), or the other one method='thread'"
             )
         context = multiprocessing.get_context(options.start_method)
-        self._forked = context.get_start_method() == "fork"
+        # a forked worker seeds torch under a timer if torch was imported (see .seeding): what a death by it means
+        self._seeds_torch_timed = context.get_start_method() == "fork" and "torch" in sys.modules
         # Every worker seeds numpy's global generator first thing; numpy imports numpy.random at first use, which
         # takes 15-25 ms. Imported here, once for the program, forked workers find it imported.
         import numpy.random  # noqa: F401
@@ -409,7 +410,7 @@ class ProcessWorkers:
                 " while starting, before it could compute anything; what it printed (the cause, usually a "
                 "traceback) went to the standard error of this process"
             )
-            seeding = seeding_death(process.exitcode) if self._forked else None
+            seeding = seeding_death(process.exitcode) if self._seeds_torch_timed else None
             if seeding is not None:
                 doing = f" while starting: {seeding}"
         message = (

@@ -74,11 +74,13 @@ def seed_this_worker(base: int, worker: int, forked: bool = False) -> None:
         seed_torch(torch, torch_seed)
         return
     previous = signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})  # a forked thread keeps the forker's mask
     signal.setitimer(signal.ITIMER_REAL, TORCH_LOCK_SECONDS)
     try:
         seed_torch(torch, torch_seed)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         signal.signal(signal.SIGALRM, previous)
 
 

@@ -109,7 +109,11 @@ class SharedSlots:
         self.slot_bytes = slot_bytes
         self.fd = fd
         self._close_fd = weakref.finalize(self, _close_quietly, fd)  # on close(), or when the pool is collected
-        self._map: mmap.mmap | None = mmap.mmap(self.fd, total)
+        try:
+            self._map: mmap.mmap | None = mmap.mmap(self.fd, total)
+        except BaseException:
+            self._close_fd()
+            raise
         self._memory: memoryview | None = memoryview(self._map)
         self._slot_memory = [self._memory[k * slot_bytes : (k + 1) * slot_bytes] for k in range(count)]
         self._releases = [functools.partial(self._release, k) for k in range(count)]
@@ -227,7 +231,7 @@ class WorkerSlots:
         return self._address + slot * self.slot_bytes
 
 
-_pools: weakref.WeakSet[SharedSlots] = weakref.WeakSet()  # the pools of this process, not closed yet
+_pools: weakref.WeakSet[SharedSlots] = weakref.WeakSet()  # the pools of this process (closing one twice: no-op)
 
 
 def _let_go_of_inherited_pools() -> None:

@@ -95,14 +95,10 @@ class RemoteView(View):
         return value
 
     def _connect_here(self) -> None:
-        settings = self._settings
-        connection = Connection(
-            settings["address"], settings["timeout"], settings["server_key"], settings["curve_keypair"]
-        )
-        connection.hello(_hello_fields(settings))
-        self._connection, self._lock = connection, threading.Lock()
+        self._connection, _ = _open_connection(self._settings)
+        self._lock = threading.Lock()
         self._asked, self._asking, self._arrived, self._last = {}, {}, {}, -1
-        self._pool, self._slot_of = None, {}  # the parent's: it names their slots
+        self._drop_pool()  # the parent's (closed in this process as it was forked): it names its slots
 
     def _ask(self, indices: list[int]) -> None:
         """Ask for ``indices`` (ascending), one request per run of consecutive ones."""
@@ -116,8 +112,9 @@ class RemoteView(View):
                 header: dict[str, Any] = {"req": req, "index": first}
                 if count > 1:
                     header["count"] = count
-                if self._pool is not None:
-                    slots = self._pool.take(count)
+                pool = self._pool
+                if pool is not None:
+                    slots = pool.take(count)
                     if slots[0] >= 0:  # free ones come first
                         header["slots"] = slots
                         self._slot_of.update((req + k, slot) for k, slot in enumerate(slots) if slot >= 0)
@@ -156,9 +153,10 @@ class RemoteView(View):
         if kind == b"item":
             try:
                 if places is not None:
-                    assert self._pool is not None  # a slot was named: the pool is there
+                    pool = self._pool
+                    assert pool is not None  # a slot was named: the pool is there (closed under the lock only)
                     try:
-                        buffers = self._pool.buffers(slot, places)
+                        buffers = pool.buffers(slot, places)
                     except wire.ProtocolError:  # places outside the slot: nothing was leased
                         self._give_back(slot)
                         raise
@@ -170,6 +168,12 @@ class RemoteView(View):
         else:
             self._arrived[j] = ("error", LoaderError(f"{where} could not compute item {j}: {header.get('message')}"))
 
+    def _drop_pool(self) -> None:
+        """Let go of the pool and of the slots named in requests (with the lock held, or in a new process)."""
+        pool, self._pool, self._slot_of = self._pool, None, {}
+        if pool is not None:
+            pool.close()
+
     def _give_back(self, slot: int) -> None:
         if slot >= 0 and self._pool is not None:
             self._pool.give_back(slot)
@@ -179,9 +183,7 @@ class RemoteView(View):
 
         The last server's pool goes (items read from it stay readable); the new one makes another.
         """
-        if self._pool is not None:
-            self._pool.close()
-        self._pool, self._slot_of = None, {}
+        self._drop_pool()
         self._check_still_served(self._connection.hello())
         self._ask_again()
 
@@ -208,10 +210,13 @@ class RemoteView(View):
 
         Items already read stay readable, those read from shared memory too.
         """
-        self._connection.close()
-        pool, self._pool = self._pool, None
-        if pool is not None and self._connection.pid == os.getpid():
-            pool.close()
+        self._connection.close()  # a read waiting in another thread wakes up, and raises
+        if self._lock.acquire(blocking=False):  # else a read is in progress: the pool goes with this view
+            try:
+                if self._connection.pid == os.getpid():  # (a forked child's copy was closed as it was forked)
+                    self._drop_pool()
+            finally:
+                self._lock.release()
 
     def __enter__(self) -> RemoteView:
         return self
@@ -408,9 +413,8 @@ def connect(
         "ahead": ahead,
         "shared_memory": bool(shared_memory),
     }
-    connection = Connection(address, timeout, server_key, curve_keypair)
+    connection, info = _open_connection(settings)
     try:
-        info = connection.hello(_hello_fields(settings))
         if not isinstance(info, dict) or info.get("kind") not in ("view", "stream"):
             raise wire.ProtocolError(f"{address} did not answer as a lazyseq server")
         if info["kind"] == "stream":
@@ -425,6 +429,12 @@ def _reconnect(settings: dict) -> RemoteView | RemoteStream:
     return connect(**settings)
 
 
-def _hello_fields(settings: dict) -> dict:
-    """What a consumer says in its hello besides its timeout: where it runs, if it takes items in shared memory."""
-    return hello_fields(settings["ahead"]) if settings.get("shared_memory", True) else {}
+def _open_connection(settings: dict) -> tuple[Connection, Any]:
+    """A connection to the server that ``settings`` name, and its answer to hello (what it serves)."""
+    connection = Connection(settings["address"], settings["timeout"], settings["server_key"], settings["curve_keypair"])
+    fields = hello_fields(settings["ahead"]) if settings.get("shared_memory", True) else {}  # on its machine?
+    try:
+        return connection, connection.hello(fields)
+    except BaseException:
+        connection.close()
+        raise

@@ -96,7 +96,7 @@ class ServedPool:
             return None
         try:
             return cls(count, slot_bytes)
-        except OSError:
+        except (OSError, MemoryError):  # less memory now than a moment ago (NoSharedMemory)
             return None
 
     def announcement(self) -> dict[str, Any]:
@@ -167,12 +167,16 @@ class ReceivedPool:
             return None
         try:
             # What was opened, not what the path showed a moment before (the server may have closed it since).
-            if os.readlink(f"/proc/self/fd/{mine}") == expected and os.fstat(mine).st_size == count * slot_bytes:
-                return cls(SharedSlots(count, slot_bytes, "connect", fd=mine))  # which takes the descriptor over
+            same = os.readlink(f"/proc/self/fd/{mine}") == expected and os.fstat(mine).st_size == count * slot_bytes
         except OSError:
-            pass
-        os.close(mine)
-        return None
+            same = False
+        if not same:
+            os.close(mine)
+            return None
+        try:
+            return cls(SharedSlots(count, slot_bytes, "connect", fd=mine))  # which takes the descriptor over
+        except OSError:  # it could not be mapped (the descriptor is closed): the socket it is
+            return None
 
     def take(self, count: int) -> list[int]:
         """``count`` slots to name in a request: free ones, then -1 (the item comes through the socket)."""

@@ -41,9 +41,8 @@ class _Reads:
         self.last = -1  # the index asked for last: reads are assumed to start in order
         self.frontier = 0  # the next index to compute ahead while reads go in order
         self.steady = True  # whether the last read followed the one before: only then are items computed ahead
-        self.slots: dict[
-            int, int
-        ] = {}  # request number -> the slot of the consumer's pool it named (see .shared_items)
+        # request number -> the slot of the consumer's pool that it named (see .shared_items)
+        self.slots: dict[int, int] = {}
 
 
 class ViewService:
@@ -276,6 +275,7 @@ class ViewService:
             pool = self._pools[consumer] = ServedPool.for_item(self._pool_slots[consumer], buffers, others)
             if pool is None:  # too little shared memory: through the socket
                 self._pools.pop(consumer)
+                self._pool_slots.pop(consumer)
             else:
                 fields["pool"] = pool.announcement()
         for req in reqs:
