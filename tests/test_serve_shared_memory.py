@@ -57,24 +57,35 @@ def served_pools():
 
 
 @contextlib.contextmanager
-def raw_consumer(hello):
-    """A server of BATCHES and a bare connection to it that said ``hello``: its answer to a get of item 0."""
-    with lazyseq.serve(BATCHES, LOOPBACK) as server:
+def raw_consumer(hello, served=BATCHES):
+    """A server of ``served`` and a bare connection to it: the welcome to ``hello``, the answer to a get of item 0."""
+    with lazyseq.serve(served, LOOPBACK) as server:
         connection = Connection(server.address, timeout=30.0)
         try:
-            connection.hello(hello)
+            welcome = connection.hello(hello)
             connection.send(b"get", {"req": 0, "index": 0})
-            yield connection, connection.receive("item 0")
+            yield connection, welcome, connection.receive("item 0")
         finally:
             connection.close()
+
+
+def numbers(i):
+    return np.full(3, float(i))
 
 
 def test_a_consumer_on_the_server_machine_reads_its_items_from_shared_memory(pool_reads):
     with lazyseq.serve(BATCHES, LOOPBACK, nworkers=2) as server, lazyseq.connect(server.address) as remote:
         read = [batch.copy() for batch in remote]
         assert [batch.tolist() for batch in read] == [batch.tolist() for batch in BATCHES]
-        assert len(pool_reads) == 5  # the first 1 + 4 asked for before the first answer told where the pool is
+        assert len(pool_reads) == 10  # the view says how large its items are: the pool comes with the welcome
         assert remote[3].flags.writeable  # as a local loader's batches: the consumer's own while it holds them
+
+
+def test_items_of_unknown_size_get_a_pool_with_the_first_of_them(pool_reads):
+    with lazyseq.serve(lazyseq.smap(numbers, range(10)), LOOPBACK) as server:
+        with lazyseq.connect(server.address) as remote:
+            assert [item.tolist() for item in remote] == [[float(i)] * 3 for i in range(10)]
+    assert len(pool_reads) == 5  # the first 1 + 4 asked for before the first answer told where the pool is
 
 
 def test_a_server_in_another_process_writes_assorted_items_into_the_consumer_s_pool(pool_reads):
@@ -128,22 +139,24 @@ def test_a_consumer_back_at_a_new_server_reads_from_the_new_one_s_pool(pool_read
     address = first.address
     with lazyseq.connect(address, ahead=1) as remote:
         assert [remote[i].tolist() for i in range(4)] == [batch.tolist() for batch in BATCHES[:4]]
-        assert len(pool_reads) == 2
+        assert len(pool_reads) == 4
         first.close()
         with lazyseq.serve(BATCHES, address):
             assert [batch.tolist() for batch in remote] == [batch.tolist() for batch in BATCHES]
-    # from the new server, those asked before its first answer told where its pool is come through the socket
-    # (two or three, as the restart is noticed by a heartbeat or by an answer), every later one from its pool
-    assert 2 + 7 <= len(pool_reads) <= 2 + 8
+    # from the new server, those asked of the last one are asked again through the socket (one or two, as the
+    # restart is noticed by a heartbeat or by an answer), every later one comes from its pool
+    assert 4 + 8 <= len(pool_reads) <= 4 + 9
 
 
-def test_the_server_lets_a_consumer_s_pool_go_when_it_leaves_or_says_hello_again():
-    with raw_consumer(hello_fields(4)) as (connection, (kind, header, buffers)):
-        for _ in range(2):
-            assert kind == b"item" and set(header["pool"]) == {"pid", "fd", "name", "count", "bytes"}
-            assert served_pools() == [f"/memfd:{header['pool']['name']} (deleted)"]
-            connection.hello()  # the same again: the first pool goes, the next answer makes another
-            connection.send(b"get", {"req": 1, "index": 1})
+@pytest.mark.parametrize("served", [BATCHES, lazyseq.smap(numbers, range(10))], ids=["welcome", "first item"])
+def test_the_server_lets_a_consumer_s_pool_go_when_it_leaves_or_says_hello_again(served):
+    with raw_consumer(hello_fields(4), served) as (connection, welcome, (kind, header, buffers)):
+        for k in range(2):
+            announced = (welcome if "pool" in welcome else header)["pool"]
+            assert set(announced) == {"pid", "fd", "name", "count", "bytes"}
+            assert served_pools() == [f"/memfd:{announced['name']} (deleted)"]
+            welcome = connection.hello()  # the same again: the first pool goes, and another is made
+            connection.send(b"get", {"req": 1 + k, "index": 1})
             kind, header, buffers = connection.receive("item 1")
         connection.send(b"bye", {})
         connection.send(b"sync", {})  # answered once the goodbye was acted on
@@ -152,14 +165,15 @@ def test_the_server_lets_a_consumer_s_pool_go_when_it_leaves_or_says_hello_again
 
 
 def test_a_consumer_that_says_it_runs_elsewhere_gets_no_pool():
-    with raw_consumer({"machine": ["another boot", "another host"], "slots": 4}) as (_, (kind, header, buffers)):
-        assert "pool" not in header and len(buffers) == 1
+    elsewhere = {"machine": ["another boot", "another host"], "slots": 4}
+    with raw_consumer(elsewhere) as (_, welcome, (kind, header, buffers)):
+        assert "pool" not in welcome and "pool" not in header and len(buffers) == 1
         assert served_pools() == []
 
 
 def test_a_request_naming_slots_the_pool_lacks_is_refused_and_the_server_goes_on():
-    with raw_consumer(hello_fields(4)) as (connection, (kind, header, buffers)):
-        count = header["pool"]["count"]
+    with raw_consumer(hello_fields(4)) as (connection, welcome, _):
+        count = welcome["pool"]["count"]
         for slots in ([count], [-2], [0, 1], "0", [True]):
             connection.send(b"get", {"req": 1, "index": 1, "slots": slots})
             with pytest.raises(lazyseq.LoaderError, match="refused a request"):
@@ -240,9 +254,9 @@ def test_the_pools_of_a_server_take_an_eighth_of_the_shared_memory_at_most(monke
     with lazyseq.serve(BATCHES, LOOPBACK) as server:
         with lazyseq.connect(server.address) as first, lazyseq.connect(server.address) as second:
             assert [batch.tolist() for batch in first] == [batch.tolist() for batch in BATCHES]
-            assert len(pool_reads) == 5
+            assert len(pool_reads) == 10
             assert [batch.tolist() for batch in second] == [batch.tolist() for batch in BATCHES]
-            assert len(pool_reads) == 5  # no room for its pool: the socket
+            assert len(pool_reads) == 10  # no room for its pool: the socket
 
 
 def test_a_consumer_collected_without_close_lets_its_pool_go():

@@ -61,6 +61,7 @@ class RemoteView(View):
         self._last = -1
         self._pool: ReceivedPool | None = None  # on the server's machine: where it writes items (see .shared_items)
         self._slot_of: dict[int, int] = {}  # request number -> the slot of the pool it named
+        self._open_pool(info)
 
     @property
     def address(self) -> str:
@@ -95,10 +96,11 @@ class RemoteView(View):
         return value
 
     def _connect_here(self) -> None:
-        self._connection, _ = _open_connection(self._settings)
+        self._connection, info = _open_connection(self._settings)
         self._lock = threading.Lock()
         self._asked, self._asking, self._arrived, self._last = {}, {}, {}, -1
         self._drop_pool()  # the parent's (closed in this process as it was forked): it names its slots
+        self._open_pool(info)
 
     def _ask(self, indices: list[int]) -> None:
         """Ask for ``indices`` (ascending), one request per run of consecutive ones."""
@@ -134,8 +136,7 @@ class RemoteView(View):
         server = header.get("server")
         if isinstance(server, str) and server != self._connection.server:  # answered before a heartbeat said so
             self._server_restarted()
-        if "pool" in header and self._pool is None and self._settings.get("shared_memory", True):
-            self._pool = ReceivedPool.open(header["pool"])
+        self._open_pool(header)
         answered = header.get("req")
         slot = self._slot_of.pop(answered, -1) if isinstance(answered, int) else -1  # ours again with the answer
         places = header.get("places") if kind == b"item" else None
@@ -168,6 +169,12 @@ class RemoteView(View):
         else:
             self._arrived[j] = ("error", LoaderError(f"{where} could not compute item {j}: {header.get('message')}"))
 
+    def _open_pool(self, fields: Any) -> None:
+        """Open the pool that ``fields`` (a welcome, an item's answer) announce, if any and none is open."""
+        if isinstance(fields, dict) and "pool" in fields and self._pool is None:
+            if self._settings.get("shared_memory", True):
+                self._pool = ReceivedPool.open(fields["pool"])
+
     def _drop_pool(self) -> None:
         """Let go of the pool and of the slots named in requests (with the lock held, or in a new process)."""
         pool, self._pool, self._slot_of = self._pool, None, {}
@@ -184,7 +191,9 @@ class RemoteView(View):
         The last server's pool goes (items read from it stay readable); the new one makes another.
         """
         self._drop_pool()
-        self._check_still_served(self._connection.hello())
+        info = self._connection.hello()
+        self._check_still_served(info)
+        self._open_pool(info)
         self._ask_again()
 
     def _ask_again(self) -> None:

@@ -233,8 +233,8 @@ class ServerLoop:
             now = time.monotonic()
             if kind == b"hello":
                 self._seen[consumer] = (now, _timeout(header))
-                self._service.hello(consumer, header, _on_this_machine(self.address, received[0]))
-                self._send(consumer, b"welcome", {**self.info, "server": self._token}, [])
+                extra = self._service.hello(consumer, header, _on_this_machine(self.address, received[0]))
+                self._send(consumer, b"welcome", {**self.info, **extra, "server": self._token}, [])
                 return
             heard = self._seen.get(consumer)
             self._seen[consumer] = (now, heard[1] if heard else DEFAULT_CONSUMER_TIMEOUT)

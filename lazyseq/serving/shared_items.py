@@ -4,9 +4,10 @@ Over a socket, every array of an item is copied into the kernel and out
 again, into memory the consumer has just allocated (and must fault in). A
 consumer on the server's machine (the same boot of the same host, connected
 over loopback or ``ipc://``) says so in its hello; the server then makes it a
-pool of slots, a ``memfd`` of its own, sized from the first item it sends
-(which tells the consumer where the pool is: the server's pid, the
-descriptor, and the pool's name, which carries a random token). The consumer
+pool of slots, a ``memfd`` of its own, and tells it where the pool is (the
+server's pid, the descriptor, and the pool's name, which carries a random
+token): in its welcome, where the view says the size of its items (batches
+of arrays), else in the answer of the first item with arrays, sized from it. The consumer
 opens it through ``/proc/<pid>/fd`` and checks that it is that pool (its
 name, its size): where it cannot (another user, another pid namespace, a
 system without ``/proc``), it reads on over the socket as before.
@@ -46,12 +47,12 @@ import numpy as np
 
 from ..loading.shared_slots import PAGE, SharedSlots, available_shared_memory, slot_bytes_for
 from ..machine import this_machine
+from ..views.chunks import ALIGN  # each buffer of an item starts at a multiple of it in its slot, as in a loader's
 from .wire import ProtocolError
 
-__all__ = ["EXTRA_SLOTS", "ReceivedPool", "ServedPool", "hello_fields", "same_machine"]
+__all__ = ["EXTRA_SLOTS", "ReceivedPool", "ServedPool", "hello_fields", "item_bytes", "same_machine"]
 
 NAME = "lazyseq-served-"  # the start of every pool's name; a random token follows
-ALIGN = 64  # each buffer of an item starts at a multiple of this in its slot (a cache line)
 EXTRA_SLOTS = 4  # slots beyond those asked ahead: items the consumer's loop still holds
 MAX_SLOTS = 256
 MAX_POOL_SHARE = 8  # a server's pools take at most this fraction of the shared memory available, together
@@ -74,6 +75,11 @@ def same_machine(hello: Any) -> int:
     return slots if type(slots) is int and 0 < slots <= MAX_SLOTS else 0
 
 
+def item_bytes(buffers: Sequence[Any]) -> int:
+    """The bytes an item's ``buffers`` take in a slot."""
+    return sum(_aligned(memoryview(buffer).nbytes) for buffer in buffers)
+
+
 def _aligned(offset: int) -> int:
     return -(-offset // ALIGN) * ALIGN
 
@@ -86,12 +92,12 @@ class ServedPool:
         self._slots = SharedSlots(count, slot_bytes, "serve", name=self.name)
 
     @classmethod
-    def for_item(cls, count: int, buffers: Sequence[Any], others: int = 0) -> ServedPool | None:
-        """A pool whose slots hold items like one of ``buffers``, beside pools of ``others`` bytes.
+    def sized(cls, count: int, item_bytes: int, others: int = 0) -> ServedPool | None:
+        """A pool whose slots hold items of ``item_bytes``, beside pools of ``others`` bytes.
 
         None if they would take more than a share of the shared memory available.
         """
-        slot_bytes = slot_bytes_for(_aligned(sum(_aligned(memoryview(b).nbytes) for b in buffers)))
+        slot_bytes = slot_bytes_for(_aligned(item_bytes))
         if others + count * slot_bytes > (others + available_shared_memory()) // MAX_POOL_SHARE:
             return None
         try:

@@ -93,8 +93,9 @@ class StreamService:
     def consumers(self) -> list[bytes]:
         return list(self._consumers)
 
-    def hello(self, consumer: bytes, header: Any, local: bool) -> None:
-        """A consumer said hello (stream items always come through the socket)."""
+    def hello(self, consumer: bytes, header: Any, local: bool) -> dict[str, Any]:
+        """A consumer said hello: nothing more to welcome it with (stream items always come through the socket)."""
+        return {}
 
     def handle(self, consumer: bytes, kind: bytes, header: Any) -> None:
         if kind != b"next":

@@ -19,10 +19,11 @@ from ..loading.engine import Engine
 from ..loading.failures import LoaderError, WorkerDied
 from ..loading.jobs import ReadItem
 from ..loading.options import LoaderOptions
+from ..loading.structure import bytes_of_spec
 from ..views.base import View
 from . import wire
 from .failures import failure_header
-from .shared_items import ServedPool, same_machine
+from .shared_items import ServedPool, item_bytes, same_machine
 
 __all__ = ["ViewService"]
 
@@ -75,15 +76,33 @@ class ViewService:
 
     # -- requests --------------------------------------------------------------------
 
-    def hello(self, consumer: bytes, header: Any, local: bool) -> None:
-        """A consumer (new, or back) said hello; one on this machine (``local``) may get a pool of slots."""
+    def hello(self, consumer: bytes, header: Any, local: bool) -> dict[str, Any]:
+        """A consumer (new, or back) said hello; what the welcome says besides what is served.
+
+        A consumer on this machine (``local``) gets a pool of slots: made now,
+        and announced in the welcome, where the view says how large its items
+        are; else with the first item that has arrays.
+        """
         self._close_pool(consumer)
         reads = self._reads.get(consumer)
         if reads is not None:  # the slots its waiting requests named were the last pool's: the socket for them
             reads.slots.clear()
         slots = same_machine(header) if local else 0
-        if slots:
-            self._pools[consumer], self._pool_slots[consumer] = None, slots
+        if not slots:
+            return {}
+        self._pools[consumer], self._pool_slots[consumer] = None, slots
+        item_bytes = bytes_of_spec(self.view._item_spec())
+        pool = self._make_pool(consumer, item_bytes) if item_bytes else None
+        return {} if pool is None else {"pool": pool.announcement()}
+
+    def _make_pool(self, consumer: bytes, item_bytes: int) -> ServedPool | None:
+        """The pool of ``consumer``, for items of ``item_bytes``; None (and the socket) if there is no room for it."""
+        others = sum(made.size for made in self._pools.values() if made is not None)
+        pool = self._pools[consumer] = ServedPool.sized(self._pool_slots[consumer], item_bytes, others)
+        if pool is None:
+            self._pools.pop(consumer)
+            self._pool_slots.pop(consumer)
+        return pool
 
     def handle(self, consumer: bytes, kind: bytes, header: Any) -> None:
         """A ``get``: item ``index`` as request ``req``, or ``count`` items from there, requests ``req`` onwards.
@@ -271,12 +290,8 @@ class ViewService:
         fields: dict[str, Any] = {"tree": tree}
         pool = self._pools.get(consumer)
         if pool is None and consumer in self._pools and buffers:  # the first item with arrays: its pool is made
-            others = sum(made.size for made in self._pools.values() if made is not None)
-            pool = self._pools[consumer] = ServedPool.for_item(self._pool_slots[consumer], buffers, others)
-            if pool is None:  # too little shared memory: through the socket
-                self._pools.pop(consumer)
-                self._pool_slots.pop(consumer)
-            else:
+            pool = self._make_pool(consumer, item_bytes(buffers))
+            if pool is not None:
                 fields["pool"] = pool.announcement()
         for req in reqs:
             slot = reads.slots.pop(req, -1)
