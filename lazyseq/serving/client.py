@@ -136,7 +136,8 @@ class RemoteView(View):
         server = header.get("server")
         if isinstance(server, str) and server != self._connection.server:  # answered before a heartbeat said so
             self._server_restarted()
-        self._open_pool(header)
+        if server == self._connection.server:  # not a late answer of a server gone since: its pool is gone too
+            self._open_pool(header)
         answered = header.get("req")
         slot = self._slot_of.pop(answered, -1) if isinstance(answered, int) else -1  # ours again with the answer
         places = header.get("places") if kind == b"item" else None
