@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from ..nested import describe, flatten, rebuild, skeleton_key
-from ..views.chunks import ALIGN  # one alignment for arrays built in a slot and arrays copied into it
+from ..views.chunks import aligned  # one alignment for arrays built in a slot and arrays copied into it
 
 __all__ = [
     "bytes_of_spec",
@@ -36,7 +36,7 @@ def layout_of(arrays: list[np.ndarray]) -> tuple[list[tuple[np.dtype, tuple, int
     layout, offset = [], 0
     for a in arrays:
         layout.append((a.dtype, a.shape, offset))
-        offset += -(-a.nbytes // ALIGN) * ALIGN
+        offset += aligned(a.nbytes)
     return layout, offset
 
 
@@ -54,7 +54,7 @@ def bytes_of_spec(spec: tuple | None) -> int:
         dtype, shape = spec[1], spec[2]
         if dtype.hasobject:  # pickled, never in a slot
             return 0
-        return -(-dtype.itemsize * math.prod(shape) // ALIGN) * ALIGN
+        return aligned(dtype.itemsize * math.prod(shape))
     sizes = [bytes_of_spec(part) for part in spec[1]]
     return 0 if 0 in sizes else sum(sizes)
 
@@ -76,7 +76,7 @@ def place_in_slot(slot: np.ndarray, address: int, arrays: list[np.ndarray]) -> l
             free = max(free, offset + a.nbytes)
     for k, a in enumerate(arrays):
         if placed[k] is None:
-            offset = -(-free // ALIGN) * ALIGN
+            offset = aligned(free)
             if offset + a.nbytes > size:
                 return None
             np.copyto(np.ndarray(a.shape, a.dtype, buffer=slot, offset=offset), a, casting="no")

@@ -7,10 +7,10 @@ over loopback or ``ipc://``) says so in its hello; the server then makes it a
 pool of slots, a ``memfd`` of its own, and tells it where the pool is (the
 server's pid, the descriptor, and the pool's name, which carries a random
 token): in its welcome, where the view says the size of its items (batches
-of arrays), else in the answer of the first item with arrays, sized from it. The consumer
-opens it through ``/proc/<pid>/fd`` and checks that it is that pool (its
-name, its size): where it cannot (another user, another pid namespace, a
-system without ``/proc``), it reads on over the socket as before.
+of arrays), else in the answer of the first item with arrays, sized from it.
+The consumer opens it through ``/proc/<pid>/fd`` and checks that it is that
+pool (its name, its size): where it cannot (another user, another pid
+namespace, a system without ``/proc``), it reads on over the socket.
 
 From then on, each request names a free slot of the pool for each item it
 asks for; the server copies the item's buffers into that slot and sends only
@@ -47,7 +47,7 @@ import numpy as np
 
 from ..loading.shared_slots import PAGE, SharedSlots, available_shared_memory, slot_bytes_for
 from ..machine import this_machine
-from ..views.chunks import ALIGN  # each buffer of an item starts at a multiple of it in its slot, as in a loader's
+from ..views.chunks import aligned  # each buffer of an item starts where a loader's arrays would in its slot
 from .wire import ProtocolError
 
 __all__ = ["EXTRA_SLOTS", "ReceivedPool", "ServedPool", "hello_fields", "item_bytes", "same_machine"]
@@ -77,11 +77,7 @@ def same_machine(hello: Any) -> int:
 
 def item_bytes(buffers: Sequence[Any]) -> int:
     """The bytes an item's ``buffers`` take in a slot."""
-    return sum(_aligned(memoryview(buffer).nbytes) for buffer in buffers)
-
-
-def _aligned(offset: int) -> int:
-    return -(-offset // ALIGN) * ALIGN
+    return sum(aligned(memoryview(buffer).nbytes) for buffer in buffers)
 
 
 class ServedPool:
@@ -97,7 +93,7 @@ class ServedPool:
 
         None if they would take more than a share of the shared memory available.
         """
-        slot_bytes = slot_bytes_for(_aligned(item_bytes))
+        slot_bytes = slot_bytes_for(aligned(item_bytes))
         if others + count * slot_bytes > (others + available_shared_memory()) // MAX_POOL_SHARE:
             return None
         try:
@@ -122,7 +118,7 @@ class ServedPool:
         views = [memoryview(buffer).cast("B") for buffer in buffers]
         places, end = [], 0
         for view in views:
-            start = _aligned(end)
+            start = aligned(end)
             end = start + view.nbytes
             places.append([start, view.nbytes])
         if end > self._slots.slot_bytes:

@@ -25,6 +25,7 @@ from ..casting import keeps_values
 
 __all__ = [
     "Columns",
+    "aligned",
     "batches_as_its_rows",
     "MixedShapes",
     "default_collate",
@@ -38,6 +39,16 @@ __all__ = [
 ]
 
 ALIGN = 64  # bytes: arrays placed in an output buffer start on a cache line
+
+
+def aligned(offset: int) -> int:
+    """``offset`` rounded up to a multiple of :data:`ALIGN` (where the next array placed after it starts).
+
+    >>> aligned(0), aligned(1), aligned(64)
+    (0, 64, 64)
+    """
+    return -(-offset // ALIGN) * ALIGN
+
 
 _output = threading.local()  # the buffer that new_rows() fills, while writing_into() is active
 
@@ -54,7 +65,7 @@ def new_rows(shape: tuple, dtype: np.dtype) -> np.ndarray:
         nbytes = dtype.itemsize
         for extent in shape:
             nbytes *= extent
-        start = -(-_output.used // ALIGN) * ALIGN
+        start = aligned(_output.used)
         if start + nbytes <= len(buffer):
             _output.used = start + nbytes
             return np.ndarray(shape, dtype, buffer=buffer, offset=start)
