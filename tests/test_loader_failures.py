@@ -150,6 +150,20 @@ def test_a_pipeline_that_cannot_be_pickled_is_reported_before_workers_start_nami
         assert list(ahead[1]) == [2, 3]  # forked workers inherit the pipeline: nothing is pickled
 
 
+def test_a_start_hook_that_cannot_be_pickled_is_reported_by_name():
+    lock = threading.Lock()
+    pipeline = lazyseq.view(np.arange(4)).batch(2)
+    for loader in (
+        lambda hook: prefetch(pipeline, nworkers=2, method="process", start_method="spawn", start_hook=hook),
+        lambda hook: lazyseq.load_buffers(
+            lambda: None, nworkers=2, method="process", start_method="spawn", start_hook=hook
+        ),
+    ):
+        with pytest.raises(TypeError, match=r"cannot send start_hook to worker processes: TypeError: cannot pickle"):
+            loader(lambda worker: lock)
+    assert multiprocessing.active_children() == []
+
+
 def test_a_process_loader_inside_a_worker_process_says_what_to_do_instead():
     def inner_sum(method):
         def read(i):

@@ -467,6 +467,35 @@ def test_items_of_types_defined_in_the_main_script_come_back_from_spawned_worker
     assert done == ("True [3, 3] True 3 True 5\n", "", 0)
 
 
+HOOK_STATE_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    import lazyseq
+
+    state = {}
+
+    def remember(worker):
+        state["worker"] = worker  # what a hook sets up for the pipeline: a file, a connection
+
+    def read(i):
+        return np.array([i, state.get("worker", -1)])
+
+    if __name__ == "__main__":
+        options = dict(nworkers=2, method="process", start_method=sys.argv[1], start_hook=remember)
+        with lazyseq.prefetch(lazyseq.smap(read, range(6)), **options) as ahead:
+            print(sorted({int(w) for _, w in ahead}))
+    """
+)
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn", "forkserver"])
+def test_a_global_that_start_hook_sets_in_the_main_script_is_what_the_pipeline_reads(tmp_path, start_method):
+    # Pickled apart, the hook and the pipeline each got their own copy of the script's globals: -1 everywhere.
+    done = run_unless_hung(tmp_path, HOOK_STATE_SCRIPT, start_method, hung="a hook setting a global")
+    assert done == ("[0, 1]\n", "", 0)
+
+
 CHILD_EXITS_SCRIPT = textwrap.dedent(
     """
     import os, sys

@@ -271,11 +271,10 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
 
 
 class WorkerStart(NamedTuple):
-    """What a worker process is started with (pipeline and hook pickled unless the worker was forked)."""
+    """What a worker process is started with."""
 
     index: int  # type: ignore[assignment]  # a field named like tuple.index: read by name only
-    job: Any
-    start_hook: Any
+    work: Any  # (job, start_hook), pickled together (bytes) unless the worker was forked: see serialize_work
     blas_threads: int
     blas_inherited: bool  # whether the consumer set the BLAS limit before starting the worker (see blas_limits)
     seed: int

@@ -31,6 +31,7 @@ __all__ = [
     "available_cores",
     "positive",
     "serialize",
+    "serialize_work",
 ]
 
 Method = Literal["thread", "process", "ray"]
@@ -187,25 +188,43 @@ def serialize(obj: Any, what: str, owner: str) -> bytes:
 
     A failure names the innermost part of a pipeline that cannot be pickled.
     """
-    try:
-        import cloudpickle
-
-        dumps = cloudpickle.dumps
-    except ImportError:  # plain pickle: functions must then be importable by name
-        cloudpickle, dumps = None, pickle.dumps
+    dumps, hint = _pickler()
     try:
         return dumps(obj)
     except Exception as error:
         culprit = _unpicklable_part(obj, dumps) or what
-        hint = (
-            ""
-            if cloudpickle
-            else " (installing cloudpickle, lazyseq[processes], lets lambdas and local functions travel)"
-        )
         raise UnpicklablePipeline(
             f"{owner}: cannot send {culprit} to worker processes: {type(error).__name__}: {error}{hint}; "
             "use method='thread', or make it picklable"
         ) from error
+
+
+def serialize_work(job: Any, start_hook: Callable | None, owner: str) -> bytes:
+    """``(job, start_hook)`` pickled together for a worker process.
+
+    cloudpickle sends the functions of the main script by value, with a copy
+    of the script's globals for each pickling: pickled together, the hook and
+    the pipeline share one copy in the worker, as they share the script's
+    globals here (a hook that sets a global, a function that reads it). A
+    failure names the part that cannot be pickled.
+    """
+    dumps, _ = _pickler()
+    try:
+        return dumps((job, start_hook))
+    except Exception:
+        serialize(job, "the pipeline", owner)  # raises, naming the part
+        serialize(start_hook, "start_hook", owner)
+        raise
+
+
+def _pickler() -> tuple[Callable[[Any], bytes], str]:
+    """cloudpickle's ``dumps`` where installed, else pickle's, and what to say when it fails."""
+    try:
+        import cloudpickle
+
+        return cloudpickle.dumps, ""
+    except ImportError:  # plain pickle: functions must then be importable by name
+        return pickle.dumps, " (installing cloudpickle, lazyseq[processes], lets lambdas and local functions travel)"
 
 
 def _unpicklable_part(obj: Any, dumps: Callable[[Any], bytes]) -> str | None:

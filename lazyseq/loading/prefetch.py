@@ -21,7 +21,7 @@ from .engine import Engine
 from .failures import LoaderError, WorkerDied
 from .fork_safety import ForkLocalLock
 from .jobs import ReadItem
-from .options import LoaderOptions, Method, StartMethod, serialize
+from .options import LoaderOptions, Method, StartMethod, serialize_work
 from .shared_slots import slot_bytes_for
 from .structure import bytes_of_spec
 
@@ -53,9 +53,7 @@ class PrefetchView(View[T_co]):
         self._len = parent._len
         self._options = options
         if options.nworkers and options.pickles_pipeline:  # fail now, not when reading starts
-            serialize(ReadItem(parent), "the pipeline", "prefetch")
-            if options.start_hook is not None:
-                serialize(options.start_hook, "start_hook", "prefetch")
+            serialize_work(ReadItem(parent), options.start_hook, "prefetch")
         self._lock = ForkLocalLock()  # a forked child reads with its own
         self._engine: Engine | None = None
         self._order = ReadOrder(self._len, max_buffered.capacity(None))  # each start of the workers begins a new one

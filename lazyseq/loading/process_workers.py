@@ -55,7 +55,7 @@ from .messages import (
     is_shared,
     write_all,
 )
-from .options import LoaderOptions, serialize
+from .options import LoaderOptions, serialize_work
 from .seeding import seeding_death
 from .shared_slots import SharedSlots, slot_bytes_for
 from .structure import ONE_ARRAY, rebuild
@@ -155,13 +155,10 @@ class ProcessWorkers:
         # takes 15-25 ms. Imported here, once for the program, forked workers find it imported.
         import numpy.random  # noqa: F401
 
-        start_hook: Any = options.start_hook
-        sent_job: Any = job
+        work: Any = (job, options.start_hook)
         if options.pickles_pipeline:
             check_main_module(context.get_start_method(), owner)
-            sent_job = serialize(job, "the pipeline", owner)
-            if start_hook is not None:
-                start_hook = serialize(start_hook, "start_hook", owner)
+            work = serialize_work(job, options.start_hook, owner)
         elif isinstance(job, Job):  # a forked worker inherits the objects themselves, and what they made before
             job.before_fork()
         self._conns, self._processes = [], []
@@ -182,7 +179,7 @@ class ProcessWorkers:
                         target=run_worker,
                         args=(
                             theirs,
-                            WorkerStart(k, sent_job, start_hook, options.blas_threads, inherited, seed, seterr()),
+                            WorkerStart(k, work, options.blas_threads, inherited, seed, seterr()),
                         ),
                         name=f"lazyseq-{owner}-{k}",
                         daemon=True,

@@ -64,14 +64,13 @@ def run_worker(conn: Connection, start: WorkerStart) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _lower_priority()
     ParentWatch(PARENT_CHECK_SECONDS)  # exits this process once the consumer's is gone
-    job, start_hook = start.job, start.start_hook
+    work = start.work
     seterr(start.error_mode)  # a spawned worker starts with the default: the pipeline's reads raise as the consumer's
     stage = "unpickling the pipeline"
     try:
-        if isinstance(job, bytes):
-            job = pickle.loads(job)
-        if isinstance(start_hook, bytes):
-            start_hook = pickle.loads(start_hook)
+        if isinstance(work, bytes):
+            work = pickle.loads(work)
+        job, start_hook = work
         stage = "seeding the random generators"
         # after unpickling (torch?), before the hook
         seed_this_worker(start.seed, start.index, forked=forked_worker())
