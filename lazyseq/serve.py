@@ -30,6 +30,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+CLI_WAYS = ("give --keys DIR (its server.key_secret, and clients/*.key for the clients let in)", "pass --insecure")
+
 
 class _CallableModule(types.ModuleType):
     """This module, callable as :func:`lazyseq.serve`: importing it replaces the package's ``serve`` with it."""
@@ -106,11 +108,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--insecure", action="store_true", help="allow a public address without CURVE keys")
     args = parser.parse_args(argv)
 
+    from .serving.endpoints import check_endpoint
+    from .serving.security import check_address
     from .serving.server import serve
 
     source = load_source(args.source)
     try:  # what the user gave is wrong: the message says what, no traceback
         keypair, clients = read_keys(args.keys) if args.keys else (None, None)
+        check_address(check_endpoint(args.address, "serve", binding=True), keypair, args.insecure, ways=CLI_WAYS)
         server = serve(
             source,
             args.address,

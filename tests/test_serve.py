@@ -816,6 +816,26 @@ def test_an_ipc_file_is_not_taken_from_a_live_server_and_is_removed_at_close(tmp
     assert not path.exists() and lazyseq_threads() == []
 
 
+def test_serving_at_an_ipc_path_that_is_not_a_socket_leaves_what_is_there(tmp_path):
+    # ZeroMQ deleted whatever was at the path: a mistyped path cost the user a file.
+    data = tmp_path / "important.csv"
+    data.write_text("a,b\n1,2\n")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(data)
+    for path in (data, folder, link):
+        address = f"ipc://{path}"
+        with pytest.raises(OSError) as caught:
+            lazyseq.serve(range(3), address)
+        assert str(caught.value) == (
+            f"serve: cannot listen at {address}: {path} exists and is not a socket (ZeroMQ would delete it); "
+            "choose another path"
+        )
+    assert data.read_text() == "a,b\n1,2\n" and folder.is_dir() and link.is_symlink()
+    assert lazyseq_threads() == []
+
+
 def test_a_curve_keypair_must_be_a_public_key_and_its_secret_key():
     public, secret = zmq.curve_keypair()
     for pair in [(secret, public), (zmq.curve_keypair()[0], secret)]:  # swapped, or the public key of another pair
@@ -862,8 +882,11 @@ def test_curve_lets_allowed_clients_in_and_keeps_others_out(caplog):
             "while waiting for an answer to hello" in str(caught.value) or "could not send to it" in str(caught.value)
         )
         assert server._loop._seen == {}  # nothing the stranger sent was read
-        with pytest.raises(lazyseq.ServerLost):  # without CURVE: no handshake either
+        with pytest.raises(lazyseq.ServerLost) as caught:  # without CURVE: no handshake either
             lazyseq.connect(server.address, timeout=0.5)
+        assert str(caught.value).endswith(
+            " (nothing answered at that address; a server with CURVE keys needs server_key and curve_keypair here)"
+        )
     assert not [r for r in caplog.records if "rejected" in r.getMessage()]
 
 
@@ -934,6 +957,12 @@ def test_the_command_says_what_is_wrong_with_its_argument():
             "name a view, or a function that takes none and returns one",
         ),
         (["string:digits", "--keys", "/nonexistent"], "lazyseq.serve: --keys /nonexistent: no /nonexistent/server.key"),
+        (
+            ["string:digits", "--address", "tcp://0.0.0.0:0"],
+            "lazyseq.serve: tcp://0.0.0.0:0 can be reached from other machines, and anyone who reaches it could read "
+            "the data; give --keys DIR (its server.key_secret, and clients/*.key for the clients let in), bind to "
+            "127.0.0.1, or pass --insecure on a network you trust\n",
+        ),
     ],
 )
 def test_the_command_says_what_is_wrong_without_a_traceback(arguments, message):

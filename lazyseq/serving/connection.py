@@ -115,9 +115,12 @@ class Connection:
         return ConnectionClosed(f"connect: the connection to {self.address} was closed while {doing}")
 
     def _hint(self) -> str:
-        if self._curve is not None and self.heartbeat.answers == 0:
+        """What may be wrong when the server never answered: keys (a CURVE server drops what it cannot decrypt)."""
+        if self.heartbeat.answers:
+            return ""
+        if self._curve is not None:
             return " (with CURVE: check server_key, and that the server allows this client's public key)"
-        return ""
+        return " (nothing answered at that address; a server with CURVE keys needs server_key and curve_keypair here)"
 
     def hello(self, fields: dict | None = None) -> dict:
         """Ask what the server serves, saying ``fields`` too (those of the last hello if None).

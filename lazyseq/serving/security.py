@@ -47,8 +47,19 @@ def is_loopback(address: str) -> bool:
         return False
 
 
-def check_address(address: str, curve_keypair: Any, insecure: bool, allowed_clients: Any = None) -> None:
-    """``ValueError`` for a server bound where others can reach it, with nothing to keep them out."""
+API_WAYS = (
+    "give curve_keypair=zmq.curve_keypair() (clients then need its public key) and allowed_clients=[their public keys]",
+    "pass insecure=True",
+)
+
+
+def check_address(
+    address: str, curve_keypair: Any, insecure: bool, allowed_clients: Any = None, ways: tuple[str, str] = API_WAYS
+) -> None:
+    """``ValueError`` for a server bound where others can reach it, with nothing to keep them out.
+
+    ``ways``: how the caller gives keys, and how it says the network is trusted (the message names them).
+    """
     if curve_keypair is not None:
         keypair_bytes(curve_keypair, "serve")
     if curve_keypair is None and allowed_clients is not None:
@@ -59,8 +70,7 @@ def check_address(address: str, curve_keypair: Any, insecure: bool, allowed_clie
     if curve_keypair is None and not insecure and not is_loopback(address):
         raise ValueError(
             f"serve: {address} can be reached from other machines, and anyone who reaches it could read the data; "
-            "give curve_keypair=zmq.curve_keypair() (clients then need its public key) and allowed_clients=[their "
-            "public keys], bind to 127.0.0.1, or pass insecure=True on a network you trust"
+            f"{ways[0]}, bind to 127.0.0.1, or {ways[1]} on a network you trust"
         )
 
 

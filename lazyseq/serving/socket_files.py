@@ -4,7 +4,8 @@ ZeroMQ binds ``ipc://PATH`` by deleting whatever file is at ``PATH`` first:
 a second server at the path of a running one would silently take its clients.
 So a server first tries to connect there: a file that answers belongs to a
 live server (the bind is refused as a TCP port in use is), one that does not
-is left over from a server that crashed, and is replaced. At close, the
+is left over from a server that crashed, and is replaced. Anything else at
+the path (a file, a folder, a link) is the user's: the bind is refused. At close, the
 server removes its file, if it is still the one it made.
 
 >>> socket_path("ipc:///tmp/data.sock"), socket_path("ipc://@abstract"), socket_path("tcp://127.0.0.1:0")
@@ -30,10 +31,18 @@ def socket_path(address: str) -> str | None:
 
 
 def refuse_if_listening(address: str, owner: str) -> None:
-    """``OSError`` if a server listens at the ``ipc://`` file of ``address`` (a file left over is no obstacle)."""
+    """``OSError`` if a server listens at the ``ipc://`` file of ``address``, or if that file is not a socket.
+
+    A socket file left over by a server that ended is no obstacle.
+    """
     path = socket_path(address)
-    if path is None or not _is_socket(path):
+    if path is None or not os.path.lexists(path):
         return
+    if not _is_socket(path):
+        raise OSError(
+            f"{owner}: cannot listen at {address}: {path} exists and is not a socket (ZeroMQ would delete it); "
+            "choose another path"
+        )
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         probe.connect(path)
@@ -59,7 +68,7 @@ class SocketFile:
 
 def _is_socket(path: str) -> bool:
     try:
-        return stat.S_ISSOCK(os.stat(path).st_mode)
+        return stat.S_ISSOCK(os.lstat(path).st_mode)
     except OSError:
         return False
 
