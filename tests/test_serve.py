@@ -11,10 +11,12 @@ import os
 import pickle
 import re
 import select
+import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -413,6 +415,72 @@ def test_a_killed_consumer_restarted_gets_the_rest_exactly_once(server_process):
     with lazyseq.connect(server.address, timeout=5) as restarted:
         after = [int(x[0]) for x in restarted]
     assert sorted(before + after) == list(range(60))
+
+
+STOPPED_CONSUMER = """
+import sys, lazyseq
+stream = lazyseq.connect(sys.argv[1], timeout=0.5, ahead=4)
+print(next(stream), flush=True)
+stream.sync()  # items 1 to 4 were sent to it before the answer
+print("synced", flush=True)
+sys.stdin.readline()  # stopped (SIGSTOP) here, then let go on
+print(*stream, "end", flush=True)
+"""
+
+
+def test_a_consumer_stopped_longer_than_its_timeout_leaves_its_items_to_others_and_goes_on():
+    # Taken for dead, it handed out the items it had received (others got them too), or waited forever for more.
+    with lazyseq.serve(iter(range(40)), LOOPBACK) as server:
+        stopped = subprocess.Popen(
+            [sys.executable, "-c", STOPPED_CONSUMER, server.address],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert stopped.stdout.readline() == "0\n" and stopped.stdout.readline() == "synced\n"
+            stopped.send_signal(signal.SIGSTOP)
+            with lazyseq.connect(server.address, timeout=5) as other:
+                got = list(other)  # items 1 to 4 too, once the server has taken the stopped one for dead
+            stopped.send_signal(signal.SIGCONT)
+            out, _ = stopped.communicate("\n", timeout=30)
+        finally:
+            stopped.kill()
+            stopped.wait()
+    assert sorted(got) == list(range(1, 40)) and out == "end\n"
+
+
+def test_a_server_held_up_longer_than_a_consumers_timeout_does_not_take_it_for_dead():
+    # The consumer's heartbeats waited unread in the socket: it was forgotten, and waited forever for its items.
+    with lazyseq.serve(iter(range(8)), LOOPBACK) as server:
+        service = server._loop._service
+        work, held_up = service.work, threading.Event()
+
+        def held_up_once():
+            if service._consumers and not held_up.is_set():
+                held_up.set()
+                time.sleep(1.5)  # the server's thread busy (a large item, say) for three timeouts
+            work()
+
+        service.work = held_up_once
+        got = []
+
+        def read():
+            stream = lazyseq.connect(server.address, timeout=0.5, ahead=2)
+            while True:
+                try:
+                    got.append(next(stream))
+                except StopIteration:
+                    break
+                except lazyseq.ServerLost:  # no answer while held up: reading again goes on
+                    got.append("lost")
+            stream.close()
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        reader.join(30)
+        assert not reader.is_alive(), f"the consumer waits forever, after {got}"
+    assert held_up.is_set() and [x for x in got if x != "lost"] == list(range(8))
 
 
 def test_a_server_that_dies_raises_server_lost(server_process):

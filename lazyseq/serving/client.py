@@ -290,14 +290,18 @@ class RemoteStream(Iterator):
                 "connected to it (both would hand out the items it had received); connect to it in this process"
             )
         with self._lock:
-            if self._ended:
-                raise StopIteration
-            if not self._received and not self._asked:
-                self._ask(self._ahead, [])
-            while not self._received:
+            while True:
                 if self._ended:
                     raise StopIteration
-                self._receive_one()
+                if not self._received and not self._asked:
+                    self._ask(self._ahead, [])
+                while not self._received:
+                    if self._ended:
+                        raise StopIteration
+                    self._receive_one()
+                if not self._connection.held_up():
+                    break
+                self._confirm()  # the server may have taken this consumer for dead, and given its items to others
             server, seq, status, value = self._received.popleft()
             if server == self._server:
                 self._handed.append(seq)
@@ -330,6 +334,12 @@ class RemoteStream(Iterator):
             have = [seq for server, seq, _, _ in self._received if server == self._server]
             header = {"more": 0, "ack": list(self._handed), "resend": have, "server": self._server}
             self._connection.send(b"next", header)
+        elif kind == b"forgotten":  # taken for dead: what it had not handed out went to others
+            server = header.get("server") if isinstance(header, dict) else None
+            self._received = deque(entry for entry in self._received if entry[0] != server)
+            self._connection.hello()
+            self._asked = 0
+            self._ask(self._ahead, list(self._handed))  # handed out: the server keeps them from going out again
         elif kind == b"end":
             self._ended = True
             self._asked = 0
@@ -356,9 +366,20 @@ class RemoteStream(Iterator):
     def sync(self) -> None:
         """Wait until the server has recorded every item handed out so far: none of them goes to anyone again."""
         with self._lock:
-            self._connection.send(b"sync", {})
-            while self._receive_one("the server to confirm") != b"synced":
+            while not self._confirm():  # taken for dead: said hello again, then asks again
                 pass
+
+    def _confirm(self) -> bool:
+        """Ask the server whether it still counts on this consumer: False if it had taken it for dead.
+
+        What was received and not handed out is then dropped (the server gave
+        it to others), and this consumer says hello and asks anew.
+        """
+        self._connection.send(b"sync", {})
+        while True:
+            kind = self._receive_one("the server to confirm")
+            if kind in (b"synced", b"forgotten"):
+                return kind == b"synced"
 
     def close(self) -> None:
         """Disconnect: items received and not handed out go back to the server for other consumers."""

@@ -30,7 +30,7 @@ from .security import key_bytes, keypair_bytes
 __all__ = ["Connection", "ConnectionClosed"]
 
 BYE_LINGER_MS = 200
-_SERVER_KINDS = {b"welcome", b"item", b"error", b"failed", b"end", b"synced", b"refused"}
+_SERVER_KINDS = {b"welcome", b"item", b"error", b"failed", b"end", b"synced", b"refused", b"forgotten"}
 
 
 class ConnectionClosed(LoaderError):
@@ -78,6 +78,7 @@ class Connection:
         )
         self.server: str | None = None  # the server instance answering, from its welcome
         self._hello_fields: dict = {}
+        self._lapses_seen = 0
         self.heartbeat.start()
 
     @property
@@ -121,6 +122,20 @@ class Connection:
         if self._curve is not None:
             return " (with CURVE: check server_key, and that the server allows this client's public key)"
         return " (nothing answered at that address; a server with CURVE keys needs server_key and curve_keypair here)"
+
+    def held_up(self) -> bool:
+        """Whether this process went quiet long enough for the server to take it for dead, since last asked.
+
+        Stopped (``SIGSTOP``, a suspended machine) or starved of the GIL, its
+        heartbeats did not go out: the heartbeat thread counts the late ones,
+        and one not sent yet counts too.
+        """
+        beat = self.heartbeat
+        lapses = beat.lapses + (time.monotonic() - beat.last_ping > beat.lapse)
+        if lapses == self._lapses_seen:
+            return False
+        self._lapses_seen = lapses
+        return True
 
     def hello(self, fields: dict | None = None) -> dict:
         """Ask what the server serves, saying ``fields`` too (those of the last hello if None).
@@ -265,6 +280,9 @@ class _Heartbeat(threading.Thread):
         self.last_answer = time.monotonic()
         self.answers = 0
         self.server: str | None = None
+        self.last_ping = time.monotonic()  # when this thread last pinged (or started)
+        self.lapses = 0  # how often it pinged late enough that the server may have taken this consumer for dead
+        self.lapse = connection.timeout / 2
 
     def run(self) -> None:
         import zmq
@@ -278,6 +296,9 @@ class _Heartbeat(threading.Thread):
             while True:
                 now = time.monotonic()
                 if now >= next_ping:
+                    if now - self.last_ping > self.lapse:  # this process was stopped, or starved of the GIL
+                        self.lapses += 1
+                    self.last_ping = now
                     try:
                         socket.send_multipart([wire.TAG, b"ping", self._ping], zmq.NOBLOCK)
                     except zmq.Again:  # not connected (yet): the silence is what the reader notices

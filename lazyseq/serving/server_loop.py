@@ -147,6 +147,9 @@ class ServerLoop:
             poller.register(zap, zmq.POLLIN)
         watched: set[int] = set()  # the service's file descriptors in the poller
         last_sweep = time.monotonic()
+        # when every message received so far had been read: a consumer is silent only if its messages are not
+        # waiting in the socket (a thread held up, by a large item say, reads them late)
+        drained = last_sweep
         try:
             service.work()  # listening now: a stream draws its first items before anyone asks
             while True:
@@ -156,16 +159,20 @@ class ServerLoop:
                 for fd in fds - watched:
                     poller.register(fd, zmq.POLLIN)
                 watched = fds
+                polled = time.monotonic()
                 ready = dict(poller.poll(int(SWEEP_SECONDS * 1000)))
                 if self._stop_fd in ready:
                     return
                 if zap is not None and zap in ready and self._check is not None:
                     zap.send_multipart(self._check.answer(zap.recv_multipart()))
-                if router in ready:
+                if router not in ready:
+                    drained = polled
+                else:
                     for _ in range(MAX_REQUESTS_AT_ONCE):  # then results get their turn
                         try:
                             frames = receive_frames(router, DONTWAIT)
                         except zmq.Again:
+                            drained = time.monotonic()
                             break
                         self._receive(frames)
                 try:
@@ -175,7 +182,7 @@ class ServerLoop:
                 now = time.monotonic()
                 if now - last_sweep > SWEEP_SECONDS:
                     last_sweep = now
-                    self._sweep(now)
+                    self._sweep(drained)
         except BaseException:  # a bug: logged (serve_forever raises), and what the server holds is released
             log.exception("the server at %s failed", self.address)
         finally:
@@ -195,10 +202,10 @@ class ServerLoop:
         except ValueError as error:  # wire.encode lets nothing through that JSON refuses: a bug
             log.error("could not send a %r message to consumer %s: %s", kind, consumer.hex(), error)
 
-    def _sweep(self, now: float) -> None:
-        """Forget the consumers that went silent for longer than their timeout."""
+    def _sweep(self, drained: float) -> None:
+        """Forget the consumers that went silent for longer than their timeout, up to when the socket was drained."""
         seen = self._seen
-        for consumer in [c for c, (heard, timeout) in seen.items() if now - heard > timeout]:
+        for consumer in [c for c, (heard, timeout) in seen.items() if drained - heard > timeout]:
             del seen[consumer]
         for consumer in self._service.consumers:
             if consumer not in seen:
@@ -210,8 +217,8 @@ class ServerLoop:
         if kind == b"bye":
             self._seen.pop(consumer, None)
             service.forget(consumer)
-        elif kind == b"sync":
-            self._send(consumer, b"synced", {}, [])
+        elif kind == b"sync":  # a consumer the service took for dead is told so, and asks anew
+            self._send(consumer, b"synced" if service.knows(consumer) else b"forgotten", {"server": self._token}, [])
         else:
             service.handle(consumer, kind, header)
 

@@ -8,6 +8,13 @@ one when it comes back). The stream ends for a consumer (``end``) only when
 the iterable is exhausted and no other consumer holds an item it has not
 acknowledged, since that item could still come back.
 
+A consumer silent for longer than its timeout (a stopped process) is taken
+for dead. If it comes back, its next request is answered ``forgotten``: it
+drops what it had received and not handed out (those items went back to the
+others), says hello again and asks anew. The acknowledgements it brings keep
+the items they name from going out again, unless another consumer got them
+meanwhile: such an item went out twice, which is logged.
+
 Items are numbered in the order they are drawn from the iterable (``seq``),
 and encoded at once into buffers the server owns, so an iterable that reuses
 its arrays (``load_buffers``) can go on. A server that comes back at the same
@@ -19,6 +26,7 @@ an item of another that happens to have the same number.
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -31,6 +39,8 @@ from . import wire
 from .failures import failure_header
 
 __all__ = ["StreamService"]
+
+log = logging.getLogger("lazyseq.serve")
 
 Send = Callable[[bytes, bytes, Any, list], None]
 
@@ -93,8 +103,13 @@ class StreamService:
     def consumers(self) -> list[bytes]:
         return list(self._consumers)
 
+    def knows(self, consumer: bytes) -> bool:
+        """Whether ``consumer`` may go on as it was: not once taken for dead (it is then told ``forgotten``)."""
+        return consumer in self._consumers
+
     def hello(self, consumer: bytes, header: Any, local: bool) -> dict[str, Any]:
-        """A consumer said hello: nothing more to welcome it with (stream items always come through the socket)."""
+        """A consumer said hello: it may ask for items (stream items always come through the socket)."""
+        self._consumers.setdefault(consumer, _Consumer())
         return {}
 
     def handle(self, consumer: bytes, kind: bytes, header: Any) -> None:
@@ -105,12 +120,14 @@ class StreamService:
         more, acks = header.get("more", 0), header.get("ack", [])
         if type(more) is not int or more < 0 or type(acks) is not list or not all(type(s) is int for s in acks):
             raise wire.ProtocolError("'next' needs an integer 'more' >= 0 and a list of integers 'ack'")
-        state = self._consumers.get(consumer)
-        if state is None:
-            state = self._consumers[consumer] = _Consumer()
         have = header.get("resend")
         if header.get("server", self.token) != self.token:  # numbers of another instance's items: not ours
             acks, have = [], None
+        state = self._consumers.get(consumer)
+        if state is None:  # taken for dead (silent for longer than its timeout), or never said hello
+            self._late_acks(consumer, acks)
+            self.send(consumer, b"forgotten", {"server": self.token}, [])
+            return
         for seq in acks:
             state.unacked.pop(seq, None)
         if type(have) is list:  # the consumer heard nothing for a while: what it lacks is sent again
@@ -120,6 +137,28 @@ class StreamService:
                     self.send(consumer, kind, item_header, buffers)
         state.wanted = max(0, min(state.wanted + more, self._max_wanted - len(state.unacked)))
         self._hand_out()
+
+    def _late_acks(self, consumer: bytes, acks: list[int]) -> None:
+        """Items that a consumer taken for dead handed out after all: not to be handed out again.
+
+        One already handed to another consumer went out twice: logged, since
+        nothing can take it back.
+        """
+        if not acks:
+            return
+        late = set(acks)
+        kept = [entry for entry in self._returned if entry[0] not in late]
+        if len(kept) < len(self._returned):
+            self._returned = deque(kept)
+        for other, state in self._consumers.items():
+            for seq in late.intersection(state.unacked):
+                log.warning(
+                    "item %d of the stream was handed out twice: consumer %s, taken for dead, had handed it out "
+                    "before consumer %s got it",
+                    seq,
+                    consumer.hex(),
+                    other.hex(),
+                )
 
     def forget(self, consumer: bytes) -> None:
         """A consumer left or died: what it did not acknowledge goes to the next one that asks."""
