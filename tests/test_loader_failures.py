@@ -193,11 +193,42 @@ def test_a_worker_that_dies_is_reported_with_its_pid_and_exit_code(how, code):
     with pytest.raises(lazyseq.WorkerDied) as info:
         list(ahead)
     message = str(info.value)
-    assert message.startswith("prefetch: worker process ") and f"died with {code} while computing item" in message
-    assert 5 in info.value.tasks  # what the worker held, as the engine names its tasks
+    assert message.startswith("prefetch: worker process ") and message.endswith(
+        f"died with {code} while computing item 5"
+    )
+    assert 5 in info.value.tasks and info.value.suspects == (5,)  # held; what it was computing, as the engine names it
     assert "(pid " in message
     assert not ahead.workers_running and multiprocessing.active_children() == []
     ahead.close()
+
+
+def record_computed(folder):
+    def compute(i):
+        if i == 7:
+            os._exit(3)
+        (folder / str(i)).touch()  # computed: its result may still be waiting in the worker to be sent
+        return i
+
+    return compute
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_reading_on_after_a_worker_died_loses_only_the_item_that_ended_it(tmp_path, start_method):
+    # The read item was skipped if the dead worker merely held it: computed fine, it was never delivered.
+    source = lazyseq.smap(record_computed(tmp_path), range(20))
+    got, deaths = [], []
+    with prefetch(source, nworkers=2, method="process", start_method=start_method) as ahead:
+        reading = iter(ahead)
+        while len(deaths) < 5:
+            try:
+                got.append(next(reading))
+            except StopIteration:
+                break
+            except lazyseq.WorkerDied as died:
+                deaths.append((str(died).split(" died with ")[1], died.suspects))
+    assert got == [i for i in range(20) if i != 7]
+    assert deaths and set(deaths) == {("exit code 3 while computing item 7", (7,))}
+    assert multiprocessing.active_children() == []
 
 
 @pytest.mark.parametrize("held, position", [((7, 8), 5), ((5, 8), 6)], ids=["another's items", "its item"])

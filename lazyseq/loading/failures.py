@@ -51,18 +51,24 @@ class WorkerDied(LoaderError):
     """A worker process ended while the loader was running.
 
     ``tasks`` are the loader's tasks that the worker held (sent to it and
-    not answered): one of them may be what ended it.
+    not answered). ``suspects`` are those that may have ended it: the one it
+    was computing, where the loader knows it (worker processes; none if it
+    died between two tasks), else all of them.
 
     >>> import lazyseq
     >>> issubclass(lazyseq.WorkerDied, RuntimeError)
     True
-    >>> lazyseq.WorkerDied("worker process 1 died", tasks=[4, 6]).tasks
-    (4, 6)
+    >>> died = lazyseq.WorkerDied("worker process 1 died", tasks=[4, 6], suspects=[6])
+    >>> died.tasks, died.suspects
+    ((4, 6), (6,))
     """
 
-    def __init__(self, message: str, tasks: Iterable[Hashable] = ()) -> None:
+    def __init__(
+        self, message: str, tasks: Iterable[Hashable] = (), suspects: Iterable[Hashable] | None = None
+    ) -> None:
         super().__init__(message)
         self.tasks: tuple[Hashable, ...] = tuple(tasks)
+        self.suspects: tuple[Hashable, ...] = self.tasks if suspects is None else tuple(suspects)
 
 
 class LoaderClosed(LoaderError):

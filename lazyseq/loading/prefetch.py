@@ -307,7 +307,7 @@ class PrefetchIterator(Generic[T_co]):
             self._position = i
             raise StopIteration from None
         except WorkerDied as error:
-            if i not in error.tasks:  # another worker's item, dropped as the workers stopped: read again next
+            if i not in error.suspects:  # not what ended the worker: dropped as the workers stopped, read again next
                 self._position = i
             raise
         except Exception as error:

@@ -162,7 +162,11 @@ class ProcessWorkers:
         elif isinstance(job, Job):  # a forked worker inherits the objects themselves, and what they made before
             job.before_fork()
         self._conns, self._processes = [], []
-        self._busy: list[dict] = []  # task -> its argument, for the tasks sent to each worker and not answered yet
+        # task -> (its argument, its number among those sent to the worker), for the tasks sent to each worker and
+        # not answered yet; the workers count the tasks they begin in _started_counts
+        self._busy: list[dict] = []
+        self._sent_counts = [0] * options.nworkers
+        self._started_counts = context.RawArray("q", options.nworkers)
         self._backlog = Backlog()  # (task, arg) not sent yet, in order
         self.unsent = self._backlog.waiting
         self._started: set[int] = set()  # workers that said they are ready
@@ -179,7 +183,7 @@ class ProcessWorkers:
                         target=run_worker,
                         args=(
                             theirs,
-                            WorkerStart(k, work, options.blas_threads, inherited, seed, seterr()),
+                            WorkerStart(k, work, self._started_counts, options.blas_threads, inherited, seed, seterr()),
                         ),
                         name=f"lazyseq-{owner}-{k}",
                         daemon=True,
@@ -246,8 +250,12 @@ class ProcessWorkers:
                 run = runs[k] = ([], [])
             run[0].append(entry)
             run[1].append(slot)
+        sent = self._sent_counts
         for k, (its_tasks, its_slots) in runs.items():
-            busy[k].update(its_tasks)
+            its_busy = busy[k]
+            for task, arg in its_tasks:
+                sent[k] += 1
+                its_busy[task] = (arg, sent[k])
             try:
                 self._write(k, encode_run(its_tasks, its_slots))
             except OSError:  # the worker is gone: say so, not "broken pipe"
@@ -401,7 +409,14 @@ class ProcessWorkers:
         process = self._processes[k]
         process.join(STOP_SECONDS)  # the sentinel fires as it exits, a moment before its exit code is known
         busy = self._busy[k]
-        doing = f" while computing {self._task_name} {describe_items(busy.items())}" if busy else ""
+        began = self._started_counts[k]  # the tasks it began: the last one is what it was in, unless answered
+        suspects = [task for task, (_, number) in busy.items() if number == began]
+        doing = ""
+        if suspects:
+            doing = f" while computing {self._task_name} {describe_items((t, busy[t][0]) for t in suspects)}"
+        elif busy:
+            unsent = describe_items((task, arg) for task, (arg, _) in busy.items())
+            doing = f" between two tasks, with {self._task_name} {unsent} not sent back"
         if k not in self._started:  # before our code ran, or while unpickling the pipeline or running start_hook
             doing = (
                 " while starting, before it could compute anything; what it printed (the cause, usually a "
@@ -416,7 +431,7 @@ class ProcessWorkers:
         )
         held = list(busy)
         self.close()
-        raise WorkerDied(message, held)
+        raise WorkerDied(message, held, suspects)
 
     def close(self) -> None:
         """Stop every worker: ask, then SIGTERM, then SIGKILL; release the slots."""

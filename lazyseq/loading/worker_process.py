@@ -85,7 +85,7 @@ def run_worker(conn: Connection, start: WorkerStart) -> None:
     conn.send_bytes(encode(Ready(start.index, os.getpid())))
     outbox = Outbox(conn.fileno())
     try:
-        _serve(conn, job, blas, outbox)
+        _serve(conn, job, blas, outbox, start.started, start.index)
     finally:  # a task that raised SystemExit, say: what was computed before it still arrives
         try:
             outbox.send()
@@ -93,11 +93,13 @@ def run_worker(conn: Connection, start: WorkerStart) -> None:
             pass
 
 
-def _serve(conn: Connection, job: Any, blas: WorkerLimit, outbox: Outbox) -> None:
+def _serve(conn: Connection, job: Any, blas: WorkerLimit, outbox: Outbox, started: Any, index: int) -> None:
     """Compute the tasks received, in order; a message that arrives meanwhile is read between two tasks.
 
     So ``Stop`` ends the work at once (the tasks still queued are dropped: the
     consumer stopped wanting them), and tasks sent while others run join them.
+    ``started[index]`` counts the tasks begun: should the worker die, the
+    consumer knows which one it was in (results wait in the outbox).
     """
     slots = None
     built_in_place = BuiltInPlace()
@@ -120,6 +122,7 @@ def _serve(conn: Connection, job: Any, blas: WorkerLimit, outbox: Outbox) -> Non
                 return
             continue
         task, arg, slot = tasks.pop()
+        started[index] += 1
         began = perf_counter()
         try:
             if slot >= 0 and slots is not None:

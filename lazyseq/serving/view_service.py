@@ -38,7 +38,7 @@ class _Reads:
     def __init__(self) -> None:
         self.waiting: dict[int, list[int]] = {}  # index -> the request numbers waiting for it
         self.held: set[int] = set()  # indices computed or in progress for this consumer
-        self.suspects: set[int] = set()  # held by a worker process that died: computed only when asked for
+        self.suspects: set[int] = set()  # may have ended a worker that died: computed only when asked for
         self.last = -1  # the index asked for last: reads are assumed to start in order
         self.frontier = 0  # the next index to compute ahead while reads go in order
         self.steady = True  # whether the last read followed the one before: only then are items computed ahead
@@ -321,37 +321,30 @@ class ViewService:
     def _engine_failed(self, error: LoaderError) -> None:
         """The workers cannot go on; which waiting requests hear why, and which are asked of new workers.
 
-        A worker process that died held some items, in the order they were
-        sent to it, one of which may have ended it. Of those a consumer waits
-        for, one request hears why: the first sent among those held by a
-        worker that died before (an item that ends every worker computing it
-        is held by each), else the first sent (the one the worker most likely
-        computed); for a consumer that waits for none of them, the first item
-        it waits for, as ``prefetch`` raises for the item being read. Every
-        other waiting request is asked of new workers, which compute the
-        dead worker's other items only when they are asked for, not ahead.
-        So a worker killed from outside costs each consumer one item, an
-        item that ends every worker fails its own request once it is asked
-        for (after one other, typically), and the server never starts
-        workers forever while requests wait. Any other failure (workers that
-        cannot start, say): every waiting request hears why.
+        A worker that died names the items that may have ended it (a worker
+        process: the one it was computing, if any). A consumer waiting for
+        one of them hears why; every other waiting request is asked of new
+        workers, which compute a suspect item that nobody waited for only
+        once it is asked for, not ahead. So a worker killed from outside costs
+        at most the item it was computing, an item that ends every worker
+        fails its own request once it is asked for, and the server never
+        starts workers forever while requests wait. Any other failure (workers
+        that cannot start, say): every waiting request hears why.
         """
         engine, self._engine = self._engine, None
         if engine is not None:
             engine.close()
-        held = None  # (consumer, index) -> when it was sent to the worker that died
+        suspects = None  # (consumer, index) of the items that may have ended the worker that died
         if isinstance(error, WorkerDied):
-            held = {cast("tuple[bytes, int]", task): k for k, task in enumerate(error.tasks)}
+            suspects = {cast("tuple[bytes, int]", task) for task in error.suspects}
         message = f"the server's workers failed: {type(error).__name__}: {error}"
         for consumer, reads in self._reads.items():
-            if held is None:
+            if suspects is None:
                 failed = list(reads.waiting)
             else:
-                sent = sorted(
-                    (i not in reads.suspects, held[consumer, i], i) for i in reads.waiting if (consumer, i) in held
-                )
-                failed = [sent[0][2]] if sent else sorted(reads.waiting)[:1]
-                reads.suspects.update(i for c, i in held if c == consumer)
+                its = {i for c, i in suspects if c == consumer}
+                failed = sorted(its.intersection(reads.waiting))
+                reads.suspects.update(its.difference(failed))  # computed again only once asked for
             for i in failed:
                 for req in reads.waiting.pop(i):
                     self._answer(consumer, b"failed", req, i, {"message": message})
