@@ -15,9 +15,12 @@ never overwritten while anything still refers to it.
 A pool's descriptor is closed by :meth:`SharedSlots.close`, or when the pool
 is garbage collected. A process forked from one with pools (a worker process,
 say) lets go of its copies of them at once: it closes the descriptors and
-unmaps each pool that nothing in it refers to (one that an array it inherited
-uses stays mapped; the memory of its free slots is left alone, since in the
-parent those slots may hold batches again).
+unmaps each pool that nothing in it refers to. The slots of the arrays it
+inherited become private copies first, as a fork promises (Linux, through
+:mod:`lazyseq.fixed_maps`): once the parent lets go of such an array, its slot
+takes other batches there, which the child must not see change under it; and
+what the child writes into its copy stays its own. The memory of the free
+slots is left alone, since in the parent those slots may hold batches again.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from collections import deque
 
 import numpy as np
 
+from ..fixed_maps import copy_in_place
 from .failures import NoSharedMemory
 
 __all__ = ["SharedSlots", "WorkerSlots", "available_shared_memory", "slot_bytes_for"]
@@ -193,6 +197,25 @@ class SharedSlots:
                 self._free_unleased(self._map)
         self._map = None
 
+    def copy_leased(self) -> None:
+        """In a forked child: the pages of the slots that inherited arrays use become private copies."""
+        if self._memory is None:
+            return
+        held = sorted(slot for slot, lease in list(self._leases.items()) if lease() is not None)
+        if not held:
+            return
+        base = np.frombuffer(self._memory, dtype=np.uint8).ctypes.data  # page-aligned: the start of the map
+        ranges: list[list[int]] = []  # [first page, end] of the slots held, merged where they share pages
+        for slot in held:
+            first = slot * self.slot_bytes // PAGE * PAGE
+            end = -(-(slot + 1) * self.slot_bytes // PAGE) * PAGE
+            if ranges and first <= ranges[-1][1]:
+                ranges[-1][1] = max(ranges[-1][1], end)
+            else:
+                ranges.append([first, end])
+        for first, end in ranges:
+            copy_in_place(base + first, end - first)
+
     def _free_unleased(self, mapped: mmap.mmap) -> None:
         """Give the memory of every slot that no delivered array uses back to the system (Linux), now.
 
@@ -237,6 +260,7 @@ _pools: weakref.WeakSet[SharedSlots] = weakref.WeakSet()  # the pools of this pr
 def _let_go_of_inherited_pools() -> None:
     """In a forked child: the parent's pools are the parent's (see the module)."""
     for pool in list(_pools):
+        pool.copy_leased()
         pool.close(free_unleased=False)
 
 

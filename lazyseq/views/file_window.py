@@ -33,13 +33,12 @@ import ctypes
 import math
 import mmap
 import os
-import platform
-import sys
 import weakref
 from collections.abc import Sequence
 
 import numpy as np
 
+from ..fixed_maps import FAILED, LIBC, MAP_FIXED
 from .sources import memmap_location
 
 __all__ = ["FileWindow"]
@@ -47,26 +46,6 @@ __all__ = ["FileWindow"]
 PAGE = mmap.PAGESIZE
 MAX_SLACK = 1 << 26  # address space given up per file to align it (lcm of page and row size): 64 MiB at most
 _PROT_NONE = 0
-_MAP_FIXED = 0x10  # Linux's value on the machines below (Python's mmap module does not name it)
-_MACHINES = ("x86_64", "aarch64")
-_FAILED = ctypes.c_void_p(-1).value
-
-
-def _libc() -> ctypes.CDLL | None:
-    if not sys.platform.startswith("linux") or platform.machine() not in _MACHINES:
-        return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.mmap.restype = ctypes.c_void_p
-        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-        libc.munmap.restype = ctypes.c_int
-        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    except (OSError, AttributeError):
-        return None
-    return libc
-
-
-_LIBC = _libc()
 
 # The mappings that the windows alive in this process may take (each file: one, and one for the gap after it),
 # one entry per window. A list, whose append and remove are atomic: windows are made and dropped by any thread, and
@@ -84,7 +63,7 @@ class _Reservation:
 
     def __init__(self, libc: ctypes.CDLL, size: int, mappings: int) -> None:
         address = libc.mmap(None, size, _PROT_NONE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
-        if address in (None, _FAILED):
+        if address in (None, FAILED):
             raise OSError(ctypes.get_errno(), "cannot reserve address space")
         self.address, self.size = address, size
         _mappings_held.append(mappings)
@@ -104,7 +83,7 @@ class _Reservation:
                 raise OSError(f"{path} is not the file mapped first: it was replaced since")
             if stat.st_size < offset + length:  # shorter now: reading past its end would crash (SIGBUS)
                 raise OSError(f"{path} is shorter than its memory map")
-            got = libc.mmap(address, length, mmap.PROT_READ, mmap.MAP_SHARED | _MAP_FIXED, fd, offset)
+            got = libc.mmap(address, length, mmap.PROT_READ, mmap.MAP_SHARED | MAP_FIXED, fd, offset)
         finally:
             os.close(fd)
         if got != address:
@@ -129,7 +108,7 @@ class FileWindow:
     @classmethod
     def over(cls, arrays: Sequence[np.ndarray]) -> FileWindow | None:
         """A window over the files behind ``arrays`` (C-contiguous memory maps, one row size), or None."""
-        if _LIBC is None or not _room_for(2 * len(arrays)):  # a mapping per file and per gap
+        if LIBC is None or not _room_for(2 * len(arrays)):  # a mapping per file and per gap
             return None
         row_bytes = arrays[0].itemsize * math.prod(arrays[0].shape[1:])
         mapped_files = _MappedFiles()
@@ -162,7 +141,7 @@ class FileWindow:
 
     @classmethod
     def _map(cls, places: list, row_bytes: int, size: int) -> FileWindow | None:
-        libc = _LIBC
+        libc = LIBC
         assert libc is not None
         reservation = _Reservation(libc, size, 2 * len(places))
         free = -(-reservation.address // PAGE) * PAGE  # the first address not used yet
