@@ -1,5 +1,10 @@
 """open_npy: memory-mapped files as one view."""
 
+import os
+import re
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -92,3 +97,38 @@ def test_an_existing_file_whose_name_looks_like_a_pattern_is_that_file(tmp_path)
     np.save(tmp_path / "a1.npy", np.arange(5))
     np.testing.assert_array_equal(lazyseq.open_npy(str(tmp_path / "a[1].npy"))[:], np.arange(3))
     assert len(lazyseq.open_npy(str(tmp_path / "a[0-9].npy"))) == 5  # no such file: a pattern
+
+
+MANY_SHARDS_SCRIPT = """
+import os, resource, sys
+import numpy as np, lazyseq
+
+folder = sys.argv[1]
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+open_now = len(os.listdir("/proc/self/fd"))
+resource.setrlimit(resource.RLIMIT_NOFILE, (open_now + 100, hard))
+pairs = lazyseq.smap(lambda i: (np.full(2, i, np.float32), np.int64(i)), range(300))
+written = lazyseq.write_npy(pairs, folder, rows_per_shard=1)  # 600 files, each kept open by its memory map
+print(written[299][0].tolist(), int(written[299][1]), resource.getrlimit(resource.RLIMIT_NOFILE)[0] >= open_now + 600)
+resource.setrlimit(resource.RLIMIT_NOFILE, (open_now + 700, open_now + 700))
+try:
+    lazyseq.open_npy(os.fsencode(folder))
+except OSError as error:
+    print(error)
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open files through /proc")
+def test_many_shards_raise_the_limit_on_open_files_or_say_it_is_too_low(tmp_path):
+    # Each mapped file keeps a descriptor: past the soft limit, write_npy failed once done, and so did open_npy.
+    folder = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-c", MANY_SHARDS_SCRIPT, str(folder)], capture_output=True, text=True, timeout=120
+    )
+    first, second = done.stdout.splitlines()
+    assert (first, done.stderr, done.returncode) == ("[299.0, 299.0] 299 True", "", 0)
+    assert re.fullmatch(
+        rf"open_npy: {folder}: mapping 600 files keeps 600 files open, and this process may have \d+ open at most "
+        r"\(its hard limit; \d+ are open\): raise it \(ulimit -Hn\), or write fewer, larger shards",
+        second,
+    )

@@ -856,6 +856,50 @@ def test_a_manifest_naming_files_outside_its_directory_is_refused(tmp_path, name
     )
 
 
+def test_a_manifest_with_an_infinite_length_or_that_is_a_folder_is_refused_by_name(tmp_path):
+    # int(inf) raised a bare OverflowError, and opening a folder a bare IsADirectoryError, naming nothing.
+    lazyseq.write_npy(np.arange(10.0), tmp_path, rows_per_shard=4, sync=False)
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(manifest.read_text().replace('"length": 10', '"length": 1e999'))
+    assert open_error(tmp_path) == (
+        f"open_npy: {manifest} is not a write_npy manifest: OverflowError: cannot convert float infinity to integer"
+    )
+    manifest.unlink()
+    manifest.mkdir()
+    assert open_error(tmp_path).startswith(f"open_npy: {manifest} is not a write_npy manifest: IsADirectoryError: ")
+
+
+def test_a_second_run_into_a_directory_being_written_is_refused_and_the_first_goes_on(tmp_path):
+    # Each run removed the other's temporary files: both failed on a file gone.
+    reached, release = threading.Event(), threading.Event()
+
+    def gated(i):
+        if i == 5:
+            reached.set()
+            release.wait(30)
+        return np.full(3, float(i))
+
+    done = []
+    first = threading.Thread(
+        target=lambda: done.append(lazyseq.write_npy(lazyseq.smap(gated, range(12)), tmp_path, rows_per_shard=4))
+    )
+    first.start()
+    try:
+        assert reached.wait(30)
+        with pytest.raises(BlockingIOError) as raised:
+            lazyseq.write_npy(np.arange(12.0), tmp_path, rows_per_shard=4)
+        assert str(raised.value) == (
+            f"write_npy: another run is writing into {tmp_path}; wait until it ends (a run that was killed lets go "
+            "at once), or write elsewhere"
+        )
+    finally:
+        release.set()
+        first.join()
+    assert [float(x[0]) for x in done[0]] == [float(i) for i in range(12)]
+    again = lazyseq.write_npy(lazyseq.smap(gated, range(12)), tmp_path, rows_per_shard=4)  # the lock went with it
+    assert len(again) == 12
+
+
 def test_a_directory_that_cannot_be_made_is_named(tmp_path):
     a_file = tmp_path / "a_file"
     a_file.write_bytes(b"mine")

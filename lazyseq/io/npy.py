@@ -39,6 +39,11 @@ def open_npy(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> View[np.
     header disagrees with the manifest is an error naming the file (its
     checksum is checked when ``write_npy`` resumes, which redoes it).
 
+    Each file mapped keeps one open file descriptor while the view lives
+    (numpy's memory maps do): where the files outnumber what the process may
+    open, its soft limit (``ulimit -n``) is raised towards its hard limit,
+    and beyond that an ``OSError`` says how many files are needed.
+
     >>> import os, tempfile
     >>> import numpy as np
     >>> import lazyseq
@@ -49,10 +54,12 @@ def open_npy(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> View[np.
     >>> len(data), data[5]
     (6, array([2., 2., 2., 2.], dtype=float32))
     """
+    if isinstance(paths, bytes):  # as os functions take them, and write_npy
+        paths = os.fsdecode(paths)
     if isinstance(paths, (str, os.PathLike)) and os.path.isdir(paths):
-        return _open_written(os.fspath(paths))
+        return _open_written(os.fsdecode(os.fspath(paths)))
     if isinstance(paths, (str, os.PathLike)):
-        pattern = os.fspath(paths)
+        pattern = os.fsdecode(os.fspath(paths))
         literal = not glob.has_magic(pattern) or os.path.isfile(pattern)  # a file named "a[1].npy" is that file
         files = [pattern] if literal else sorted(glob.glob(pattern))
         if not files:
@@ -66,6 +73,7 @@ def open_npy(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> View[np.
             ) from None
         if not files:
             raise ValueError("open_npy: no file given")
+    make_room_for_files(len(files), "open_npy")
     parts: list[ArraySource] = []
     for path in files:
         _check_npy_magic(path)
@@ -106,6 +114,7 @@ def _open_written(directory: str) -> View:
             + (f" and give shard {k} {len(layout.rows(k))} rows" if k < layout.shard_count else "")
             + ": the manifest was edited or damaged; call write_npy again with overwrite=True to rewrite the directory"
         )
+    make_room_for_files(layout.shard_count * len(layout.fields), f"open_npy: {directory}")
     fields: list[View] = []
     for j, field in enumerate(layout.fields):
         parts: list[ArraySource] = []
@@ -187,3 +196,33 @@ def _check_npy_magic(path: str) -> None:
         )
     what = "it is empty" if not start else f"bad magic: it starts with {start!r}, a .npy file with {_NPY_MAGIC!r}"
     raise ValueError(f"open_npy: {path} is not a .npy file ({what})")
+
+
+SPARE_DESCRIPTORS = 256  # left for everything else the process opens (sockets, pipes, other files)
+
+
+def make_room_for_files(count: int, owner: str) -> None:
+    """Make sure ``count`` more files can stay open: raise the soft limit on open files if needed (POSIX).
+
+    ``OSError`` if even the hard limit is too low, saying how many are needed.
+    """
+    try:
+        import resource
+    except ImportError:  # Windows: no such limit to raise
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        open_now = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        open_now = SPARE_DESCRIPTORS
+    needed = open_now + count + SPARE_DESCRIPTORS
+    if soft == resource.RLIM_INFINITY or needed <= soft:
+        return
+    if hard != resource.RLIM_INFINITY and needed > hard:
+        raise OSError(
+            f"{owner}: mapping {count} files keeps {count} files open, and this process may have {hard} open at "
+            f"most (its hard limit; {open_now} are open): raise it (ulimit -Hn), or write fewer, larger shards"
+        )
+    resource.setrlimit(
+        resource.RLIMIT_NOFILE, (needed if hard == resource.RLIM_INFINITY else min(hard, 2 * needed), hard)
+    )

@@ -24,10 +24,11 @@ line) is redone too.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Any
@@ -46,6 +47,7 @@ __all__ = [
     "intact_shards",
     "prepare",
     "read_manifest",
+    "writing_alone",
 ]
 
 FORMAT = "lazyseq.write_npy"
@@ -80,8 +82,35 @@ def read_manifest(directory: str) -> Written:
         with open(path, encoding="utf-8") as file:
             data = json.load(file)
         return _written(data, data["shards"], complete=True)
-    except (ValueError, KeyError, TypeError) as error:
+    except (ValueError, KeyError, TypeError, OverflowError, IsADirectoryError) as error:
         raise ValueError(f"{path} is not a write_npy manifest: {type(error).__name__}: {error}") from None
+
+
+@contextlib.contextmanager
+def writing_alone(directory: str) -> Iterator[None]:
+    """``directory`` made if missing, and locked while a run writes into it: ``BlockingIOError`` if another is.
+
+    The lock is the directory's own (``flock``, POSIX), so nothing is left in
+    it, and it goes with the process that holds it, however that ends.
+    """
+    _make_directory(directory)
+    try:
+        import fcntl
+    except ImportError:  # Windows: runs are not told apart
+        yield
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise BlockingIOError(
+                f"write_npy: another run is writing into {directory}; wait until it ends (a run that was killed "
+                "lets go at once), or write elsewhere"
+            ) from None
+        yield
+    finally:
+        os.close(fd)
 
 
 def _make_directory(directory: str) -> None:

@@ -34,7 +34,7 @@ from ..views.errors import REMOTE_CHAIN, EvaluationError, LoaderFailure, describ
 from ..views.itemtypes import SequenceLike
 from ..views.sources import as_view
 from .npy import open_npy
-from .shard_directory import ProgressLog, finish, forget_progress, intact_shards, prepare
+from .shard_directory import ProgressLog, finish, forget_progress, intact_shards, prepare, writing_alone
 from .shard_files import matches, npy_header, remove_temporaries, write_npy_files, write_npy_piece
 from .shard_layout import FIRST_BLOCK_ROWS, Layout, ShardRecord, read_batch
 from .shard_pieces import Piece, PieceWritten, finish_shard, plan
@@ -243,6 +243,22 @@ def write_npy(
         _raise_failure(error, 0, None, directory)
     layout = Layout.of_items(first, length, rows_per_shard, bytes_per_shard)
     parameters = {"rows_per_shard": rows_per_shard, "bytes_per_shard": bytes_per_shard}
+    with writing_alone(directory):
+        return _write(items, directory, layout, options, parameters, resume, overwrite, sync, progress)
+
+
+def _write(
+    items: View,
+    directory: str,
+    layout: Layout,
+    options: LoaderOptions,
+    parameters: dict[str, Any],
+    resume: bool,
+    overwrite: bool,
+    sync: bool,
+    progress: Any,
+) -> View:
+    """What :func:`write_npy` does once its arguments are checked, while no other run writes into ``directory``."""
     checked = None  # of a complete directory, the shards whose files check out (the others are redone)
     if resume and not overwrite and os.path.isdir(directory):
         checked = intact_shards(directory, layout, options.nworkers)
