@@ -1,7 +1,9 @@
 """Failures in workers: every one reaches the consumer, named, and nothing hangs."""
 
+import contextlib
 import multiprocessing
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -374,3 +376,110 @@ def test_workers_exit_when_the_parent_is_killed(start_method, tmp_path):
     while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)  # polling an outside condition, with a deadline
     assert not any(alive(pid) for pid in pids)
+
+
+class UnprintableError(Exception):
+    def __str__(self):
+        raise RuntimeError("str broken")
+
+
+def raise_unprintable(i):
+    if i == 2:
+        raise UnprintableError()
+    return i
+
+
+@pytest.mark.parametrize("method", ["thread", "process"])
+def test_an_exception_whose_str_fails_is_reported_as_the_items_failure(method):
+    # str(error) raised: a process worker died of it, and threads raised the RuntimeError instead.
+    with prefetch(lazyseq.smap(raise_unprintable, range(5)), nworkers=2, method=method, inline_below=0) as ahead:
+        with pytest.raises(lazyseq.EvaluationError) as info:
+            ahead[2]
+        assert str(info.value) == (
+            "failed to compute prefetch[2] -> smap(raise_unprintable)[2]: UnprintableError: "
+            "<str() of UnprintableError failed: RuntimeError: str broken>"
+        )
+        assert type(info.value.__cause__).__name__ == "UnprintableError"
+        assert [ahead[i] for i in (0, 1, 3, 4)] == [0, 1, 3, 4] and ahead.workers_running
+
+
+CONSUMER_THEN_KILLED = """
+import sys, numpy as np, lazyseq
+
+def slow(i):
+    import time
+    time.sleep(0.2)
+    return i
+
+if __name__ == "__main__":
+    reading = iter(lazyseq.prefetch(lazyseq.smap(slow, range(100)), nworkers=2, method="process", start_method=sys.argv[1]))
+    next(reading)
+    print("reading", flush=True)
+    for _ in reading:
+        pass
+"""
+
+
+@pytest.mark.parametrize("start_method", ["fork", "forkserver", "spawn"])
+def test_workers_of_a_consumer_killed_end_without_a_word(tmp_path, start_method):
+    # A forkserver's worker wrote to the pipe of its dead consumer before noticing: BrokenPipeError tracebacks.
+    script = tmp_path / "consumer.py"
+    script.write_text(CONSUMER_THEN_KILLED)
+    consumer = subprocess.Popen(
+        [sys.executable, str(script), start_method], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert consumer.stdout.readline() == "reading\n"
+        consumer.kill()
+        consumer.wait()
+        error_output = consumer.stderr.read()  # to its end: once the workers, which write there too, are gone
+    finally:
+        consumer.kill()
+        consumer.wait()
+        consumer.stdout.close()
+        consumer.stderr.close()
+    assert error_output == ""
+
+
+SPAWNED_WHILE_INTERRUPTED = """
+import os
+import select
+if __name__ == "__mp_main__":  # a spawned worker, importing this script: slowly, as with a large library
+    with open(os.environ["IMPORTING_FIFO"], "w") as fifo:
+        fifo.write("importing\\n")
+    import time
+    time.sleep(5)
+import numpy as np, lazyseq
+if __name__ == "__main__":
+    try:
+        with lazyseq.prefetch(lazyseq.view(np.arange(4)), nworkers=1, method="process", start_method="spawn") as p:
+            print("started", flush=True)
+            list(p)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+"""
+
+
+def test_a_ctrl_c_while_spawned_workers_start_prints_no_traceback_of_theirs(tmp_path):
+    # The worker's Python took the Ctrl-C sent to the process group: a KeyboardInterrupt traceback from its imports.
+    script, fifo = tmp_path / "consumer.py", tmp_path / "importing"
+    script.write_text(SPAWNED_WHILE_INTERRUPTED)
+    os.mkfifo(fifo)
+    env = {**os.environ, "IMPORTING_FIFO": str(fifo)}
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    with subprocess.Popen([sys.executable, str(script)], env=env, start_new_session=True, **pipes) as consumer:
+        try:
+            reading = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+            try:
+                waiting = select.poll()
+                waiting.register(reading, select.POLLIN)
+                assert waiting.poll(60_000), "the worker never started importing"
+                assert os.read(reading, 100) == b"importing\n"
+            finally:
+                os.close(reading)
+            os.killpg(consumer.pid, signal.SIGINT)  # Ctrl-C in a terminal: to every process of the group
+            out, err = consumer.communicate(timeout=60)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(consumer.pid, signal.SIGKILL)
+    assert (out, err) == ("started\ninterrupted\n", "")

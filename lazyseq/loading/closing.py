@@ -58,6 +58,29 @@ def interrupts_deferred() -> Iterator[None]:
         raise KeyboardInterrupt
 
 
+@contextmanager
+def ignored_by_children() -> Iterator[None]:
+    """Processes spawned in the block ignore Ctrl-C from their first instruction (main thread, POSIX).
+
+    SIGINT is ignored here meanwhile: a spawned process inherits that through
+    ``exec``, and Python then leaves it ignored, so a Ctrl-C sent to the whole
+    process group prints no traceback from a worker still importing. The
+    signal is also blocked in this thread meanwhile: one sent to it waits,
+    and is handled at the end of the block (Linux; one that another thread
+    takes in is lost, as is any during the block on other systems).
+    """
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
 def wait_unless_hurried(wait: Callable[[float], bool], seconds: float) -> bool:
     """``wait(timeout)`` until it says it is done (True), for ``seconds`` at most, or until a Ctrl-C hurries it (False)."""
     deadline = time.monotonic() + seconds

@@ -17,7 +17,7 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from ..views import errors
-from ..views.errors import REMOTE_CHAIN, EvaluationError, describe_chain
+from ..views.errors import REMOTE_CHAIN, EvaluationError, describe_chain, message_of
 from .messages import CapturedError
 
 __all__ = [
@@ -114,7 +114,7 @@ def capture(error: BaseException, dumps: Callable[[Any], bytes] = pickle.dumps) 
         pickle.loads(payload)  # an exception that pickles may still fail to unpickle
     except Exception:
         payload = None
-    return CapturedError(type(error).__qualname__, str(error), text, chain, payload)
+    return CapturedError(type(error).__qualname__, message_of(error), text, chain, payload)
 
 
 def restore(captured: CapturedError, where: str) -> BaseException:

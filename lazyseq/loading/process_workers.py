@@ -31,7 +31,7 @@ from ..views.errors import seterr
 from .backends import Done
 from .blas_limits import limits_for_workers
 from .buffering import ITEMS_AHEAD
-from .closing import interrupts_deferred, wait_unless_hurried
+from .closing import ignored_by_children, interrupts_deferred, wait_unless_hurried
 from .failures import LoaderError, WorkerDied, describe_items, exit_description, restore
 from .fork_safety import forking_workers, started_worker
 from .item_cost import ItemCost
@@ -162,6 +162,7 @@ class ProcessWorkers:
         elif isinstance(job, Job):  # a forked worker inherits the objects themselves, and what they made before
             job.before_fork()
         self._conns, self._processes = [], []
+        spawning = context.get_start_method() == "spawn"
         # task -> (its argument, its number among those sent to the worker), for the tasks sent to each worker and
         # not answered yet; the workers count the tasks they begin in _started_counts
         self._busy: list[dict] = []
@@ -188,7 +189,11 @@ class ProcessWorkers:
                         name=f"lazyseq-{owner}-{k}",
                         daemon=True,
                     )
-                    process.start()
+                    if spawning:  # a new Python: Ctrl-C ignored all through its start-up (imports included)
+                        with ignored_by_children():
+                            process.start()
+                    else:  # forked: inherits the deferring handler, and ignores Ctrl-C from its first line
+                        process.start()
                     started_worker(process)
                     theirs.close()
                     self._conns.append(mine)

@@ -86,6 +86,8 @@ def run_worker(conn: Connection, start: WorkerStart) -> None:
     outbox = Outbox(conn.fileno())
     try:
         _serve(conn, job, blas, outbox, start.started, start.index)
+    except OSError:  # its pipe broke: the consumer is gone (before the parent watch noticed)
+        return
     finally:  # a task that raised SystemExit, say: what was computed before it still arrives
         try:
             outbox.send()

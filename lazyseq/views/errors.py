@@ -81,7 +81,22 @@ def reraise(error: Exception) -> NoReturn:
             error.add_note(f"while computing {chain}")
         raise error
     where = chain or "an item"
-    raise EvaluationError(f"failed to compute {where}: {type(error).__name__}: {error}") from error
+    raise EvaluationError(f"failed to compute {where}: {type(error).__name__}: {message_of(error)}") from error
+
+
+def message_of(error: BaseException) -> str:
+    """``str(error)``, or what says it failed: an exception's own ``__str__`` may raise.
+
+    >>> class Odd(Exception):
+    ...     def __str__(self):
+    ...         raise RuntimeError("no")
+    >>> message_of(Odd()), message_of(ValueError("bad row"))
+    ('<str() of Odd failed: RuntimeError: no>', 'bad row')
+    """
+    try:
+        return str(error)
+    except Exception as failure:
+        return f"<str() of {type(error).__name__} failed: {type(failure).__name__}: {failure}>"
 
 
 def describe_chain(tb: TracebackType | None) -> str:
