@@ -6,6 +6,7 @@ straight to a ``.npy`` file on disk), however large the view is.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -58,7 +59,9 @@ def evaluate(
 
     ``out`` receives the rows instead of new arrays: an array (or memory map)
     of the right shape, the path of a ``.npy`` file to create (the result is
-    then a memory map of it), or a tuple or dict of those matching what
+    then a memory map of it; the file is written under a hidden name beside
+    the path and takes the path once every batch is in, so a call that fails
+    leaves what was there before), or a tuple or dict of those matching what
     ``fn`` returns. Arrays that evaluate makes (in memory, or a file at a
     path) take the dtype of the first batch and widen when a later one needs
     it (longer strings, floats after integers: a file is then written anew),
@@ -124,6 +127,9 @@ def evaluate(
                 del batch  # a batch from a shared slot can be reused as soon as it is dropped
                 start += rows
                 bar.update()
+    except BaseException:  # no file at an out path: what was there before stays
+        outputs.discard()
+        raise
     finally:
         if loader is not None:
             loader.close()
@@ -141,7 +147,8 @@ class _Outputs:
         self.row_shapes: tuple | None = None  # what every batch's results must match, from the first
         self.arrays: list[np.ndarray] = []
         self.owned: list[bool] = []  # whether evaluate made the array (in memory or as a file): it may widen it
-        self.paths: list[str | None] = []  # the file of an array evaluate made at a path
+        self.paths: list[str | None] = []  # the file of an array evaluate made for a path: a hidden one until done
+        self.finals: list[str | None] = []  # that path
 
     def write(self, result: Any, start: int, rows: int, batch_index: int) -> None:
         leaves: list = []
@@ -165,10 +172,11 @@ class _Outputs:
             targets = _match_out(self.out, skeleton, len(leaves))
             _check_distinct(targets)
             for leaf, target in zip(leaves, targets):
-                array, owned = _destination(target, leaf, self.total)
+                array, owned, working = _destination(target, leaf, self.total)
                 self.arrays.append(array)
                 self.owned.append(owned)
-                self.paths.append(os.fspath(target) if isinstance(target, (str, os.PathLike)) else None)
+                self.paths.append(working)
+                self.finals.append(os.fspath(target) if working is not None else None)
         elif row_shapes != self.row_shapes:
             raise ValueError(
                 f"evaluate: fn returned {_describe(skeleton, leaves)} for batch {batch_index}, "
@@ -208,10 +216,22 @@ class _Outputs:
 
     def result(self) -> Any:
         assert self.skeleton is not None, "no batch was written"
-        for array in self.arrays:
+        for k, array in enumerate(self.arrays):
             if isinstance(array, np.memmap):
                 array.flush()
+            working, final = self.paths[k], self.finals[k]
+            if working is not None and final is not None:  # complete: under its name now, in one step
+                os.replace(working, final)
+                self.arrays[k] = np.load(final, mmap_mode="r+")
         return rebuild(self.skeleton, self.arrays)
+
+    def discard(self) -> None:
+        """After a failure: the files made for out paths are removed (their paths keep what they held)."""
+        self.arrays.clear()
+        for working in self.paths:
+            if working is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(working)
 
 
 _NUMBERS = "biufc"  # bool, integers, floats, complex numbers: one widens into another
@@ -348,19 +368,25 @@ def _match_out(out: Any, skeleton: tuple, count: int) -> list:
     return targets
 
 
-def _destination(target: Any, leaf: np.ndarray, total: int) -> tuple[np.ndarray, bool]:
-    """The array that receives the rows like ``leaf``, and whether evaluate created it."""
+def _destination(target: Any, leaf: np.ndarray, total: int) -> tuple[np.ndarray, bool, str | None]:
+    """The array that receives the rows like ``leaf``, whether evaluate created it, and its file if it made one.
+
+    For a path, the file is made beside it under a hidden name, given the
+    path once every row is written (see :meth:`_Outputs.result`).
+    """
     shape = (total, *leaf.shape[1:])
     if target is None:
-        return np.empty(shape, leaf.dtype), True
+        return np.empty(shape, leaf.dtype), True, None
     if isinstance(target, (str, os.PathLike)) and os.path.isdir(target):
         raise IsADirectoryError(f"evaluate: out {os.fspath(target)!r} is a directory: give the path of a .npy file")
     if isinstance(target, (str, os.PathLike)):  # made here from the first batch: widened as later ones need
-        return np.lib.format.open_memmap(os.fspath(target), mode="w+", dtype=leaf.dtype, shape=shape), True
+        folder, name = os.path.split(os.path.abspath(target))
+        working = os.path.join(folder, f".{name}.{os.urandom(4).hex()}.partial")
+        return np.lib.format.open_memmap(working, mode="w+", dtype=leaf.dtype, shape=shape), True, working
     if not isinstance(target, np.ndarray):
         raise TypeError(
             f"evaluate: out must be an array, a .npy path or a structure of them, not {type(target).__name__}"
         )
     if target.shape != shape:
         raise ValueError(f"evaluate: out has shape {target.shape}, but the results need {shape}")
-    return target, False
+    return target, False, None

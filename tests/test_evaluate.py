@@ -299,3 +299,23 @@ def test_dicts_may_give_their_keys_in_any_order():
 def test_a_masked_array_is_refused_rather_than_losing_its_mask():
     with pytest.raises(TypeError, match=r"^evaluate: fn returned a masked array for batch 0, whose mask would be lost"):
         lazyseq.evaluate(lambda b: np.ma.masked_array(b, mask=b > 3), np.arange(10.0), batch_size=3)
+
+
+def test_a_failed_call_leaves_the_file_at_an_out_path_as_it_was(tmp_path):
+    # The file was made at its path from the first batch: a failure left zeros in place of the earlier results.
+    path = tmp_path / "predictions.npy"
+    x = lazyseq.view(np.arange(100.0))
+    lazyseq.evaluate(lambda b: b * 2, x, batch_size=10, out=path)
+
+    def blows_up_halfway(b):
+        if b[0] >= 50:
+            raise ValueError("model blew up")
+        return b * 3
+
+    with pytest.raises(ValueError, match="model blew up"):
+        lazyseq.evaluate(blows_up_halfway, x, batch_size=10, out=path)
+    assert np.load(path).tolist() == (np.arange(100.0) * 2).tolist()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["predictions.npy"]  # no hidden file left either
+    done = lazyseq.evaluate(lambda b: b.astype(str), x, batch_size=10, out=path)  # widened, then in place
+    assert done.filename == str(path) and np.load(path)[99] == "99.0"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["predictions.npy"]
