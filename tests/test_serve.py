@@ -1189,3 +1189,31 @@ def test_keys_without_clients_warn_that_nobody_gets_in(tmp_path):
         "[]\n",
         f"lazyseq.serve: warning: --keys {tmp_path}: no {tmp_path / 'clients' / '*.key'}: no client will be let in\n",
     )
+
+
+READER_AT_EXIT = """
+import threading, time
+import lazyseq
+
+def slow(x):
+    time.sleep(1)
+    return x
+
+server = lazyseq.serve(lazyseq.view(range(5)).smap(slow), "tcp://127.0.0.1:0")
+remote = lazyseq.connect(server.address, timeout=10)
+reading = threading.Event()
+
+def read():
+    reading.set()
+    remote[0]
+
+threading.Thread(target=read, daemon=True).start()
+reading.wait()
+print("main thread exits")
+"""
+
+
+def test_a_reader_thread_still_waiting_at_exit_gets_no_zeromq_error():
+    # At exit, the connection's finalizer closed the socket under the waiting thread: ZMQError, non-socket.
+    done = subprocess.run([sys.executable, "-c", READER_AT_EXIT], capture_output=True, text=True, timeout=120)
+    assert (done.stdout, done.stderr, done.returncode) == ("main thread exits\n", "", 0)

@@ -74,7 +74,7 @@ class Connection:
         self.closed = False
         self.pid = os.getpid()
         self._finalizer = weakref.finalize(
-            self, _close, self.pid, socket, self.heartbeat, context, (self._wake_fd, self._waker_fd)
+            self, _close, self.pid, socket, self.heartbeat, context, (self._wake_fd, self._waker_fd), self._using
         )
         self.server: str | None = None  # the server instance answering, from its welcome
         self._hello_fields: dict = {}
@@ -341,10 +341,19 @@ class _Heartbeat(threading.Thread):
         os.close(self._waker_fd)
 
 
-def _close(pid: int, socket: Any, heartbeat: _Heartbeat, context: Any, wake_fds: tuple[int, int]) -> None:
-    """Say goodbye and release what a connection holds: on ``close()``, and on garbage collection without it."""
+def _close(pid: int, socket: Any, heartbeat: _Heartbeat, context: Any, wake_fds: tuple[int, int], using: Any) -> None:
+    """Say goodbye and release what a connection holds: on ``close()``, on garbage collection, and at exit."""
     if os.getpid() != pid:  # a forked child inherited a copy: the sockets and the thread are its parent's
         return
+    if not using.acquire(blocking=False):  # at exit, a (daemon) thread waits on the socket: closing it under that
+        return  # wait would break it with a ZeroMQ error; the process ends, and takes the socket with it
+    try:
+        _release(socket, heartbeat, context, wake_fds)
+    finally:
+        using.release()
+
+
+def _release(socket: Any, heartbeat: _Heartbeat, context: Any, wake_fds: tuple[int, int]) -> None:
     try:  # the server frees what it held for this consumer at once (a stream's items go to others)
         send_frames(socket, [wire.TAG, b"bye", wire.dumps({})], DONTWAIT)
     except Exception:  # nobody to say it to
