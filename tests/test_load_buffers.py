@@ -3,6 +3,7 @@
 import functools
 import itertools
 import multiprocessing
+import threading
 import os
 import pickle
 
@@ -148,7 +149,23 @@ def test_closing_ends_iteration_and_stops_the_workers():
     batches.close()
     batches.close()
     assert list(batches) == [] and multiprocessing.active_children() == []
-    assert repr(batches) == "load_buffers(Counter, max_cached=2)  [closed]"
+    assert repr(batches) == "load_buffers(Counter, max_cached=3)  [closed]"  # by default, nworkers + 1
+
+
+def test_by_default_every_worker_has_a_batch_to_make_while_one_is_read():
+    # max_cached was 2 whatever nworkers: while one batch was read, the second worker had nothing to make.
+    calls = itertools.count()
+    all_three = threading.Barrier(3, timeout=10)  # the reader, holding the first batch, and both workers
+
+    def made_together():
+        if next(calls) in (1, 2):  # the two batches after the first
+            all_three.wait()
+        return np.zeros(2)
+
+    with load_buffers(made_together, nworkers=2, inline_below=0) as batches:
+        first = next(batches)
+        all_three.wait()  # BrokenBarrierError if only one worker got a batch to make
+        assert [next(batches).tolist() for _ in range(3)] == [[0.0, 0.0]] * 3 and first.shape == (2,)
 
 
 def test_bad_arguments():

@@ -33,7 +33,9 @@ class BufferLoader(Iterator[T], Generic[T]):
     def __init__(self, func: Callable[[], T], max_cached: int | None, options: LoaderOptions, copy: bool) -> None:
         if not callable(func):
             raise TypeError(f"load_buffers: func must be callable, got {type(func).__name__}")
-        self._max_cached = Buffering.resolve(max_cached, options, BATCHES_CACHED, "max_cached")
+        # by default, one batch in progress per worker besides the one being read: every worker busy
+        default = max(BATCHES_CACHED, options.nworkers + 1)
+        self._max_cached = Buffering.resolve(max_cached, options, default, "max_cached")
         if options.nworkers < 1:
             raise ValueError("load_buffers: nworkers must be at least 1 (or negative: all cores but -nworkers)")
         self._func = func
@@ -192,7 +194,8 @@ def load_buffers(
     dict of arrays, with the same shapes and dtypes every time (a batch that
     differs from the first is a ``ValueError``). Batches are yielded as they
     complete, in no set order; up to ``max_cached`` of them exist at once,
-    the one being read included (``None``: 2, and for Ray see below).
+    the one being read included (``None``: one more than ``nworkers``, at
+    least 2, so that every worker has one to make; for Ray see below).
 
     With ``method="process"`` workers write each batch in place into one of
     ``max_cached`` shared-memory slots, sized from the first batch and reused
