@@ -3,9 +3,9 @@
 import functools
 import itertools
 import multiprocessing
-import threading
 import os
 import pickle
+import threading
 
 import numpy as np
 import pytest
