@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -176,7 +177,7 @@ class _Outputs:
                 self.arrays.append(array)
                 self.owned.append(owned)
                 self.paths.append(working)
-                self.finals.append(os.fspath(target) if working is not None else None)
+                self.finals.append(os.path.realpath(target) if working is not None else None)
         elif row_shapes != self.row_shapes:
             raise ValueError(
                 f"evaluate: fn returned {_describe(skeleton, leaves)} for batch {batch_index}, "
@@ -216,13 +217,18 @@ class _Outputs:
 
     def result(self) -> Any:
         assert self.skeleton is not None, "no batch was written"
-        for k, array in enumerate(self.arrays):
+        for array in self.arrays:
             if isinstance(array, np.memmap):
                 array.flush()
-            working, final = self.paths[k], self.finals[k]
-            if working is not None and final is not None:  # complete: under its name now, in one step
-                os.replace(working, final)
-                self.arrays[k] = np.load(final, mmap_mode="r+")
+        try:
+            for k, (working, final) in enumerate(zip(self.paths, self.finals)):
+                if working is not None and final is not None:  # complete: under its name now, in one step
+                    os.replace(working, final)
+                    self.paths[k] = None
+                    self.arrays[k] = np.load(final, mmap_mode="r+")
+        except BaseException:  # the files not renamed yet are removed; those renamed are complete
+            self.discard()
+            raise
         return rebuild(self.skeleton, self.arrays)
 
     def discard(self) -> None:
@@ -380,9 +386,13 @@ def _destination(target: Any, leaf: np.ndarray, total: int) -> tuple[np.ndarray,
     if isinstance(target, (str, os.PathLike)) and os.path.isdir(target):
         raise IsADirectoryError(f"evaluate: out {os.fspath(target)!r} is a directory: give the path of a .npy file")
     if isinstance(target, (str, os.PathLike)):  # made here from the first batch: widened as later ones need
-        folder, name = os.path.split(os.path.abspath(target))
+        final = os.path.realpath(target)  # a link's target is what is written, as when writing through the link
+        folder, name = os.path.split(final)
         working = os.path.join(folder, f".{name}.{os.urandom(4).hex()}.partial")
-        return np.lib.format.open_memmap(working, mode="w+", dtype=leaf.dtype, shape=shape), True, working
+        array = np.lib.format.open_memmap(working, mode="w+", dtype=leaf.dtype, shape=shape)
+        with contextlib.suppress(OSError):  # a file there keeps its permissions
+            os.chmod(working, stat.S_IMODE(os.stat(final).st_mode))
+        return array, True, working
     if not isinstance(target, np.ndarray):
         raise TypeError(
             f"evaluate: out must be an array, a .npy path or a structure of them, not {type(target).__name__}"

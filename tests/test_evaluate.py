@@ -319,3 +319,14 @@ def test_a_failed_call_leaves_the_file_at_an_out_path_as_it_was(tmp_path):
     done = lazyseq.evaluate(lambda b: b.astype(str), x, batch_size=10, out=path)  # widened, then in place
     assert done.filename == str(path) and np.load(path)[99] == "99.0"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["predictions.npy"]
+
+
+def test_an_out_path_that_is_a_link_writes_its_target_and_a_file_keeps_its_permissions(tmp_path):
+    target = tmp_path / "real.npy"
+    np.save(target, np.zeros(3))
+    target.chmod(0o640)
+    link = tmp_path / "link.npy"
+    link.symlink_to(target)
+    lazyseq.evaluate(lambda b: b + 1, lazyseq.view(np.arange(3.0)), batch_size=2, out=link)
+    assert link.is_symlink() and np.load(target).tolist() == [1.0, 2.0, 3.0]
+    assert target.stat().st_mode & 0o777 == 0o640

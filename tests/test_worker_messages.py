@@ -242,7 +242,8 @@ def _serve_in_a_thread(messages, job, results=0):
     mine, theirs = Pipe(duplex=True)
     read, write = os.pipe()
     reader = MessageReader([read], [], "test", decode=lambda k, raw: decode(raw))
-    worker = threading.Thread(target=_serve, args=(theirs, job, types.SimpleNamespace(pending=False), Outbox(write)))
+    blas = types.SimpleNamespace(pending=False)
+    worker = threading.Thread(target=_serve, args=(theirs, job, blas, Outbox(write), [0, 0], 0))
     try:
         for message in messages:
             send(message)

@@ -2,6 +2,7 @@
 
 import errno
 import json
+import multiprocessing
 import os
 import pickle
 import re
@@ -898,6 +899,29 @@ def test_a_second_run_into_a_directory_being_written_is_refused_and_the_first_go
     assert [float(x[0]) for x in done[0]] == [float(i) for i in range(12)]
     again = lazyseq.write_npy(lazyseq.smap(gated, range(12)), tmp_path, rows_per_shard=4)  # the lock went with it
     assert len(again) == 12
+
+
+def test_a_process_forked_during_a_run_does_not_keep_the_directory_locked(tmp_path):
+    # It inherited the lock's descriptor: the next run into the directory was refused while it lived.
+    fork = multiprocessing.get_context("fork")
+    done, children = fork.Event(), []
+
+    def forks_a_child(i):
+        if i == 5 and not children:  # while the run holds the lock (item 0 is read before, for the layout)
+            children.append(fork.Process(target=done.wait, args=(30,)))
+            children[0].start()
+        return np.full(2, float(i))
+
+    try:
+        lazyseq.write_npy(lazyseq.smap(forks_a_child, range(8)), tmp_path, rows_per_shard=4)
+        again = lazyseq.write_npy(np.arange(8.0), tmp_path / "other", rows_per_shard=4)
+        assert len(again) == 8 and children[0].is_alive()
+        rewritten = lazyseq.write_npy(np.full((8, 2), 7.0), tmp_path, rows_per_shard=4, overwrite=True)
+        assert rewritten[7].tolist() == [7.0, 7.0]
+    finally:
+        done.set()
+        for child in children:
+            child.join()
 
 
 def test_a_directory_that_cannot_be_made_is_named(tmp_path):

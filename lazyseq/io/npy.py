@@ -215,14 +215,17 @@ def make_room_for_files(count: int, owner: str) -> None:
         open_now = len(os.listdir("/proc/self/fd"))
     except OSError:
         open_now = SPARE_DESCRIPTORS
-    needed = open_now + count + SPARE_DESCRIPTORS
+    needed = open_now + count + SPARE_DESCRIPTORS  # room for the rest of the program too, where the limit allows
     if soft == resource.RLIM_INFINITY or needed <= soft:
         return
-    if hard != resource.RLIM_INFINITY and needed > hard:
+    if hard != resource.RLIM_INFINITY and open_now + count > hard:
         raise OSError(
             f"{owner}: mapping {count} files keeps {count} files open, and this process may have {hard} open at "
             f"most (its hard limit; {open_now} are open): raise it (ulimit -Hn), or write fewer, larger shards"
         )
-    resource.setrlimit(
-        resource.RLIMIT_NOFILE, (needed if hard == resource.RLIM_INFINITY else min(hard, 2 * needed), hard)
-    )
+    try:
+        resource.setrlimit(
+            resource.RLIMIT_NOFILE, (needed if hard == resource.RLIM_INFINITY else min(hard, needed), hard)
+        )
+    except (ValueError, OSError):  # refused (macOS caps an infinite hard limit lower): mapping says if it is short
+        pass

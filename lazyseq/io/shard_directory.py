@@ -108,9 +108,30 @@ def writing_alone(directory: str) -> Iterator[None]:
                 f"write_npy: another run is writing into {directory}; wait until it ends (a run that was killed "
                 "lets go at once), or write elsewhere"
             ) from None
-        yield
+        except OSError:  # a file system without locks (some network ones): runs are not told apart there
+            pass
+        _locks.add(fd)
+        try:
+            yield
+        finally:
+            _locks.discard(fd)
     finally:
         os.close(fd)
+
+
+_locks: set[int] = set()  # the descriptors of the directories locked by this process
+
+
+def _let_go_of_inherited_locks() -> None:
+    """In a forked child (a worker process started meanwhile): the lock is its parent's, to end with its run."""
+    for fd in list(_locks):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _locks.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_let_go_of_inherited_locks)
 
 
 def _make_directory(directory: str) -> None:

@@ -275,7 +275,7 @@ class WorkerStart(NamedTuple):
 
     index: int  # type: ignore[assignment]  # a field named like tuple.index: read by name only
     work: Any  # (job, start_hook), pickled together (bytes) unless the worker was forked: see serialize_work
-    started: Any  # shared integers, one per worker: how many tasks each began (which one it was in when it died)
+    progress: Any  # shared integers, two per worker: the tasks it began and finished (what it was in if it died)
     blas_threads: int
     blas_inherited: bool  # whether the consumer set the BLAS limit before starting the worker (see blas_limits)
     seed: int

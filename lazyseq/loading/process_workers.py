@@ -164,10 +164,10 @@ class ProcessWorkers:
         self._conns, self._processes = [], []
         spawning = context.get_start_method() == "spawn"
         # task -> (its argument, its number among those sent to the worker), for the tasks sent to each worker and
-        # not answered yet; the workers count the tasks they begin in _started_counts
+        # not answered yet; the workers count the tasks they begin and finish in _progress (see worker_process._serve)
         self._busy: list[dict] = []
         self._sent_counts = [0] * options.nworkers
-        self._started_counts = context.RawArray("q", options.nworkers)
+        self._progress = context.RawArray("q", 2 * options.nworkers)
         self._backlog = Backlog()  # (task, arg) not sent yet, in order
         self.unsent = self._backlog.waiting
         self._started: set[int] = set()  # workers that said they are ready
@@ -184,7 +184,7 @@ class ProcessWorkers:
                         target=run_worker,
                         args=(
                             theirs,
-                            WorkerStart(k, work, self._started_counts, options.blas_threads, inherited, seed, seterr()),
+                            WorkerStart(k, work, self._progress, options.blas_threads, inherited, seed, seterr()),
                         ),
                         name=f"lazyseq-{owner}-{k}",
                         daemon=True,
@@ -414,8 +414,9 @@ class ProcessWorkers:
         process = self._processes[k]
         process.join(STOP_SECONDS)  # the sentinel fires as it exits, a moment before its exit code is known
         busy = self._busy[k]
-        began = self._started_counts[k]  # the tasks it began: the last one is what it was in, unless answered
-        suspects = [task for task, (_, number) in busy.items() if number == began]
+        began, finished = self._progress[2 * k], self._progress[2 * k + 1]
+        # the last task it began is what it was in, unless it finished it (its result not sent yet)
+        suspects = [task for task, (_, number) in busy.items() if number == began] if finished < began else []
         doing = ""
         if suspects:
             doing = f" while computing {self._task_name} {describe_items((t, busy[t][0]) for t in suspects)}"

@@ -85,8 +85,8 @@ def run_worker(conn: Connection, start: WorkerStart) -> None:
     conn.send_bytes(encode(Ready(start.index, os.getpid())))
     outbox = Outbox(conn.fileno())
     try:
-        _serve(conn, job, blas, outbox, start.started, start.index)
-    except OSError:  # its pipe broke: the consumer is gone (before the parent watch noticed)
+        _serve(conn, job, blas, outbox, start.progress, start.index)
+    except ConnectionError:  # its pipe broke: the consumer is gone (before the parent watch noticed)
         return
     finally:  # a task that raised SystemExit, say: what was computed before it still arrives
         try:
@@ -95,13 +95,14 @@ def run_worker(conn: Connection, start: WorkerStart) -> None:
             pass
 
 
-def _serve(conn: Connection, job: Any, blas: WorkerLimit, outbox: Outbox, started: Any, index: int) -> None:
+def _serve(conn: Connection, job: Any, blas: WorkerLimit, outbox: Outbox, progress: Any, index: int) -> None:
     """Compute the tasks received, in order; a message that arrives meanwhile is read between two tasks.
 
     So ``Stop`` ends the work at once (the tasks still queued are dropped: the
     consumer stopped wanting them), and tasks sent while others run join them.
-    ``started[index]`` counts the tasks begun: should the worker die, the
-    consumer knows which one it was in (results wait in the outbox).
+    ``progress[2 * index]`` counts the tasks begun and ``progress[2 * index + 1]``
+    those finished: should the worker die, the consumer knows which one it
+    was in, if any (results wait in the outbox).
     """
     slots = None
     built_in_place = BuiltInPlace()
@@ -124,7 +125,7 @@ def _serve(conn: Connection, job: Any, blas: WorkerLimit, outbox: Outbox, starte
                 return
             continue
         task, arg, slot = tasks.pop()
-        started[index] += 1
+        progress[2 * index] += 1
         began = perf_counter()
         try:
             if slot >= 0 and slots is not None:
@@ -142,6 +143,7 @@ def _serve(conn: Connection, job: Any, blas: WorkerLimit, outbox: Outbox, starte
             else:
                 outbox.add(_result_message(task, slot, result, slots, seconds))
             del result
+        progress[2 * index + 1] += 1
         if blas.pending:
             blas.after_task()
         if outbox.due(len(tasks), seconds):
