@@ -132,3 +132,38 @@ def _missing(x):
 def read_another_view(i):
     """Reads an item of another view, as a pipeline may: how its error propagates follows lazyseq.seterr."""
     return lazyseq.smap(_missing, range(5))[i]
+
+
+def _write_then_look(first, second, end):
+    first[:] = -1  # its own copy: the parent's item stays as it was
+    end.send("written")
+    end.recv()  # the parent let go of its copy of second, and read on: that slot held other items since
+    end.send(second.tolist())
+
+
+def check_a_forked_child_keeps_what_it_inherited(reading, rows):
+    """With the first two items of ``reading`` (rows 0 and 1 of ``rows``) held, fork a child: each side keeps its own.
+
+    The child writes into its copy of the first item (the parent's must not
+    change), the parent lets go of the second and reads on (so its slot
+    takes other items), then the child looks at its copy of the second.
+    """
+    import gc
+    import multiprocessing
+
+    fork = multiprocessing.get_context("fork")
+    first, second = next(reading), next(reading)
+    ends = fork.Pipe()
+    child = fork.Process(target=_write_then_look, args=(first, second, ends[1]))
+    child.start()
+    try:
+        assert ends[0].recv() == "written"
+        assert first.tolist() == rows[0].tolist()
+        del second
+        gc.collect()
+        assert [int(x[0]) for x in reading] == [int(row[0]) for row in rows[2:]]
+        ends[0].send("look")
+        assert ends[0].recv() == rows[1].tolist()
+    finally:
+        child.join()
+    assert child.exitcode == 0

@@ -1,7 +1,6 @@
 """prefetch: a view like any other, whose items workers compute ahead, identical whatever the workers."""
 
 import functools
-import gc
 import multiprocessing
 import os
 import pickle
@@ -12,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from loader_helpers import (
+    check_a_forked_child_keeps_what_it_inherited,
     fail_on_seven,
     nested,
     noisy,
@@ -306,32 +306,11 @@ def test_items_from_shared_slots_stay_valid_while_referenced():
     assert all((x == x[0]).all() for x in kept)
 
 
-def write_then_look(first, second, end):
-    first[:] = -1  # its own copy: the parent's item stays as it was
-    end.send("written")
-    end.recv()  # the parent let go of its copy of second, and read on: that slot held other items since
-    end.send(second.tolist())
-
-
 def test_a_forked_child_keeps_the_items_it_inherited_as_they_were_when_forked():
     # The slots stayed shared: the child saw the parent's later items in its copy, the parent the child's writes.
     rows = np.arange(60 * 1000).reshape(60, 1000)  # each row built in its slot
-    fork = multiprocessing.get_context("fork")
     with prefetch(lazyseq.view(rows), nworkers=2, method="process", start_method="fork") as ahead:
-        reading = iter(ahead)
-        first, second = next(reading), next(reading)
-        ends = fork.Pipe()
-        child = fork.Process(target=write_then_look, args=(first, second, ends[1]))
-        child.start()
-        assert ends[0].recv() == "written"
-        assert first.tolist() == rows[0].tolist()
-        del second
-        gc.collect()
-        assert [int(x[0]) for x in reading] == list(range(2000, 60000, 1000))
-        ends[0].send("look")
-        assert ends[0].recv() == rows[1].tolist()
-        child.join()
-    assert child.exitcode == 0
+        check_a_forked_child_keeps_what_it_inherited(iter(ahead), rows)
 
 
 def slots_resident_kib():

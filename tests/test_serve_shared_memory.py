@@ -13,6 +13,7 @@ import threading
 import numpy as np
 import pytest
 import served_pipelines
+from loader_helpers import check_a_forked_child_keeps_what_it_inherited
 
 import lazyseq
 
@@ -311,32 +312,11 @@ def test_a_forked_child_lets_go_of_the_pools_it_inherited():
         served.close()
 
 
-def write_then_look(first, second, end):
-    first[:] = -1  # its own copy: the parent's item stays as it was
-    end.send("written")
-    end.recv()  # the parent let go of its copy of second, and read on: that slot held other items since
-    end.send(second.tolist())
-
-
 def test_a_forked_child_keeps_the_items_it_inherited_as_they_were_when_forked():
     # The pool stayed shared: the child saw the parent's later items in its copy, the parent the child's writes.
     rows = np.arange(60 * 1000).reshape(60, 1000)
-    fork = multiprocessing.get_context("fork")
     with lazyseq.serve(lazyseq.view(rows), LOOPBACK) as server, lazyseq.connect(server.address) as remote:
-        reading = iter(remote)
-        first, second = next(reading), next(reading)
-        ends = fork.Pipe()
-        child = fork.Process(target=write_then_look, args=(first, second, ends[1]))
-        child.start()
-        assert ends[0].recv() == "written"
-        assert first.tolist() == rows[0].tolist()
-        del second
-        gc.collect()
-        assert [int(x[0]) for x in reading] == list(range(2000, 60000, 1000))
-        ends[0].send("look")
-        assert ends[0].recv() == rows[1].tolist()
-        child.join()
-    assert child.exitcode == 0
+        check_a_forked_child_keeps_what_it_inherited(iter(remote), rows)
 
 
 def test_requests_waiting_when_the_consumer_says_hello_again_are_answered_through_the_socket():
