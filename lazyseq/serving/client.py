@@ -274,6 +274,7 @@ class RemoteStream(Iterator):
         self._handed: deque[int] = deque(maxlen=RECENT)  # the items handed out last (their acks may be lost)
         self._server = connection.server  # the server instance that numbered the items in _handed
         self._ended = False
+        self._gaps = connection.gaps()  # the heartbeats' gaps the server confirmed it lived through (see __next__)
         self._lock = threading.Lock()
 
     @property
@@ -299,9 +300,11 @@ class RemoteStream(Iterator):
                     if self._ended:
                         raise StopIteration
                     self._receive_one()
-                if not self._connection.held_up():
+                gaps = self._connection.gaps()
+                if gaps == self._gaps:
                     break
                 self._confirm()  # the server may have taken this consumer for dead, and given its items to others
+                self._gaps = gaps  # once the server answered
             server, seq, status, value = self._received.popleft()
             if server == self._server:
                 self._handed.append(seq)

@@ -78,7 +78,6 @@ class Connection:
         )
         self.server: str | None = None  # the server instance answering, from its welcome
         self._hello_fields: dict = {}
-        self._lapses_seen = 0
         self.heartbeat.start()
 
     @property
@@ -123,19 +122,17 @@ class Connection:
             return " (with CURVE: check server_key, and that the server allows this client's public key)"
         return " (nothing answered at that address; a server with CURVE keys needs server_key and curve_keypair here)"
 
-    def held_up(self) -> bool:
-        """Whether this process went quiet long enough for the server to take it for dead, since last asked.
+    def gaps(self) -> int:
+        """How many long gaps the heartbeats had: a consumer that saw a new one may have been taken for dead.
 
-        Stopped (``SIGSTOP``, a suspended machine) or starved of the GIL, its
-        heartbeats did not go out: the heartbeat thread counts the late ones,
-        and one not sent yet counts too.
+        Stopped (``SIGSTOP``, a suspended machine) or starved of the GIL, this
+        process did not ping for half its timeout; cut off from the server, it
+        heard no answer for as long. The heartbeat thread counts such gaps, and
+        one still going on counts too.
         """
         beat = self.heartbeat
-        lapses = beat.lapses + (time.monotonic() - beat.last_ping > beat.lapse)
-        if lapses == self._lapses_seen:
-            return False
-        self._lapses_seen = lapses
-        return True
+        now = time.monotonic()
+        return beat.lapses + beat.silences + (now - beat.last_ping > beat.lapse) + (now - beat.last_answer > beat.lapse)
 
     def hello(self, fields: dict | None = None) -> dict:
         """Ask what the server serves, saying ``fields`` too (those of the last hello if None).
@@ -282,6 +279,7 @@ class _Heartbeat(threading.Thread):
         self.server: str | None = None
         self.last_ping = time.monotonic()  # when this thread last pinged (or started)
         self.lapses = 0  # how often it pinged late enough that the server may have taken this consumer for dead
+        self.silences = 0  # how often the server answered late enough for the same (a network cut, say)
         self.lapse = connection.timeout / 2
 
     def run(self) -> None:
@@ -318,7 +316,10 @@ class _Heartbeat(threading.Thread):
                                 header = wire.loads(frames[2])
                             except wire.ProtocolError:
                                 continue
-                            self.last_answer = time.monotonic()
+                            answered = time.monotonic()
+                            if answered - self.last_answer > self.lapse:
+                                self.silences += 1
+                            self.last_answer = answered
                             self.answers += 1
                             if isinstance(header, dict) and isinstance(header.get("server"), str):
                                 self.server = header["server"]
