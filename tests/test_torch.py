@@ -868,3 +868,12 @@ def test_a_field_of_a_structured_array_and_a_masked_array_are_handled_as_documen
     assert to_tensors(records["x"]).tolist() == next(to_device([records["x"]], "cpu")).tolist() == [1.0, 2.0, 3.0]
     masked = np.ma.masked_array([1.0, 2.0], mask=[False, True])
     assert type(next(to_device([masked], "cpu"))) is np.ma.MaskedArray  # as to_tensors: its mask was dropped
+
+
+def test_predict_gives_back_each_modules_own_training_flag():
+    # model.train(was_training) put a frozen BatchNorm back into training: its running statistics changed after.
+    model = torch.nn.Sequential(torch.nn.BatchNorm1d(3), torch.nn.Linear(3, 2), torch.nn.Dropout(0.5))
+    model.train()
+    model[0].eval()  # frozen while the rest is fine-tuned
+    predict(model, np.random.default_rng(0).random((10, 3), dtype=np.float32), batch_size=4)
+    assert [module.training for module in model.modules()] == [True, False, True, True]

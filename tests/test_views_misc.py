@@ -243,6 +243,21 @@ def test_add_cache_forgets_the_items_of_another_epoch():
     assert list(cached) == list(lazyseq.shuffle(range(10), 0, 1))
 
 
+@pytest.mark.parametrize("loader", [None, "thread", "process"])
+def test_add_cache_forgets_the_items_of_another_epoch_set_on_a_shuffle_below_it(loader):
+    # Only set_epoch called through the cache cleared it: a prefetch above it, which follows the shuffle, read old items.
+    shuffled = lazyseq.shuffle(range(10), seed=0)
+    cached = lazyseq.add_cache(shuffled, cache_size=10)
+    read = cached if loader is None else lazyseq.prefetch(cached, nworkers=2, method=loader)
+    try:
+        assert list(read) == list(lazyseq.shuffle(range(10), seed=0, epoch=0))
+        shuffled.set_epoch(1)
+        assert list(read) == list(lazyseq.shuffle(range(10), seed=0, epoch=1))
+    finally:
+        if loader is not None:
+            read.close()
+
+
 def test_add_cache_uniter_and_copy_on_write_maps_pickle(tmp_path):
     import pickle
 

@@ -13,7 +13,7 @@ from ..views.base import View
 from ..views.chunks import batches_as_its_rows, chunk_rows
 from ..views.itemtypes import SequenceLike, T, T_co
 from ..views.keys import Positions
-from ..views.shuffle import EPOCH_CHANGES
+from ..views.shuffle import EpochWatch
 from ..views.sources import as_view
 from .backends import Done
 from .buffering import ITEMS_AHEAD, SLOT_BUDGET, Buffering
@@ -59,8 +59,7 @@ class PrefetchView(View[T_co]):
         self._order = ReadOrder(self._len, max_buffered.capacity(None))  # each start of the workers begins a new one
         self._send_ahead: Callable[[], None] = _nothing  # sends the next expected items (see _start)
         self._starts = 0  # how many times workers were started: each start gets new random seeds
-        self._started_epochs: tuple[int, ...] = ()  # of the pipeline's shuffles when the workers started
-        self._epoch_changes = EPOCH_CHANGES[0]  # epochs set anywhere, when this view last looked at its own
+        self._epoch_watch = EpochWatch(parent)  # of the pipeline's shuffles when the workers started
 
     # -- lifetime ---------------------------------------------------------------
 
@@ -76,7 +75,7 @@ class PrefetchView(View[T_co]):
             task_name=self._task_name,
         )
         self._starts += 1
-        self._started_epochs = self._parent._epochs()
+        self._epoch_watch.reset()
         self._engine, self._order = engine, ReadOrder(self._len, engine.capacity, engine.holds)
         self._send_ahead = functools.partial(engine.refill, self._order.advance)
         return engine
@@ -125,8 +124,7 @@ class PrefetchView(View[T_co]):
     def _get(self, i: int) -> Any:
         if not self._options.nworkers:
             return self._parent._get(i)
-        if self._epoch_changes != EPOCH_CHANGES[0]:  # an epoch was set somewhere: perhaps below, since the start
-            self._follow_epochs()
+        self._follow_epochs()  # an epoch set on a view below since the workers started
         with self._lock:
             engine = self._running_engine()
             order = self._order
@@ -150,8 +148,7 @@ class PrefetchView(View[T_co]):
             return self._parent._get_many(idx)
         if len(idx) == 1:
             return [self._get(int(idx[0]))]
-        if self._epoch_changes != EPOCH_CHANGES[0]:  # as in _get
-            self._follow_epochs()
+        self._follow_epochs()  # as in _get
         with self._lock:
             engine = self._running_engine()
             cost = engine.cost
@@ -255,18 +252,17 @@ class PrefetchView(View[T_co]):
         return ((self._parent, i),)
 
     def __iter__(self) -> PrefetchIterator[T_co]:
-        self._follow_epochs()
+        self._follow_epochs(look=True)
         return PrefetchIterator(self)
 
-    def _follow_epochs(self) -> None:
+    def _follow_epochs(self, look: bool = False) -> None:
         """Workers started before ``set_epoch`` was called on a view below stop (with what they computed ahead), to
-        restart on it: at the start of a pass, and at a read after an epoch was set anywhere."""
-        self._epoch_changes = EPOCH_CHANGES[0]
-        if self._engine is not None and self._parent._epochs() != self._started_epochs:
+        restart on it: at a read after an epoch was set anywhere, and (``look``) at the start of a pass."""
+        if self._epoch_watch.changed(look) and self._engine is not None:
             self.close()
 
     def _iter(self) -> Iterator[T_co]:
-        self._follow_epochs()
+        self._follow_epochs(look=True)
         return PrefetchIterator(self)
 
     def _describe(self) -> str:

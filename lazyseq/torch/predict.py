@@ -52,7 +52,7 @@ def predict(
     model's inputs, not ``(inputs, labels)`` pairs. What the model returns
     (a tensor, or a tuple or dict of them, one row per item) is gathered by
     :func:`lazyseq.evaluate`, which also takes ``nworkers``, ``method``,
-    ``out`` and ``progress``. The model's training flag is restored after.
+    ``out`` and ``progress``. The training flag of the model and of each of its modules is restored after.
 
     >>> import numpy as np
     >>> import torch
@@ -79,7 +79,7 @@ def predict(
             return model(*inputs)
         return model(inputs)
 
-    was_training = model.training
+    modes = [(module, module.training) for module in model.modules()]  # a frozen part may be in eval mode already
     model.eval()
     try:
         with torch.no_grad():
@@ -95,4 +95,5 @@ def predict(
             )
     finally:
         feeder.close()
-        model.train(was_training)
+        for module, training in modes:
+            module.training = training

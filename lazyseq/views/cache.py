@@ -11,6 +11,7 @@ import numpy as np
 from ..arguments import integer
 from .base import View
 from .itemtypes import SequenceLike, T
+from .shuffle import EpochWatch
 from .sources import as_view
 
 __all__ = ["CacheView", "add_cache"]
@@ -31,8 +32,11 @@ class CacheView(View):
         self._cache: OrderedDict[int, Any] = OrderedDict()
         self._lock = threading.Lock()
         self._changes = 0  # counts writes and epochs: a value read before one is not kept after it
+        self._epoch_watch = EpochWatch(parent)  # set_epoch may be called on a shuffle below, not through this view
 
     def _get(self, i: int) -> Any:
+        if self._epoch_watch.changed():
+            self._forget()
         with self._lock:
             if i in self._cache:
                 self._cache.move_to_end(i)
@@ -54,13 +58,18 @@ class CacheView(View):
             self._cache.pop(i, None)
 
     def set_epoch(self, epoch: int) -> None:
-        """Give the pipeline's shuffles ``epoch``; items cached from an epoch that changed below are forgotten."""
-        before = self._parent._epochs()
+        """Give the pipeline's shuffles ``epoch``; items cached from an epoch that changed below are forgotten.
+
+        So are they when ``set_epoch`` is called on a view below this one.
+        """
         super().set_epoch(epoch)
-        if self._parent._epochs() != before:  # a cache above no shuffle keeps its items: they do not depend on it
-            with self._lock:
-                self._changes += 1
-                self._cache.clear()
+        if self._epoch_watch.changed():  # a cache above no shuffle keeps its items: they do not depend on it
+            self._forget()
+
+    def _forget(self) -> None:
+        with self._lock:
+            self._changes += 1
+            self._cache.clear()
 
     def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         return ((self._parent, i),)

@@ -12,9 +12,44 @@ from .itemtypes import SequenceLike, T
 from .keys import Positions, compose
 from .sources import as_view
 
-__all__ = ["ShuffleView", "shuffle"]
+__all__ = ["EPOCH_CHANGES", "EpochWatch", "ShuffleView", "shuffle"]
 
 EPOCH_CHANGES = [0]  # how many times a shuffle's epoch was set, anywhere: loaders holding items of one look again
+
+
+class EpochWatch:
+    """Whether the epochs of the shuffles below ``view`` changed: what a view that keeps items looks at before using them.
+
+    A loader's items computed ahead, or a cache's items, are of the epochs
+    they were read in; ``set_epoch`` may be called on any view below, not
+    only on the one that keeps them. Cheap while no epoch is set anywhere: a
+    count of the epochs set is compared first.
+    """
+
+    def __init__(self, view: View) -> None:
+        self._view = view
+        self.reset()
+
+    def reset(self) -> None:
+        """Take the epochs as they are now as the ones the kept items are of."""
+        self._changes = EPOCH_CHANGES[0]
+        self._epochs = self._view._epochs()
+
+    def changed(self, look: bool = False) -> bool:
+        """Whether they changed since the last look that found a change, or since ``reset``.
+
+        ``look``: compare the epochs even if none was set since.
+        """
+        if not look and self._changes == EPOCH_CHANGES[0]:
+            return False
+        self._changes = EPOCH_CHANGES[0]
+        epochs = self._view._epochs()
+        if epochs == self._epochs:
+            return False
+        self._epochs = epochs
+        return True
+
+
 COMPACT_ABOVE = 1 << 24  # items: longer permutations are stored as int32, half the size of intp
 
 
