@@ -372,3 +372,59 @@ def test_the_per_file_example_runs_on_ray(cluster, tmp_path, capsys):
         signal = np.load(tmp_path / "inputs" / f"recording_{k:03d}.npy")
         np.testing.assert_array_equal(np.load(row["output"]), example.spectrum(signal))
     assert f"6 spectra of {example.BINS * 3} values in {tmp_path / 'spectra'}" in capsys.readouterr().out
+
+
+def interrupt_on_five(x):
+    if x == 5:
+        raise KeyboardInterrupt("raised by the pipeline")
+    return x
+
+
+def test_an_interrupt_raised_by_the_pipeline_fails_its_item_alone(cluster):
+    # Ray took it for a cancellation of the whole run: the item was sent again, for ever.
+    with lazyseq.prefetch(lazyseq.smap(interrupt_on_five, range(10)), nworkers=2, method="ray") as ahead:
+        assert list(ahead[:5]) == [0, 1, 2, 3, 4]
+        with pytest.raises(KeyboardInterrupt, match="raised by the pipeline"):
+            ahead[5]
+        assert list(ahead[6:]) == [6, 7, 8, 9]
+
+
+class Unsendable:
+    def __reduce__(self):
+        raise TypeError("not to be pickled")
+
+
+def unsendable_on_three(x):
+    return Unsendable() if x == 3 else x
+
+
+def test_a_result_that_cannot_be_sent_back_fails_its_item_alone(cluster):
+    # Ray failed the whole run: a LoaderError about other items, raised at a read of a good one.
+    values = []
+    with lazyseq.prefetch(lazyseq.smap(unsendable_on_three, range(6)), nworkers=2, method="ray") as ahead:
+        for i in range(6):
+            try:
+                values.append(ahead[i])
+            except lazyseq.EvaluationError as error:
+                values.append(str(error))
+    failure = "failed to compute prefetch[3]: TypeError: the result cannot be sent from the Ray worker: TypeError: "
+    assert values == [0, 1, 2, failure + "not to be pickled", 4, 5]
+
+
+def exit_on_twenty(x):
+    if x == 20:
+        os._exit(1)
+    return x
+
+
+def test_an_item_that_ends_every_ray_worker_is_the_only_one_lost(cluster):
+    # The whole run of items it was sent with died with it: every read of one of them raised WorkerDied.
+    values, suspects = [], set()
+    with lazyseq.prefetch(lazyseq.smap(exit_on_twenty, range(30)), nworkers=2, method="ray") as ahead:
+        for i in range(30):
+            try:
+                values.append(ahead[i])
+            except lazyseq.WorkerDied as died:  # raised at the read under way when it was found
+                suspects.add(died.suspects)
+                values.append(None if i == 20 else ahead[i])
+    assert suspects == {(20,)} and values == [None if i == 20 else i for i in range(30)]

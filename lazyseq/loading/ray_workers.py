@@ -128,6 +128,8 @@ class RayWorkers:
         self._backlog = Backlog()  # not sent yet, in order
         self.unsent = self._backlog.waiting
         self.running: dict[Future, InFlight] = {}  # in flight, in the order sent
+        # the tasks of a run whose worker died every time, sent again one per Ray task: only the one at fault fails
+        self._alone: list[tuple[Hashable, Any]] = []
         self._signal = ResultSignal()  # written to from Ray's thread as each Ray task completes
 
     def submit_many(self, tasks: Sequence[tuple[Hashable, Any]]) -> None:
@@ -136,7 +138,10 @@ class RayWorkers:
         self._dispatch()
 
     def _dispatch(self) -> None:
-        backlog, running = self._backlog, self.running
+        backlog, running, alone = self._backlog, self.running, self._alone
+        while alone and len(running) < self._capacity and not self.closed:
+            task, arg = alone.pop(0)
+            self._send([task], [arg])
         while backlog and len(running) < self._capacity and not self.closed:
             free = self._capacity - len(running)
             count = min(run_length(self._cost.estimate), -(-len(backlog) // free))  # a share for each free slot
@@ -150,11 +155,15 @@ class RayWorkers:
                 tasks.append(task)
                 args.append(arg)
             if tasks:
-                ref = self._remote.remote((self._job,), args, self._seed, self._sent, seterr())
-                future = ref.future()
-                running[future] = InFlight(ref, tasks, args)
-                future.add_done_callback(functools.partial(_wake, self._signal))
-                self._sent += 1
+                self._send(tasks, args)
+
+    def _send(self, tasks: list[Hashable], args: list) -> None:
+        """One Ray task computing ``tasks``, in order."""
+        ref = self._remote.remote((self._job,), args, self._seed, self._sent, seterr())
+        future = ref.future()
+        self.running[future] = InFlight(ref, tasks, args)
+        future.add_done_callback(functools.partial(_wake, self._signal))
+        self._sent += 1
 
     def has_room(self, count: int) -> bool:
         return True  # results come back through Ray's object store: no slots to run out of
@@ -193,10 +202,16 @@ class RayWorkers:
         return found
 
     def _receive(self, future: Future, found: list[Done]) -> None:
-        _, tasks, args = self.running.pop(future)
+        entry = self.running.pop(future, None)
+        if entry is None:  # closed by another thread meanwhile: nobody waits for it
+            return
+        _, tasks, args = entry
         error = future.exception()
         if isinstance(error, TaskCancelledError):
             found.extend(Done(task, "skipped", None) for task in tasks)
+            return
+        if isinstance(error, (WorkerCrashedError, NodeDiedError)) and len(tasks) > 1:
+            self._alone.extend(zip(tasks, args))  # one of them, perhaps, ends every worker: found alone
             return
         if isinstance(error, (WorkerCrashedError, NodeDiedError)):
             self.close()
@@ -223,6 +238,8 @@ class RayWorkers:
             if status == "ok":
                 self._cost.add(detail)  # the seconds it took
                 found.append(Done(task, "ok", _writable(value)))
+            elif status == "skipped":  # after an interrupt in the run: computed again
+                found.append(Done(task, "skipped", None))
             else:
                 found.append(Done(task, "error", restore(value, detail)))  # detail: where it was raised
 
@@ -233,6 +250,7 @@ class RayWorkers:
         self.closed = True
         running, self.running = self.running, {}
         self._backlog.clear()
+        self._alone.clear()
         if ray.is_initialized():  # at interpreter exit, Ray may have shut down first
             for entry in running.values():
                 try:
@@ -298,7 +316,15 @@ def _run_remotely(
         began = perf_counter()
         try:
             value = job(arg)
-        except Exception as error:
+            _check_sendable(value)
+        except KeyboardInterrupt as error:
+            if _cancelled():  # Ray's way of cancelling this task (close()): it is reported as cancelled
+                raise
+            # the pipeline's own: its item fails, and the rest of the run is computed again (Ray may cancel too)
+            outcomes.append(("error", _captured(error), _where()))
+            outcomes.extend(("skipped", None, 0.0) for _ in args[len(outcomes) :])
+            break
+        except BaseException as error:  # SystemExit from a library's sys.exit, say: this item's failure alone
             outcomes.append(("error", _captured(error), _where()))
             continue
         outcomes.append(("ok", value, perf_counter() - began))
@@ -306,7 +332,30 @@ def _run_remotely(
     return outcomes
 
 
-def _captured(error: Exception) -> CapturedError:
+def _cancelled() -> bool:
+    """Whether Ray was asked to cancel the task that runs this (an interrupt is how a running one hears it)."""
+    try:
+        return bool(ray.get_runtime_context().is_canceled())
+    except Exception:  # a Ray that cannot say: taken as cancelled, as Ray would report it
+        return True
+
+
+def _check_sendable(value: Any) -> None:
+    """``TypeError`` if Ray could not send ``value`` back (arrays' data is not copied to find out).
+
+    Otherwise Ray fails the whole run, the other items of it too.
+    """
+    try:
+        ray.cloudpickle.dumps(value, protocol=5, buffer_callback=_out_of_band)
+    except Exception as error:
+        raise TypeError(f"the result cannot be sent from the Ray worker: {type(error).__name__}: {error}") from error
+
+
+def _out_of_band(_: Any) -> bool:
+    return True
+
+
+def _captured(error: BaseException) -> CapturedError:
     if isinstance(error, ray.exceptions.RayError) and error.__cause__ is not None:  # what ray.get wrapped
         return capture(error.__cause__, pickle.dumps)
     return capture(error, pickle.dumps)
