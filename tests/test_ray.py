@@ -428,3 +428,11 @@ def test_an_item_that_ends_every_ray_worker_is_the_only_one_lost(cluster):
                 suspects.add(died.suspects)
                 values.append(None if i == 20 else ahead[i])
     assert suspects == {(20,)} and values == [None if i == 20 else i for i in range(30)]
+
+
+def test_a_pipeline_that_cannot_be_pickled_is_named_with_its_caller_and_ray(cluster):
+    # The message said "prefetch: ... to worker processes" for evaluate on Ray.
+    lock = threading.Lock()
+    pipeline = lazyseq.smap(lambda x: x if lock else None, range(4))
+    with pytest.raises(TypeError, match=r"^evaluate: cannot send the smap\(.*<lambda>\) view to Ray's workers: "):
+        lazyseq.evaluate(lambda b: b, pipeline, batch_size=2, nworkers=2, method="ray")

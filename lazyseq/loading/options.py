@@ -183,10 +183,11 @@ class UnpicklablePipeline(LoaderFailure, TypeError):
     """What a loader cannot send to its worker processes (raised as it is, not as an item's failure)."""
 
 
-def serialize(obj: Any, what: str, owner: str) -> bytes:
+def serialize(obj: Any, what: str, owner: str, to: str = "worker processes") -> bytes:
     """``obj`` pickled for a worker process (cloudpickle where installed, so lambdas travel too).
 
-    A failure names the innermost part of a pipeline that cannot be pickled.
+    A failure names the innermost part of a pipeline that cannot be pickled,
+    and where it was to go (``to``).
     """
     dumps, hint = _pickler()
     try:
@@ -194,12 +195,12 @@ def serialize(obj: Any, what: str, owner: str) -> bytes:
     except Exception as error:
         culprit = _unpicklable_part(obj, dumps) or what
         raise UnpicklablePipeline(
-            f"{owner}: cannot send {culprit} to worker processes: {type(error).__name__}: {error}{hint}; "
+            f"{owner}: cannot send {culprit} to {to}: {type(error).__name__}: {error}{hint}; "
             "use method='thread', or make it picklable"
         ) from error
 
 
-def serialize_work(job: Any, start_hook: Callable | None, owner: str) -> bytes:
+def serialize_work(job: Any, start_hook: Callable | None, owner: str, to: str = "worker processes") -> bytes:
     """``(job, start_hook)`` pickled together for a worker process.
 
     cloudpickle sends the functions of the main script by value, with a copy
@@ -212,8 +213,8 @@ def serialize_work(job: Any, start_hook: Callable | None, owner: str) -> bytes:
     try:
         return dumps((job, start_hook))
     except Exception:
-        serialize(job, "the pipeline", owner)  # raises, naming the part
-        serialize(start_hook, "start_hook", owner)
+        serialize(job, "the pipeline", owner, to)  # raises, naming the part
+        serialize(start_hook, "start_hook", owner, to)
         raise
 
 

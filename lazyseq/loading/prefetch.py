@@ -53,7 +53,8 @@ class PrefetchView(View[T_co]):
         self._len = parent._len
         self._options = options
         if options.nworkers and options.pickles_pipeline:  # fail now, not when reading starts
-            serialize_work(ReadItem(parent), options.start_hook, "prefetch")
+            to = "Ray's workers" if options.method == "ray" else "worker processes"
+            serialize_work(ReadItem(parent), options.start_hook, options.owner, to)
         self._lock = ForkLocalLock()  # a forked child reads with its own
         self._engine: Engine | None = None
         self._order = ReadOrder(self._len, max_buffered.capacity(None))  # each start of the workers begins a new one
