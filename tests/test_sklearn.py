@@ -452,24 +452,3 @@ def test_import_lazyseq_imports_neither_this_module_nor_sklearn():
         "import lazyseq.sklearn; assert 'sklearn' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
-
-
-class OrderRecorder:
-    """A partial_fit estimator that records the targets in the order it is trained on them."""
-
-    def __init__(self):
-        self.seen = []
-
-    def partial_fit(self, X, y, classes=None):
-        self.seen.extend(y.tolist())
-        return self
-
-
-def test_fit_over_a_shuffle_trains_each_epoch_in_an_order_of_its_own():
-    # The same permutation every epoch: fit never set the shuffle's epoch.
-    train = lazyseq.collate([np.arange(12.0).reshape(12, 1), np.arange(12)])
-    shuffled = train.shuffle(seed=0, epoch=5)
-    fitted = fit(OrderRecorder(), shuffled.batch(4), classes=[0], epochs=3, progress=False)
-    epochs = [fitted.seen[k * 12 : (k + 1) * 12] for k in range(3)]
-    expected = [[int(y) for _, y in train.shuffle(seed=0, epoch=e)] for e in (5, 6, 7)]
-    assert epochs == expected and expected[0] != expected[1]

@@ -877,3 +877,26 @@ def test_predict_gives_back_each_modules_own_training_flag():
     model[0].eval()  # frozen while the rest is fine-tuned
     predict(model, np.random.default_rng(0).random((10, 3), dtype=np.float32), batch_size=4)
     assert [module.training for module in model.modules()] == [True, False, True, True]
+
+
+class ModeDependent(torch.nn.Module):
+    """A model whose own train() keeps some state in step with the mode."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(2, 1)
+        self.noise = 0.1
+
+    def train(self, mode=True):
+        super().train(mode)
+        self.noise = 0.1 if mode else 0.0
+        return self
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+def test_predict_gives_a_model_back_through_its_own_train():
+    model = ModeDependent().train()
+    predict(model, np.zeros((4, 2), np.float32), batch_size=2)
+    assert model.training and model.noise == 0.1

@@ -259,7 +259,10 @@ class PrefetchView(View[T_co]):
     def _follow_epochs(self, look: bool = False) -> None:
         """Workers started before ``set_epoch`` was called on a view below stop (with what they computed ahead), to
         restart on it: at a read after an epoch was set anywhere, and (``look``) at the start of a pass."""
-        if self._epoch_watch.changed(look) and self._engine is not None:
+        self._epoch_watch.follow(self._stop_workers, look)
+
+    def _stop_workers(self) -> None:
+        if self._engine is not None:
             self.close()
 
     def _iter(self) -> Iterator[T_co]:

@@ -413,6 +413,8 @@ class ProcessWorkers:
             return
         process = self._processes[k]
         process.join(STOP_SECONDS)  # the sentinel fires as it exits, a moment before its exit code is known
+        if k not in self._started:
+            self._raise_start_failure(k)
         busy = self._busy[k]
         began, finished = self._progress[2 * k], self._progress[2 * k + 1]
         # the last task it began is what it was in, unless it finished it (its result not sent yet)
@@ -438,6 +440,18 @@ class ProcessWorkers:
         held = list(busy)
         self.close()
         raise WorkerDied(message, held, suspects)
+
+    def _raise_start_failure(self, k: int) -> None:
+        """What worker ``k`` said before it ended without starting (a start_hook that raised), if it said it.
+
+        A task sent to it as it ended finds its pipe closed before the reader
+        has read its last message: that message says why, not the death.
+        """
+        if self._reader is None:
+            return
+        for j, message in self._reader.take(0.0):  # the workers are stopped next: the others' results do not matter
+            if j == k and type(message) is StartFailed:
+                self._receive(j, message, [])  # raises, saying why
 
     def close(self) -> None:
         """Stop every worker: ask, then SIGTERM, then SIGKILL; release the slots."""

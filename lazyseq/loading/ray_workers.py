@@ -119,7 +119,7 @@ class RayWorkers:
         try:
             self._job = ray.put(job)
         except Exception as error:
-            serialize(job, "the pipeline", owner)  # names the view that fails, where cloudpickle fails too
+            serialize(job, "the pipeline", owner, "Ray's workers")  # names the view that fails, where cloudpickle does
             raise UnpicklablePipeline(
                 f"{owner}: cannot send the pipeline to Ray: {type(error).__name__}: {error}"
             ) from error
@@ -316,6 +316,7 @@ def _run_remotely(
         began = perf_counter()
         try:
             value = job(arg)
+            seconds = perf_counter() - began
             _check_sendable(value)
         except KeyboardInterrupt as error:
             if _cancelled():  # Ray's way of cancelling this task (close()): it is reported as cancelled
@@ -327,7 +328,7 @@ def _run_remotely(
         except BaseException as error:  # SystemExit from a library's sys.exit, say: this item's failure alone
             outcomes.append(("error", _captured(error), _where()))
             continue
-        outcomes.append(("ok", value, perf_counter() - began))
+        outcomes.append(("ok", value, seconds))
         del value
     return outcomes
 
@@ -352,7 +353,7 @@ def _check_sendable(value: Any) -> None:
 
 
 def _out_of_band(_: Any) -> bool:
-    return True
+    return False  # pickle's protocol 5: a false value leaves the buffer out of the pickle, uncopied
 
 
 def _captured(error: BaseException) -> CapturedError:

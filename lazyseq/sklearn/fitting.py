@@ -40,9 +40,7 @@ def fit(
     loaders included (``lazyseq.prefetch``, ``lazyseq.load_buffers``).
 
     ``epochs`` passes are made over ``batches`` (``None``: as many as
-    ``steps`` needs); over a view with shuffles below it, each pass after
-    the first sets their next epoch (``set_epoch``), so that every pass has
-    an order of its own. ``batches`` must then be readable again: a view or a
+    ``steps`` needs), which must then be readable again: a view or a
     sequence, not a one-shot iterator (which gives one pass: with
     ``epochs=None``, ``fit`` stops at ``steps`` or where it ends). ``steps`` stops after that many calls
     in all; an infinite view or ``load_buffers`` needs it. A plain iterator
@@ -197,14 +195,9 @@ class _Batches:
     def __iter__(self) -> Iterator[tuple[int, Any]]:
         left = self.steps
         passes = itertools.count() if self.epochs is None else range(self.epochs)
-        batches = self.batches
-        shuffled = batches if isinstance(batches, View) and batches._epochs() else None
-        first = max(shuffled._epochs()) if shuffled is not None else 0  # the epoch the shuffles below started at
         for epoch in passes:
-            if epoch and shuffled is not None:  # each pass in an order of its own
-                shuffled.set_epoch(first + epoch)
             given = 0
-            iterator = iter(batches)
+            iterator = iter(self.batches)
             # The count is checked before reading: an iterator keeps the batches that are not needed.
             while left is None or left > 0:
                 try:

@@ -79,6 +79,7 @@ def predict(
             return model(*inputs)
         return model(inputs)
 
+    was_training = model.training
     modes = [(module, module.training) for module in model.modules()]  # a frozen part may be in eval mode already
     model.eval()
     try:
@@ -95,5 +96,7 @@ def predict(
             )
     finally:
         feeder.close()
-        for module, training in modes:
-            module.training = training
+        model.train(was_training)  # through train(): what a model's own train() keeps in step with the mode too
+        for module, training in modes:  # parents before children: a part that was in another mode gets it back
+            if module.training != training:
+                module.train(training)

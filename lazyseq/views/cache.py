@@ -35,8 +35,7 @@ class CacheView(View):
         self._epoch_watch = EpochWatch(parent)  # set_epoch may be called on a shuffle below, not through this view
 
     def _get(self, i: int) -> Any:
-        if self._epoch_watch.changed():
-            self._forget()
+        self._epoch_watch.follow(self._forget)
         with self._lock:
             if i in self._cache:
                 self._cache.move_to_end(i)
@@ -63,8 +62,7 @@ class CacheView(View):
         So are they when ``set_epoch`` is called on a view below this one.
         """
         super().set_epoch(epoch)
-        if self._epoch_watch.changed():  # a cache above no shuffle keeps its items: they do not depend on it
-            self._forget()
+        self._epoch_watch.follow(self._forget)  # a cache above no shuffle keeps its items: they do not depend on it
 
     def _forget(self) -> None:
         with self._lock:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Any, cast, overload
 
 import numpy as np
@@ -28,6 +30,7 @@ class EpochWatch:
 
     def __init__(self, view: View) -> None:
         self._view = view
+        self._lock = threading.Lock()
         self.reset()
 
     def reset(self) -> None:
@@ -35,19 +38,23 @@ class EpochWatch:
         self._changes = EPOCH_CHANGES[0]
         self._epochs = self._view._epochs()
 
-    def changed(self, look: bool = False) -> bool:
-        """Whether they changed since the last look that found a change, or since ``reset``.
+    def follow(self, forget: Callable[[], None], look: bool = False) -> None:
+        """Call ``forget`` if the epochs changed since the last reset or change (``look``: even if none was set since).
 
-        ``look``: compare the epochs even if none was set since.
+        A read in another thread meanwhile waits until ``forget`` is done: no
+        thread goes on with the items of the old epochs once one has seen it.
         """
         if not look and self._changes == EPOCH_CHANGES[0]:
-            return False
-        self._changes = EPOCH_CHANGES[0]
-        epochs = self._view._epochs()
-        if epochs == self._epochs:
-            return False
-        self._epochs = epochs
-        return True
+            return
+        with self._lock:
+            changes = EPOCH_CHANGES[0]
+            if not look and self._changes == changes:  # another thread followed meanwhile
+                return
+            epochs = self._view._epochs()
+            if epochs != self._epochs:
+                forget()
+                self._epochs = epochs
+            self._changes = changes
 
 
 COMPACT_ABOVE = 1 << 24  # items: longer permutations are stored as int32, half the size of intp
