@@ -353,3 +353,25 @@ def test_an_arange_too_long_to_index_says_so():
         "arange: range(0, 1180591620717411303424) holds more than 2**63 - 1 integers, more than a view can index"
     )
     assert len(lazyseq.arange(2**62)) == 2**62
+
+
+def read_after_an_epoch_change(shuffled, cached, end):
+    shuffled.set_epoch(1)
+    end.send([cached[i] for i in range(10)])
+
+
+def test_a_cache_forked_while_another_thread_followed_an_epoch_change_still_follows_one():
+    # The watch's lock, held by the parent's other thread at the fork, stayed held in the child: its reads hung.
+    import multiprocessing
+
+    shuffled = lazyseq.shuffle(range(10), seed=0)
+    cached = lazyseq.add_cache(shuffled, cache_size=10)
+    list(cached)
+    fork = multiprocessing.get_context("fork")
+    ends = fork.Pipe()
+    with cached._epoch_watch._lock:  # as a thread following a change holds it
+        child = fork.Process(target=read_after_an_epoch_change, args=(shuffled, cached, ends[1]))
+        child.start()
+    assert ends[0].poll(60), "the forked child's read hung"
+    assert ends[0].recv() == list(lazyseq.shuffle(range(10), seed=0, epoch=1))
+    child.join()

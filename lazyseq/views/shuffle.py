@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from typing import Any, cast, overload
@@ -31,6 +32,7 @@ class EpochWatch:
     def __init__(self, view: View) -> None:
         self._view = view
         self._lock = threading.Lock()
+        self._pid = os.getpid()
         self.reset()
 
     def reset(self) -> None:
@@ -46,6 +48,8 @@ class EpochWatch:
         """
         if not look and self._changes == EPOCH_CHANGES[0]:
             return
+        if self._pid != os.getpid():  # a forked child: another thread of the parent may have held the lock then
+            self._lock, self._pid = threading.Lock(), os.getpid()
         with self._lock:
             changes = EPOCH_CHANGES[0]
             if not look and self._changes == changes:  # another thread followed meanwhile
