@@ -16,6 +16,7 @@ import numpy as np
 
 from .arguments import integer
 from .casting import keeps_values
+from .io.shard_files import temporary_name
 from .loading.buffering import BATCHES_AHEAD, Buffering
 from .loading.options import LoaderOptions, Method
 from .nested import describe, flatten, in_order_of, rebuild, skeleton_key
@@ -203,12 +204,10 @@ class _Outputs:
 
     def _widened(self, k: int, dtype: np.dtype, filled: int) -> np.ndarray:
         """Array ``k`` as ``dtype``: in memory, a copy; at a path, the file written anew (its first ``filled`` rows)."""
-        array, path = self.arrays[k], self.paths[k]
-        if path is None:
+        array, path, final = self.arrays[k], self.paths[k], self.finals[k]
+        if path is None or final is None:
             return array.astype(dtype)
-        folder, name = os.path.split(os.path.abspath(path))
-        temporary = os.path.join(folder, f".{name}.{os.getpid()}.widening")
-        wider = np.lib.format.open_memmap(temporary, mode="w+", dtype=dtype, shape=array.shape)
+        wider, temporary = _hidden_npy(final, dtype, array.shape)
         wider[:filled] = array[:filled]
         wider.flush()
         del wider
@@ -374,6 +373,15 @@ def _match_out(out: Any, skeleton: tuple, count: int) -> list:
     return targets
 
 
+def _hidden_npy(final: str, dtype: np.dtype, shape: tuple) -> tuple[np.memmap, str]:
+    """A new ``.npy`` file beside ``final`` under a hidden name, with the permissions of the file at ``final``, if any."""
+    hidden = temporary_name(final)
+    array = np.lib.format.open_memmap(hidden, mode="w+", dtype=dtype, shape=shape)
+    with contextlib.suppress(OSError):  # none there: the default ones
+        os.chmod(hidden, stat.S_IMODE(os.stat(final).st_mode))
+    return array, hidden
+
+
 def _destination(target: Any, leaf: np.ndarray, total: int) -> tuple[np.ndarray, bool, str | None]:
     """The array that receives the rows like ``leaf``, whether evaluate created it, and its file if it made one.
 
@@ -386,12 +394,8 @@ def _destination(target: Any, leaf: np.ndarray, total: int) -> tuple[np.ndarray,
     if isinstance(target, (str, os.PathLike)) and os.path.isdir(target):
         raise IsADirectoryError(f"evaluate: out {os.fspath(target)!r} is a directory: give the path of a .npy file")
     if isinstance(target, (str, os.PathLike)):  # made here from the first batch: widened as later ones need
-        final = os.path.realpath(target)  # a link's target is what is written, as when writing through the link
-        folder, name = os.path.split(final)
-        working = os.path.join(folder, f".{name}.{os.urandom(4).hex()}.partial")
-        array = np.lib.format.open_memmap(working, mode="w+", dtype=leaf.dtype, shape=shape)
-        with contextlib.suppress(OSError):  # a file there keeps its permissions
-            os.chmod(working, stat.S_IMODE(os.stat(final).st_mode))
+        # a link's target is what is written, as when writing through the link
+        array, working = _hidden_npy(os.path.realpath(target), leaf.dtype, shape)
         return array, True, working
     if not isinstance(target, np.ndarray):
         raise TypeError(

@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import ray
-from ray.exceptions import NodeDiedError, TaskCancelledError, WorkerCrashedError
+from ray.exceptions import NodeDiedError, RayTaskError, TaskCancelledError, WorkerCrashedError
 
 from ..views.errors import ErrorMode, seterr
 from .backends import Done
@@ -210,8 +210,16 @@ class RayWorkers:
         if isinstance(error, TaskCancelledError):
             found.extend(Done(task, "skipped", None) for task in tasks)
             return
-        if isinstance(error, (WorkerCrashedError, NodeDiedError)) and len(tasks) > 1:
-            self._alone.extend(zip(tasks, args))  # one of them, perhaps, ends every worker: found alone
+        # The items' own errors come back as outcomes: a task that failed as a whole could not send them back (a
+        # result Ray cannot pickle), or its worker died every time (an item that ends it). One of the items is at
+        # fault: each is sent again alone, and only that one fails.
+        cause = error.cause if isinstance(error, RayTaskError) else None
+        if (cause is not None or isinstance(error, (WorkerCrashedError, NodeDiedError))) and len(tasks) > 1:
+            self._alone.extend(zip(tasks, args))
+            return
+        if cause is not None:
+            failure = TypeError(f"the result cannot be sent from the Ray worker: {type(cause).__name__}: {cause}")
+            found.append(Done(tasks[0], "error", failure))
             return
         if isinstance(error, (WorkerCrashedError, NodeDiedError)):
             self.close()
@@ -316,8 +324,6 @@ def _run_remotely(
         began = perf_counter()
         try:
             value = job(arg)
-            seconds = perf_counter() - began
-            _check_sendable(value)
         except KeyboardInterrupt as error:
             if _cancelled():  # Ray's way of cancelling this task (close()): it is reported as cancelled
                 raise
@@ -328,7 +334,7 @@ def _run_remotely(
         except BaseException as error:  # SystemExit from a library's sys.exit, say: this item's failure alone
             outcomes.append(("error", _captured(error), _where()))
             continue
-        outcomes.append(("ok", value, seconds))
+        outcomes.append(("ok", value, perf_counter() - began))
         del value
     return outcomes
 
@@ -339,21 +345,6 @@ def _cancelled() -> bool:
         return bool(ray.get_runtime_context().is_canceled())
     except Exception:  # a Ray that cannot say: taken as cancelled, as Ray would report it
         return True
-
-
-def _check_sendable(value: Any) -> None:
-    """``TypeError`` if Ray could not send ``value`` back (arrays' data is not copied to find out).
-
-    Otherwise Ray fails the whole run, the other items of it too.
-    """
-    try:
-        ray.cloudpickle.dumps(value, protocol=5, buffer_callback=_out_of_band)
-    except Exception as error:
-        raise TypeError(f"the result cannot be sent from the Ray worker: {type(error).__name__}: {error}") from error
-
-
-def _out_of_band(_: Any) -> bool:
-    return False  # pickle's protocol 5: a false value leaves the buffer out of the pickle, uncopied
 
 
 def _captured(error: BaseException) -> CapturedError:
