@@ -200,8 +200,8 @@ def test_a_worker_that_dies_is_reported_with_its_pid_and_exit_code(how, code):
     )
     assert 5 in info.value.tasks and info.value.suspects == (5,)  # held; what it was computing, as the engine names it
     assert "(pid " in message
+    ahead.close()  # new workers went on with the next items if item 5 was computed ahead of the reader
     assert not ahead.workers_running and multiprocessing.active_children() == []
-    ahead.close()
 
 
 def record_computed(folder):
@@ -230,6 +230,39 @@ def test_reading_on_after_a_worker_died_loses_only_the_item_that_ended_it(tmp_pa
                 deaths.append((str(died).split(" died with ")[1], died.suspects))
     assert got == [i for i in range(20) if i != 7]
     assert deaths and set(deaths) == {("exit code 3 while computing item 7", (7,))}
+    assert multiprocessing.active_children() == []
+
+
+def dies_at_9_while_3_waits(folder):
+    def compute(i):
+        if i == 9:
+            (folder / "9").touch()
+            os._exit(3)
+        if i == 3:  # the reader waits for item 3 while item 9, ahead, ends its worker
+            deadline = time.monotonic() + 60
+            while not (folder / "9").exists() and time.monotonic() < deadline:
+                time.sleep(0.001)
+        return i
+
+    return compute
+
+
+def test_a_worker_that_died_ahead_of_the_reader_is_reported_once_at_the_item_it_was_computing(tmp_path):
+    # Reported at the read of item 3, and again at each restart as item 9 was computed ahead again (under spawn,
+    # until five deaths had been reported and no item after 6 read)
+    source = lazyseq.smap(dies_at_9_while_3_waits(tmp_path), range(20))
+    got, deaths = [], []
+    with prefetch(source, nworkers=2, method="process", max_buffered=16) as ahead:
+        reading = iter(ahead)
+        while len(deaths) < 3:
+            try:
+                got.append(next(reading))
+            except StopIteration:
+                break
+            except lazyseq.WorkerDied as died:
+                deaths.append((len(got), str(died).split(" died with ")[1], died.suspects))
+    assert got == [i for i in range(20) if i != 9]
+    assert deaths == [(9, "exit code 3 while computing item 9", (9,))]
     assert multiprocessing.active_children() == []
 
 

@@ -61,6 +61,8 @@ class PrefetchView(View[T_co]):
         self._send_ahead: Callable[[], None] = _nothing  # sends the next expected items (see _start)
         self._starts = 0  # how many times workers were started: each start gets new random seeds
         self._epoch_watch = EpochWatch(parent)  # of the pipeline's shuffles when the workers started
+        # items ahead of the reader that a worker died computing: reported when read, and not computed ahead again
+        self._deaths: dict[int, WorkerDied] = {}
 
     # -- lifetime ---------------------------------------------------------------
 
@@ -77,7 +79,9 @@ class PrefetchView(View[T_co]):
         )
         self._starts += 1
         self._epoch_watch.reset()
-        self._engine, self._order = engine, ReadOrder(self._len, engine.capacity, engine.holds)
+        deaths = self._deaths
+        holds = engine.holds if not deaths else lambda j: j in deaths or engine.holds(j)
+        self._engine, self._order = engine, ReadOrder(self._len, engine.capacity, holds)
         self._send_ahead = functools.partial(engine.refill, self._order.advance)
         return engine
 
@@ -94,6 +98,7 @@ class PrefetchView(View[T_co]):
         (``LoaderClosed``): closing does not wait for it.
         """
         engine, self._engine = self._engine, None  # not under the lock: a read may hold it while it waits
+        self._deaths = {}
         # Nothing keeps the stopped engine (and what it had read ahead) while the view lives on.
         self._send_ahead, self._order = _nothing, ReadOrder(self._len, self._order.capacity)
         if engine is not None:
@@ -127,19 +132,25 @@ class PrefetchView(View[T_co]):
             return self._parent._get(i)
         self._follow_epochs()  # an epoch set on a view below since the workers started
         with self._lock:
-            engine = self._running_engine()
-            order = self._order
-            cost = engine.cost  # engine.inline, without a call at every read
-            if cost is not None and cost.inline and i not in engine.pending and i not in engine.ready:
-                order.read(i)
-                value = engine.compute_here(i) if cost.count else self._compute_first(engine, order, i)
-                engine.check_open()  # closed by another thread while this one computed: see close()
-                return value
-            try:
-                done = self._read(engine, order, i)
-            except BaseException as error:
-                _read_failed(engine, error)
-                raise
+            if self._deaths and i in self._deaths:
+                died = self._deaths.pop(i)
+                raise WorkerDied(str(died), died.suspects, died.suspects)
+            while True:
+                engine = self._running_engine()
+                order = self._order
+                cost = engine.cost  # engine.inline, without a call at every read
+                if cost is not None and cost.inline and i not in engine.pending and i not in engine.ready:
+                    order.read(i)
+                    value = engine.compute_here(i) if cost.count else self._compute_first(engine, order, i)
+                    engine.check_open()  # closed by another thread while this one computed: see close()
+                    return value
+                try:
+                    done = self._read(engine, order, i)
+                    break
+                except BaseException as error:
+                    _read_failed(engine, error)
+                    if not self._died_ahead(error, i):
+                        raise
         if done.status == "error":
             raise done.value
         return done.value
@@ -176,6 +187,21 @@ class PrefetchView(View[T_co]):
             except BaseException as error:
                 _read_failed(engine, error)
                 raise
+
+    def _died_ahead(self, error: BaseException, i: int) -> bool:
+        """Whether ``error`` is a worker that died computing items read after ``i``: the read of ``i`` goes on.
+
+        The workers start again, and the death is reported when one of those
+        items is read (a read skips it, as a read of an item that failed);
+        they are not computed ahead again meanwhile, which would end the new
+        workers as it ended the old one.
+        """
+        if not isinstance(error, WorkerDied) or not error.suspects or i in error.suspects:
+            return False
+        if not all(type(task) is int and task not in self._deaths for task in error.suspects):
+            return False  # a task that is not an item, or one that ended workers before: no new start for it
+        self._deaths.update(dict.fromkeys(cast("tuple[int, ...]", error.suspects), error))
+        return True
 
     def _running_engine(self) -> Engine:
         """The engine to read with (under the lock): a new one if none was started, or it failed, or was forked."""
