@@ -209,12 +209,47 @@ def records(count):
 
 def test_a_batch_is_the_same_whoever_computed_its_items():
     # A batch the reader read at once was the parent's chunk, one the workers computed the list of its items.
-    expected = {"id": np.array([2, 4, 3, 6])}
+    positions = np.array([2, 4, 3, 6])
+    expected = lazyseq.view(records(8))[positions].batch(4)[0]  # the records, as a slice of their array holds them
+    assert expected.dtype == object and expected.tolist() == [{"id": 2}, {"id": 4}, {"id": 3}, {"id": 6}]
     with prefetch(lazyseq.view(records(8)), nworkers=2) as ahead:  # threads: the reader computes these
-        batches = ahead[np.array([2, 4, 3, 6])].batch(4)
+        batches = ahead[positions].batch(4)
         for _ in range(3):
             batch = batches[0]
-            assert list(batch) == ["id"] and batch["id"].tolist() == expected["id"].tolist()
+            assert batch.dtype == object and batch.tolist() == expected.tolist()
+
+
+def object_array(values):
+    array = np.empty(len(values), dtype=object)
+    array[:] = values
+    return array
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        np.array(["a", "bb", "c", "dd", "e", "f"], dtype="<U5"),
+        np.array([b"a", b"bb", b"c", b"dd", b"e", b"f"], dtype="S4"),
+        np.arange(6, dtype=">f8"),
+        np.arange(12, dtype=">i4").reshape(6, 2),
+        object_array(["x", 1, None, (2, 3), [4], 5.0]),
+        lazyseq.collate([np.array(list("abcdef")).astype("<U3"), object_array(list(range(6)))]),
+    ],
+    ids=["str", "bytes", "big-endian", "big-endian rows", "objects", "collated"],
+)
+@pytest.mark.parametrize("how", ["reader", "thread", "process"])
+def test_a_batch_above_a_loader_has_the_dtype_it_has_without_one(source, how):
+    # Items read one by one and stacked: strings took the widest among them (<U2), numbers the machine's byte
+    # order, and objects were collated (a list, a tuple of lists) where the source's slice keeps them as they are.
+    options = {"reader": {}, "thread": {"inline_below": 0}, "process": {"method": "process"}}[how]
+    with prefetch(source, nworkers=2, **options) as ahead:
+        for positions in (slice(None), [5, 4, 3, 2, 1, 0]):  # read in order, and in a batch of a gather
+            got = [lazyseq.batch(ahead[positions], 4)[b] for b in range(2)]
+            want = [lazyseq.batch(lazyseq.view(source)[positions], 4)[b] for b in range(2)]
+            for batch, same in zip(got, want):
+                for field, field_expected in zip(*(b if isinstance(b, tuple) else (b,) for b in (batch, same))):
+                    assert field.dtype.str == field_expected.dtype.str
+                    assert field.tolist() == field_expected.tolist()
 
 
 def test_an_item_wanted_twice_in_one_read_waits_for_its_turn():

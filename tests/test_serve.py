@@ -261,6 +261,26 @@ def test_an_array_or_any_sequence_is_served_by_index(source):
             np.testing.assert_array_equal(np.stack(list(remote)), np.stack([source[i] for i in range(len(source))]))
 
 
+def test_a_batch_of_served_items_has_the_dtypes_a_local_batch_has():
+    # Items travel one by one: a batch stacked them as <U2 and float64 where locally it is <U5 and >f8.
+    source = lazyseq.collate([np.array(["a", "bb", "c", "dd"], "<U5"), np.arange(4, dtype=">f8")])
+    with lazyseq.serve(source, LOOPBACK) as server, lazyseq.connect(server.address) as remote:
+        assert remote._item_spec() == source._item_spec()
+        for got, expected in zip(remote.batch(2), source.batch(2)):
+            assert [f.dtype.str for f in got] == ["<U5", ">f8"] and [f.tolist() for f in got] == [
+                f.tolist() for f in expected
+            ]
+
+
+@pytest.mark.parametrize(
+    "node",
+    [["array", "|O", []], ["array", "<f8", [-1]], ["array", "<f8"], ["tuple", "x"], ["list", []], 3, ["tuple", [7]]],
+)
+def test_a_description_of_items_that_is_not_one_is_a_protocol_error(node):
+    with pytest.raises(wire.ProtocolError):
+        wire.decode_spec(node)
+
+
 def test_a_mapping_is_refused_as_a_source():
     with pytest.raises(TypeError) as caught:
         lazyseq.serve({"a": [1, 2]}, LOOPBACK)

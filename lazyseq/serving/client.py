@@ -51,6 +51,7 @@ class RemoteView(View):
         self._ahead = ahead
         self._settings = settings  # what connect() was given: a copy of this view in a worker reconnects
         self._remote_label = str(info.get("label", "a view"))
+        self._spec = wire.decode_spec(info.get("items"))  # what the served view's items are, where it knows
         self._served = _what_is_served(info)  # a server back at the address must serve the same
         self._replaced: LoaderError | None = None  # set once it serves something else
         self._lock = threading.Lock()
@@ -66,6 +67,9 @@ class RemoteView(View):
     @property
     def address(self) -> str:
         return self._connection.address
+
+    def _item_spec(self) -> tuple | None:
+        return self._spec
 
     def _get(self, i: int) -> Any:
         if self._connection.pid != os.getpid():  # a forked worker: its parent's sockets are not its own

@@ -68,7 +68,13 @@ class ViewService:
 
     def info(self) -> dict[str, Any]:
         view = self.view
-        return {"kind": self.kind, "length": view._len, "may_end": view._may_end(), "label": view._describe()}
+        return {
+            "kind": self.kind,
+            "length": view._len,
+            "may_end": view._may_end(),
+            "label": view._describe(),
+            "items": wire.encode_spec(view._item_spec()),  # a consumer's batches take their dtypes
+        }
 
     @property
     def consumers(self) -> list[bytes]:

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MAX_DEPTH", "TAG", "ProtocolError", "decode", "dumps", "encode", "loads"]
+__all__ = ["MAX_DEPTH", "TAG", "ProtocolError", "decode", "decode_spec", "dumps", "encode", "encode_spec", "loads"]
 
 TAG = b"lazyseq/1"  # the first frame of every message: which protocol, which version
 MAX_DEPTH = 64  # nesting deeper than this is refused, on both sides
@@ -250,16 +250,8 @@ def _buffer(buffers: Sequence, used: list, k: Any) -> Any:
 
 
 def _array(buffers: Sequence, used: list, k: Any, dtype_name: Any, shape: Any) -> np.ndarray:
-    if type(dtype_name) is not str or len(dtype_name) > _MAX_DTYPE_CHARS:
-        raise ProtocolError(f"not a dtype: {_short(dtype_name)}")
-    try:
-        dtype = np.dtype(dtype_name)
-    except (TypeError, ValueError):
-        raise ProtocolError(f"not a dtype: {dtype_name!r}") from None
-    if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
-        raise ProtocolError(f"dtype {dtype_name!r} is not allowed: only plain data travels")
-    if type(shape) is not list or len(shape) > MAX_DIMENSIONS or not all(type(n) is int and n >= 0 for n in shape):
-        raise ProtocolError(f"not an array shape: {_short(shape)}")
+    dtype = _plain_dtype(dtype_name)
+    _check_shape(shape)
     buffer = memoryview(_buffer(buffers, used, k))
     count = math.prod(shape)
     if buffer.nbytes != count * dtype.itemsize:
@@ -272,6 +264,59 @@ def _array(buffers: Sequence, used: list, k: Any, dtype_name: Any, shape: Any) -
         return np.frombuffer(buffer, dtype).reshape(shape)
     except (TypeError, ValueError) as error:  # numpy refuses something the checks above let through
         raise ProtocolError(f"buffer {k} cannot be read as an array {dtype} {tuple(shape)}: {error}") from None
+
+
+def _plain_dtype(name: Any) -> np.dtype:
+    if type(name) is not str or len(name) > _MAX_DTYPE_CHARS:
+        raise ProtocolError(f"not a dtype: {_short(name)}")
+    try:
+        dtype = np.dtype(name)
+    except (TypeError, ValueError):
+        raise ProtocolError(f"not a dtype: {name!r}") from None
+    if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
+        raise ProtocolError(f"dtype {name!r} is not allowed: only plain data travels")
+    return dtype
+
+
+def _check_shape(shape: Any) -> None:
+    if type(shape) is not list or len(shape) > MAX_DIMENSIONS or not all(type(n) is int and n >= 0 for n in shape):
+        raise ProtocolError(f"not an array shape: {_short(shape)}")
+
+
+# -- what the items of a served view are -----------------------------------------------------
+
+
+def encode_spec(spec: tuple | None) -> Any:
+    """A view's ``_item_spec()`` as JSON, where it holds only what travels (plain dtypes); else None.
+
+    >>> import numpy as np
+    >>> encode_spec(("tuple", (("array", np.dtype(">f8"), (2,)), None)))
+    ['tuple', [['array', '>f8', [2]], None]]
+    >>> decode_spec(_)[1][0][1]
+    dtype('>f8')
+    """
+    if spec is None:
+        return None
+    if spec[0] == "array":
+        _, dtype, shape = spec
+        if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None or dtype.kind == "T":
+            return None
+        return ["array", dtype.str, list(shape)]
+    return ["tuple", [encode_spec(s) for s in spec[1]]]
+
+
+def decode_spec(node: Any, depth: int = 0) -> tuple | None:
+    """The spec that :func:`encode_spec` made; :class:`ProtocolError` if ``node`` is not one."""
+    if node is None:
+        return None
+    if depth > MAX_DEPTH:
+        raise ProtocolError(f"the items' description is nested more than {MAX_DEPTH} levels deep")
+    if type(node) is list and len(node) == 3 and node[0] == "array":
+        _check_shape(node[2])
+        return ("array", _plain_dtype(node[1]), tuple(node[2]))
+    if type(node) is list and len(node) == 2 and node[0] == "tuple" and type(node[1]) is list:
+        return ("tuple", tuple(decode_spec(s, depth + 1) for s in node[1]))
+    raise ProtocolError(f"not a description of items: {_short(node)}")
 
 
 def _short(value: Any) -> str:

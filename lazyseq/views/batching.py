@@ -9,13 +9,15 @@ import numpy as np
 
 from ..arguments import flag, integer
 from .base import View
-from .chunks import MixedShapes, chunk_rows, chunk_to_batch, pad_chunk, writing_into
+from .chunks import Columns, MixedShapes, chunk_rows, chunk_to_batch, pad_chunk, writing_into
 from .errors import EndOfData, describe_origin
 from .itemtypes import R, SequenceLike, T
 from .keys import Positions
 from .sources import as_view
 
 __all__ = ["BatchView", "UnbatchView", "batch", "unbatch"]
+
+_UNKNOWN = object()
 
 
 class BatchView(View):
@@ -40,6 +42,7 @@ class BatchView(View):
         self._len = None if n is None else (n // k if drop_last else -(-n // k))
         # Data of unknown length may end inside a batch: such a batch is read item by item, to find where.
         self._may_stop = parent._may_end()
+        self._spec: tuple | None | object = _UNKNOWN  # the items' dtypes, for batches of items read one by one
 
     def _span(self, i: int) -> range:
         start = i * self._k
@@ -49,6 +52,7 @@ class BatchView(View):
 
     def _get(self, i: int) -> Any:
         span = self._span(i)
+        chunk: Any
         if self._may_stop:
             chunk = self._read_until_end(i, span)
             span = span[: len(chunk)]
@@ -59,10 +63,18 @@ class BatchView(View):
             chunk = pad_chunk(chunk, self._pad, missing, collated=self._collate_fn is None)
         if self._collate_fn is not None:
             return self._collate_fn(chunk_rows(chunk))
+        spec = self._items_spec() if type(chunk) is list or isinstance(chunk, Columns) else None  # read one by one
         try:
-            return chunk_to_batch(chunk)
+            return chunk_to_batch(chunk, spec)
         except MixedShapes as error:
             raise self._mixed_shapes(span, error) from None
+
+    def _items_spec(self) -> tuple | None:
+        """The parent's ``_item_spec()``, found once."""
+        spec = self._spec
+        if spec is _UNKNOWN:
+            spec = self._spec = self._parent._item_spec()
+        return spec  # type: ignore[return-value]
 
     def _mixed_shapes(self, span: range, error: MixedShapes) -> ValueError:
         """The error of a batch whose arrays differ in shape, saying where each of the two items comes from."""

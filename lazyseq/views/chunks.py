@@ -14,6 +14,7 @@ chunk is already columnar.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Mapping, Sequence
 from numbers import Number
@@ -34,6 +35,7 @@ __all__ = [
     "new_rows",
     "pad_chunk",
     "scatter",
+    "typed_as",
     "writing",
     "writing_into",
 ]
@@ -142,13 +144,60 @@ def batches_as_its_rows(chunk: Any) -> bool:
     return chunk.ndim >= 2 or (dtype.kind not in "USV" and dtype.isnative)
 
 
-def chunk_to_batch(chunk: Any) -> Any:
-    """What the default collation of the chunk's items gives, without splitting it into items."""
+def chunk_to_batch(chunk: Any, spec: tuple | None = None) -> Any:
+    """What the default collation of the chunk's items gives, without splitting it into items.
+
+    ``spec``, what the items are where that is known (``View._item_spec``),
+    makes the batch of items read one by one the batch that a slice of their
+    source gives (see :func:`typed_as`).
+    """
     if type(chunk) is list:
-        return default_collate(chunk)
+        if spec is not None and spec[0] == "array" and spec[1].hasobject and spec[2] == ():
+            return _objects(chunk)  # a slice of an array of objects: the objects, not their collation
+        return typed_as(default_collate(chunk), spec)
     if isinstance(chunk, Columns):
-        return chunk.item(chunk_to_batch(field) for field in chunk.fields)
+        fields = chunk.fields
+        specs = spec[1] if spec is not None and spec[0] == "tuple" and len(spec[1]) == len(fields) else ()
+        return chunk.item(chunk_to_batch(field, s) for field, s in itertools.zip_longest(fields, specs))
     return chunk
+
+
+def _objects(items: list) -> np.ndarray:
+    objects = np.empty(len(items), object)
+    for k, item in enumerate(items):  # not objects[:] = items: sequences among them would be split up
+        objects[k] = item
+    return objects
+
+
+def typed_as(batch: Any, spec: tuple | None) -> Any:
+    """A batch collated from items read one by one, in the dtypes of their source (``spec``, see ``View._item_spec``).
+
+    Such items lose what a slice of the source array keeps: the rows of a 1-D
+    array are numpy scalars, so strings collate to the widest among them and
+    numbers to the machine's byte order. Given the items' spec, the batch has
+    the dtypes a slice of the source has, whoever read the items (a loader's
+    workers, or the reader). A dtype that the batch does not cast to safely,
+    or a shape that differs, leaves it as it is.
+
+    >>> import numpy as np
+    >>> typed_as(np.array(["a", "bc"]), ("array", np.dtype("<U5"), ())).dtype
+    dtype('<U5')
+    >>> typed_as((np.array([1.0]), ["x"]), ("tuple", (("array", np.dtype(">f8"), ()), None)))[0].dtype
+    dtype('>f8')
+    """
+    if spec is None:
+        return batch
+    if spec[0] == "array":
+        _, dtype, shape = spec
+        if isinstance(batch, np.ndarray) and batch.dtype.str != dtype.str:  # str: the byte order counts
+            if batch.shape[1:] == shape and np.can_cast(batch.dtype, dtype, "safe"):
+                return batch.astype(dtype)
+        return batch
+    fields = spec[1]
+    if isinstance(batch, tuple) and len(batch) == len(fields):
+        typed = [typed_as(field, s) for field, s in zip(batch, fields)]
+        return type(batch)(*typed) if hasattr(batch, "_fields") else tuple(typed)
+    return batch
 
 
 def pad_chunk(chunk: Any, pad: Any, count: int, collated: bool = True) -> Any:
