@@ -39,6 +39,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
     from .stream_service import StreamService
     from .view_service import ViewService
 
-__all__ = ["ServerLoop"]
+__all__ = ["ReadUpTo", "ServerLoop"]
 
 log = logging.getLogger("lazyseq.serve")
 
@@ -147,9 +148,7 @@ class ServerLoop:
             poller.register(zap, zmq.POLLIN)
         watched: set[int] = set()  # the service's file descriptors in the poller
         last_sweep = time.monotonic()
-        # when every message received so far had been read: a consumer is silent only if its messages are not
-        # waiting in the socket (a thread held up, by a large item say, reads them late)
-        drained = last_sweep
+        read_up_to = ReadUpTo(last_sweep)
         try:
             service.work()  # listening now: a stream draws its first items before anyone asks
             while True:
@@ -166,15 +165,18 @@ class ServerLoop:
                 if zap is not None and zap in ready and self._check is not None:
                     zap.send_multipart(self._check.answer(zap.recv_multipart()))
                 if router not in ready:
-                    drained = polled
+                    read_up_to.drained(polled)
                 else:
+                    began = time.monotonic()
                     for _ in range(MAX_REQUESTS_AT_ONCE):  # then results get their turn
                         try:
                             frames = receive_frames(router, DONTWAIT)
                         except zmq.Again:
-                            drained = time.monotonic()
+                            read_up_to.drained(time.monotonic())
                             break
                         self._receive(frames)
+                    else:
+                        read_up_to.read_some(began, MAX_REQUESTS_AT_ONCE, 2 * len(self._seen) + 2)  # a ping socket each
                 try:
                     service.work()
                 except Exception:  # a bug, not a consumer's doing: logged, and the server goes on
@@ -182,7 +184,7 @@ class ServerLoop:
                 now = time.monotonic()
                 if now - last_sweep > SWEEP_SECONDS:
                     last_sweep = now
-                    self._sweep(drained)
+                    self._sweep(read_up_to.time)
         except BaseException:  # a bug: logged (serve_forever raises), and what the server holds is released
             log.exception("the server at %s failed", self.address)
         finally:
@@ -202,10 +204,10 @@ class ServerLoop:
         except ValueError as error:  # wire.encode lets nothing through that JSON refuses: a bug
             log.error("could not send a %r message to consumer %s: %s", kind, consumer.hex(), error)
 
-    def _sweep(self, drained: float) -> None:
-        """Forget the consumers that went silent for longer than their timeout, up to when the socket was drained."""
+    def _sweep(self, read_up_to: float) -> None:
+        """Forget the consumers that went silent for longer than their timeout, up to when all they sent was read."""
         seen = self._seen
-        for consumer in [c for c, (heard, timeout) in seen.items() if drained - heard > timeout]:
+        for consumer in [c for c, (heard, timeout) in seen.items() if read_up_to - heard > timeout]:
             del seen[consumer]
         for consumer in self._service.consumers:
             if consumer not in seen:
@@ -283,3 +285,46 @@ def _timeout(header: Any) -> float:
     if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and 0 < timeout <= wire.MAX_TIMEOUT:
         return float(timeout)
     return DEFAULT_CONSUMER_TIMEOUT
+
+
+class ReadUpTo:
+    """Up to when the server has read every message its consumers sent: silence counts only until then.
+
+    A thread held up (by a large item, say) reads a consumer's heartbeats late:
+    they wait in the socket, and the consumer is not silent. A read that finds
+    the socket empty shows that everything sent before it began was read. A
+    socket that never empties (more messages at every turn than a turn reads)
+    still shows it for earlier moments: ZeroMQ takes the messages of its peers
+    in turn (fair queuing), so once as many messages as there are peers have
+    been read since a moment, each peer that had one waiting then has had one
+    read.
+
+    >>> clock = ReadUpTo(0.0)
+    >>> clock.read_some(1.0, count=64, peers=100)  # the turn that began at 1.0 read 64 and left some
+    >>> clock.time
+    0.0
+    >>> clock.read_some(2.0, count=64, peers=100)  # 128 read since 1.0
+    >>> clock.time
+    1.0
+    >>> clock.drained(3.0)
+    >>> clock.time
+    3.0
+    """
+
+    def __init__(self, now: float) -> None:
+        self.time = now
+        self._read = 0  # messages read in turns that left some
+        self._marks: deque[tuple[float, int]] = deque()  # (when a turn began, messages read before it)
+
+    def drained(self, began: float) -> None:
+        """A read that began at ``began`` found nothing more to read."""
+        self.time = max(self.time, began)
+        self._marks.clear()
+
+    def read_some(self, began: float, count: int, peers: int) -> None:
+        """A turn that began at ``began`` read ``count`` messages and left some; ``peers`` may send messages."""
+        marks = self._marks
+        marks.append((began, self._read))
+        self._read += count
+        while marks and self._read - marks[0][1] >= peers:
+            self.time = max(self.time, marks.popleft()[0])
