@@ -24,6 +24,7 @@ import argparse
 import importlib
 import inspect
 import signal
+import stat
 import sys
 import types
 from collections.abc import Sequence
@@ -88,6 +89,13 @@ def read_keys(directory: str) -> tuple[tuple[bytes, bytes], list[bytes]]:
     public, secret = zmq.auth.load_certificate(root / "server.key_secret")
     if secret is None:
         raise SystemExit(f"lazyseq.serve: {root / 'server.key_secret'} holds no secret key")
+    mode = stat.S_IMODE((root / "server.key_secret").stat().st_mode)
+    if mode & 0o077:  # zmq.auth writes it with the process's umask: usually readable by everyone
+        print(
+            f"lazyseq.serve: warning: {root / 'server.key_secret'} can be read by other users (mode {mode:o}): "
+            f"whoever reads it can pose as this server; chmod 600 it",
+            file=sys.stderr,
+        )
     clients = [zmq.auth.load_certificate(path)[0] for path in sorted((root / "clients").glob("*.key"))]
     if not clients:
         print(

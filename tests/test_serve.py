@@ -1202,12 +1202,28 @@ def test_a_forked_child_that_closes_its_copy_of_a_consumer_leaves_the_parent_wai
 
 def test_keys_without_clients_warn_that_nobody_gets_in(tmp_path):
     zmq_auth = pytest.importorskip("zmq.auth")
-    zmq_auth.create_certificates(str(tmp_path), "server")
+    os.chmod(zmq_auth.create_certificates(str(tmp_path), "server")[1], 0o600)
     code = f"from lazyseq.serve import read_keys\nprint(read_keys({str(tmp_path)!r})[1])"  # not imported here
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert (run.stdout, run.stderr) == (
         "[]\n",
         f"lazyseq.serve: warning: --keys {tmp_path}: no {tmp_path / 'clients' / '*.key'}: no client will be let in\n",
+    )
+
+
+def test_a_secret_key_that_others_can_read_is_warned_about(tmp_path):
+    zmq_auth = pytest.importorskip("zmq.auth")
+    secret = zmq_auth.create_certificates(str(tmp_path), "server")[1]
+    os.chmod(secret, 0o644)  # what zmq.auth leaves under the usual umask
+    os.makedirs(tmp_path / "clients")
+    zmq_auth.create_certificates(str(tmp_path / "clients"), "trainer")
+    os.remove(tmp_path / "clients" / "trainer.key_secret")
+    code = f"from lazyseq.serve import read_keys\nprint(len(read_keys({str(tmp_path)!r})[1]))"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (run.stdout, run.stderr) == (
+        "1\n",
+        f"lazyseq.serve: warning: {secret} can be read by other users (mode 644): whoever reads it can pose as this "
+        "server; chmod 600 it\n",
     )
 
 
