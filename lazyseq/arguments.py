@@ -15,9 +15,23 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["flag", "integer", "seconds"]
+__all__ = ["MAX_LENGTH", "flag", "indexable_length", "integer", "seconds"]
 
 _EXPECTED = {None: "an integer", 0: "a non-negative integer", 1: "a positive integer"}
+MAX_LENGTH = 2**63 - 1  # len() and slicing need the length to fit in an index-sized (signed 64-bit) integer
+
+
+def indexable_length(n: int, owner: str) -> int:
+    """``n``, the length of a view that ``owner`` makes, if it is at most :data:`MAX_LENGTH`; else ``ValueError``.
+
+    >>> indexable_length(2**64, "cycle")
+    Traceback (most recent call last):
+    ...
+    ValueError: cycle: 18446744073709551616 items, more than a view can index (2**63 - 1 at most)
+    """
+    if n > MAX_LENGTH:
+        raise ValueError(f"{owner}: {n} items, more than a view can index (2**63 - 1 at most)")
+    return n
 
 
 def integer(value: Any, what: str, low: int | None = None, expected: str | None = None) -> int:

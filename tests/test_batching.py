@@ -254,6 +254,27 @@ def test_the_default_collation_of_mixed_items():
     )
 
 
+@pytest.mark.parametrize("items", [[np.str_("a"), 1], [1, np.str_("a")], [1, None], [None, 1], [2**70, 1]], ids=repr)
+def test_numbers_mixed_with_other_objects_collate_into_a_list_whatever_their_order(items):
+    # A numpy string first made the number a string ('1'); a number first made an array of objects of [1, None].
+    batch = lazyseq.default_collate(items)
+    assert type(batch) is list and batch == items
+
+
+def test_with_a_collate_fn_the_pad_is_given_as_it_is_however_the_items_are_stored():
+    # An array's items had the pad cast to their dtype (refused: 'x' in int64); a collate's insisted on a tuple.
+    for source in ([0, 1, 2], np.arange(3)):
+        assert lazyseq.batch(source, 2, pad="x", collate_fn=list)[1] == [2, "x"]
+    pairs = lazyseq.collate([np.arange(3), np.arange(3)])
+    assert lazyseq.batch(pairs, 2, pad="x", collate_fn=list)[1] == [(2, 2), "x"]
+
+
+@pytest.mark.parametrize("empty", [(), {}, []], ids=repr)
+def test_unbatch_gives_back_items_with_no_fields(empty):
+    # A batch of empty tuples is an empty tuple: its length was read from its first field, which it does not have.
+    assert list(lazyseq.unbatch(lazyseq.batch([empty] * 3, 2), 2, 1)) == [empty] * 3
+
+
 def test_masked_arrays_keep_their_masks_or_are_refused():
     # The mask was dropped: masked values read as data.
     masked = np.ma.masked_array([[1, 2], [3, 4]], mask=[[False, True], [False, False]])

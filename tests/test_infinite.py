@@ -83,6 +83,33 @@ def test_smap_finite_with_infinite_is_a_length_mismatch():
         lazyseq.smap(max, [1, 2], lazyseq.repeat(1))
 
 
+@pytest.mark.parametrize(
+    "make, owner",
+    [
+        (lambda: lazyseq.cycle([1, 2], 2**63), "cycle"),
+        (lambda: lazyseq.repeat(0, 2**64), "repeat"),
+        (lambda: lazyseq.concatenate([lazyseq.repeat(0, 2**62), lazyseq.repeat(0, 2**62)]), "concatenate"),
+        (lambda: lazyseq.interleave(lazyseq.repeat(0, 2**62), lazyseq.repeat(0, 2**62)), "interleave"),
+        (lambda: lazyseq.unbatch(lazyseq.repeat(0, 2**62), 4), "unbatch"),
+    ],
+)
+def test_a_view_longer_than_an_index_can_count_is_refused_when_made(make, owner):
+    # It was made, then len() and slices raised OverflowError.
+    with pytest.raises(ValueError, match=rf"^{owner}: \d+ items, more than a view can index \(2\*\*63 - 1 at most\)$"):
+        make()
+    assert len(lazyseq.cycle([1, 2], 2**63 - 1)[1:]) == 2**63 - 2
+
+
+def test_reversed_and_del_fail_as_they_do_on_a_sequence_that_cannot_do_them():
+    # reversed() of an infinite view gave a generator that failed at its first item; del raised AttributeError.
+    with pytest.raises(TypeError, match=r"^reversed\(\) needs a length, but cycle view is infinite$"):
+        reversed(lazyseq.cycle([1]))
+    with pytest.raises(TypeError, match=r"^sequence view does not support item deletion"):
+        del lazyseq.view([1, 2])[0]
+    with pytest.raises(TypeError, match=r"^cycle: a boolean mask needs a length, but the view is infinite$"):
+        lazyseq.cycle([1])[[True, False]]
+
+
 def test_cycle_limits():
     assert len(lazyseq.cycle([], limit=0)) == 0
     with pytest.raises(ValueError, match="cannot repeat an empty sequence"):

@@ -234,8 +234,9 @@ def object_array(values):
         np.arange(12, dtype=">i4").reshape(6, 2),
         object_array(["x", 1, None, (2, 3), [4], 5.0]),
         lazyseq.collate([np.array(list("abcdef")).astype("<U3"), object_array(list(range(6)))]),
+        np.zeros(6, dtype=[("a", "<i4"), ("b", ">f4")]),
     ],
-    ids=["str", "bytes", "big-endian", "big-endian rows", "objects", "collated"],
+    ids=["str", "bytes", "big-endian", "big-endian rows", "objects", "collated", "structured"],
 )
 @pytest.mark.parametrize("how", ["reader", "thread", "process"])
 def test_a_batch_above_a_loader_has_the_dtype_it_has_without_one(source, how):

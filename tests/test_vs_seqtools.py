@@ -720,6 +720,15 @@ def test_gather_checks_positions_when_built():
         lazyseq.gather([1, 2], [0, 5])
 
 
+def test_gather_refuses_booleans_that_seqtools_takes_for_positions():
+    # A list of booleans was a mask to gather (two items of three), while item i is sequence[indexes[i]].
+    assert list(seqtools.gather(["a", "b", "c"], [True, False, True])) == ["b", "a", "b"]
+    for indexes in ([True, False, True], np.array([True, False])):
+        with pytest.raises(TypeError, match=r"^gather: indexes must be integer positions, got booleans; to keep"):
+            lazyseq.gather(["a", "b", "c"], indexes)
+    assert list(lazyseq.view(["a", "b", "c"])[[True, False, True]]) == ["a", "c"]  # a mask, where it is one
+
+
 def test_index_lists_and_arrays():
     """seqtools views only take integers and slices; lazyseq views also take integer lists, integer
     arrays and boolean masks, giving a gather."""

@@ -282,13 +282,18 @@ class View(Fluent[T_co], Sequence[T_co]):
             errors.reraise(error)
 
     def __reversed__(self) -> Iterator[T_co]:
-        n = self._need_length("reversed()")
+        return self._reversed(self._need_length("reversed()"))  # an infinite view: TypeError now, as len() does
+
+    def _reversed(self, n: int) -> Iterator[T_co]:
         get = self._get
         try:
             for i in range(n - 1, -1, -1):
                 yield get(i)
         except Exception as error:
             errors.reraise(error)
+
+    def __delitem__(self, key: object) -> None:
+        raise TypeError(f"{self._label()} view does not support item deletion: its length is that of what it reads")
 
     def __contains__(self, value: object) -> bool:
         self._need_length("'in'")

@@ -7,7 +7,7 @@ from typing import Any, overload
 
 import numpy as np
 
-from ..arguments import flag, integer
+from ..arguments import flag, indexable_length, integer
 from .base import View
 from .chunks import Columns, MixedShapes, chunk_rows, chunk_to_batch, pad_chunk, writing_into
 from .errors import EndOfData, describe_origin
@@ -149,7 +149,7 @@ class UnbatchView(View):
         # batches that batch() collated are read knowing how (lists of items and lists of fields look alike)
         self._collated = _collated_by_default(parent)
         m = parent._len
-        self._len = None if m is None else (0 if m == 0 else (m - 1) * batch_size + last)
+        self._len = None if m is None else indexable_length(0 if m == 0 else (m - 1) * batch_size + last, "unbatch")
 
     def _get(self, i: int) -> Any:
         b, r = divmod(i, self._size)
@@ -186,6 +186,8 @@ class UnbatchView(View):
         except TypeError:
             raise TypeError(f"unbatch: batch {b} is a {type(batch).__name__}, not a batch of items") from None
         n, size = self._len, self._size
+        if held is None:  # items with no fields: as many as expected
+            return size if n is None else min(size, n - b * size)
         if n is None:  # data of unknown length: its last batch may be short, and ends it
             if held > size or (held < size and not self._may_end()):
                 raise ValueError(f"unbatch: batch {b} holds {held} items, not {size} (batch_size={size})")
@@ -232,7 +234,8 @@ def _is_by_field(batch: Any, collated: bool) -> bool:
     if collated:
         if type(batch) is tuple:
             return True
-        return type(batch) is list and len(batch) > 0 and all(isinstance(part, _FIELDS) for part in batch)
+        # a list of no fields: the batch of empty lists (a batch holds one item at least)
+        return type(batch) is list and all(isinstance(part, _FIELDS) for part in batch)
     return type(batch) is tuple and len(batch) > 0 and all(isinstance(part, (np.ndarray, list)) for part in batch)
 
 
@@ -251,10 +254,15 @@ def _row(batch: Any, r: int, collated: bool) -> Any:
     return tuple(rows) if isinstance(batch, tuple) else rows
 
 
-def _length_of(batch: Any, collated: bool) -> int:
-    """How many items ``batch`` holds (a batch held field by field: as many as its first field's rows)."""
+def _length_of(batch: Any, collated: bool) -> int | None:
+    """How many items ``batch`` holds (a batch held field by field: as many as its first field's rows).
+
+    None for a batch of items with no fields (empty tuples, lists or dicts): it does not say.
+    """
     if not _is_by_field(batch, collated):
         return len(batch)
+    if not batch:
+        return None
     return _length_of(next(iter(batch.values())) if isinstance(batch, Mapping) else batch[0], collated)
 
 

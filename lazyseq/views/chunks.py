@@ -189,7 +189,7 @@ def typed_as(batch: Any, spec: tuple | None) -> Any:
         return batch
     if spec[0] == "array":
         _, dtype, shape = spec
-        if isinstance(batch, np.ndarray) and batch.dtype.str != dtype.str:  # str: the byte order counts
+        if isinstance(batch, np.ndarray) and batch.dtype != dtype:  # unequal in byte order too
             if batch.shape[1:] == shape and np.can_cast(batch.dtype, dtype, "safe"):
                 return batch.astype(dtype)
         return batch
@@ -207,11 +207,13 @@ def pad_chunk(chunk: Any, pad: Any, count: int, collated: bool = True) -> Any:
     the first of them, so that it collates as they do (a ``collate_fn`` gets
     ``pad`` as it is).
     """
+    if not collated:  # the items, as rows, and the pad as it is: however the items are stored
+        return chunk_rows(chunk) + [pad] * count
     if type(chunk) is list:
-        return chunk + [_padding_like(chunk[0], pad) if collated and chunk else pad] * count
+        return chunk + [_padding_like(chunk[0], pad) if chunk else pad] * count
     if isinstance(chunk, Columns):
         pads = _pad_fields(pad, chunk.keys, len(chunk.fields))
-        return Columns(tuple(pad_chunk(f, p, count, collated) for f, p in zip(chunk.fields, pads)), chunk.keys)
+        return Columns(tuple(pad_chunk(f, p, count) for f, p in zip(chunk.fields, pads)), chunk.keys)
     return np.concatenate([chunk, _pad_rows(pad, chunk.dtype, chunk.shape[1:], count)])
 
 
@@ -328,8 +330,8 @@ def default_collate(items: list) -> Any:
         except ValueError:  # an array among the numbers
             _stack([np.asarray(item) for item in items])  # raises MixedShapes, naming it
             raise
-        if batch.dtype.kind in "US" and not isinstance(first, (np.str_, np.bytes_)):  # numbers and strings
-            return list(items)  # not the numbers made strings
+        if batch.dtype.kind in "USO" and not all(isinstance(item, (np.str_, np.bytes_)) for item in items):
+            return list(items)  # numbers mixed with strings or other objects: not the numbers made strings
         return batch
     if isinstance(first, Mapping):
         keys = set(first)

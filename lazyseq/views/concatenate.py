@@ -8,6 +8,7 @@ from typing import Any, overload
 
 import numpy as np
 
+from ..arguments import indexable_length
 from .base import View
 from .chunks import new_rows, scatter
 from .display import describe_spec
@@ -54,7 +55,7 @@ class ConcatenateView(View):
         self._bounds_array = np.asarray(self._bounds, dtype=np.intp)
         self._starts_array = np.asarray(starts, dtype=np.intp)
         last = flat[-1]._len if flat else 0
-        self._len = None if last is None else starts[-1] + last
+        self._len = None if last is None else indexable_length(starts[-1] + last, "concatenate")
         self._arrays = _same_kind_arrays(flat)
         self._window = None if self._arrays is None else RowWindow.over(self._arrays, _sources(flat))
 

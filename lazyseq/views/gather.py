@@ -142,7 +142,8 @@ def gather(sequence: SequenceLike[Any] | np.ndarray, indexes: Sequence[int] | np
     """A view of ``sequence`` reordered by ``indexes``: item ``i`` is ``sequence[indexes[i]]``.
 
     ``indexes`` may contain negative positions and repeats; it is read once,
-    when the view is created. Assigning to the view writes through to
+    when the view is created. Booleans are refused (a mask selects with
+    ``view[mask]``). Assigning to the view writes through to
     ``sequence``.
 
     >>> import lazyseq
@@ -166,7 +167,7 @@ def gather(sequence: SequenceLike[Any] | np.ndarray, indexes: Sequence[int] | np
             raise TypeError(
                 f"gather: indexes must be a sequence of integers (one item is sequence[i]), got {indexes!r:.60}"
             ) from None
-    return GatherView(parent, array_key(indexes, parent._len, "gather", "gather's sequence"))
+    return GatherView(parent, array_key(indexes, parent._len, "gather", "gather's sequence", masks=False))
 
 
 take = gather

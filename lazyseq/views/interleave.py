@@ -5,6 +5,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import Any
 
+from ..arguments import indexable_length
 from .base import View
 from .itemtypes import SequenceLike, T
 from .sources import as_view
@@ -53,7 +54,7 @@ class InterleaveView(View):
             self._depth.append(depth)
             self._len = None
         else:
-            self._len = out
+            self._len = indexable_length(out, "interleave")
 
     def _locate(self, i: int) -> tuple[int, int]:
         phase = bisect_right(self._phase_starts, i) - 1

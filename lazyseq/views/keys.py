@@ -118,8 +118,10 @@ def out_of_range(index: int, length: int | None, target: str) -> IndexError:
     return IndexError(f"index {index} out of range for {target} of length {length}")
 
 
-def array_key(key: list[int] | np.ndarray, length: int | None, label: str, target: str | None = None) -> np.ndarray:
-    """Validate a list or array used as a key: integer positions (negative allowed) or a boolean mask.
+def array_key(
+    key: list[int] | np.ndarray, length: int | None, label: str, target: str | None = None, masks: bool = True
+) -> np.ndarray:
+    """Validate a list or array used as a key: integer positions (negative allowed) or, if ``masks``, a boolean mask.
 
     ``label`` names the view in errors about the key's type, ``target`` (default ``label``) what it indexes.
     """
@@ -128,7 +130,14 @@ def array_key(key: list[int] | np.ndarray, length: int | None, label: str, targe
     if keys.ndim != 1:
         raise IndexError(f"{label}: an index array must be 1-D, got shape {keys.shape}")
     if keys.dtype == bool:
-        if length is None or len(keys) != length:
+        if not masks:
+            raise TypeError(
+                f"{label}: indexes must be integer positions, got booleans; to keep the items where a mask is True, "
+                "index with the mask (view[mask]) or give np.flatnonzero(mask)"
+            )
+        if length is None:
+            raise TypeError(f"{label}: a boolean mask needs a length, but the view is infinite")
+        if len(keys) != length:
             raise IndexError(f"{label}: boolean mask of length {len(keys)} does not match length {length}")
         positions = np.flatnonzero(keys)
     elif len(keys) == 0 or keys.dtype.kind == "i" or (keys.dtype.kind == "u" and keys.max() <= _HIGH):

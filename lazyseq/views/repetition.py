@@ -7,7 +7,7 @@ from typing import Any, overload
 
 import numpy as np
 
-from ..arguments import integer
+from ..arguments import indexable_length, integer
 from .base import View
 from .itemtypes import SequenceLike, T
 from .keys import Positions, modulo
@@ -19,7 +19,7 @@ __all__ = ["CycleView", "RepeatView", "cycle", "repeat"]
 def _size_limit(name: str, limit: int | None) -> int | None:
     if limit is None:
         return None
-    return integer(limit, name, low=0, expected="a non-negative integer or None")
+    return indexable_length(integer(limit, name, low=0, expected="a non-negative integer or None"), name.split(":")[0])
 
 
 class CycleView(View):

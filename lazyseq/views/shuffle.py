@@ -149,7 +149,7 @@ def shuffle(sequence: SequenceLike[Any] | np.ndarray, seed: int | None = None, e
     Each epoch has its own permutation: pass ``epoch`` or call
     ``set_epoch`` on the view (or on any view built on it). A loader built
     on it (``prefetch``) follows a ``set_epoch`` called below it from its
-    next pass on; its own ``set_epoch`` switches at once. With
+    next read on, and its own ``set_epoch`` at once. With
     ``seed=None`` a seed is drawn and kept in the ``seed`` attribute.
 
     >>> import lazyseq
