@@ -189,11 +189,11 @@ class PrefetchView(View[T_co]):
                 raise
 
     def _died_ahead(self, error: BaseException, i: int) -> bool:
-        """Whether ``error`` is a worker that died computing items read after ``i``: the read of ``i`` goes on.
+        """Whether ``error`` is a worker that died computing other items than ``i`` (ahead): the read of ``i`` goes on.
 
         The workers start again, and the death is reported when one of those
-        items is read (a read skips it, as a read of an item that failed);
-        they are not computed ahead again meanwhile, which would end the new
+        items is read (an iteration skips it, as an item that failed); they
+        are not computed ahead again meanwhile, which would end the new
         workers as it ended the old one.
         """
         if not isinstance(error, WorkerDied) or not error.suspects or i in error.suspects:
