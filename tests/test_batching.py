@@ -1,5 +1,7 @@
 """batch and unbatch: partial, dropped and padded last batches; default collation."""
 
+import copy
+import pickle
 from collections import namedtuple
 
 import numpy as np
@@ -254,11 +256,31 @@ def test_the_default_collation_of_mixed_items():
     )
 
 
-@pytest.mark.parametrize("items", [[np.str_("a"), 1], [1, np.str_("a")], [1, None], [None, 1], [2**70, 1]], ids=repr)
+@pytest.mark.parametrize("items", [[np.str_("a"), 1], [1, np.str_("a")], [1, None], [None, 1]], ids=repr)
 def test_numbers_mixed_with_other_objects_collate_into_a_list_whatever_their_order(items):
     # A numpy string first made the number a string ('1'); a number first made an array of objects of [1, None].
     batch = lazyseq.default_collate(items)
     assert type(batch) is list and batch == items
+    numbers = lazyseq.default_collate([2**70, 1])  # numbers only, too large for int64: still one array
+    assert numbers.dtype == object and numbers.tolist() == [2**70, 1]
+
+
+def test_a_batch_view_pickled_before_its_first_read_reads_the_same():
+    # The mark of a spec not looked up yet, an object of its own, came back from pickle as another object: a spec.
+    batches = lazyseq.batch(lazyseq.smap(float, range(5)), 2)
+    for copied in (pickle.loads(pickle.dumps(batches)), copy.deepcopy(batches)):
+        assert [b.tolist() for b in copied] == [[0.0, 1.0], [2.0, 3.0], [4.0]]
+
+
+def test_objects_padded_read_one_by_one_as_in_a_slice():
+    # Items read one by one had the pad made like the first (an int64): 'p' was refused, and 0 became np.int64(0).
+    source = np.empty(5, dtype=object)
+    source[:] = [1, "x", None, 3, 5]
+    for pad in ("p", 0):
+        expected = lazyseq.batch(source, 2, pad=pad)[2]
+        one_by_one = lazyseq.batch(lazyseq.add_cache(source), 2, pad=pad)[2]
+        assert expected.dtype == one_by_one.dtype == object and one_by_one.tolist() == expected.tolist() == [5, pad]
+        assert type(one_by_one[1]) is type(pad)
 
 
 def test_with_a_collate_fn_the_pad_is_given_as_it_is_however_the_items_are_stored():
@@ -273,6 +295,14 @@ def test_with_a_collate_fn_the_pad_is_given_as_it_is_however_the_items_are_store
 def test_unbatch_gives_back_items_with_no_fields(empty):
     # A batch of empty tuples is an empty tuple: its length was read from its first field, which it does not have.
     assert list(lazyseq.unbatch(lazyseq.batch([empty] * 3, 2), 2, 1)) == [empty] * 3
+    with pytest.raises(
+        lazyseq.EvaluationError, match=r"ValueError: unbatch: batch 0 holds items with no fields, which"
+    ):
+        list(lazyseq.unbatch(lazyseq.batch(lazyseq.uniter(iter([empty] * 3)), 2), 2))
+    # a first field with no fields, a second with rows: counted by the second (was an IndexError)
+    items = [((), np.array([k])) for k in range(3)]
+    with pytest.raises(lazyseq.EvaluationError, match=r"ValueError: unbatch: batch 1 \(the last: see last_batch_size"):
+        list(lazyseq.unbatch(lazyseq.batch(items, 2), 2, 2))
 
 
 def test_masked_arrays_keep_their_masks_or_are_refused():

@@ -235,8 +235,9 @@ def object_array(values):
         object_array(["x", 1, None, (2, 3), [4], 5.0]),
         lazyseq.collate([np.array(list("abcdef")).astype("<U3"), object_array(list(range(6)))]),
         np.zeros(6, dtype=[("a", "<i4"), ("b", ">f4")]),
+        np.array([(k, None) for k in range(6)], dtype=[("a", "<i4"), ("o", "O")]),
     ],
-    ids=["str", "bytes", "big-endian", "big-endian rows", "objects", "collated", "structured"],
+    ids=["str", "bytes", "big-endian", "big-endian rows", "objects", "collated", "structured", "structured objects"],
 )
 @pytest.mark.parametrize("how", ["reader", "thread", "process"])
 def test_a_batch_above_a_loader_has_the_dtype_it_has_without_one(source, how):

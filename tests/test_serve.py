@@ -272,6 +272,24 @@ def test_a_batch_of_served_items_has_the_dtypes_a_local_batch_has():
             ]
 
 
+def test_a_server_back_with_items_of_another_dtype_is_an_error_not_batches_cast_to_the_old_one():
+    # Same length: the consumer went on, and its batches of int64 items were cast to float64 (2**53 + 1 changed).
+    first = lazyseq.serve(np.arange(4.0), LOOPBACK)
+    remote = lazyseq.connect(first.address, timeout=10.0)
+    try:
+        assert remote[0] == 0.0
+        first.close()
+        with lazyseq.serve(np.array([2**53 + 1, 2**53 + 3, 5, 7]), first.address):
+            with pytest.raises(lazyseq.LoaderError) as caught:
+                remote.batch(2)[0]
+        assert str(caught.value) == (
+            f"connect: the server at {first.address} came back serving a view of length 4 (items int64), where it "
+            "served a view of length 4 (items float64): connect again to read what it serves now"
+        )
+    finally:
+        remote.close()
+
+
 @pytest.mark.parametrize(
     "node",
     [["array", "|O", []], ["array", "<f8", [-1]], ["array", "<f8"], ["tuple", "x"], ["list", []], 3, ["tuple", [7]]],

@@ -11,6 +11,7 @@ from typing import Any
 from ..loading.failures import LoaderError
 from ..views import errors
 from ..views.base import View
+from ..views.display import describe_spec
 from . import wire
 from .connection import Connection
 from .endpoints import check_endpoint
@@ -209,12 +210,13 @@ class RemoteView(View):
     def _check_still_served(self, info: Any) -> None:
         """``LoaderError`` (now and at every later read) if a server that came back serves another view."""
         served = _what_is_served(info)
-        if served != self._served:
+        if served[:3] != self._served[:3] or None not in (served[3], self._served[3]) and served[3] != self._served[3]:
             self._replaced = LoaderError(
                 f"connect: the server at {self.address} came back serving {_described(served)}, where it served "
                 f"{_described(self._served)}: connect again to read what it serves now"
             )
             raise self._replaced
+        self._spec = wire.decode_spec(info.get("items"))  # known now, or no longer
 
     def _describe(self) -> str:
         return f"served({self.address}) {self._remote_label}"
@@ -243,16 +245,21 @@ class RemoteView(View):
 
 
 def _what_is_served(info: Any) -> tuple:
-    """What tells one served view from another: its kind and length (the same view may be described otherwise)."""
+    """What tells one served view from another: its kind, length and items (items described by one side only may be
+    the same: they are not compared); the same view may be labelled otherwise."""
     info = info if isinstance(info, dict) else {}
-    return info.get("kind"), info.get("length"), info.get("may_end")
+    return info.get("kind"), info.get("length"), info.get("may_end"), info.get("items")
 
 
 def _described(served: tuple) -> str:
-    kind, length, may_end = served
+    kind, length, may_end, items = served
     if kind != "view":
         return f"a {kind}" if isinstance(kind, str) else "something else"
-    return f"a view of length {length}" if not may_end else "a view of unknown length"
+    what = f"a view of length {length}" if not may_end else "a view of unknown length"
+    try:
+        return what if items is None else f"{what} (items {describe_spec(wire.decode_spec(items))})"
+    except wire.ProtocolError:
+        return what
 
 
 class RemoteStream(Iterator):

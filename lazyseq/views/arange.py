@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..arguments import integer
+from ..arguments import indexable_length, integer
 from .base import View
 from .keys import Positions, compose
 
@@ -19,11 +19,11 @@ class ArangeView(View):
     def __init__(self, range_: range) -> None:
         self._range = range_
         try:
-            self._len = len(range_)
-        except OverflowError:
-            raise ValueError(
-                f"arange: {range_} holds more than 2**63 - 1 integers, more than a view can index"
-            ) from None
+            n = len(range_)
+        except OverflowError:  # more than len() can give
+            step = range_.step
+            n = (range_.stop - range_.start + step - (1 if step > 0 else -1)) // step
+        self._len = indexable_length(n, "arange")
 
     def _get(self, i: int) -> int:
         return self._range[i]

@@ -9,15 +9,13 @@ import numpy as np
 
 from ..arguments import flag, indexable_length, integer
 from .base import View
-from .chunks import Columns, MixedShapes, chunk_rows, chunk_to_batch, pad_chunk, writing_into
+from .chunks import Columns, MixedShapes, chunk_rows, chunk_to_batch, holds_objects, pad_chunk, writing_into
 from .errors import EndOfData, describe_origin
 from .itemtypes import R, SequenceLike, T
 from .keys import Positions
 from .sources import as_view
 
 __all__ = ["BatchView", "UnbatchView", "batch", "unbatch"]
-
-_UNKNOWN = object()
 
 
 class BatchView(View):
@@ -42,7 +40,8 @@ class BatchView(View):
         self._len = None if n is None else (n // k if drop_last else -(-n // k))
         # Data of unknown length may end inside a batch: such a batch is read item by item, to find where.
         self._may_stop = parent._may_end()
-        self._spec: tuple | None | object = _UNKNOWN  # the items' dtypes, for batches of items read one by one
+        self._spec: tuple | None | bool = False  # the items' dtypes, for batches of items read one by one (False:
+        # not looked up yet; a value that survives pickling)
 
     def _span(self, i: int) -> range:
         start = i * self._k
@@ -58,12 +57,13 @@ class BatchView(View):
             span = span[: len(chunk)]
         else:
             chunk = self._parent._get_many(span)
+        spec = self._items_spec() if type(chunk) is list or isinstance(chunk, Columns) else None  # read one by one
         missing = self._k - len(span)
-        if missing and self._pad is not None:
-            chunk = pad_chunk(chunk, self._pad, missing, collated=self._collate_fn is None)
+        if missing and self._pad is not None:  # objects are padded as a slice of their array pads them: as they are
+            collated = self._collate_fn is None and not holds_objects(spec)
+            chunk = pad_chunk(chunk, self._pad, missing, collated=collated)
         if self._collate_fn is not None:
             return self._collate_fn(chunk_rows(chunk))
-        spec = self._items_spec() if type(chunk) is list or isinstance(chunk, Columns) else None  # read one by one
         try:
             return chunk_to_batch(chunk, spec)
         except MixedShapes as error:
@@ -72,7 +72,7 @@ class BatchView(View):
     def _items_spec(self) -> tuple | None:
         """The parent's ``_item_spec()``, found once."""
         spec = self._spec
-        if spec is _UNKNOWN:
+        if spec is False:
             spec = self._spec = self._parent._item_spec()
         return spec  # type: ignore[return-value]
 
@@ -186,7 +186,12 @@ class UnbatchView(View):
         except TypeError:
             raise TypeError(f"unbatch: batch {b} is a {type(batch).__name__}, not a batch of items") from None
         n, size = self._len, self._size
-        if held is None:  # items with no fields: as many as expected
+        if held is None:  # items with no fields: as many as expected, where that is known
+            if n is None and self._may_end():
+                raise ValueError(
+                    f"unbatch: batch {b} holds items with no fields, which do not say how many they are, and the "
+                    "data's length is unknown: give it a size (uniter(..., size=n))"
+                )
             return size if n is None else min(size, n - b * size)
         if n is None:  # data of unknown length: its last batch may be short, and ends it
             if held > size or (held < size and not self._may_end()):
@@ -257,13 +262,15 @@ def _row(batch: Any, r: int, collated: bool) -> Any:
 def _length_of(batch: Any, collated: bool) -> int | None:
     """How many items ``batch`` holds (a batch held field by field: as many as its first field's rows).
 
-    None for a batch of items with no fields (empty tuples, lists or dicts): it does not say.
+    None for a batch of items with no fields (empty tuples, lists or dicts) anywhere: it does not say.
     """
     if not _is_by_field(batch, collated):
         return len(batch)
-    if not batch:
-        return None
-    return _length_of(next(iter(batch.values())) if isinstance(batch, Mapping) else batch[0], collated)
+    for field in batch.values() if isinstance(batch, Mapping) else batch:
+        held = _length_of(field, collated)
+        if held is not None:
+            return held
+    return None
 
 
 def _collated_by_default(view: View) -> bool:

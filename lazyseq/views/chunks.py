@@ -149,10 +149,19 @@ def chunk_to_batch(chunk: Any, spec: tuple | None = None) -> Any:
 
     ``spec``, what the items are where that is known (``View._item_spec``),
     makes the batch of items read one by one the batch that a slice of their
-    source gives (see :func:`typed_as`).
+    source gives: each field of a tuple collated as its own source's items,
+    objects kept as an array of them, and arrays in their source's dtype
+    (see :func:`typed_as`).
     """
     if type(chunk) is list:
-        if spec is not None and spec[0] == "array" and spec[1].hasobject and spec[2] == ():
+        if spec is None:
+            return default_collate(chunk)
+        if spec[0] == "tuple":
+            width = len(spec[1])
+            if width and all(type(item) is tuple and len(item) == width for item in chunk):  # a collate's items
+                return tuple(chunk_to_batch(list(field), s) for field, s in zip(zip(*chunk), spec[1]))
+            return default_collate(chunk)
+        if holds_objects(spec):
             return _objects(chunk)  # a slice of an array of objects: the objects, not their collation
         return typed_as(default_collate(chunk), spec)
     if isinstance(chunk, Columns):
@@ -162,6 +171,11 @@ def chunk_to_batch(chunk: Any, spec: tuple | None = None) -> Any:
     return chunk
 
 
+def holds_objects(spec: tuple | None) -> bool:
+    """Whether ``spec`` (see ``View._item_spec``) says the items are the elements of an array of Python objects."""
+    return spec is not None and spec[0] == "array" and spec[1] == np.dtype(object) and spec[2] == ()
+
+
 def _objects(items: list) -> np.ndarray:
     objects = np.empty(len(items), object)
     for k, item in enumerate(items):  # not objects[:] = items: sequences among them would be split up
@@ -169,34 +183,27 @@ def _objects(items: list) -> np.ndarray:
     return objects
 
 
-def typed_as(batch: Any, spec: tuple | None) -> Any:
-    """A batch collated from items read one by one, in the dtypes of their source (``spec``, see ``View._item_spec``).
+def typed_as(batch: Any, spec: tuple) -> Any:
+    """A batch collated from arrays or numbers read one by one, in the dtype of their source (``spec``, an array's).
 
     Such items lose what a slice of the source array keeps: the rows of a 1-D
     array are numpy scalars, so strings collate to the widest among them and
     numbers to the machine's byte order. Given the items' spec, the batch has
-    the dtypes a slice of the source has, whoever read the items (a loader's
-    workers, or the reader). A dtype that the batch does not cast to safely,
-    or a shape that differs, leaves it as it is.
+    the dtype a slice of the source has, whoever read the items (a loader's
+    workers, or the reader). Only the width and byte order change: a dtype of
+    another kind (a float for integers: values could change), one that the
+    batch does not cast to safely, or a shape that differs, leaves it as it is.
 
     >>> import numpy as np
     >>> typed_as(np.array(["a", "bc"]), ("array", np.dtype("<U5"), ())).dtype
     dtype('<U5')
-    >>> typed_as((np.array([1.0]), ["x"]), ("tuple", (("array", np.dtype(">f8"), ()), None)))[0].dtype
-    dtype('>f8')
+    >>> typed_as(np.array([1, 2]), ("array", np.dtype(">f8"), ())).dtype  # not made floats
+    dtype('int64')
     """
-    if spec is None:
-        return batch
-    if spec[0] == "array":
-        _, dtype, shape = spec
-        if isinstance(batch, np.ndarray) and batch.dtype != dtype:  # unequal in byte order too
-            if batch.shape[1:] == shape and np.can_cast(batch.dtype, dtype, "safe"):
-                return batch.astype(dtype)
-        return batch
-    fields = spec[1]
-    if isinstance(batch, tuple) and len(batch) == len(fields):
-        typed = [typed_as(field, s) for field, s in zip(batch, fields)]
-        return type(batch)(*typed) if hasattr(batch, "_fields") else tuple(typed)
+    _, dtype, shape = spec
+    if isinstance(batch, np.ndarray) and batch.dtype != dtype:  # unequal in byte order too
+        if batch.dtype.kind == dtype.kind and batch.shape[1:] == shape and np.can_cast(batch.dtype, dtype, "safe"):
+            return batch.astype(dtype)
     return batch
 
 
@@ -330,8 +337,11 @@ def default_collate(items: list) -> Any:
         except ValueError:  # an array among the numbers
             _stack([np.asarray(item) for item in items])  # raises MixedShapes, naming it
             raise
-        if batch.dtype.kind in "USO" and not all(isinstance(item, (np.str_, np.bytes_)) for item in items):
-            return list(items)  # numbers mixed with strings or other objects: not the numbers made strings
+        kind = batch.dtype.kind
+        if kind in "US" and not all(isinstance(item, (np.str_, np.bytes_)) for item in items):
+            return list(items)  # numbers and strings: not the numbers made strings
+        if kind == "O" and not all(isinstance(item, (Number, np.generic)) for item in items):
+            return list(items)  # numbers and other objects (None): not an array whose dtype depends on the order
         return batch
     if isinstance(first, Mapping):
         keys = set(first)

@@ -7,7 +7,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sized
 from typing import Any
 
-from ..arguments import integer
+from ..arguments import indexable_length, integer
 from .base import View
 from .errors import EndOfData
 from .itemtypes import T
@@ -38,7 +38,11 @@ class UniterView(View):
         if size is None and not self._one_shot and isinstance(iterable, Sized):
             size = len(iterable)
         self._len = (
-            None if size is None else integer(size, "uniter: size", low=0, expected="a non-negative integer or None")
+            None
+            if size is None
+            else indexable_length(
+                integer(size, "uniter: size", low=0, expected="a non-negative integer or None"), "uniter"
+            )
         )
         self._size_known = size is not None
         self._cursors: list[list] = []  # [next position, iterator, last use]
