@@ -290,6 +290,28 @@ def test_after_a_worker_died_iteration_goes_on_at_the_item_read_unless_the_dead_
     ahead.close()
 
 
+@pytest.mark.parametrize(
+    "error", [KeyboardInterrupt(), lazyseq.LoaderError("prefetch: the loader was closed")], ids=["interrupt", "closed"]
+)
+def test_an_item_awaited_when_the_loader_was_interrupted_or_closed_is_read_next(monkeypatch, error):
+    # Its position was counted as read: a run resumed after Ctrl-C in a notebook went on without it.
+    ahead = prefetch(range(10), nworkers=2)
+    reads = iter(ahead)
+    assert [next(reads) for _ in range(5)] == [0, 1, 2, 3, 4]
+    get = ahead._get
+
+    def fails_once(i):
+        monkeypatch.setattr(ahead, "_get", get)
+        raise error
+
+    monkeypatch.setattr(ahead, "_get", fails_once)
+    with pytest.raises(type(error)):
+        next(reads)
+    assert reads.state_dict()["position"] == 5
+    assert list(reads) == [5, 6, 7, 8, 9]
+    ahead.close()
+
+
 def test_a_failing_start_hook_is_a_loader_error():
     def hook(index):
         raise OSError("no GPU here")

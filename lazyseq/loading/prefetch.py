@@ -337,8 +337,14 @@ class PrefetchIterator(Generic[T_co]):
             if i not in error.suspects:  # not what ended the worker: dropped as the workers stopped, read again next
                 self._position = i
             raise
+        except errors.LoaderFailure:  # the loader's own (closed, could not start): not the item's, read again next
+            self._position = i
+            raise
         except Exception as error:
             errors.reraise(error)
+        except BaseException:  # KeyboardInterrupt while the item was awaited: it was not read, and is read next
+            self._position = i
+            raise
 
     def state_dict(self) -> dict:
         """Where the iteration stands: ``{"position": next item, "length": len of the view}``."""
