@@ -498,6 +498,41 @@ def test_workers_of_a_consumer_killed_end_without_a_word(tmp_path, start_method)
     assert error_output == ""
 
 
+def test_a_ctrl_c_taken_by_another_thread_while_workers_are_spawned_is_raised_after(monkeypatch):
+    # SIGINT was ignored while workers were spawned: the main thread held it back, but another thread (a notebook's
+    # kernel has several) took it in and it was lost; the cell ran on to its end.
+    from lazyseq.loading import closing
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    other = threading.Thread(target=threading.Event().wait, args=(30,), daemon=True)
+    other.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with closing.interrupts_deferred(), closing.blocked_for_children():
+                signal.pthread_kill(other.ident, signal.SIGINT)  # where the system sends it: a thread that takes it
+                deadline = time.monotonic() + 10
+                while not closing._hurry.is_set() and time.monotonic() < deadline:  # noted in the main thread
+                    time.sleep(0.001)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_workers_that_cannot_start_are_a_loader_error_not_the_items(monkeypatch):
+    # multiprocessing's own error (a forkserver ended by a Ctrl-C: EOFError) was reported as item 0's failure.
+    def no_forkserver(self):
+        raise EOFError("unexpected EOF")
+
+    monkeypatch.setattr(
+        multiprocessing.context.ForkServerProcess, "_Popen", staticmethod(lambda process: no_forkserver(process))
+    )
+    ahead = prefetch(range(5), nworkers=2, method="process", start_method="forkserver")
+    with pytest.raises(lazyseq.LoaderError) as caught:
+        ahead[0]
+    assert str(caught.value) == "prefetch: worker process 0 could not start: EOFError: unexpected EOF"
+    assert isinstance(caught.value.__cause__, EOFError) and not ahead.workers_running
+    assert multiprocessing.active_children() == []
+
+
 SPAWNED_WHILE_INTERRUPTED = """
 import os
 import select

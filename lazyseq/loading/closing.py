@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["interrupts_deferred", "wait_unless_hurried"]
+__all__ = ["blocked_for_children", "ignore_interrupts", "interrupts_deferred", "wait_unless_hurried"]
 
 SLICE_SECONDS = 0.05  # a wait looks for a second Ctrl-C this often
 
@@ -51,6 +51,10 @@ def interrupts_deferred() -> Iterator[None]:
     previous = signal.signal(signal.SIGINT, note)
     try:
         yield
+    except Exception as error:
+        if interrupted:  # the interrupt came first, and may have caused this (a process it ended): it is raised
+            raise KeyboardInterrupt from error
+        raise
     finally:
         signal.signal(signal.SIGINT, previous)
         _hurry.clear()
@@ -59,28 +63,40 @@ def interrupts_deferred() -> Iterator[None]:
 
 
 @contextmanager
-def ignored_by_children() -> Iterator[None]:
-    """Processes spawned in the block ignore Ctrl-C from their first instruction (main thread, POSIX).
+def blocked_for_children() -> Iterator[None]:
+    """Processes started in the block (spawned, or a forkserver) hold Ctrl-C back from their first instruction (POSIX).
 
-    SIGINT is ignored here meanwhile: a spawned process inherits that through
-    ``exec``, and Python then leaves it ignored, so a Ctrl-C sent to the whole
-    process group prints no traceback from a worker still importing. The
-    signal is also blocked in this thread meanwhile: one sent to it waits,
-    and is handled at the end of the block (Linux; one that another thread
-    takes in is lost, as is any during the block on other systems).
+    SIGINT is blocked in this thread meanwhile: a process started from it
+    inherits the blocked signal through ``exec``, so a Ctrl-C sent to the whole
+    process group waits in a worker still importing, rather than print its
+    traceback, until the worker ignores SIGINT and unblocks it (see
+    :func:`ignore_interrupts`). Here, how SIGINT is handled does not change: one
+    that another thread takes in is handled as usual (raised in the main
+    thread, or noted by :func:`interrupts_deferred`), and one sent to this
+    thread waits for the end of the block.
     """
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
         yield
         return
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()  # as a process starting needs it; started in the block, it would unblock SIGINT
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
-            yield
-        finally:
-            signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+        yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def ignore_interrupts() -> None:
+    """In a worker process: ignore SIGINT (the consumer decides what a Ctrl-C means), and drop one held back.
+
+    A worker started with SIGINT blocked (:func:`blocked_for_children`) may
+    hold one sent while it started: ignored first, it is dropped when unblocked.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def wait_unless_hurried(wait: Callable[[float], bool], seconds: float) -> bool:

@@ -31,7 +31,7 @@ from ..views.errors import seterr
 from .backends import Done
 from .blas_limits import limits_for_workers
 from .buffering import ITEMS_AHEAD
-from .closing import ignored_by_children, interrupts_deferred, wait_unless_hurried
+from .closing import blocked_for_children, interrupts_deferred, wait_unless_hurried
 from .failures import LoaderError, WorkerDied, describe_items, exit_description, restore
 from .fork_safety import forking_workers, started_worker
 from .item_cost import ItemCost
@@ -162,7 +162,7 @@ class ProcessWorkers:
         elif isinstance(job, Job):  # a forked worker inherits the objects themselves, and what they made before
             job.before_fork()
         self._conns, self._processes = [], []
-        spawning = context.get_start_method() == "spawn"
+        execs = context.get_start_method() in ("spawn", "forkserver")  # the forkserver may start now
         # task -> (its argument, its number among those sent to the worker), for the tasks sent to each worker and
         # not answered yet; the workers count the tasks they begin and finish in _progress (see worker_process._serve)
         self._busy: list[dict] = []
@@ -189,8 +189,8 @@ class ProcessWorkers:
                         name=f"lazyseq-{owner}-{k}",
                         daemon=True,
                     )
-                    if spawning:  # a new Python: Ctrl-C ignored all through its start-up (imports included)
-                        with ignored_by_children():
+                    if execs:  # a new Python (or a forkserver's child): Ctrl-C held back through its start-up
+                        with blocked_for_children():
                             process.start()
                     else:  # forked: inherits the deferring handler, and ignores Ctrl-C from its first line
                         process.start()
@@ -199,6 +199,14 @@ class ProcessWorkers:
                     self._conns.append(mine)
                     self._processes.append(process)
                     self._busy.append({})
+        except LoaderError:
+            self.close()
+            raise
+        except Exception as error:  # multiprocessing's (a forkserver that ended, no more processes): not an item's
+            self.close()
+            raise LoaderError(
+                f"{owner}: worker process {len(self._processes)} could not start: {type(error).__name__}: {error}"
+            ) from error
         except BaseException:
             self.close()
             raise

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import pickle
 import select
-import signal
 from collections.abc import Hashable
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import recv_handle
@@ -27,6 +26,7 @@ import numpy as np
 
 from ..views.errors import seterr
 from .blas_limits import WorkerLimit
+from .closing import ignore_interrupts
 from .failures import capture
 from .fork_safety import forked_worker
 from .messages import (
@@ -61,7 +61,7 @@ NICENESS = 10
 
 def run_worker(conn: Connection, start: WorkerStart) -> None:
     """Serve tasks until told to stop, until the connection closes, or until the parent dies."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ignore_interrupts()
     _lower_priority()
     ParentWatch(PARENT_CHECK_SECONDS)  # exits this process once the consumer's is gone
     work = start.work
