@@ -215,22 +215,30 @@ def record_computed(folder):
     return compute
 
 
+def read_through_deaths(ahead, most):
+    """The items of ``ahead`` read on through up to ``most`` WorkerDied; those as (items read before, cause, tasks,
+    suspects)."""
+    reading, got, deaths = iter(ahead), [], []
+    while len(deaths) < most:
+        try:
+            got.append(next(reading))
+        except StopIteration:
+            break
+        except lazyseq.WorkerDied as died:
+            deaths.append((len(got), str(died).split(" died with ")[1], died.tasks, died.suspects))
+    return got, deaths
+
+
 @pytest.mark.parametrize("start_method", ["fork", "spawn"])
 def test_reading_on_after_a_worker_died_loses_only_the_item_that_ended_it(tmp_path, start_method):
     # The read item was skipped if the dead worker merely held it: computed fine, it was never delivered.
     source = lazyseq.smap(record_computed(tmp_path), range(20))
-    got, deaths = [], []
     with prefetch(source, nworkers=2, method="process", start_method=start_method) as ahead:
-        reading = iter(ahead)
-        while len(deaths) < 5:
-            try:
-                got.append(next(reading))
-            except StopIteration:
-                break
-            except lazyseq.WorkerDied as died:
-                deaths.append((str(died).split(" died with ")[1], died.suspects))
+        got, deaths = read_through_deaths(ahead, most=5)
     assert got == [i for i in range(20) if i != 7]
-    assert deaths and set(deaths) == {("exit code 3 while computing item 7", (7,))}
+    assert deaths and {(cause, suspects) for _, cause, _, suspects in deaths} == {
+        ("exit code 3 while computing item 7", (7,))
+    }
     assert multiprocessing.active_children() == []
 
 
@@ -253,48 +261,15 @@ def test_a_worker_that_died_ahead_of_the_reader_is_reported_once_at_the_item_it_
 
     died_computing_9.done = False
     monkeypatch.setattr(Engine, "wait_for", died_computing_9)
-    deaths = []
     with prefetch(source, nworkers=2, inline_below=0, max_buffered=16) as ahead:
-        reading, got = iter(ahead), []
-        while len(deaths) < 3:
-            try:
-                got.append(next(reading))
-            except StopIteration:
-                break
-            except lazyseq.WorkerDied as died:
-                deaths.append((len(got), str(died).split(" died with ")[1], died.tasks, died.suspects))
+        got, deaths = read_through_deaths(ahead, most=3)
     assert got == [i for i in range(20) if i != 9]
     assert deaths == [(9, "exit code 3 while computing item 9", (5, 9), (9,))]
     assert computed.count(9) <= 1 and sorted(set(computed)) == list(range(20))  # 9: before the death, if at all
 
 
-@pytest.mark.parametrize("held, position", [((7, 8), 5), ((5, 8), 6)], ids=["another's items", "its item"])
-def test_after_a_worker_died_iteration_goes_on_at_the_item_read_unless_the_dead_worker_held_it(
-    monkeypatch, held, position
-):
-    # The item read had been computed by the other worker, and was dropped as the workers stopped: it was skipped.
-    ahead = prefetch(range(10), nworkers=2)
-    reads = iter(ahead)
-    assert [next(reads) for _ in range(5)] == [0, 1, 2, 3, 4]
-    get = ahead._get
-
-    def worker_died_once(i):
-        monkeypatch.setattr(ahead, "_get", get)
-        raise lazyseq.WorkerDied("worker process 0 died", tasks=held)
-
-    monkeypatch.setattr(ahead, "_get", worker_died_once)
-    with pytest.raises(lazyseq.WorkerDied):
-        next(reads)
-    assert reads.state_dict()["position"] == position
-    assert list(reads) == list(range(position, 10))
-    ahead.close()
-
-
-@pytest.mark.parametrize(
-    "error", [KeyboardInterrupt(), lazyseq.LoaderError("prefetch: the loader was closed")], ids=["interrupt", "closed"]
-)
-def test_an_item_awaited_when_the_loader_was_interrupted_or_closed_is_read_next(monkeypatch, error):
-    # Its position was counted as read: a run resumed after Ctrl-C in a notebook went on without it.
+def five_read_then_one_failing(monkeypatch, error):
+    """A prefetch of range(10) and its iterator, items 0 to 4 read, then a read of item 5 that raised ``error``."""
     ahead = prefetch(range(10), nworkers=2)
     reads = iter(ahead)
     assert [next(reads) for _ in range(5)] == [0, 1, 2, 3, 4]
@@ -307,6 +282,26 @@ def test_an_item_awaited_when_the_loader_was_interrupted_or_closed_is_read_next(
     monkeypatch.setattr(ahead, "_get", fails_once)
     with pytest.raises(type(error)):
         next(reads)
+    return ahead, reads
+
+
+@pytest.mark.parametrize("held, position", [((7, 8), 5), ((5, 8), 6)], ids=["another's items", "its item"])
+def test_after_a_worker_died_iteration_goes_on_at_the_item_read_unless_the_dead_worker_held_it(
+    monkeypatch, held, position
+):
+    # The item read had been computed by the other worker, and was dropped as the workers stopped: it was skipped.
+    ahead, reads = five_read_then_one_failing(monkeypatch, lazyseq.WorkerDied("worker process 0 died", tasks=held))
+    assert reads.state_dict()["position"] == position
+    assert list(reads) == list(range(position, 10))
+    ahead.close()
+
+
+@pytest.mark.parametrize(
+    "error", [KeyboardInterrupt(), lazyseq.LoaderError("prefetch: the loader was closed")], ids=["interrupt", "closed"]
+)
+def test_an_item_awaited_when_the_loader_was_interrupted_or_closed_is_read_next(monkeypatch, error):
+    # Its position was counted as read: a run resumed after Ctrl-C in a notebook went on without it.
+    ahead, reads = five_read_then_one_failing(monkeypatch, error)
     assert reads.state_dict()["position"] == 5
     assert list(reads) == [5, 6, 7, 8, 9]
     ahead.close()

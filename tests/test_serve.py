@@ -272,24 +272,6 @@ def test_a_batch_of_served_items_has_the_dtypes_a_local_batch_has():
             ]
 
 
-def test_a_server_back_with_items_of_another_dtype_is_an_error_not_batches_cast_to_the_old_one():
-    # Same length: the consumer went on, and its batches of int64 items were cast to float64 (2**53 + 1 changed).
-    first = lazyseq.serve(np.arange(4.0), LOOPBACK)
-    remote = lazyseq.connect(first.address, timeout=10.0)
-    try:
-        assert remote[0] == 0.0
-        first.close()
-        with lazyseq.serve(np.array([2**53 + 1, 2**53 + 3, 5, 7]), first.address):
-            with pytest.raises(lazyseq.LoaderError) as caught:
-                remote.batch(2)[0]
-        assert str(caught.value) == (
-            f"connect: the server at {first.address} came back serving a view of length 4 (items int64), where it "
-            "served a view of length 4 (items float64): connect again to read what it serves now"
-        )
-    finally:
-        remote.close()
-
-
 @pytest.mark.parametrize(
     "node",
     [["array", "|O", []], ["array", "<f8", [-1]], ["array", "<f8"], ["tuple", "x"], ["list", []], 3, ["tuple", [7]]],
@@ -593,22 +575,34 @@ def test_a_server_of_the_other_kind_back_at_the_address_is_an_error_not_a_hang(f
         consumer.close()
 
 
-def test_a_server_back_at_the_address_serving_another_view_is_an_error_not_other_data():
-    # The consumer went on with the length it was told first, reading the new view's first items as the old's.
-    first = lazyseq.serve(lazyseq.arange(10), LOOPBACK)
-    remote = lazyseq.connect(first.address, timeout=10.0)
+@pytest.mark.parametrize(
+    "first, then, described",
+    [
+        (lazyseq.arange(10), lazyseq.arange(50), ("a view of length 50", "a view of length 10")),
+        (  # its batches of int64 items were cast to float64, 2**53 + 1 changed
+            np.arange(4.0),
+            np.array([2**53 + 1, 2**53 + 3, 5, 7]),
+            ("a view of length 4 (items int64)", "a view of length 4 (items float64)"),
+        ),
+    ],
+    ids=["length", "dtype"],
+)
+def test_a_server_back_at_the_address_serving_another_view_is_an_error_not_other_data(first, then, described):
+    # The consumer went on with what it was told first, reading the new view's first items as the old's.
+    server = lazyseq.serve(first, LOOPBACK)
+    remote = lazyseq.connect(server.address, timeout=10.0)
     try:
         assert remote[0] == 0
-        first.close()
-        with lazyseq.serve(lazyseq.arange(50), first.address):
+        server.close()
+        with lazyseq.serve(then, server.address):
             with pytest.raises(lazyseq.LoaderError) as caught:
-                for i in range(1, 10):
-                    remote[i]
+                for i in range(1, 4):
+                    remote.batch(2)[i // 2]
             with pytest.raises(lazyseq.LoaderError) as again:
                 remote[1]
         assert str(caught.value) == (
-            f"connect: the server at {first.address} came back serving a view of length 50, where it served a view "
-            "of length 10: connect again to read what it serves now"
+            f"connect: the server at {server.address} came back serving {described[0]}, where it served "
+            f"{described[1]}: connect again to read what it serves now"
         )
         assert again.value is caught.value
     finally:
