@@ -297,7 +297,10 @@ class ReadUpTo:
     still shows it for earlier moments: ZeroMQ takes the messages of its peers
     in turn (fair queuing), so once as many messages as there are peers have
     been read since a moment, each peer that had one waiting then has had one
-    read.
+    read. The server counts two peers per consumer (its requests and its
+    heartbeats), and two more; senders that never said hello may make it
+    count too few, and take a consumer for dead early: that consumer is then
+    told so, says hello again and asks anew, and no item is lost or sent twice.
 
     >>> clock = ReadUpTo(0.0)
     >>> clock.read_some(1.0, count=64, peers=100)  # the turn that began at 1.0 read 64 and left some
