@@ -4,7 +4,10 @@ numpy's ``same_kind`` casting lets a string into a shorter string dtype (cut
 short), an integer into a narrower integer dtype (wrapped around), and a
 float into narrower floats (inf where it is too large): :func:`keeps_values`
 tells whether the values at hand survive such a cast (and an integer cast to
-bool: only 0 and 1 do). Floats that lose precision to narrower ones are kept.
+bool: only 0 and 1 do; integers cast to floats: inf where too large; and, for
+a cast numpy calls safe, datetimes and durations cast to a finer unit: wrapped
+around outside its range). Floats that lose precision to narrower ones are
+kept, as are integers to floats and times to a coarser unit.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ def keeps_values(values: np.ndarray, dtype: np.dtype) -> bool:
     False
     >>> keeps_values(np.array([1e39, np.inf]), np.dtype("f4")), keeps_values(np.array([0.1, np.inf]), np.dtype("f4"))
     (False, True)
+    >>> keeps_values(np.array([100_000]), np.dtype("f2")), keeps_values(np.array(["2900-01-01"], "M8[D]"), np.dtype("M8[ns]"))
+    (False, False)
     """
     if values.size == 0:
         return True
@@ -38,4 +43,11 @@ def keeps_values(values: np.ndarray, dtype: np.dtype) -> bool:
         with np.errstate(over="ignore"):  # a finite number too large for the narrower floats becomes inf
             cast = values.astype(dtype)
         return bool((np.isfinite(cast) | ~np.isfinite(values)).all())
+    if values.dtype.kind in "iu" and dtype.kind in "fc":  # an integer too large for the floats becomes inf
+        largest = float(np.finfo(dtype).max)
+        return bool(-largest <= values.min() and values.max() <= largest)
+    if values.dtype.kind in "mM" and dtype.kind == values.dtype.kind and np.can_cast(values.dtype, dtype, "safe"):
+        with np.errstate(over="ignore"):  # a finer unit: a date outside its range wraps around
+            back = values.astype(dtype).astype(values.dtype)
+        return bool(((back == values) | np.isnat(values)).all())
     return True

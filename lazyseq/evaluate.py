@@ -195,11 +195,9 @@ class _Outputs:
             elif not np.can_cast(leaf.dtype, target.dtype, "same_kind"):
                 raise TypeError(f"evaluate: cannot write {leaf.dtype} results into the {target.dtype} output")
             elif not keeps_values(leaf, target.dtype):
-                raise TypeError(
-                    f"evaluate: the {leaf.dtype} results of batch {batch_index} do not fit the {target.dtype} output "
-                    "(strings longer than it holds, integers outside its range, or numbers too large for its floats): "
-                    "give an output of a wider dtype"
-                )
+                raise TypeError(_do_not_fit(leaf, target, batch_index))
+        elif leaf.dtype.kind in "mM" and leaf.dtype != target.dtype and not keeps_values(leaf, target.dtype):
+            raise TypeError(_do_not_fit(leaf, target, batch_index))  # a cast numpy calls safe: to a finer unit
         target[start : start + rows] = leaf
 
     def _widened(self, k: int, dtype: np.dtype, filled: int) -> np.ndarray:
@@ -240,6 +238,14 @@ class _Outputs:
 
 
 _NUMBERS = "biufc"  # bool, integers, floats, complex numbers: one widens into another
+
+
+def _do_not_fit(leaf: np.ndarray, target: np.ndarray, batch_index: int) -> str:
+    return (
+        f"evaluate: the {leaf.dtype} results of batch {batch_index} do not fit the {target.dtype} output "
+        "(strings longer than it holds, integers outside its range, numbers too large for its floats, or times "
+        "outside the range of its unit): give an output of a wider dtype"
+    )
 
 
 def _wider(old: np.dtype, new: np.dtype, batch_index: int) -> np.dtype:

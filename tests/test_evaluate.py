@@ -270,13 +270,39 @@ def test_an_output_file_widens_like_an_array_evaluate_makes(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["m.npy", "names.npy"]
 
 
+def test_integers_too_large_for_the_floats_and_times_outside_a_finer_unit_are_refused():
+    # Integers became inf in a float16 output; a date of 2900 in days wrapped to 1730 in a nanoseconds output
+    # (a cast numpy calls safe), given or made by evaluate after a first batch in nanoseconds.
+    with pytest.raises(TypeError, match=r"^evaluate: the int64 results of batch 0 do not fit the float16 output"):
+        lazyseq.evaluate(lambda b: b * 100_000, np.arange(4), batch_size=2, out=np.zeros(4, np.float16))
+    assert lazyseq.evaluate(lambda b: b * 100, np.arange(4), batch_size=2, out=np.zeros(4, np.float16)).tolist() == [
+        0,
+        100,
+        200,
+        300,
+    ]
+
+    def dates(b):
+        return np.datetime64("2900-01-01", "D") + b.astype("m8[D]")
+
+    with pytest.raises(TypeError, match=r"^evaluate: the datetime64\[D\] results of batch 0 do not fit the "):
+        lazyseq.evaluate(dates, np.arange(4), batch_size=2, out=np.zeros(4, "M8[ns]"))
+
+    def nanoseconds_then_days(b):
+        return np.datetime64("2000-01-01", "ns") + b.astype("m8[ns]") if b[0] == 0 else dates(b)
+
+    with pytest.raises(TypeError, match=r"^evaluate: the datetime64\[D\] results of batch 1 do not fit the "):
+        lazyseq.evaluate(nanoseconds_then_days, np.arange(4), batch_size=2)
+
+
 def test_an_output_you_give_refuses_values_it_cannot_hold():
     # Strings were cut and integers wrapped (200 into int8 gave -56), silently.
     with pytest.raises(TypeError) as caught:
         lazyseq.evaluate(names_of, np.arange(6), batch_size=3, out=np.empty(6, "U2"))
     assert str(caught.value) == (
         "evaluate: the <U12 results of batch 1 do not fit the <U2 output (strings longer than it holds, integers "
-        "outside its range, or numbers too large for its floats): give an output of a wider dtype"
+        "outside its range, numbers too large for its floats, or times outside the range of its unit): give an output "
+        "of a wider dtype"
     )
     with pytest.raises(TypeError, match=r"^evaluate: the float64 results of batch 0 do not fit the float32 output"):
         lazyseq.evaluate(lambda b: b * 1e39, np.arange(4.0), batch_size=2, out=np.empty(4, np.float32))  # was inf

@@ -357,7 +357,11 @@ class ProcessWorkers:
         if kind is PickledResult:
             self._timed([message.seconds])
             if self._slots is None and message.array_bytes and self._slot_count:
-                self._make_slots(slot_bytes_for(message.array_bytes))
+                try:
+                    self._make_slots(slot_bytes_for(message.array_bytes))
+                except BaseException:  # no memory for them (NoSharedMemory): the loader cannot go on
+                    self.close()
+                    raise
             found.append(Done(task, "ok", message.result))
         else:  # TaskFailed
             where = f"worker process {k} (pid {self._processes[k].pid})"

@@ -19,7 +19,9 @@ unmaps each pool that nothing in it refers to. The slots of the arrays it
 inherited become private copies first, as a fork promises (Linux, through
 :mod:`lazyseq.fixed_maps`): once the parent lets go of such an array, its slot
 takes other batches there, which the child must not see change under it; and
-what the child writes into its copy stays its own. The memory of the free
+what the child writes into its copy stays its own. The parent's ``fork``
+returns once the child has made its copies (or ended; ``COPY_SECONDS`` at
+most), so that no batch takes those slots before. The memory of the free
 slots is left alone, since in the parent those slots may hold batches again.
 """
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 import functools
 import mmap
 import os
+import select
 import tempfile
 import threading
 import weakref
@@ -197,6 +200,10 @@ class SharedSlots:
                 self._free_unleased(self._map)
         self._map = None
 
+    def has_leases(self) -> bool:
+        """Whether arrays still use slots of this pool."""
+        return self._memory is not None and any(lease() is not None for lease in list(self._leases.values()))
+
     def copy_leased(self) -> None:
         """In a forked child: the pages of the slots that inherited arrays use become private copies."""
         if self._memory is None:
@@ -255,13 +262,47 @@ class WorkerSlots:
 
 
 _pools: weakref.WeakSet[SharedSlots] = weakref.WeakSet()  # the pools of this process (closing one twice: no-op)
+_forking = threading.local()  # the pipe of a fork under way in this thread, whose child copies leased slots
+COPY_SECONDS = 5.0  # how long a parent waits for its forked child to copy the slots it inherited arrays in
+
+
+def _before_fork() -> None:
+    """Arrays here use slots: the child will say on a pipe when it has copied them (see the module)."""
+    if any(pool.has_leases() for pool in list(_pools)):
+        _forking.pipe = os.pipe()
+
+
+def _after_fork_in_parent() -> None:
+    """Wait for the child to copy the slots it inherited arrays in: until then, no other batch may take them."""
+    pipe = getattr(_forking, "pipe", None)
+    if pipe is not None:
+        _forking.pipe = None
+        reading, writing = pipe
+        os.close(writing)
+        try:
+            select.select([reading], [], [], COPY_SECONDS)  # a byte, or the end: a child that ended before
+        finally:
+            os.close(reading)
 
 
 def _let_go_of_inherited_pools() -> None:
     """In a forked child: the parent's pools are the parent's (see the module)."""
-    for pool in list(_pools):
-        pool.copy_leased()
-        pool.close(free_unleased=False)
+    pipe = getattr(_forking, "pipe", None)
+    _forking.pipe = None
+    try:
+        for pool in list(_pools):
+            pool.copy_leased()
+            pool.close(free_unleased=False)
+    finally:
+        if pipe is not None:
+            reading, writing = pipe
+            os.close(reading)
+            try:
+                os.write(writing, b"c")  # copied: the parent may go on
+            finally:
+                os.close(writing)
 
 
-os.register_at_fork(after_in_child=_let_go_of_inherited_pools)
+os.register_at_fork(
+    before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_let_go_of_inherited_pools
+)
