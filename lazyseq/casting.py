@@ -44,8 +44,8 @@ def keeps_values(values: np.ndarray, dtype: np.dtype) -> bool:
             cast = values.astype(dtype)
         return bool((np.isfinite(cast) | ~np.isfinite(values)).all())
     if values.dtype.kind in "iu" and dtype.kind in "fc":  # an integer too large for the floats becomes inf
-        largest = float(np.finfo(dtype).max)
-        return bool(-largest <= values.min() and values.max() <= largest)
+        with np.errstate(over="ignore"):
+            return bool(np.isfinite(values.astype(dtype)).all())
     if values.dtype.kind in "mM" and dtype.kind == values.dtype.kind and np.can_cast(values.dtype, dtype, "safe"):
         with np.errstate(over="ignore"):  # a finer unit: a date outside its range wraps around
             back = values.astype(dtype).astype(values.dtype)

@@ -275,12 +275,10 @@ def test_integers_too_large_for_the_floats_and_times_outside_a_finer_unit_are_re
     # (a cast numpy calls safe), given or made by evaluate after a first batch in nanoseconds.
     with pytest.raises(TypeError, match=r"^evaluate: the int64 results of batch 0 do not fit the float16 output"):
         lazyseq.evaluate(lambda b: b * 100_000, np.arange(4), batch_size=2, out=np.zeros(4, np.float16))
-    assert lazyseq.evaluate(lambda b: b * 100, np.arange(4), batch_size=2, out=np.zeros(4, np.float16)).tolist() == [
-        0,
-        100,
-        200,
-        300,
-    ]
+    hundreds = lazyseq.evaluate(lambda b: b * 100, np.arange(4), batch_size=2, out=np.zeros(4, np.float16))
+    assert hundreds.tolist() == [0, 100, 200, 300]
+    rounded = lazyseq.evaluate(lambda b: b + 65517, np.arange(2), batch_size=2, out=np.zeros(2, np.float16))
+    assert rounded.tolist() == [65504, 65504]  # above float16's largest, yet rounded to it, not made inf
 
     def dates(b):
         return np.datetime64("2900-01-01", "D") + b.astype("m8[D]")

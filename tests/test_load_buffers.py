@@ -5,6 +5,8 @@ import itertools
 import multiprocessing
 import os
 import pickle
+import signal
+import sys
 import threading
 
 import numpy as np
@@ -299,6 +301,42 @@ def test_a_batch_a_forked_child_inherits_is_copied_before_the_parent_reads_on():
                 next(batches)
             changed += os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0
     assert changed == 0
+
+
+def test_a_fork_while_batches_are_held_in_a_process_with_many_files_waits_for_its_child(monkeypatch):
+    # Past descriptor 1023 select() refused the wait: it was skipped (the child's batch could change), and the
+    # child, telling a parent that no longer listened, was ended by SIGPIPE where the program let it.
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        pytest.skip("needs 2048 open files")
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), hard))
+    spare = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        with load_buffers(numbered_batches(), nworkers=1, method="process", max_cached=3) as batches:
+            next(batches)  # the first batch comes pickled: it sizes the slots
+            batch = next(batches)
+            expected = float(batch[0])
+            previous = signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # as command-line programs often do
+            try:
+                pid = os.fork()
+            finally:
+                if pid:
+                    signal.signal(signal.SIGPIPE, previous)
+            if pid == 0:
+                os._exit(0 if (batch == expected).all() else 1)
+            del batch
+            for _ in range(10):
+                next(batches)
+            assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    finally:
+        for fd in spare:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert unraisable == []
 
 
 def test_a_pool_that_cannot_be_made_closes_the_iterator(monkeypatch):

@@ -27,6 +27,7 @@ from loader_helpers import (
 
 import lazyseq
 from lazyseq.loading.engine import Engine
+from lazyseq.loading.failures import LoaderClosed
 
 METHODS = ["thread", "process"]
 
@@ -297,13 +298,20 @@ def test_after_a_worker_died_iteration_goes_on_at_the_item_read_unless_the_dead_
 
 
 @pytest.mark.parametrize(
-    "error", [KeyboardInterrupt(), lazyseq.LoaderError("prefetch: the loader was closed")], ids=["interrupt", "closed"]
+    "error, position",
+    [
+        (KeyboardInterrupt(), 5),
+        (LoaderClosed("prefetch: the loader was closed while a result was awaited"), 5),
+        (lazyseq.LoaderError("connect: item 5 failed on the server"), 6),  # the item's own failure, from below
+        (SystemExit(2), 6),  # raised by the item's code (argparse, say): its failure
+    ],
+    ids=["interrupt", "closed", "item's loader error", "item's SystemExit"],
 )
-def test_an_item_awaited_when_the_loader_was_interrupted_or_closed_is_read_next(monkeypatch, error):
+def test_an_item_awaited_when_the_loader_was_interrupted_or_closed_is_read_next(monkeypatch, error, position):
     # Its position was counted as read: a run resumed after Ctrl-C in a notebook went on without it.
     ahead, reads = five_read_then_one_failing(monkeypatch, error)
-    assert reads.state_dict()["position"] == 5
-    assert list(reads) == [5, 6, 7, 8, 9]
+    assert reads.state_dict()["position"] == position
+    assert list(reads) == list(range(position, 10))
     ahead.close()
 
 

@@ -64,7 +64,7 @@ def interrupts_deferred() -> Iterator[None]:
 
 @contextmanager
 def blocked_for_children() -> Iterator[None]:
-    """Processes started in the block (spawned, or a forkserver) hold Ctrl-C back from their first instruction (POSIX).
+    """Processes spawned in the block hold Ctrl-C back from their first instruction (POSIX).
 
     SIGINT is blocked in this thread meanwhile: a process started from it
     inherits the blocked signal through ``exec``, so a Ctrl-C sent to the whole

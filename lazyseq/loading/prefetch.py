@@ -18,7 +18,7 @@ from ..views.sources import as_view
 from .backends import Done
 from .buffering import ITEMS_AHEAD, SLOT_BUDGET, Buffering
 from .engine import Engine
-from .failures import LoaderError, WorkerDied
+from .failures import LoaderClosed, LoaderError, WorkerDied
 from .fork_safety import ForkLocalLock
 from .jobs import ReadItem
 from .options import LoaderOptions, Method, StartMethod, serialize_work
@@ -337,12 +337,12 @@ class PrefetchIterator(Generic[T_co]):
             if i not in error.suspects:  # not what ended the worker: dropped as the workers stopped, read again next
                 self._position = i
             raise
-        except errors.LoaderFailure:  # the loader's own (closed, could not start): not the item's, read again next
+        except LoaderClosed:  # closed while the item was awaited (from another thread): it is read next
             self._position = i
             raise
         except Exception as error:
             errors.reraise(error)
-        except BaseException:  # KeyboardInterrupt while the item was awaited: it was not read, and is read next
+        except KeyboardInterrupt:  # while the item was awaited: it was not read, and is read next
             self._position = i
             raise
 

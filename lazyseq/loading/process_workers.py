@@ -162,7 +162,9 @@ class ProcessWorkers:
         elif isinstance(job, Job):  # a forked worker inherits the objects themselves, and what they made before
             job.before_fork()
         self._conns, self._processes = [], []
-        execs = context.get_start_method() in ("spawn", "forkserver")  # the forkserver may start now
+        # A spawned worker is a new Python; a forkserver's workers are forked from it (its own mask, which its other
+        # children would inherit too: left alone)
+        spawns = context.get_start_method() == "spawn"
         # task -> (its argument, its number among those sent to the worker), for the tasks sent to each worker and
         # not answered yet; the workers count the tasks they begin and finish in _progress (see worker_process._serve)
         self._busy: list[dict] = []
@@ -189,7 +191,7 @@ class ProcessWorkers:
                         name=f"lazyseq-{owner}-{k}",
                         daemon=True,
                     )
-                    if execs:  # a new Python (or a forkserver's child): Ctrl-C held back through its start-up
+                    if spawns:  # a new Python: Ctrl-C held back through its start-up (imports included)
                         with blocked_for_children():
                             process.start()
                     else:  # forked: inherits the deferring handler, and ignores Ctrl-C from its first line

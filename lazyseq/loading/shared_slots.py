@@ -27,10 +27,13 @@ slots is left alone, since in the parent those slots may hold batches again.
 
 from __future__ import annotations
 
+import _thread
+import contextlib
 import functools
 import mmap
 import os
 import select
+import socket
 import tempfile
 import threading
 import weakref
@@ -262,45 +265,54 @@ class WorkerSlots:
 
 
 _pools: weakref.WeakSet[SharedSlots] = weakref.WeakSet()  # the pools of this process (closing one twice: no-op)
-_forking = threading.local()  # the pipe of a fork under way in this thread, whose child copies leased slots
+_forking = threading.local()  # the sockets of a fork under way in this thread, whose child copies leased slots
 COPY_SECONDS = 5.0  # how long a parent waits for its forked child to copy the slots it inherited arrays in
 
 
 def _before_fork() -> None:
-    """Arrays here use slots: the child will say on a pipe when it has copied them (see the module)."""
+    """Arrays here use slots: the child will say on a socket when it has copied them (see the module)."""
+    _forking.ends = None
     if any(pool.has_leases() for pool in list(_pools)):
-        _forking.pipe = os.pipe()
+        _forking.ends = socket.socketpair()
 
 
 def _after_fork_in_parent() -> None:
-    """Wait for the child to copy the slots it inherited arrays in: until then, no other batch may take them."""
-    pipe = getattr(_forking, "pipe", None)
-    if pipe is not None:
-        _forking.pipe = None
-        reading, writing = pipe
-        os.close(writing)
-        try:
-            select.select([reading], [], [], COPY_SECONDS)  # a byte, or the end: a child that ended before
-        finally:
-            os.close(reading)
+    """Wait for the child to copy the slots it inherited arrays in: until then, no other batch may take them.
+
+    A Ctrl-C meanwhile ends the wait, and is raised once ``fork`` returns
+    (an exception here would be printed and dropped).
+    """
+    ends = getattr(_forking, "ends", None)
+    if ends is None:
+        return
+    _forking.ends = None
+    waiting, told = ends
+    told.close()
+    try:
+        done = select.poll()
+        done.register(waiting, select.POLLIN)
+        done.poll(COPY_SECONDS * 1000)  # a byte, or the end: a child that ended before
+    except KeyboardInterrupt:
+        _thread.interrupt_main()
+    finally:
+        waiting.close()
 
 
 def _let_go_of_inherited_pools() -> None:
     """In a forked child: the parent's pools are the parent's (see the module)."""
-    pipe = getattr(_forking, "pipe", None)
-    _forking.pipe = None
+    ends = getattr(_forking, "ends", None)
+    _forking.ends = None
     try:
         for pool in list(_pools):
             pool.copy_leased()
             pool.close(free_unleased=False)
     finally:
-        if pipe is not None:
-            reading, writing = pipe
-            os.close(reading)
-            try:
-                os.write(writing, b"c")  # copied: the parent may go on
-            finally:
-                os.close(writing)
+        if ends is not None:
+            waiting, told = ends
+            waiting.close()
+            with contextlib.suppress(OSError):  # a parent that stopped waiting: nobody to tell (no SIGPIPE)
+                told.send(b"c", getattr(socket, "MSG_NOSIGNAL", 0))
+            told.close()
 
 
 os.register_at_fork(
