@@ -36,6 +36,14 @@ def test_pad_fills_only_last_batch_to_k_items_with_same_type_and_dtype():
     assert lazyseq.batch(range(4), 2, pad=-1)[-1].tolist() == [2, 3]
 
 
+def test_a_padded_batch_keeps_the_byte_order_of_its_items():
+    # numpy's concatenate gave the padded last batch the machine's byte order.
+    for dtype in (">f4", ">U3", ">M8[h]"):
+        source = np.zeros(3, dtype)
+        batches = lazyseq.batch(source, 2, pad=source[0])
+        assert batches[0].dtype.str == batches[1].dtype.str == np.dtype(dtype).str
+
+
 def test_pad_on_collated_items_pads_each_field():
     pairs = lazyseq.collate([np.arange(3.0), np.array([1, 2, 3], dtype=np.int32)])
     x, y = lazyseq.batch(pairs, 2, pad=(-1.0, 0))[1]

@@ -261,20 +261,33 @@ def test_an_array_or_any_sequence_is_served_by_index(source):
             np.testing.assert_array_equal(np.stack(list(remote)), np.stack([source[i] for i in range(len(source))]))
 
 
-def test_a_batch_of_served_items_has_the_dtypes_a_local_batch_has():
+@pytest.mark.parametrize("keys", [None, ("s", "f")], ids=["tuple", "dict"])
+def test_a_batch_of_served_items_has_the_dtypes_a_local_batch_has(keys):
     # Items travel one by one: a batch stacked them as <U2 and float64 where locally it is <U5 and >f8.
-    source = lazyseq.collate([np.array(["a", "bb", "c", "dd"], "<U5"), np.arange(4, dtype=">f8")])
+    fields = [np.array(["a", "bb", "c", "dd"], "<U5"), np.arange(4, dtype=">f8")]
+    source = lazyseq.collate(fields if keys is None else dict(zip(keys, fields)))
     with lazyseq.serve(source, LOOPBACK) as server, lazyseq.connect(server.address) as remote:
         assert remote._item_spec() == source._item_spec()
         for got, expected in zip(remote.batch(2), source.batch(2)):
-            assert [f.dtype.str for f in got] == ["<U5", ">f8"] and [f.tolist() for f in got] == [
-                f.tolist() for f in expected
-            ]
+            got, expected = (list(b.values()) if keys else list(b) for b in (got, expected))
+            assert [f.dtype.str for f in got] == ["<U5", ">f8"]
+            assert [f.tolist() for f in got] == [f.tolist() for f in expected]
 
 
 @pytest.mark.parametrize(
     "node",
-    [["array", "|O", []], ["array", "<f8", [-1]], ["array", "<f8"], ["tuple", "x"], ["list", []], 3, ["tuple", [7]]],
+    [
+        ["array", "|O", []],
+        ["array", "<f8", [-1]],
+        ["array", "<f8"],
+        ["tuple", "x"],
+        ["list", []],
+        3,
+        ["tuple", [7]],
+        ["dict", [None], [1]],
+        ["dict", [None, None], ["a", "a"]],
+        ["dict", [None], []],
+    ],
 )
 def test_a_description_of_items_that_is_not_one_is_a_protocol_error(node):
     with pytest.raises(wire.ProtocolError):
@@ -467,6 +480,44 @@ def test_a_consumer_stopped_longer_than_its_timeout_leaves_its_items_to_others_a
     assert sorted(got) == list(range(1, 40)) and out == "end\n"
 
 
+WAITING_CONSUMER = """
+import sys, lazyseq
+remote = lazyseq.connect(sys.argv[1], timeout=1.0)
+try:
+    print(remote[0], flush=True)
+except Exception as error:
+    print(type(error).__name__, flush=True)
+remote.close()
+"""
+
+
+def test_a_consumer_stopped_while_it_waits_for_an_item_gets_it_once_it_goes_on():
+    # Continued after longer than its timeout, it raised ServerLost at once: the silence was its own.
+    asked, answer = threading.Event(), threading.Event()
+
+    def item(i):
+        asked.set()
+        answer.wait(30)
+        return i
+
+    with lazyseq.serve(lazyseq.smap(item, range(3)), LOOPBACK, nworkers=1) as server:
+        service = server._loop._service
+        waiting = subprocess.Popen([sys.executable, "-c", WAITING_CONSUMER, server.address], stdout=subprocess.PIPE)
+        try:
+            assert asked.wait(30)  # its request arrived: it waits for the answer
+            waiting.send_signal(signal.SIGSTOP)
+            deadline = time.monotonic() + 30
+            while service.consumers and time.monotonic() < deadline:  # taken for dead: silent past its timeout
+                time.sleep(0.01)
+            waiting.send_signal(signal.SIGCONT)
+            answer.set()
+            out, _ = waiting.communicate(timeout=30)
+        finally:
+            waiting.kill()
+            waiting.wait()
+    assert out == b"0\n"
+
+
 def test_a_server_held_up_longer_than_a_consumers_timeout_does_not_take_it_for_dead():
     # The consumer's heartbeats waited unread in the socket: it was forgotten, and waited forever for its items.
     with lazyseq.serve(iter(range(8)), LOOPBACK) as server:
@@ -578,26 +629,33 @@ def test_a_server_of_the_other_kind_back_at_the_address_is_an_error_not_a_hang(f
 @pytest.mark.parametrize(
     "first, then, described",
     [
-        (lazyseq.arange(10), lazyseq.arange(50), ("a view of length 50", "a view of length 10")),
+        (lazyseq.arange(10), [lazyseq.arange(50)], ("a view of length 50", "a view of length 10")),
         (  # its batches of int64 items were cast to float64, 2**53 + 1 changed
-            np.arange(4.0),
-            np.array([2**53 + 1, 2**53 + 3, 5, 7]),
-            ("a view of length 4 (items int64)", "a view of length 4 (items float64)"),
+            np.arange(10.0),
+            [np.arange(10) + 2**53 + 1],
+            ("a view of length 10 (items int64)", "a view of length 10 (items float64)"),
+        ),
+        (  # items unknown at first, then known, then others: the items known were not compared on
+            lazyseq.smap(int, range(10)),
+            [np.arange(10, dtype=np.int16), np.array(list("0123456789"), "<U8")],
+            ("a view of length 10 (items <U8)", "a view of length 10 (items int16)"),
         ),
     ],
-    ids=["length", "dtype"],
+    ids=["length", "dtype", "dtype known later"],
 )
 def test_a_server_back_at_the_address_serving_another_view_is_an_error_not_other_data(first, then, described):
     # The consumer went on with what it was told first, reading the new view's first items as the old's.
     server = lazyseq.serve(first, LOOPBACK)
-    remote = lazyseq.connect(server.address, timeout=10.0)
+    remote = lazyseq.connect(server.address, timeout=10.0, ahead=2)
     try:
-        assert remote[0] == 0
+        assert remote[0] == 0  # items 1 and 2 are asked for ahead
         server.close()
-        with lazyseq.serve(then, server.address):
+        for accepted in then[:-1]:
+            with lazyseq.serve(accepted, server.address):
+                assert remote[5] == 5
+        with lazyseq.serve(then[-1], server.address):
             with pytest.raises(lazyseq.LoaderError) as caught:
-                for i in range(1, 4):
-                    remote.batch(2)[i // 2]
+                remote.batch(2)[4]
             with pytest.raises(lazyseq.LoaderError) as again:
                 remote[1]
         assert str(caught.value) == (

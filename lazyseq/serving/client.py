@@ -217,6 +217,8 @@ class RemoteView(View):
             )
             raise self._replaced
         self._spec = wire.decode_spec(info.get("items"))  # known now, or no longer
+        if served[3] is not None or self._served[3] is None:  # what the items are, once known, is compared on
+            self._served = served
 
     def _describe(self) -> str:
         return f"served({self.address}) {self._remote_label}"

@@ -168,6 +168,7 @@ class Connection:
     def _receive(self, waiting_for: str) -> tuple[bytes, Any, list]:
         poller, beat, again = self._poller, self.heartbeat, self._zmq.Again
         quiet_since = time.monotonic()
+        lapses = beat.lapses
         while True:
             try:  # a message that has arrived already (read ahead): no poll
                 frames = receive_frames(self._socket, DONTWAIT)
@@ -199,7 +200,10 @@ class Connection:
             # Each wait gives the server its whole timeout: one that came back after an earlier ServerLost
             # is found again (the heartbeats start over), not reported lost at once.
             silent = now - max(beat.last_answer, quiet_since)
-            if silent > self.timeout:
+            stopped = beat.lapses != lapses or (now - beat.last_ping > beat.lapse and beat.is_alive())
+            if silent > self.timeout and stopped:
+                lapses, quiet_since = beat.lapses, now  # this process was stopped, not the server: it gets its timeout
+            elif silent > self.timeout:
                 raise ServerLost(
                     f"lost the server at {self.address}: no answer for {silent:.1f} s (timeout={self.timeout:g}) "
                     f"while waiting for {waiting_for}{self._hint()}"

@@ -302,7 +302,11 @@ def encode_spec(spec: tuple | None) -> Any:
         if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None or dtype.kind == "T":
             return None
         return ["array", dtype.str, list(shape)]
-    return ["tuple", [encode_spec(s) for s in spec[1]]]
+    fields = [encode_spec(s) for s in spec[1]]
+    if spec[0] == "dict":
+        keys = list(spec[2])
+        return ["dict", fields, keys] if all(type(key) is str for key in keys) else None
+    return ["tuple", fields]
 
 
 def decode_spec(node: Any, depth: int = 0) -> tuple | None:
@@ -316,6 +320,10 @@ def decode_spec(node: Any, depth: int = 0) -> tuple | None:
         return ("array", _plain_dtype(node[1]), tuple(node[2]))
     if type(node) is list and len(node) == 2 and node[0] == "tuple" and type(node[1]) is list:
         return ("tuple", tuple(decode_spec(s, depth + 1) for s in node[1]))
+    if type(node) is list and len(node) == 3 and node[0] == "dict" and type(node[1]) is list and type(node[2]) is list:
+        keys = node[2]
+        if len(keys) == len(node[1]) == len(set(keys)) and all(type(key) is str for key in keys):
+            return ("dict", tuple(decode_spec(s, depth + 1) for s in node[1]), tuple(keys))
     raise ProtocolError(f"not a description of items: {_short(node)}")
 
 

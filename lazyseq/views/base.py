@@ -138,7 +138,8 @@ class View(Fluent[T_co], Sequence[T_co]):
     def _item_spec(self) -> tuple | None:
         """What an item is, where that is known without reading one (see :mod:`lazyseq.views.display`).
 
-        ``("array", dtype, shape)``, ``("tuple", specs)`` or ``None`` (unknown).
+        ``("array", dtype, shape)``, ``("tuple", specs)``, ``("dict", specs, keys)``
+        (a field's spec for each key) or ``None`` (unknown).
         """
         if not self._items_like_parents or not self._parents:
             return None

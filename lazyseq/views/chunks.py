@@ -14,7 +14,6 @@ chunk is already columnar.
 
 from __future__ import annotations
 
-import itertools
 import threading
 from collections.abc import Mapping, Sequence
 from numbers import Number
@@ -161,14 +160,28 @@ def chunk_to_batch(chunk: Any, spec: tuple | None = None) -> Any:
             if width and all(type(item) is tuple and len(item) == width for item in chunk):  # a collate's items
                 return tuple(chunk_to_batch(list(field), s) for field, s in zip(zip(*chunk), spec[1]))
             return default_collate(chunk)
+        if spec[0] == "dict":
+            specs = dict(zip(spec[2], spec[1]))
+            if chunk and all(type(item) is dict and item.keys() == specs.keys() for item in chunk):  # a collate's
+                return {key: chunk_to_batch([item[key] for item in chunk], specs[key]) for key in chunk[0]}
+            return default_collate(chunk)
         if holds_objects(spec):
             return _objects(chunk)  # a slice of an array of objects: the objects, not their collation
         return typed_as(default_collate(chunk), spec)
     if isinstance(chunk, Columns):
-        fields = chunk.fields
-        specs = spec[1] if spec is not None and spec[0] == "tuple" and len(spec[1]) == len(fields) else ()
-        return chunk.item(chunk_to_batch(field, s) for field, s in itertools.zip_longest(fields, specs))
+        return chunk.item(chunk_to_batch(field, s) for field, s in zip(chunk.fields, _field_specs(chunk, spec)))
     return chunk
+
+
+def _field_specs(chunk: Columns, spec: tuple | None) -> list:
+    """The spec of each field of ``chunk``, where ``spec`` gives them (None for each else)."""
+    fields = len(chunk.fields)
+    if spec is not None and spec[0] == "tuple" and chunk.keys is None and len(spec[1]) == fields:
+        return list(spec[1])
+    if spec is not None and spec[0] == "dict" and chunk.keys is not None and set(spec[2]) == set(chunk.keys):
+        specs = dict(zip(spec[2], spec[1]))
+        return [specs[key] for key in chunk.keys]
+    return [None] * fields
 
 
 def holds_objects(spec: tuple | None) -> bool:
@@ -221,7 +234,8 @@ def pad_chunk(chunk: Any, pad: Any, count: int, collated: bool = True) -> Any:
     if isinstance(chunk, Columns):
         pads = _pad_fields(pad, chunk.keys, len(chunk.fields))
         return Columns(tuple(pad_chunk(f, p, count) for f, p in zip(chunk.fields, pads)), chunk.keys)
-    return np.concatenate([chunk, _pad_rows(pad, chunk.dtype, chunk.shape[1:], count)])
+    # dtype: numpy's concatenate gives the machine's byte order otherwise
+    return np.concatenate([chunk, _pad_rows(pad, chunk.dtype, chunk.shape[1:], count)], dtype=chunk.dtype)
 
 
 def _pad_fields(pad: Any, keys: Sequence[Any] | None, count: int) -> list:

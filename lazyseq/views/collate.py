@@ -51,10 +51,10 @@ class CollateView(View):
         return tuple((p, i) for p in self._parents)
 
     def _item_spec(self) -> tuple | None:
-        if self._keys is not None:
-            return None
         specs = tuple(p._item_spec() for p in self._parents)
-        return None if all(s is None for s in specs) else ("tuple", specs)
+        if all(s is None for s in specs):
+            return None
+        return ("tuple", specs) if self._keys is None else ("dict", specs, tuple(self._keys))
 
     def _describe(self) -> str:
         return "collate" if self._keys is None else f"collate({', '.join(map(repr, self._keys))})"

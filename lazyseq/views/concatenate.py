@@ -148,7 +148,7 @@ def _shapes_differ(a: tuple | None, b: tuple | None) -> bool:
         return True
     if a[0] == "array":
         return a[2] != b[2]
-    return len(a[1]) != len(b[1]) or any(_shapes_differ(x, y) for x, y in zip(a[1], b[1]))
+    return a[2:] != b[2:] or len(a[1]) != len(b[1]) or any(_shapes_differ(x, y) for x, y in zip(a[1], b[1]))
 
 
 def _sources(parts: list[View]) -> list[np.ndarray]:

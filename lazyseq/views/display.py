@@ -14,6 +14,8 @@ def describe_spec(spec: tuple | None) -> str:
     if spec[0] == "array":
         _, dtype, shape = spec
         return f"{dtype} {shape}" if shape else str(dtype)
+    if spec[0] == "dict":
+        return "{" + ", ".join(f"{key!r}: {describe_spec(s)}" for key, s in zip(spec[2], spec[1])) + "}"
     return "(" + ", ".join(describe_spec(s) for s in spec[1]) + ")"
 
 
@@ -23,7 +25,7 @@ def batched_spec(spec: tuple | None, k: int) -> tuple | None:
         return None
     if spec[0] == "array":
         return ("array", spec[1], (k, *spec[2]))
-    return ("tuple", tuple(batched_spec(s, k) for s in spec[1]))
+    return (spec[0], tuple(batched_spec(s, k) for s in spec[1]), *spec[2:])  # a dict's keys too
 
 
 def html_tree(lines: list[str]) -> str:
