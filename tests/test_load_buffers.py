@@ -8,6 +8,7 @@ import pickle
 import signal
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -350,3 +351,35 @@ def test_a_pool_that_cannot_be_made_closes_the_iterator(monkeypatch):
     with pytest.raises(StopIteration):
         next(batches)
     assert multiprocessing.active_children() == []
+
+
+def test_a_ctrl_c_while_fork_waits_for_the_child_is_raised_once_fork_returns(monkeypatch):
+    # Raised in the fork hook's wait, it was printed ("Exception ignored") and dropped: the cell ran on.
+    from lazyseq.loading import shared_slots
+
+    class InterruptedPoll:
+        def register(self, *_):
+            pass
+
+        def poll(self, _):
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    try:
+        with load_buffers(numbered_batches(), nworkers=1, method="process", max_cached=3) as batches:
+            next(batches)  # the first batch comes pickled: it sizes the slots
+            held = next(batches)
+            monkeypatch.setattr(shared_slots.select, "poll", InterruptedPoll)
+            with pytest.raises(KeyboardInterrupt):
+                pid = os.fork()
+                if pid == 0:
+                    os._exit(0)
+                for _ in range(1000):  # raised within INTERRUPT_AGAIN_SECONDS
+                    time.sleep(0.005)
+            monkeypatch.undo()
+            assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0 and float(held[0]) == 1.0
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert unraisable == []

@@ -33,6 +33,7 @@ import functools
 import mmap
 import os
 import select
+import signal
 import socket
 import tempfile
 import threading
@@ -267,13 +268,17 @@ class WorkerSlots:
 _pools: weakref.WeakSet[SharedSlots] = weakref.WeakSet()  # the pools of this process (closing one twice: no-op)
 _forking = threading.local()  # the sockets of a fork under way in this thread, whose child copies leased slots
 COPY_SECONDS = 5.0  # how long a parent waits for its forked child to copy the slots it inherited arrays in
+INTERRUPT_AGAIN_SECONDS = 0.05  # a Ctrl-C caught in a fork hook is raised again this long after
 
 
 def _before_fork() -> None:
     """Arrays here use slots: the child will say on a socket when it has copied them (see the module)."""
     _forking.ends = None
-    if any(pool.has_leases() for pool in list(_pools)):
-        _forking.ends = socket.socketpair()
+    try:
+        if any(pool.has_leases() for pool in list(_pools)):
+            _forking.ends = socket.socketpair()
+    except KeyboardInterrupt:
+        _interrupt_later()
 
 
 def _after_fork_in_parent() -> None:
@@ -293,15 +298,27 @@ def _after_fork_in_parent() -> None:
         done.register(waiting, select.POLLIN)
         done.poll(COPY_SECONDS * 1000)  # a byte, or the end: a child that ended before
     except KeyboardInterrupt:
-        _thread.interrupt_main()
+        _interrupt_later()
     finally:
         waiting.close()
 
 
+def _interrupt_later() -> None:
+    """A Ctrl-C raised in a fork hook, where it would be printed and dropped: raised again once the hook returned."""
+    again = threading.Timer(INTERRUPT_AGAIN_SECONDS, _thread.interrupt_main)
+    again.daemon = True
+    again.start()
+
+
 def _let_go_of_inherited_pools() -> None:
-    """In a forked child: the parent's pools are the parent's (see the module)."""
+    """In a forked child: the parent's pools are the parent's (see the module).
+
+    A Ctrl-C is held back meanwhile: one in the middle of a copy would leave
+    the slot's pages empty.
+    """
     ends = getattr(_forking, "ends", None)
     _forking.ends = None
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if hasattr(signal, "pthread_sigmask") else None
     try:
         for pool in list(_pools):
             pool.copy_leased()
@@ -313,6 +330,11 @@ def _let_go_of_inherited_pools() -> None:
             with contextlib.suppress(OSError):  # a parent that stopped waiting: nobody to tell (no SIGPIPE)
                 told.send(b"c", getattr(socket, "MSG_NOSIGNAL", 0))
             told.close()
+        try:
+            if mask is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a Ctrl-C held back is raised here
+        except KeyboardInterrupt:
+            _interrupt_later()
 
 
 os.register_at_fork(
