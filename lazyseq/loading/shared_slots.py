@@ -268,7 +268,7 @@ class WorkerSlots:
 _pools: weakref.WeakSet[SharedSlots] = weakref.WeakSet()  # the pools of this process (closing one twice: no-op)
 _forking = threading.local()  # the sockets of a fork under way in this thread, whose child copies leased slots
 COPY_SECONDS = 5.0  # how long a parent waits for its forked child to copy the slots it inherited arrays in
-INTERRUPT_AGAIN_SECONDS = 0.05  # a Ctrl-C caught in a fork hook is raised again this long after
+INTERRUPT_AGAIN_SECONDS = 0.2  # a Ctrl-C caught in a fork hook is raised again this long after (its hook has returned)
 
 
 def _before_fork() -> None:
@@ -292,8 +292,8 @@ def _after_fork_in_parent() -> None:
         return
     _forking.ends = None
     waiting, told = ends
-    told.close()
     try:
+        told.close()
         done = select.poll()
         done.register(waiting, select.POLLIN)
         done.poll(COPY_SECONDS * 1000)  # a byte, or the end: a child that ended before
