@@ -6,9 +6,9 @@ import multiprocessing
 import os
 import pickle
 import signal
+import subprocess
 import sys
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -318,7 +318,8 @@ def test_a_fork_while_batches_are_held_in_a_process_with_many_files_waits_for_it
     spare = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
     try:
         with load_buffers(numbered_batches(), nworkers=1, method="process", max_cached=3) as batches:
-            next(batches)  # the first batch comes pickled: it sizes the slots
+            for _ in range(3):  # the first batches come pickled: they size the slots
+                next(batches)
             batch = next(batches)
             expected = float(batch[0])
             previous = signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # as command-line programs often do
@@ -353,33 +354,41 @@ def test_a_pool_that_cannot_be_made_closes_the_iterator(monkeypatch):
     assert multiprocessing.active_children() == []
 
 
-def test_a_ctrl_c_while_fork_waits_for_the_child_is_raised_once_fork_returns(monkeypatch):
-    # Raised in the fork hook's wait, it was printed ("Exception ignored") and dropped: the cell ran on.
-    from lazyseq.loading import shared_slots
+FORK_INTERRUPTED = """
+import itertools, os, sys, time
+import numpy as np, lazyseq
+from lazyseq.loading import shared_slots
 
-    class InterruptedPoll:
-        def register(self, *_):
-            pass
+class InterruptedPoll:  # a Ctrl-C while the parent waits for the child's copies
+    def register(self, *_):
+        pass
+    def poll(self, _):
+        raise KeyboardInterrupt
 
-        def poll(self, _):
-            raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    unraisable = []
-    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+unraisable = []
+sys.unraisablehook = unraisable.append
+count = itertools.count()
+with lazyseq.load_buffers(lambda: np.full(100_000, float(next(count))), nworkers=1, method="process") as batches:
+    for _ in range(3):  # the first batches come pickled: they size the slots
+        next(batches)
+    held = next(batches)
+    assert shared_slots._pools and any(pool.has_leases() for pool in shared_slots._pools)
+    shared_slots.select.poll = InterruptedPoll
     try:
-        with load_buffers(numbered_batches(), nworkers=1, method="process", max_cached=3) as batches:
-            next(batches)  # the first batch comes pickled: it sizes the slots
-            held = next(batches)
-            monkeypatch.setattr(shared_slots.select, "poll", InterruptedPoll)
-            with pytest.raises(KeyboardInterrupt):
-                pid = os.fork()
-                if pid == 0:
-                    os._exit(0)
-                for _ in range(1000):  # raised within INTERRUPT_AGAIN_SECONDS
-                    time.sleep(0.005)
-            monkeypatch.undo()
-            assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0 and float(held[0]) == 1.0
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    assert unraisable == []
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        for _ in range(1000):  # raised within INTERRUPT_AGAIN_SECONDS
+            time.sleep(0.005)
+        print("not interrupted")
+    except KeyboardInterrupt:
+        print("interrupted", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), float(held[0]), unraisable)
+"""
+
+
+def test_a_ctrl_c_while_fork_waits_for_the_child_is_raised_once_fork_returns():
+    # Raised in the fork hook's wait, it was printed ("Exception ignored") and dropped: the cell ran on. (In a
+    # program of its own: a library that runs Python code in its own fork hooks after these would be where the
+    # interrupt comes back, and drop it again.)
+    run = subprocess.run([sys.executable, "-c", FORK_INTERRUPTED], capture_output=True, text=True, timeout=120)
+    assert (run.stdout, run.stderr) == ("interrupted 0 3.0 []\n", "")
