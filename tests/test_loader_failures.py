@@ -578,3 +578,27 @@ def test_a_ctrl_c_while_spawned_workers_start_prints_no_traceback_of_theirs(tmp_
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(consumer.pid, signal.SIGKILL)
     assert (out, err) == ("started\ninterrupted\n", "")
+
+
+def test_a_start_that_fails_after_a_ctrl_c_raises_the_interrupt_alone(monkeypatch):
+    # A Ctrl-C in a terminal ends a forkserver being started too: the KeyboardInterrupt came chained to
+    # multiprocessing's EOFError, two tracebacks for one Ctrl-C.
+    def interrupted_then_ended(self):
+        signal.raise_signal(signal.SIGINT)  # noted, not raised, while the workers start
+        raise EOFError("unexpected EOF")
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    monkeypatch.setattr(
+        multiprocessing.context.ForkServerProcess,
+        "_Popen",
+        staticmethod(lambda process: interrupted_then_ended(process)),
+    )
+    try:
+        ahead = prefetch(range(5), nworkers=2, method="process", start_method="forkserver")
+        with pytest.raises(KeyboardInterrupt) as caught:
+            ahead[0]
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+    assert caught.value.__notes__ == ["while this stopped: EOFError: unexpected EOF"]
+    assert not ahead.workers_running and multiprocessing.active_children() == []

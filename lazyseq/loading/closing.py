@@ -52,14 +52,30 @@ def interrupts_deferred() -> Iterator[None]:
     try:
         yield
     except Exception as error:
-        if interrupted:  # the interrupt came first, and may have caused this (a process it ended): it is raised
-            raise KeyboardInterrupt from error
+        if interrupted:  # the interrupt came first, and most likely caused this (a process it ended): it is raised
+            raise _interrupt_that_ended(error) from None
         raise
     finally:
         signal.signal(signal.SIGINT, previous)
         _hurry.clear()
     if interrupted:
         raise KeyboardInterrupt
+
+
+def _interrupt_that_ended(error: Exception) -> KeyboardInterrupt:
+    """The ``KeyboardInterrupt`` to raise for ``error``, which followed a Ctrl-C: one line says what failed.
+
+    A Ctrl-C pressed in a terminal reaches every process of the group: a
+    forkserver that multiprocessing is starting ends, and the start fails with
+    an error of its own (``EOFError``, ``ConnectionRefusedError``), whose
+    traceback says nothing the user needs.
+
+    >>> _interrupt_that_ended(EOFError("unexpected EOF")).__notes__
+    ['while this stopped: EOFError: unexpected EOF']
+    """
+    interrupt = KeyboardInterrupt()
+    interrupt.add_note(f"while this stopped: {type(error).__name__}: {error}")
+    return interrupt
 
 
 @contextmanager
