@@ -6,7 +6,7 @@ import os
 import threading
 from collections import deque
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..loading.failures import LoaderError
 from ..views import errors
@@ -53,7 +53,7 @@ class RemoteView(View):
         self._settings = settings  # what connect() was given: a copy of this view in a worker reconnects
         self._remote_label = str(info.get("label", "a view"))
         self._spec = wire.decode_spec(info.get("items"))  # what the served view's items are, where it knows
-        self._served = _what_is_served(info)  # a server back at the address must serve the same
+        self._served = Served.from_welcome(info)  # a server back at the address must serve the same
         self._replaced: LoaderError | None = None  # set once it serves something else
         self._lock = threading.Lock()
         self._next_req = 0
@@ -209,15 +209,15 @@ class RemoteView(View):
 
     def _check_still_served(self, info: Any) -> None:
         """``LoaderError`` (now and at every later read) if a server that came back serves another view."""
-        served = _what_is_served(info)
-        if served[:3] != self._served[:3] or None not in (served[3], self._served[3]) and served[3] != self._served[3]:
+        served = Served.from_welcome(info)
+        if served.differs_from(self._served):
             self._replaced = LoaderError(
-                f"connect: the server at {self.address} came back serving {_described(served)}, where it served "
-                f"{_described(self._served)}: connect again to read what it serves now"
+                f"connect: the server at {self.address} came back serving {served.described()}, where it served "
+                f"{self._served.described()}: connect again to read what it serves now"
             )
             raise self._replaced
         self._spec = wire.decode_spec(info.get("items"))  # known now, or no longer
-        if served[3] is not None or self._served[3] is None:  # what the items are, once known, is compared on
+        if served.items is not None or self._served.items is None:  # what the items are, once known, is compared on
             self._served = served
 
     def _describe(self) -> str:
@@ -246,22 +246,39 @@ class RemoteView(View):
         return (_reconnect, (self._settings,))
 
 
-def _what_is_served(info: Any) -> tuple:
-    """What tells one served view from another: its kind, length and items (items described by one side only may be
-    the same: they are not compared); the same view may be labelled otherwise."""
-    info = info if isinstance(info, dict) else {}
-    return info.get("kind"), info.get("length"), info.get("may_end"), info.get("items")
+class Served(NamedTuple):
+    """What tells one served view from another (the same view may be labelled otherwise).
 
+    >>> Served("view", 10, False, None).differs_from(Served("view", 10, False, ["f8"]))  # items known to one side
+    False
+    >>> Served("view", 12, False, None).described()
+    'a view of length 12'
+    """
 
-def _described(served: tuple) -> str:
-    kind, length, may_end, items = served
-    if kind != "view":
-        return f"a {kind}" if isinstance(kind, str) else "something else"
-    what = f"a view of length {length}" if not may_end else "a view of unknown length"
-    try:
-        return what if items is None else f"{what} (items {describe_spec(wire.decode_spec(items))})"
-    except wire.ProtocolError:
-        return what
+    kind: Any
+    length: Any
+    may_end: Any
+    items: Any  # the items' encoded spec, where the server knows it
+
+    @classmethod
+    def from_welcome(cls, info: Any) -> Served:
+        info = info if isinstance(info, dict) else {}
+        return cls(info.get("kind"), info.get("length"), info.get("may_end"), info.get("items"))
+
+    def differs_from(self, other: Served) -> bool:
+        """Whether this is another view than ``other``: items described by one side only may be the same."""
+        if self[:3] != other[:3]:
+            return True
+        return None not in (self.items, other.items) and self.items != other.items
+
+    def described(self) -> str:
+        if self.kind != "view":
+            return f"a {self.kind}" if isinstance(self.kind, str) else "something else"
+        what = f"a view of length {self.length}" if not self.may_end else "a view of unknown length"
+        try:
+            return what if self.items is None else f"{what} (items {describe_spec(wire.decode_spec(self.items))})"
+        except wire.ProtocolError:
+            return what
 
 
 class RemoteStream(Iterator):
