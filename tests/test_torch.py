@@ -322,6 +322,24 @@ def test_collate_passes_other_batches_to_default_collate():
     assert collate(as_dataset(["a", "b", "c"]).__getitems__([2, 1])) == ["c", "b"]
 
 
+def test_collate_of_samples_that_are_lists_is_default_collates():
+    # A list of fields was taken for a list of tensor items and stacked: [x, label] failed, [noisy, clean] became
+    # one (2, 2, 3) tensor, rows of 5 floats one transposed (5, 4) tensor.
+    X, y = np.arange(12.0).reshape(4, 3), np.arange(4)
+    samples = {
+        "[x, label]": lazyseq.smap(lambda x, t: [x, t], X, y),
+        "[noisy, clean]": lazyseq.smap(lambda x: [x + 100, x], X),
+        "[tensor, tensor]": lazyseq.smap(lambda i: [torch.from_numpy(X[i]), torch.tensor(y[i])], range(4)),
+        "rows of floats": lazyseq.view(X.tolist()),
+    }
+    for name, view in samples.items():
+        ours = next(iter(DataLoader(as_dataset(view), batch_size=2, collate_fn=collate)))
+        torchs = next(iter(DataLoader(as_dataset(view), batch_size=2)))
+        assert type(ours) is list and len(ours) == len(torchs), name
+        for mine, theirs in zip(ours, torchs):
+            assert torch.equal(mine, theirs), name
+
+
 # -- from_dataset and __getitems__ -------------------------------------------------------------
 
 

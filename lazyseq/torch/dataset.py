@@ -204,19 +204,28 @@ def collate(batch: Any) -> Any:
             [1., 0., 0.]], dtype=torch.float64), ['c', 'a'])
     """
     if isinstance(batch, LazyBatch):
-        # items that are tensors collate into a list of them: stacked, as default_collate stacks them
-        return _stack_tensors(to_tensors(batch.value))
+        # items that are tensors collate into a list of them: stacked, as default_collate stacks them (before the
+        # arrays become tensors: a list of arrays is a list of fields, one per position of items that are lists)
+        return to_tensors(_stack_tensors(batch.value))
     if isinstance(batch, list):
         return default_collate(batch)
     return to_tensors(batch)
 
 
 def _stack_tensors(value: Any) -> Any:
-    """``value`` with each list of tensors in it (what items or fields that are tensors collate into) stacked."""
+    """``value`` (a batch) with each list of tensors in it (what items or fields that are tensors collate into) stacked.
+
+    Other lists are lists of fields (items that are lists collate position
+    by position), whose fields are looked into.
+
+    >>> _stack_tensors([[torch.zeros(2), torch.ones(2)], np.arange(2)])  # items: [tensor, int]
+    [tensor([[0., 0.],
+            [1., 1.]]), array([0, 1])]
+    """
     if type(value) is list:
         if value and all(isinstance(x, torch.Tensor) for x in value):
             return torch.stack(value)
-        return value
+        return [_stack_tensors(x) for x in value]
     if isinstance(value, tuple):
         fields = [_stack_tensors(x) for x in value]
         return type(value)(*fields) if hasattr(value, "_fields") else tuple(fields)
