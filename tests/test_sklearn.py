@@ -259,6 +259,14 @@ def test_validation_errors_before_training():
         fit(model, labelled(LABELS).batch(BATCH), classes=[0, 1, 2], validation=labelled(LABELS)[:0], progress=False)
     assert str(info.value) == "fit: validation is empty: there is nothing to score the estimator on"
     assert not hasattr(model, "classes_")
+    for endless, says in [
+        (lazyseq.cycle(labelled(LABELS)), "cycle view is infinite"),
+        (lazyseq.uniter(iter(labelled(LABELS)[:50])), "uniter view has no known length"),
+    ]:  # refused after validate_every steps of training
+        with pytest.raises(TypeError) as info:
+            fit(model, labelled(LABELS).batch(BATCH), classes=[0, 1, 2], validation=endless, progress=False)
+        assert str(info.value) == f"fit: validation needs a length, but {says}"
+        assert not hasattr(model, "classes_")
 
 
 def test_string_labels_in_a_list_are_scored_whole():

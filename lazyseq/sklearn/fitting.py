@@ -249,7 +249,7 @@ class _Validation:
         self.metric = metric
         self.history = history
         rule = "metric" if metric is not None else score_rule(estimator, "fit")
-        if self.data._len == 0:
+        if self.data._need_length("fit: validation") == 0:  # scored in chunks, as evaluate() reads
             raise ValueError("fit: validation is empty: there is nothing to score the estimator on")
         if rule in ("metric", "accuracy", "r2"):  # scored against targets: are there any?
             _, targets, _ = fields(self.data[:1].batch(1)[0], "fit: an item of validation")
