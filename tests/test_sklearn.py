@@ -460,3 +460,59 @@ def test_import_lazyseq_imports_neither_this_module_nor_sklearn():
         "import lazyseq.sklearn; assert 'sklearn' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_features_given_as_python_lists_are_columns_of_the_batch():
+    # A batch collates items' lists position by position: X as a list of WIDTH numbers became a list of WIDTH
+    # arrays, one per feature, which partial_fit read as WIDTH rows (IncrementalPCA: BATCH features, 1/BATCH of the
+    # samples), silently.
+    reference = IncrementalPCA(2)
+    for start in range(0, N, BATCH):
+        reference.partial_fit(X[start : start + BATCH])
+    lists = lazyseq.collate([X.tolist(), LABELS])
+    model = fit(IncrementalPCA(2), lists.batch(BATCH), progress=False)
+    assert model.n_features_in_ == WIDTH and model.n_samples_seen_ == N
+    np.testing.assert_allclose(model.components_, reference.components_)
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader
+
+    from lazyseq.torch import as_dataset
+
+    loader = DataLoader(as_dataset(lists), batch_size=BATCH)  # default_collate: a list of WIDTH tensors
+    model = fit(IncrementalPCA(2), loader, progress=False)
+    np.testing.assert_allclose(model.components_, reference.components_)
+    tensors = lazyseq.smap(lambda x, t: (torch.from_numpy(x), t), X, LABELS)  # tensor items: a list of rows
+    np.testing.assert_allclose(
+        fit(IncrementalPCA(2), tensors.batch(BATCH), progress=False).components_, reference.components_
+    )
+    square = lazyseq.collate([X[:, :WIDTH].tolist(), LABELS]).batch(WIDTH)  # as many features as rows
+    with pytest.raises(ValueError) as info:
+        fit(IncrementalPCA(2), square, progress=False)
+    assert str(info.value) == (
+        f"fit: batch 0: X is a list of {WIDTH} arrays of {WIDTH} values, as many as the targets: the columns of "
+        "items whose X is a list (a batch collates them position by position), or rows; make X one array (each "
+        "item's X a numpy array, or np.stack the rows)"
+    )
+
+
+def test_x_and_y_given_whole_say_how_to_batch_them():
+    with pytest.raises(TypeError) as info:
+        fit(GaussianNB(), (X, LABELS), classes=CLASSES, progress=False)
+    assert str(info.value) == (
+        "fit: batch 0 is X alone, but GaussianNB.partial_fit needs targets: batches must be (X, y) or "
+        "(X, y, sample_weight); batches=(X, y) of whole arrays is read as 2 batches: pass "
+        "lazyseq.collate([X, y]).batch(batch_size)"
+    )
+    with pytest.raises(ValueError) as info:
+        fit(
+            GaussianNB(),
+            labelled(LABELS).batch(BATCH),
+            classes=CLASSES,
+            validation=(X, LABELS, WEIGHTS),
+            progress=False,
+        )
+    assert str(info.value) == (
+        "fit: the items of validation are X alone, but GaussianNB is scored against targets: items must be (X, y) "
+        "or (X, y, sample_weight); validation=(X, y, sample_weight) of whole arrays is read as 3 items: pass "
+        "lazyseq.collate([X, y, sample_weight])"
+    )

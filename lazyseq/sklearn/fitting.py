@@ -68,7 +68,7 @@ def fit(
     >>> history
     [{'step': 5, 'epoch': 1, 'score': 1.0}, {'step': 8, 'epoch': 1, 'score': 1.0}]
     """
-    call = _PartialFit(estimator, classes)
+    call = _PartialFit(estimator, classes, _whole_arrays_hint(batches, "batches"))
     _check_count("validate_every", validate_every)
     source = _Batches(batches, epochs, steps)
     check = None if validation is None else _Validation(estimator, validation, metric, history)
@@ -91,8 +91,9 @@ def fit(
 class _PartialFit:
     """Calls ``estimator.partial_fit`` with what a batch holds, after checking the estimator can take it."""
 
-    def __init__(self, estimator: Any, classes: Any) -> None:
+    def __init__(self, estimator: Any, classes: Any, hint: str = "") -> None:
         name = type(estimator).__name__
+        self.hint = hint  # what to do where the batches look like (X, y) of whole arrays
         method = getattr(estimator, "partial_fit", None)
         if not callable(method):
             raise TypeError(
@@ -124,7 +125,7 @@ class _PartialFit:
         if y is None and self.needs_targets:
             raise TypeError(
                 f"fit: batch {step} is X alone, but {self.name}.partial_fit needs targets: batches must be "
-                "(X, y) or (X, y, sample_weight)"
+                f"(X, y) or (X, y, sample_weight){self.hint}"
             )
         try:
             if y is None:
@@ -256,7 +257,7 @@ class _Validation:
             if targets is None:
                 raise ValueError(
                     f"fit: the items of validation are X alone, but {type(estimator).__name__} is scored against "
-                    "targets: items must be (X, y) or (X, y, sample_weight)"
+                    f"targets: items must be (X, y) or (X, y, sample_weight){_whole_arrays_hint(validation, 'validation')}"
                 )
 
     def __call__(self, step: int, epoch: int, bar: ProgressBar) -> None:
@@ -264,6 +265,21 @@ class _Validation:
         if self.history is not None:
             self.history.append({"step": step, "epoch": epoch, "score": value})
         bar.show(score=value)
+
+
+def _whole_arrays_hint(given: Any, name: str) -> str:
+    """What to do where ``given`` looks like ``(X, y)`` of whole arrays, read as a sequence of two batches or items."""
+    if not isinstance(given, (tuple, list)) or not 2 <= len(given) <= 3:
+        return ""
+    if not all(getattr(part, "ndim", 0) >= 1 for part in given):
+        return ""
+    fields = "[X, y]" if len(given) == 2 else "[X, y, sample_weight]"
+    what = "batches" if name == "batches" else "items"
+    each = ".batch(batch_size)" if name == "batches" else ""
+    return (
+        f"; {name}=({fields[1:-1]}) of whole arrays is read as {len(given)} {what}: pass "
+        f"lazyseq.collate({fields}){each}"
+    )
 
 
 def _check_count(name: str, value: Any) -> None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numbers
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sized
 from typing import Any
+
+import numpy as np
 
 __all__ = ["ITEM_SHAPES", "features", "fields", "rows_of"]
 
@@ -18,9 +20,11 @@ def fields(batch: Any, where: str) -> tuple[Any, Any, Any]:
         return rows_of(batch), None, None
     if isinstance(batch, (tuple, list)):
         if len(batch) == 2:
-            return rows_of(batch[0]), rows_of(batch[1]), None
+            y = rows_of(batch[1])
+            return _features_of(batch[0], y, where), y, None
         if len(batch) == 3:
-            return rows_of(batch[0]), rows_of(batch[1]), rows_of(batch[2])
+            y = rows_of(batch[1])
+            return _features_of(batch[0], y, where), y, rows_of(batch[2])
         raise ValueError(f"{where} is a {type(batch).__name__} of {len(batch)} items; it must be {ITEM_SHAPES}")
     if batch is None or isinstance(batch, (Mapping, str, bytes, numbers.Number)) or getattr(batch, "ndim", None) == 0:
         raise TypeError(f"{where} is a {type(batch).__name__}; it must be {ITEM_SHAPES}")
@@ -32,6 +36,39 @@ def features(batch: Any) -> Any:
     if isinstance(batch, (tuple, list)) and not _tensor_rows(batch):
         return rows_of(batch[0])
     return rows_of(batch)
+
+
+def _features_of(X: Any, y: Any, where: str) -> Any:
+    """``rows_of(X)``, or its columns stacked where it is a list of them: what a batch makes of items whose X is a list.
+
+    A batch collates items that are lists position by position (lazyseq's
+    ``batch`` and torch's ``default_collate`` alike): X given as a Python
+    list of 5 numbers becomes a list of 5 arrays, one per feature, which
+    scikit-learn would read as 5 rows. Told apart from a list of rows by the
+    targets' length.
+
+    >>> import numpy as np
+    >>> _features_of([np.array([1.0, 2.0, 3.0]), np.array([4.0, 5.0, 6.0])], np.arange(3), "batch 0").tolist()
+    [[1.0, 4.0], [2.0, 5.0], [3.0, 6.0]]
+    """
+    if type(X) is not list or not X or not all(_is_vector(x) for x in X):
+        return rows_of(X)
+    rows = len(y) if isinstance(y, Sized) else None
+    if rows is None or any(len(x) != rows for x in X):  # rows themselves (or what scikit-learn will refuse)
+        return rows_of(X)
+    if len(X) == rows:
+        raise ValueError(
+            f"{where}: X is a list of {rows} arrays of {rows} values, as many as the targets: the columns of items "
+            "whose X is a list (a batch collates them position by position), or rows; make X one array (each "
+            "item's X a numpy array, or np.stack the rows)"
+        )
+    return np.column_stack([x.numpy(force=True) if not isinstance(x, np.ndarray) else x for x in X])
+
+
+def _is_vector(x: Any) -> bool:
+    """Whether ``x`` is a 1-D numpy array or torch tensor."""
+    torch = sys.modules.get("torch")
+    return (isinstance(x, np.ndarray) or (torch is not None and isinstance(x, torch.Tensor))) and x.ndim == 1
 
 
 def _tensor_rows(batch: Any) -> bool:
