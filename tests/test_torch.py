@@ -918,3 +918,15 @@ def test_predict_gives_a_model_back_through_its_own_train():
     model = ModeDependent().train()
     predict(model, np.zeros((4, 2), np.float32), batch_size=2)
     assert model.training and model.noise == 0.1
+
+
+def test_predict_over_tensors_gives_the_model_one_stacked_input():
+    # A batch of tensor items is a list of them, which predict spread into model(*rows): a TypeError, or one
+    # argument per sample for a model that takes *args.
+    torch.manual_seed(0)
+    X = torch.randn(10, 4, dtype=torch.float64)
+    model = torch.nn.Linear(4, 2, dtype=torch.float64)
+    with torch.no_grad():
+        expected = model(X).numpy()
+    np.testing.assert_allclose(predict(model, X, batch_size=3), expected)
+    np.testing.assert_allclose(predict(model, from_dataset(TensorDataset(X)), batch_size=3), expected)

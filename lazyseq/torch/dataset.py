@@ -18,7 +18,7 @@ from torch.utils.data import Dataset, IterableDataset, default_collate
 from ..views.base import View
 from ..views.itemtypes import SequenceLike, T
 from ..views.sources import as_view
-from .tensors import to_tensors
+from .tensors import stack_tensor_items, to_tensors
 
 __all__ = ["LazyBatch", "ViewDataset", "as_dataset", "collate", "from_dataset"]
 
@@ -206,32 +206,10 @@ def collate(batch: Any) -> Any:
     if isinstance(batch, LazyBatch):
         # items that are tensors collate into a list of them: stacked, as default_collate stacks them (before the
         # arrays become tensors: a list of arrays is a list of fields, one per position of items that are lists)
-        return to_tensors(_stack_tensors(batch.value))
+        return to_tensors(stack_tensor_items(batch.value))
     if isinstance(batch, list):
         return default_collate(batch)
     return to_tensors(batch)
-
-
-def _stack_tensors(value: Any) -> Any:
-    """``value`` (a batch) with each list of tensors in it (what items or fields that are tensors collate into) stacked.
-
-    Other lists are lists of fields (items that are lists collate position
-    by position), whose fields are looked into.
-
-    >>> _stack_tensors([[torch.zeros(2), torch.ones(2)], np.arange(2)])  # items: [tensor, int]
-    [tensor([[0., 0.],
-            [1., 1.]]), array([0, 1])]
-    """
-    if type(value) is list:
-        if value and all(isinstance(x, torch.Tensor) for x in value):
-            return torch.stack(value)
-        return [_stack_tensors(x) for x in value]
-    if isinstance(value, tuple):
-        fields = [_stack_tensors(x) for x in value]
-        return type(value)(*fields) if hasattr(value, "_fields") else tuple(fields)
-    if type(value) is dict:
-        return {key: _stack_tensors(x) for key, x in value.items()}
-    return value
 
 
 def from_dataset(dataset: Dataset[T]) -> View[T]:
