@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any, cast
 
 import numpy as np
-import torch
 from torch.utils.data import Dataset, IterableDataset, default_collate
 
 from ..views.base import View
