@@ -930,3 +930,19 @@ def test_predict_over_tensors_gives_the_model_one_stacked_input():
         expected = model(X).numpy()
     np.testing.assert_allclose(predict(model, X, batch_size=3), expected)
     np.testing.assert_allclose(predict(model, from_dataset(TensorDataset(X)), batch_size=3), expected)
+
+
+def test_a_collate_fn_that_hands_tensor_items_to_torch_sees_them():
+    # torch.stack(batch) read the list's storage, which held the samples only once Python had touched it: "stack
+    # expects a non-empty TensorList"; torch.nested.nested_tensor(batch) held no sequence, silently.
+    rows = [torch.full((2,), float(i)) for i in range(6)]
+    for combine in (torch.stack, torch.cat, torch.vstack):
+        ours = list(DataLoader(as_dataset(rows), batch_size=4, collate_fn=combine))
+        theirs = list(DataLoader(rows, batch_size=4, collate_fn=combine))
+        assert all(torch.equal(a, b) for a, b in zip(ours, theirs)) and len(ours) == 2
+    sequences = [torch.arange(n, dtype=torch.float32) for n in (3, 1, 4)]
+    nested = next(iter(DataLoader(as_dataset(sequences), batch_size=3, collate_fn=torch.nested.nested_tensor)))
+    assert [t.tolist() for t in nested.unbind()] == [t.tolist() for t in sequences]
+    ragged = lazyseq.smap(lambda n: np.arange(n, dtype=np.float32), [3, 1, 4, 2])  # arrays that do not stack
+    padded = DataLoader(as_dataset(ragged), batch_size=2, collate_fn=lambda b: [x.tolist() for x in b])
+    assert list(padded) == [[[0.0, 1.0, 2.0], [0.0]], [[0.0, 1.0, 2.0, 3.0], [0.0, 1.0]]]

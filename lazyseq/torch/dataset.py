@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 import numpy as np
+import torch
 from torch.utils.data import Dataset, IterableDataset, default_collate
 
 from ..views.base import View
@@ -22,6 +23,9 @@ from .tensors import stack_tensor_items, to_tensors
 __all__ = ["LazyBatch", "ViewDataset", "as_dataset", "collate", "from_dataset"]
 
 
+_UNREAD = object()
+
+
 class LazyBatch(list):
     """The samples at some indices of a view, for a ``collate_fn``: as a list of samples, or as one stacked batch.
 
@@ -30,8 +34,13 @@ class LazyBatch(list):
     uses. As a list, item ``k`` is the sample ``view[indices[k]]``: that is
     what torch's ``default_collate`` reads (and may hand back as it is, for
     strings). Either is read with one vectorized gather, the first time it
-    is asked for, and then kept. It pickles as the plain list of its
-    samples, without the view.
+    is asked for, and then kept. Code that reads a list's storage directly,
+    without a Python call first (torch's functions that take a list of
+    tensors, ``torch.stack(batch)``), finds it empty until then: where the
+    items are tensors (``read_now``, or a ``value`` read already: what
+    :class:`ViewDataset` decides from its first batch), the samples are read
+    at once, and are the batch. It
+    pickles as the plain list of its samples, without the view.
 
     >>> import numpy as np, lazyseq
     >>> from lazyseq.torch.dataset import LazyBatch
@@ -42,12 +51,17 @@ class LazyBatch(list):
 
     __slots__ = ("_view", "_indices", "_value", "_read")
 
-    def __init__(self, view: View, indices: list[int] | np.ndarray) -> None:
+    def __init__(
+        self, view: View, indices: list[int] | np.ndarray, *, read_now: bool = False, value: Any = _UNREAD
+    ) -> None:
         super().__init__()
         self._view = view
         self._indices = indices
-        self._value: Any = _UNREAD
+        self._value: Any = _stacked(view, indices) if read_now and value is _UNREAD else value
         self._read = False  # the samples, in the list itself (where torch's C code reads a list)
+        if _tensor_list(self._value):  # items that are tensors batch into the list of them: the samples
+            list.extend(self, self._value)
+            self._read = True
 
     @property
     def value(self) -> Any:
@@ -79,9 +93,6 @@ class LazyBatch(list):
         return list.__repr__(self) if self._read else f"LazyBatch({len(self._indices)} samples)"
 
 
-_UNREAD = object()
-
-
 def _reading_first(name: str) -> Any:
     """``list.<name>``, called once the samples are in the list."""
     method = getattr(list, name)
@@ -104,6 +115,11 @@ for _name in (
     setattr(LazyBatch, _name, _reading_first(_name))
 
 
+def _tensor_list(value: Any) -> bool:
+    """Whether ``value`` is a batch of tensor items: the list of them."""
+    return type(value) is list and bool(value) and all(isinstance(x, torch.Tensor) for x in value)
+
+
 def _stacked(view: View, indices: Any) -> Any:
     """The items of ``view`` at ``indices`` (a list, an array, a slice, a mask) as one batch."""
     selected = view[indices]
@@ -124,6 +140,7 @@ class ViewDataset(Dataset):
     def __init__(self, view: View) -> None:
         self.view = view
         self._len = view._need_length("as_dataset()")
+        self._tensor_items: bool | None = None  # known from the first item read for a batch
 
     def __len__(self) -> int:
         return self._len
@@ -136,7 +153,15 @@ class ViewDataset(Dataset):
 
     def __getitems__(self, indices: list[int]) -> LazyBatch:
         """The samples at ``indices``, for ``collate_fn`` (see :class:`LazyBatch`)."""
-        return LazyBatch(self.view, indices)
+        if self._tensor_items is None and len(indices):  # the first batch says what the items are
+            try:
+                value = _stacked(self.view, indices)
+            except Exception:  # items that do not stack (of several shapes): read one by one, if at all
+                self._tensor_items = False
+                return LazyBatch(self.view, indices)
+            self._tensor_items = _tensor_list(value)
+            return LazyBatch(self.view, indices, value=value)
+        return LazyBatch(self.view, indices, read_now=bool(self._tensor_items))
 
     def __repr__(self) -> str:
         return f"as_dataset(\n{self.view!r}\n)"
