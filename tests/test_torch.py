@@ -941,7 +941,9 @@ def test_a_collate_fn_that_hands_tensor_items_to_torch_sees_them():
         theirs = list(DataLoader(rows, batch_size=4, collate_fn=combine))
         assert all(torch.equal(a, b) for a, b in zip(ours, theirs)) and len(ours) == 2
     sequences = [torch.arange(n, dtype=torch.float32) for n in (3, 1, 4)]
-    nested = next(iter(DataLoader(as_dataset(sequences), batch_size=3, collate_fn=torch.nested.nested_tensor)))
+    with warnings.catch_warnings():  # "the PyTorch API of nested tensors is in prototype stage"
+        warnings.simplefilter("ignore", UserWarning)
+        nested = next(iter(DataLoader(as_dataset(sequences), batch_size=3, collate_fn=torch.nested.nested_tensor)))
     assert [t.tolist() for t in nested.unbind()] == [t.tolist() for t in sequences]
     ragged = lazyseq.smap(lambda n: np.arange(n, dtype=np.float32), [3, 1, 4, 2])  # arrays that do not stack
     padded = DataLoader(as_dataset(ragged), batch_size=2, collate_fn=lambda b: [x.tolist() for x in b])
