@@ -485,6 +485,9 @@ def test_features_given_as_python_lists_are_columns_of_the_batch():
     np.testing.assert_allclose(
         fit(IncrementalPCA(2), tensors.batch(BATCH), progress=False).components_, reference.components_
     )
+    reference_model = LinearRegression().fit(X, TARGETS)
+    predicted = predict(reference_model, lazyseq.collate([X.tolist(), TARGETS]), batch_size=BATCH, progress=False)
+    np.testing.assert_allclose(predicted, reference_model.predict(X))
     square = lazyseq.collate([X[:, :WIDTH].tolist(), LABELS]).batch(WIDTH)  # as many features as rows
     with pytest.raises(ValueError) as info:
         fit(IncrementalPCA(2), square, progress=False)

@@ -31,10 +31,10 @@ def fields(batch: Any, where: str) -> tuple[Any, Any, Any]:
     return batch, None, None
 
 
-def features(batch: Any) -> Any:
-    """X of a batch: the batch itself, or its first field."""
+def features(batch: Any, where: str) -> Any:
+    """X of a batch: the batch itself, or its first field (its columns stacked: see :func:`_features_of`)."""
     if isinstance(batch, (tuple, list)) and not _tensor_rows(batch):
-        return rows_of(batch[0])
+        return _features_of(batch[0], batch[1] if len(batch) > 1 else None, where)
     return rows_of(batch)
 
 

@@ -46,7 +46,7 @@ def predict(
     compute = _method(estimator, method)
 
     def on_batch(batch: Any) -> Any:
-        return compute(features(batch))
+        return compute(features(batch, f"{method}: a batch of data"))
 
     return evaluate(on_batch, data, batch_size, out=out, nworkers=nworkers, progress=progress, description=method)
 
