@@ -519,3 +519,17 @@ def test_x_and_y_given_whole_say_how_to_batch_them():
         "or (X, y, sample_weight); validation=(X, y, sample_weight) of whole arrays is read as 3 items: pass "
         "lazyseq.collate([X, y, sample_weight])"
     )
+
+
+def test_a_pair_of_1d_tensors_read_as_rows_says_so():
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader, TensorDataset
+
+    x = torch.linspace(0, 1, 64, dtype=torch.float64)
+    with pytest.raises(TypeError) as info:
+        fit(SGDRegressor(), DataLoader(TensorDataset(x, 3 * x + 1), batch_size=16), progress=False)
+    assert str(info.value) == (
+        "fit: batch 0 is X alone, but SGDRegressor.partial_fit needs targets: batches must be (X, y) or "
+        "(X, y, sample_weight); a list of 2 1-D tensors of one shape is 2 rows of X (what a batch of tensor items "
+        "is): for (x, y) with one feature, make x 2-D (x[:, None])"
+    )

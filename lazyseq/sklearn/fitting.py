@@ -125,7 +125,7 @@ class _PartialFit:
         if y is None and self.needs_targets:
             raise TypeError(
                 f"fit: batch {step} is X alone, but {self.name}.partial_fit needs targets: batches must be "
-                f"(X, y) or (X, y, sample_weight){self.hint}"
+                f"(X, y) or (X, y, sample_weight){self.hint or _rows_hint(batch)}"
             )
         try:
             if y is None:
@@ -265,6 +265,16 @@ class _Validation:
         if self.history is not None:
             self.history.append({"step": step, "epoch": epoch, "score": value})
         bar.show(score=value)
+
+
+def _rows_hint(batch: Any) -> str:
+    """How a list of 2 or 3 tensors of one 1-D shape was read, where it may have been meant as ``(x, y)``."""
+    if type(batch) is not list or len(batch) not in (2, 3) or getattr(batch[0], "ndim", None) != 1:
+        return ""
+    return (
+        f"; a list of {len(batch)} 1-D tensors of one shape is {len(batch)} rows of X (what a batch of tensor "
+        "items is): for (x, y) with one feature, make x 2-D (x[:, None])"
+    )
 
 
 def _whole_arrays_hint(given: Any, name: str) -> str:
