@@ -159,6 +159,43 @@ def test_deferred_workers_start_only_for_a_task():
     assert started == [] and workers.closed
 
 
+def test_workers_closed_while_they_start_are_closed_once_started():
+    # close() while the workers started (from a finalizer in the starting thread, or from another thread) found no
+    # workers to close; they were set after, and ran until the program ended.
+    import threading
+
+    from lazyseq.loading.backends import DeferredWorkers
+
+    started = []
+
+    def start_closed_meanwhile():
+        workers.close()  # what a finalizer run by a garbage collection in the starting thread does
+        started.append(ManualBackend(abs))
+        return started[-1]
+
+    workers = DeferredWorkers(start_closed_meanwhile)
+    workers.submit_many([(0, 0)])
+    assert workers.closed and started[0].closed and started[0].log == []
+    proceed, starting = threading.Event(), threading.Event()
+
+    def start_slowly():
+        starting.set()
+        proceed.wait(60)
+        started.append(ManualBackend(abs))
+        return started[-1]
+
+    workers = DeferredWorkers(start_slowly)
+    submitter = threading.Thread(target=workers.submit_many, args=([(0, 0)],))
+    submitter.start()
+    starting.wait(60)
+    closer = threading.Thread(target=workers.close)  # waits for the start, then closes what it started
+    closer.start()
+    proceed.set()
+    closer.join(60)
+    submitter.join(60)
+    assert workers.closed and started[1].closed
+
+
 @pytest.mark.parametrize("method", ["thread", "process"])
 def test_fds_become_readable_when_a_result_waits(method):
     options = LoaderOptions.check(

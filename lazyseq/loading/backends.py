@@ -39,6 +39,7 @@ to it only through :class:`WorkerBackend`:
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Hashable, Sequence, Sized
 from typing import Any, Literal, NamedTuple, Protocol
 
@@ -125,6 +126,9 @@ class DeferredWorkers:
         self._start = start
         self.workers: WorkerBackend | None = None
         self._closed = False
+        # Held while the workers start: a close() from another thread waits for them, then closes them; reentrant,
+        # for a close() in the starting thread itself (a finalizer), after which the workers started are closed.
+        self._starting = threading.RLock()
         self.unsent: Sized = ()  # the real one's, once started: read at every read, without a call
 
     @property
@@ -139,8 +143,15 @@ class DeferredWorkers:
         if not tasks or self._closed:
             return
         if self.workers is None:
-            self.workers = self._start()
-            self.unsent = self.workers.unsent
+            with self._starting:
+                if self.workers is None and not self._closed:
+                    workers = self._start()
+                    self.unsent = workers.unsent
+                    self.workers = workers
+            if self._closed:  # by this thread while they started: they are closed now
+                self.close()
+                return
+        assert self.workers is not None
         self.workers.submit_many(tasks)
 
     def poll(self, timeout: float) -> list[Done]:
@@ -164,7 +175,8 @@ class DeferredWorkers:
         return [] if self.workers is None else self.workers.fds()
 
     def close(self) -> None:
-        self._closed = True
-        if self.workers is not None:
-            with interrupts_deferred():  # all the way, whatever Ctrl-C says meanwhile (see .closing)
+        with interrupts_deferred():  # all the way, whatever Ctrl-C says meanwhile (see .closing)
+            with self._starting:  # workers starting in another thread: started, then closed here
+                self._closed = True
+            if self.workers is not None:
                 self.workers.close()
