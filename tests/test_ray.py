@@ -336,6 +336,15 @@ def test_write_npy_on_ray_writes_the_same_bytes(cluster, tmp_path):
     assert contents(tmp_path / "ray") == contents(tmp_path / "reference")
 
 
+def test_write_npy_on_ray_writes_a_relative_directory_where_the_caller_is(cluster, tmp_path, monkeypatch):
+    # The Ray workers resolved it from their own directory (where the cluster started): the shards went there,
+    # and the caller's directory got a manifest listing files it did not have.
+    monkeypatch.chdir(tmp_path)
+    lazyseq.write_npy(pipeline(57), "features", rows_per_shard=10, nworkers=2, method="ray")
+    lazyseq.write_npy(pipeline(57), "reference", rows_per_shard=10)
+    assert contents(tmp_path / "features") == contents(tmp_path / "reference")
+
+
 def test_write_npy_on_ray_names_a_failing_item_and_its_shard(cluster, tmp_path):
     with pytest.raises(lazyseq.EvaluationError) as info:
         lazyseq.write_npy(pipeline(57, fail_at=43), tmp_path, rows_per_shard=10, nworkers=2, method="ray")

@@ -236,7 +236,8 @@ def write_npy(
     overwrite = flag(overwrite, "write_npy: overwrite")
     sync = flag(sync, "write_npy: sync")
     check_progress(progress, "write_npy")  # before the directory is touched
-    directory = os.fsdecode(directory)  # bytes too, as os functions take them
+    # bytes too, as os functions take them; absolute, as the workers see it (a Ray worker's own directory differs)
+    directory = os.path.abspath(os.fsdecode(directory))
     try:
         first = read_batch(items, range(0, 1))
     except Exception as error:
