@@ -148,11 +148,14 @@ class DeferredWorkers:
                     workers = self._start()
                     self.unsent = workers.unsent
                     self.workers = workers
-            if self._closed:  # by this thread while they started: they are closed now
+            if self._closed_meanwhile():  # by this thread while they started: they are closed now
                 self.close()
                 return
         assert self.workers is not None
         self.workers.submit_many(tasks)
+
+    def _closed_meanwhile(self) -> bool:
+        return self._closed
 
     def poll(self, timeout: float) -> list[Done]:
         return [] if self.workers is None else self.workers.poll(timeout)

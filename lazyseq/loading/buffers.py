@@ -17,7 +17,7 @@ from .buffering import BATCHES_CACHED, Buffering
 from .engine import Engine
 from .fork_safety import ForkLocalLock
 from .jobs import CallFunction
-from .options import LoaderOptions, Method, StartMethod
+from .options import LoaderOptions, Method, StartHook, StartMethod
 from .structure import flatten, layout_of, shape_key, signature
 
 __all__ = ["BufferLoader", "load_buffers"]
@@ -181,7 +181,7 @@ def load_buffers(
     max_cached: int | None = None,
     nworkers: int = 1,
     method: Method = "thread",
-    start_hook: Callable[[int], Any] | None = None,
+    start_hook: StartHook | None = None,
     copy: bool = False,
     start_method: StartMethod | None = None,
     blas_threads: int | None = None,

@@ -17,7 +17,7 @@ import pickle
 import select
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from ..arguments import integer, seconds
 from ..views.errors import LoaderFailure
@@ -36,6 +36,7 @@ __all__ = [
 
 Method = Literal["thread", "process", "ray"]
 StartMethod = Literal["fork", "forkserver", "spawn"]
+StartHook = Callable[[int], Any] | Callable[[], Any]  # called with the worker's index, unless it takes no argument
 
 METHODS = ("thread", "process", "ray")
 INLINE_BELOW = 250e-6  # seconds: about what handing an item over from a worker thread costs on a small VM
@@ -93,7 +94,7 @@ class LoaderOptions:
         owner: str,
         nworkers: int,
         method: Method = "thread",
-        start_hook: Callable[[int], Any] | None = None,
+        start_hook: StartHook | None = None,
         start_method: StartMethod | None = None,
         blas_threads: int | None = None,
         inline_below: float | None = None,
@@ -119,17 +120,16 @@ class LoaderOptions:
             )
         if start_hook is not None and not callable(start_hook):
             raise TypeError(f"{owner}: start_hook must be callable, got {type(start_hook).__name__}")
-        if start_hook is not None and not _takes_an_argument(start_hook):
-            start_hook = WithoutIndex(start_hook)  # type: ignore[arg-type]  # it takes no argument: checked
+        hook = None if start_hook is None else _called_with_the_index(start_hook)
         if blas_threads is None:  # the cores shared out between the workers
             blas = max(1, available_cores() // max(1, count))
         else:
             blas = positive(blas_threads, "blas_threads", owner)
         if seed is not None:
             seed = integer(seed, f"{owner}: seed", low=0, expected="a non-negative integer or None")
-        where = _where(owner, method, start_hook, inline_below)
+        where = _where(owner, method, hook, inline_below)
         # A server's readers are its consumers: an item's SystemExit is their item's failure, not a reason to stop.
-        return cls(owner, count, method, start_hook, start_method, blas, where, seed, interrupts_stop=owner != "serve")
+        return cls(owner, count, method, hook, start_method, blas, where, seed, interrupts_stop=owner != "serve")
 
     @property
     def pickles_pipeline(self) -> bool:
@@ -149,6 +149,13 @@ class WithoutIndex:
 
     def __call__(self, worker_index: int) -> Any:
         return self.hook()
+
+
+def _called_with_the_index(hook: StartHook) -> Callable[[int], Any]:
+    """``hook``, or one that calls it without the worker's index if it takes no argument."""
+    if _takes_an_argument(hook):
+        return cast("Callable[[int], Any]", hook)
+    return WithoutIndex(cast("Callable[[], Any]", hook))
 
 
 def _takes_an_argument(hook: Callable) -> bool:

@@ -21,7 +21,7 @@ from .engine import Engine
 from .failures import LoaderClosed, LoaderError, WorkerDied
 from .fork_safety import ForkLocalLock
 from .jobs import ReadItem
-from .options import LoaderOptions, Method, StartMethod, serialize_work
+from .options import LoaderOptions, Method, StartHook, StartMethod, serialize_work
 from .shared_slots import slot_bytes_for
 from .structure import bytes_of_spec
 
@@ -477,7 +477,7 @@ def prefetch(
     nworkers: int = 0,
     method: Method = "thread",
     max_buffered: int | None = None,
-    start_hook: Callable[[int], Any] | None = None,
+    start_hook: StartHook | None = None,
     shm_size: int = 0,
     start_method: StartMethod | None = None,
     blas_threads: int | None = None,

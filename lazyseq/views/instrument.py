@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, overload
+
+import numpy as np
 
 from ..arguments import integer
 from .base import View
 from .chunks import chunk_rows
+from .itemtypes import SequenceLike, T
 from .keys import Positions
 from .mapping import function_name
 from .sources import as_view
@@ -26,7 +29,7 @@ _clock = time.monotonic  # when debug last called its function
 _timer = time.perf_counter  # how long reads take
 
 
-class DebugView(View):
+class DebugView(View[T]):
     """Item ``i`` is ``parent[i]``; ``func(i, item)`` is called as it is read, within the limits given."""
 
     kind = "debug"
@@ -107,7 +110,7 @@ class DebugView(View):
         return (DebugView, (self._parent, self._func, self._max_calls, rate))
 
 
-class ThroughputView(View):
+class ThroughputView(View[T]):
     """Item ``i`` is ``parent[i]``; the items read and the time spent reading them are counted."""
 
     kind = "monitor_throughput"
@@ -195,9 +198,27 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 1e-6:.3g} µs"
 
 
+@overload
 def debug(
-    sequence: Sequence, func: Callable[[int, Any], Any], max_calls: int | None = None, max_rate: float | None = None
-) -> View:
+    sequence: np.ndarray, func: Callable[[int, Any], Any], max_calls: int | None = None, max_rate: float | None = None
+) -> DebugView[np.ndarray]: ...
+
+
+@overload
+def debug(
+    sequence: SequenceLike[T],
+    func: Callable[[int, Any], Any],
+    max_calls: int | None = None,
+    max_rate: float | None = None,
+) -> DebugView[T]: ...
+
+
+def debug(
+    sequence: SequenceLike[Any] | np.ndarray,
+    func: Callable[[int, Any], Any],
+    max_calls: int | None = None,
+    max_rate: float | None = None,
+) -> DebugView[Any]:
     """A view of ``sequence`` that calls ``func(i, item)`` whenever item ``i`` is read (to print or log it).
 
     ``max_calls`` stops the calls after that many; ``max_rate`` leaves at
@@ -217,7 +238,15 @@ def debug(
     return DebugView(as_view(sequence), func, max_calls, max_rate)
 
 
-def monitor_throughput(sequence: Sequence) -> ThroughputView:
+@overload
+def monitor_throughput(sequence: np.ndarray) -> ThroughputView[np.ndarray]: ...
+
+
+@overload
+def monitor_throughput(sequence: SequenceLike[T]) -> ThroughputView[T]: ...
+
+
+def monitor_throughput(sequence: SequenceLike[Any] | np.ndarray) -> ThroughputView[Any]:
     """A view of ``sequence`` that measures how fast its items are read.
 
     ``read_delay()`` is the average time spent reading an item,

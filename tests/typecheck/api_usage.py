@@ -124,6 +124,17 @@ def loaders() -> None:
     with lazyseq.load_buffers(zeros, max_cached=None, nworkers=1) as default_cached:
         assert_type(next(default_cached), np.ndarray)
     assert_type(lazyseq.evaluate(np.asarray, [1.0, 2.0], nworkers=1, max_buffered=None), Any)
+    with lazyseq.prefetch(words, nworkers=1, start_hook=no_argument) as hooked:  # a hook without the index
+        assert_type(hooked[0], str)
+    with lazyseq.load_buffers(zeros, nworkers=1, start_hook=no_argument) as hooked_buffers:
+        assert_type(next(hooked_buffers), np.ndarray)
+    monitored = lazyseq.monitor_throughput(words)
+    assert_type(monitored[0], str)
+    assert_type(lazyseq.debug(np.ones((3, 2)), print, max_calls=0)[0], np.ndarray)
+
+
+def no_argument() -> None:
+    """A start hook that takes no argument: called without the worker's index."""
 
 
 def shards() -> None:
