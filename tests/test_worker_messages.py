@@ -278,3 +278,22 @@ def test_tasks_that_arrive_while_others_run_join_them_in_order():
     job = ReadItem(lazyseq.view(list(range(100))))
     results = _serve_in_a_thread([RunTasks([Task(5, 5, -1), Task(6, 6, -1)]), RunTasks([Task(2, 2, -1)])], job, 3)
     assert [(result.task, result.result) for result in results] == [(5, 5), (6, 6), (2, 2)]
+
+
+def test_a_worker_told_to_stop_instead_of_given_its_slots_stops_quietly():
+    # A close() from another thread sent Stop between UseSlots and the descriptor of the slots: the worker read the
+    # Stop frame as the descriptor, printed "RuntimeError: received 0 items of ancdata" and died.
+    import multiprocessing
+
+    from lazyseq.loading.blas_limits import WorkerLimit
+    from lazyseq.loading.messages import UseSlots
+    from lazyseq.loading.worker_process import Outbox, _serve
+
+    consumer, worker = multiprocessing.Pipe(duplex=True)
+    try:
+        consumer.send_bytes(encode(UseSlots(2, 4096)))
+        consumer.send_bytes(encode(Stop()))
+        _serve(worker, abs, WorkerLimit(1, inherited=True), Outbox(worker.fileno()), [0, 0], 0)  # returns
+    finally:
+        consumer.close()
+        worker.close()

@@ -120,7 +120,11 @@ def _serve(conn: Connection, job: Any, blas: WorkerLimit, outbox: Outbox, progre
             if kind is RunTasks:
                 tasks[:0] = reversed(message.tasks)  # after those received before: the list is popped from its end
             elif kind is UseSlots:
-                slots = WorkerSlots(recv_handle(conn), message.count, message.slot_bytes)
+                try:
+                    handle = recv_handle(conn)
+                except (RuntimeError, OSError):  # "received 0 items of ancdata": a Stop sent by a close() came first
+                    return
+                slots = WorkerSlots(handle, message.count, message.slot_bytes)
             elif kind is Stop:
                 return
             continue
