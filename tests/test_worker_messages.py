@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import threading
+
 import numpy as np
 import pytest
 
@@ -297,3 +300,33 @@ def test_a_worker_told_to_stop_instead_of_given_its_slots_stops_quietly():
     finally:
         consumer.close()
         worker.close()
+
+
+def test_a_quick_result_is_not_held_back_by_a_long_task_after_it():
+    # A worker held a quick task's result while it computed the next task of its run: behind an item that took
+    # seconds (or never ended), items already computed did not arrive, and the reader waited for them.
+    import multiprocessing
+
+    release = multiprocessing.Event()
+    watchdog = threading.Timer(30, release.set)  # without the fix, item 1 comes once item 3 is released
+    watchdog.start()
+    try:
+        with lazyseq.prefetch(
+            lazyseq.smap(functools.partial(wait_at, 3, release), range(10)),
+            nworkers=2,
+            method="process",
+            inline_below=0,
+        ) as ahead:
+            assert list(ahead[:3]) == [0, 1, 2]  # item 1 was computed by the worker that then took item 3
+            assert not release.is_set()  # read while item 3 still waits
+            release.set()
+            assert list(ahead[3:]) == list(range(3, 10))
+    finally:
+        watchdog.cancel()
+        watchdog.join()
+
+
+def wait_at(slow, release, i):
+    if i == slow:
+        release.wait()
+    return i

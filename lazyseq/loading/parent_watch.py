@@ -2,8 +2,9 @@
 
 A worker process must not outlive the consumer that started it, whatever the
 start method: the thread looks at the parent's pid every ``check_seconds``
-and exits the process when it changed. A worker has exactly two threads (its
-own and this one) from its first task on.
+and exits the process when it changed. A worker runs three threads: its own,
+this one, and the one that writes results held too long (see
+:class:`~.worker_process.LateSender`).
 
 >>> watch = ParentWatch(check_seconds=0.25)
 >>> watch.close()

@@ -6,7 +6,8 @@ back either the skeleton of the result (its arrays written into the shared
 slot the task came with) or the pickled result, with the seconds the task took
 (they size each worker's share of the tasks). Results of cheap tasks go back
 several to a write (see :class:`Outbox`): each write wakes the consumer, and a
-wake-up costs more than such a task. It ignores SIGINT (the consumer
+wake-up costs more than such a task; one held while a task turns out long goes
+after ``LateSender.LATE_SECONDS`` all the same (see :class:`LateSender`). It ignores SIGINT (the consumer
 decides what an interrupt means), limits its BLAS threads, and exits on its
 own when the consumer's process goes away (see :mod:`.parent_watch`).
 """
@@ -16,6 +17,8 @@ from __future__ import annotations
 import os
 import pickle
 import select
+import threading
+import time
 from collections.abc import Hashable
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import recv_handle
@@ -104,6 +107,16 @@ def _serve(conn: Connection, job: Any, blas: WorkerLimit, outbox: Outbox, progre
     those finished: should the worker die, the consumer knows which one it
     was in, if any (results wait in the outbox).
     """
+    late = LateSender(outbox)
+    try:
+        _serve_tasks(conn, job, blas, outbox, late, progress, index)
+    finally:
+        late.close()
+
+
+def _serve_tasks(
+    conn: Connection, job: Any, blas: WorkerLimit, outbox: Outbox, late: LateSender, progress: Any, index: int
+) -> None:
     slots = None
     built_in_place = BuiltInPlace()
     fd = conn.fileno()
@@ -129,6 +142,8 @@ def _serve(conn: Connection, job: Any, blas: WorkerLimit, outbox: Outbox, progre
                 return
             continue
         task, arg, slot = tasks.pop()
+        if outbox.holding:  # held while this task runs: sent by the late sender should it take long
+            late.watch()
         progress[2 * index] += 1
         began = perf_counter()
         try:
@@ -253,24 +268,32 @@ class Outbox:
         self._shape: bytes | None = None  # of the results alike that come last, not framed yet
         self._alike: list[bytes] = []  # their numbers
         self._oldest = 0.0
+        self._lock = threading.Lock()  # the worker's thread adds and sends, a LateSender sends too
+
+    @property
+    def holding(self) -> bool:
+        """Whether results wait to be written."""
+        return self._count > 0
 
     def add(self, message: bytes) -> None:
-        if not self._count:
-            self._oldest = perf_counter()
-        if self._alike:
-            self._frame_alike()
-        self._count += 1
-        self._frames += (frame_header(len(message)), message)
+        with self._lock:
+            if not self._count:
+                self._oldest = perf_counter()
+            if self._alike:
+                self._frame_alike()
+            self._count += 1
+            self._frames += (frame_header(len(message)), message)
 
     def add_alike(self, shape: bytes, numbers: bytes) -> None:
         """A result in its slot described by ``shape`` (see :class:`BuiltInPlace`), its ``numbers`` packed."""
-        if not self._count:
-            self._oldest = perf_counter()
-        if shape is not self._shape and self._alike:
-            self._frame_alike()
-        self._shape = shape
-        self._alike.append(numbers)
-        self._count += 1
+        with self._lock:
+            if not self._count:
+                self._oldest = perf_counter()
+            if shape is not self._shape and self._alike:
+                self._frame_alike()
+            self._shape = shape
+            self._alike.append(numbers)
+            self._count += 1
 
     def _frame_alike(self) -> None:
         message = encode_alike(self._shape, self._alike)  # type: ignore[arg-type]  # set with _alike
@@ -284,12 +307,75 @@ class Outbox:
         return self._count >= self.TOGETHER or perf_counter() - self._oldest >= self.HOLD_SECONDS
 
     def send(self) -> None:
+        with self._lock:
+            self._send()
+
+    def send_if_older(self, seconds: float) -> bool:
+        """Write what waits if the oldest result has waited ``seconds``; whether results still wait after."""
+        with self._lock:
+            if self._count and perf_counter() - self._oldest >= seconds:
+                self._send()
+            return self._count > 0
+
+    def _send(self) -> None:
+        if not self._count:
+            return
         if self._alike:
             self._frame_alike()
         data = b"".join(self._frames)
         self._frames.clear()
         self._count = 0
         write_all(self._fd, data)
+
+
+class LateSender:
+    """A thread that writes the results an :class:`Outbox` holds once they have waited ``LATE_SECONDS``.
+
+    The worker holds a quick task's result while it computes the next task
+    of its run (see :class:`Outbox`); should that task take long (items of
+    uneven cost, one that waits on a file), the result would wait for it,
+    and the consumer with it, while another worker may be idle. The worker
+    calls :meth:`watch` as it starts a task while results wait: the thread
+    then looks every ``LATE_SECONDS`` until none waits. It costs nothing to
+    a worker whose tasks are slow (each result goes at once) and a wake-up
+    every ``LATE_SECONDS`` to one whose tasks are quick.
+    """
+
+    LATE_SECONDS = 0.02
+
+    def __init__(self, outbox: Outbox) -> None:
+        self._outbox = outbox
+        self._watching = threading.Event()
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, name="lazyseq-late-sender", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop the thread (once its current look is done) and wait for it."""
+        self._closing = True
+        self._watching.set()
+        self._thread.join()
+
+    def watch(self) -> None:
+        """Results wait while a task starts: look at them until none waits."""
+        if not self._watching.is_set():
+            self._watching.set()
+
+    def _run(self) -> None:
+        watching, outbox = self._watching, self._outbox
+        while True:
+            watching.wait()
+            if self._closing:
+                return
+            time.sleep(self.LATE_SECONDS)
+            watching.clear()  # then looked at: a result added meanwhile is seen here, or watched anew
+            if self._closing:  # set before the event: a close() that the clear() undid is seen here
+                return
+            try:
+                if outbox.send_if_older(self.LATE_SECONDS):
+                    watching.set()
+            except OSError:  # the consumer is gone: the worker's own thread finds out too
+                return
 
 
 def _lower_priority() -> None:
