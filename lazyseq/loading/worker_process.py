@@ -346,13 +346,13 @@ class LateSender:
     def __init__(self, outbox: Outbox) -> None:
         self._outbox = outbox
         self._watching = threading.Event()
-        self._closing = False
+        self._closing = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lazyseq-late-sender", daemon=True)
         self._thread.start()
 
     def close(self) -> None:
         """Stop the thread (once its current look is done) and wait for it."""
-        self._closing = True
+        self._closing.set()
         self._watching.set()
         self._thread.join()
 
@@ -365,11 +365,11 @@ class LateSender:
         watching, outbox = self._watching, self._outbox
         while True:
             watching.wait()
-            if self._closing:
+            if self._closing.is_set():
                 return
             time.sleep(self.LATE_SECONDS)
             watching.clear()  # then looked at: a result added meanwhile is seen here, or watched anew
-            if self._closing:  # set before the event: a close() that the clear() undid is seen here
+            if self._closing.is_set():  # set before the event: a close() that the clear() undid is seen here
                 return
             try:
                 if outbox.send_if_older(self.LATE_SECONDS):
