@@ -396,6 +396,15 @@ def test_an_interrupt_raised_by_the_pipeline_fails_its_item_alone(cluster):
         with pytest.raises(KeyboardInterrupt, match="raised by the pipeline"):
             ahead[5]
         assert list(ahead[6:]) == [6, 7, 8, 9]
+        reads, got = iter(ahead), []  # an iteration goes on past it: it was read again, for ever
+        for _ in range(12):
+            try:
+                got.append(next(reads))
+            except KeyboardInterrupt:
+                got.append("interrupt")
+            except StopIteration:
+                break
+        assert got == [0, 1, 2, 3, 4, "interrupt", 6, 7, 8, 9]
 
 
 class Unsendable:

@@ -132,6 +132,23 @@ def restore(captured: CapturedError, where: str) -> BaseException:
     return error
 
 
+def raised_by_an_item(error: BaseException) -> BaseException:
+    """``error`` (an item's outcome), marked as the item's own: an iterator that meets it goes on past the item.
+
+    Only a ``KeyboardInterrupt`` needs it: one raised while an item is
+    awaited (Ctrl-C) leaves the item to read again, one raised by the item's
+    code is its failure, and read again it would fail again, for ever.
+    """
+    if isinstance(error, KeyboardInterrupt):
+        error.lazyseq_item_failure = True  # type: ignore[attr-defined]  # an exception's own attribute
+    return error
+
+
+def is_an_items_own(error: BaseException) -> bool:
+    """Whether ``error`` came from an item's code (see :func:`raised_by_an_item`)."""
+    return getattr(error, "lazyseq_item_failure", False) is True
+
+
 def describe_items(tasks: Iterable[tuple[Hashable, Any]]) -> str:
     """The items of ``(task, argument)`` pairs that a failure concerns, in order where they can be ordered.
 

@@ -18,7 +18,7 @@ from ..views.sources import as_view
 from .backends import Done
 from .buffering import ITEMS_AHEAD, SLOT_BUDGET, Buffering
 from .engine import Engine
-from .failures import LoaderClosed, LoaderError, WorkerDied
+from .failures import LoaderClosed, LoaderError, WorkerDied, is_an_items_own, raised_by_an_item
 from .fork_safety import ForkLocalLock
 from .jobs import ReadItem
 from .options import LoaderOptions, Method, StartHook, StartMethod, serialize_work
@@ -153,7 +153,7 @@ class PrefetchView(View[T_co]):
                     if not self._died_ahead(error, i):
                         raise
         if done.status == "error":
-            raise done.value
+            raise raised_by_an_item(done.value)
         return done.value
 
     def _get_many(self, idx: Positions) -> Any:
@@ -182,7 +182,7 @@ class PrefetchView(View[T_co]):
                 for i, done in self._read_many(engine, self._order, [int(k) for k in idx]):  # noqa: B007
                     if done.status == "error":
                         values.clear()  # the traceback keeps this frame: not the items read (their slots)
-                        raise done.value
+                        raise raised_by_an_item(done.value)
                     values.append(done.value)
                 return values
             except BaseException as error:
@@ -342,8 +342,9 @@ class PrefetchIterator(Generic[T_co]):
             raise
         except Exception as error:
             errors.reraise(error)
-        except KeyboardInterrupt:  # while the item was awaited: it was not read, and is read next
-            self._position = i
+        except KeyboardInterrupt as interrupt:  # while the item was awaited: it was not read, and is read next
+            if not is_an_items_own(interrupt):  # raised by the item's code: its failure, as any error's
+                self._position = i
             raise
 
     def state_dict(self) -> dict:
