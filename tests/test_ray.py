@@ -330,6 +330,25 @@ class PassOn(StallOn):
         return item
 
 
+def test_a_loader_whose_ray_session_ended_says_so_and_starts_anew(cluster, monkeypatch):
+    # After ray.shutdown() and another ray.init(), its tasks (of the old session) never finished: the next read
+    # waited for ever, or failed every item with Ray's "owner is unknown" as the item's error.
+    from lazyseq.loading import ray_workers
+
+    with lazyseq.prefetch(lazyseq.smap(double, range(20)), nworkers=2, method="ray") as ahead:
+        assert ahead[0] == 0
+        session = ray_workers._session()
+        monkeypatch.setattr(ray_workers, "_session", lambda: ("another cluster", session[1]))
+        with pytest.raises(lazyseq.LoaderError) as info:
+            ahead[10]
+        assert str(info.value) == (
+            "prefetch: the Ray session its tasks ran in has ended (ray.shutdown(), then perhaps another ray.init()); "
+            "read again to start them in the current one"
+        )
+        assert not ahead.workers_running
+        assert list(ahead) == [2 * x for x in range(20)]  # new workers, in the session there is now
+
+
 def test_write_npy_on_ray_writes_the_same_bytes(cluster, tmp_path):
     lazyseq.write_npy(pipeline(57), tmp_path / "reference", rows_per_shard=10)
     lazyseq.write_npy(pipeline(57), tmp_path / "ray", rows_per_shard=10, nworkers=2, method="ray")
@@ -454,3 +473,7 @@ def test_a_pipeline_that_cannot_be_pickled_is_named_with_its_caller_and_ray(clus
     pipeline = lazyseq.smap(lambda x: x if lock else None, range(4))
     with pytest.raises(TypeError, match=r"^evaluate: cannot send the smap\(.*<lambda>\) view to Ray's workers: "):
         lazyseq.evaluate(lambda b: b, pipeline, batch_size=2, nworkers=2, method="ray")
+
+
+def double(x):
+    return 2 * x

@@ -84,6 +84,12 @@ class InFlight(NamedTuple):
     args: list
 
 
+def _session() -> tuple[str | None, str | None]:
+    """What tells this process's Ray session from a later one: its cluster's address and this driver's node."""
+    context = ray.get_runtime_context()
+    return context.gcs_address, context.get_node_id()
+
+
 def connect_to_ray(owner: str) -> None:
     """Connect this process to Ray unless it is: ``ray.init()`` joins ``RAY_ADDRESS``, or starts a local Ray."""
     if ray.is_initialized():
@@ -116,6 +122,7 @@ class RayWorkers:
         self._capacity = options.nworkers
         self.closed = False
         connect_to_ray(owner)
+        self._session = _session()  # the tasks, results and pipeline sent live in it
         try:
             self._job = ray.put(job)
         except Exception as error:
@@ -134,6 +141,7 @@ class RayWorkers:
 
     def submit_many(self, tasks: Sequence[tuple[Hashable, Any]]) -> None:
         """Queue ``(task, arg)`` pairs, and send what fits in ``nworkers`` Ray tasks in flight."""
+        self._check_session()
         self._backlog.extend(tasks)
         self._dispatch()
 
@@ -188,6 +196,7 @@ class RayWorkers:
         found = self._backlog.take_skipped()
         if self.closed:
             return found
+        self._check_session()
         self._signal.clear()  # before looking: a Ray task completing after this writes again
         self._dispatch()
         running = self.running
@@ -200,6 +209,16 @@ class RayWorkers:
                 self._receive(future, found)
         self._dispatch()
         return found
+
+    def _check_session(self) -> None:
+        """``LoaderError`` (the workers closed) if the Ray session they ran in ended: its tasks never finish."""
+        if ray.is_initialized() and _session() == self._session:
+            return
+        self.close()
+        raise LoaderError(
+            f"{self._owner}: the Ray session its tasks ran in has ended (ray.shutdown(), then perhaps another "
+            "ray.init()); read again to start them in the current one"
+        )
 
     def _receive(self, future: Future, found: list[Done]) -> None:
         entry = self.running.pop(future, None)
