@@ -233,6 +233,14 @@ class RayWorkers:
         # result Ray cannot pickle), or its worker died every time (an item that ends it). One of the items is at
         # fault: each is sent again alone, and only that one fails.
         cause = error.cause if isinstance(error, RayTaskError) else None
+        if _function_not_loaded(cause):  # no task of this loader can run there
+            self.close()
+            node = getattr(error, "ip", None)
+            raise LoaderError(
+                f"{self._owner}: a Ray worker{f' on {node}' if node else ''} could not load lazyseq's task ({cause}); "
+                "every node needs "
+                "lazyseq and the modules the pipeline imports, installed or sent with ray.init(runtime_env=...)"
+            ) from error
         if (cause is not None or isinstance(error, (WorkerCrashedError, NodeDiedError))) and len(tasks) > 1:
             self._alone.extend(zip(tasks, args))
             return
@@ -286,6 +294,17 @@ class RayWorkers:
                     pass
         del self._job  # the pipeline leaves the object store once no Ray task refers to it
         self._signal.close()
+
+
+def _function_not_loaded(cause: BaseException | None) -> bool:
+    """Whether ``cause`` is Ray's report that a worker could not import the task's function (lazyseq missing there).
+
+    >>> _function_not_loaded(RuntimeError("The remote function failed to import on the worker. This may be ..."))
+    True
+    >>> _function_not_loaded(TypeError("cannot pickle '_thread.lock' object"))  # a result Ray cannot send back
+    False
+    """
+    return isinstance(cause, RuntimeError) and "failed to import on the worker" in str(cause)  # Ray's own words
 
 
 def _wake(signal: ResultSignal, _: Future) -> None:
