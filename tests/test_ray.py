@@ -5,6 +5,7 @@ is started by the first test that needs it and shut down at the end.
 """
 
 import asyncio
+import functools
 import importlib.util
 import os
 import select
@@ -477,3 +478,19 @@ def test_a_pipeline_that_cannot_be_pickled_is_named_with_its_caller_and_ray(clus
 
 def double(x):
     return 2 * x
+
+
+@ray.remote(num_cpus=1)
+def sum_through_a_ray_loader(k):
+    with lazyseq.prefetch(lazyseq.smap(functools.partial(times, k), range(20)), nworkers=1, method="ray") as items:
+        return sum(items)
+
+
+def times(k, x):
+    return k * x
+
+
+def test_ray_loaders_inside_ray_tasks_that_hold_every_cpu(cluster):
+    # The loader waited through futures, which Ray does not count as a task blocked: the outer tasks kept both CPUs
+    # and the loaders' tasks never started.
+    assert ray.get([sum_through_a_ray_loader.remote(k) for k in (1, 2)], timeout=120) == [190, 380]

@@ -30,7 +30,7 @@ import os
 import pickle
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence, Sized
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import Future
 from time import perf_counter
 from typing import Any, NamedTuple
 
@@ -203,8 +203,9 @@ class RayWorkers:
         if running:
             done = [future for future in running if future.done()]
             if not done and not found and timeout > 0:
-                finished, _ = wait(running, timeout, return_when=FIRST_COMPLETED)
-                done = [future for future in running if future in finished]  # in the order sent
+                # ray.wait, not the futures: inside a Ray task, Ray lends the task's CPU to others while it waits
+                ready = set(ray.wait([entry.ref for entry in running.values()], timeout=timeout, fetch_local=False)[0])
+                done = [future for future, entry in running.items() if entry.ref in ready]  # in the order sent
             for future in done:
                 self._receive(future, found)
         self._dispatch()
