@@ -21,6 +21,9 @@ the loader with :class:`~lazyseq.WorkerDied`.
 Each result is watched through its ``concurrent.futures.Future`` (Ray
 completes it from a thread of its own): checking for results costs under a
 microsecond, and :meth:`RayWorkers.fds` is a pipe those completions write to.
+A reader with nothing to take waits with ``ray.wait``: inside a Ray task,
+Ray lends the task's CPU to others meanwhile (waiting on the futures, it
+would not, and a loader in tasks that hold every CPU would never run).
 """
 
 from __future__ import annotations
