@@ -5,7 +5,9 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Generic, cast
+from typing import Any, Generic, cast, overload
+
+import numpy as np
 
 from ..arguments import integer
 from ..views import errors
@@ -473,6 +475,22 @@ def _next_occurrences(positions: list[int]) -> list[int | None]:
     return following
 
 
+@overload
+def prefetch(
+    sequence: np.ndarray,
+    nworkers: int = 0,
+    method: Method = "thread",
+    max_buffered: int | None = None,
+    start_hook: StartHook | None = None,
+    shm_size: int = 0,
+    start_method: StartMethod | None = None,
+    blas_threads: int | None = None,
+    inline_below: float | None = None,
+    seed: int | None = None,
+) -> PrefetchView[np.ndarray]: ...
+
+
+@overload
 def prefetch(
     sequence: SequenceLike[T],
     nworkers: int = 0,
@@ -484,7 +502,21 @@ def prefetch(
     blas_threads: int | None = None,
     inline_below: float | None = None,
     seed: int | None = None,
-) -> PrefetchView[T]:
+) -> PrefetchView[T]: ...
+
+
+def prefetch(
+    sequence: SequenceLike[Any] | np.ndarray,
+    nworkers: int = 0,
+    method: Method = "thread",
+    max_buffered: int | None = None,
+    start_hook: StartHook | None = None,
+    shm_size: int = 0,
+    start_method: StartMethod | None = None,
+    blas_threads: int | None = None,
+    inline_below: float | None = None,
+    seed: int | None = None,
+) -> PrefetchView[Any]:
     """A view of ``sequence`` whose next items are computed ahead by background workers.
 
     ``nworkers`` threads or processes (``method``) compute up to

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from bisect import bisect_right
-from typing import Any
+from typing import Any, overload
+
+import numpy as np
 
 from ..arguments import indexable_length
 from .base import View
@@ -74,7 +76,15 @@ class InterleaveView(View):
         return ((self._parents[k], j),)
 
 
-def interleave(*sequences: SequenceLike[T]) -> View[T]:
+@overload
+def interleave(*sequences: np.ndarray) -> View[np.ndarray]: ...
+
+
+@overload
+def interleave(*sequences: SequenceLike[T]) -> View[T]: ...
+
+
+def interleave(*sequences: SequenceLike[Any] | np.ndarray) -> View[Any]:
     """A view taking one item from each sequence in turn; sequences that run out are skipped.
 
     >>> import lazyseq

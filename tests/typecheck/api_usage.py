@@ -128,6 +128,9 @@ def loaders() -> None:
         assert_type(hooked[0], str)
     with lazyseq.load_buffers(zeros, nworkers=1, start_hook=no_argument) as hooked_buffers:
         assert_type(next(hooked_buffers), np.ndarray)
+    with lazyseq.prefetch(np.ones((4, 2)), nworkers=1) as rows_ahead:  # an array: rows, as view() gives
+        assert_type(rows_ahead[0], np.ndarray)
+    assert_type(lazyseq.interleave(np.ones((2, 2)), np.zeros((3, 2)))[0], np.ndarray)
     monitored = lazyseq.monitor_throughput(words)
     assert_type(monitored[0], str)
     assert_type(lazyseq.debug(np.ones((3, 2)), print, max_calls=0)[0], np.ndarray)
@@ -151,9 +154,9 @@ def rejected() -> None:
     lazyseq.smap(length, [1, 2])  # type: ignore[arg-type]
     lazyseq.smap(length)  # type: ignore[call-overload]  # no sequence
     lazyseq.view([1, 2]).unbatch(2)  # type: ignore[misc]  # ints are not batches
-    lazyseq.prefetch(words, nworkers=1, method="processes")  # type: ignore[arg-type]  # method is "thread" or "process"
+    lazyseq.prefetch(words, nworkers=1, method="processes")  # type: ignore[call-overload]  # "thread", "process", "ray"
     lazyseq.load_buffers(lambda: 0, start_method="fork-server")  # type: ignore[arg-type]
     lazyseq.evaluate(len, words, method="threads")  # type: ignore[arg-type]
-    lazyseq.prefetch(words, nworkers=1, max_buffered="auto")  # type: ignore[arg-type]  # a number, or None
+    lazyseq.prefetch(words, nworkers=1, max_buffered="auto")  # type: ignore[call-overload]  # a number, or None
     lazyseq.write_npy(words, "out", sync="no")  # type: ignore[arg-type]  # sync is a bool
     lazyseq.view(5)  # type: ignore[call-overload]  # not a sequence
