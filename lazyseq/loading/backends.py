@@ -126,9 +126,9 @@ class DeferredWorkers:
         self._start = start
         self.workers: WorkerBackend | None = None
         self._closed = False
-        # Held while the workers start: a close() from another thread waits for them, then closes them; reentrant,
-        # for a close() in the starting thread itself (a finalizer), after which the workers started are closed.
-        self._starting = threading.RLock()
+        # Held to publish the workers once started (not while they start: a close() meanwhile returns at once, and the
+        # workers are closed by whoever started them); reentrant, for a finalizer that closes in that thread.
+        self._publishing = threading.RLock()
         self.unsent: Sized = ()  # the real one's, once started: read at every read, without a call
 
     @property
@@ -143,14 +143,17 @@ class DeferredWorkers:
         if not tasks or self._closed:
             return
         if self.workers is None:
-            with self._starting:
-                if self.workers is None and not self._closed:
-                    workers = self._start()
+            workers = self._start()
+            with self._publishing:
+                unwanted = self._closed_meanwhile() or self.workers is not None  # closed, or started by another thread
+                if not unwanted:
                     self.unsent = workers.unsent
                     self.workers = workers
-            if self._closed_meanwhile():  # by this thread while they started: they are closed now
-                self.close()
-                return
+            if unwanted:
+                with interrupts_deferred():  # all the way, whatever Ctrl-C says meanwhile (see .closing)
+                    workers.close()
+                if self._closed_meanwhile():
+                    return
         assert self.workers is not None
         self.workers.submit_many(tasks)
 
@@ -178,8 +181,9 @@ class DeferredWorkers:
         return [] if self.workers is None else self.workers.fds()
 
     def close(self) -> None:
-        with interrupts_deferred():  # all the way, whatever Ctrl-C says meanwhile (see .closing)
-            with self._starting:  # workers starting in another thread: started, then closed here
-                self._closed = True
-            if self.workers is not None:
-                self.workers.close()
+        with self._publishing:  # workers starting now are closed by the thread that starts them
+            self._closed = True
+            workers = self.workers
+        if workers is not None:
+            with interrupts_deferred():  # all the way, whatever Ctrl-C says meanwhile (see .closing)
+                workers.close()
