@@ -1075,3 +1075,13 @@ def test_the_files_of_a_complete_directory_are_read_once_when_one_shard_is_redon
     assert sorted(checked) == sorted([f"f{j}-{k:05d}.npy" for j in (0, 1) for k in range(6)])  # each once
     assert sorted(set(computed)) == [0, *range(30, 40)]  # item 0 for the layout, and shard 3 again
     assert contents(tmp_path) == before
+
+
+def test_a_relative_directory_is_where_the_system_takes_it(tmp_path, monkeypatch):
+    # Made absolute by normalizing its text, "link/../out" went to ./out, where the system (and every other program)
+    # takes it through the link: <link's target>/../out.
+    (tmp_path / "real" / "sub").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "real" / "sub")
+    monkeypatch.chdir(tmp_path)
+    lazyseq.write_npy(np.arange(6.0).reshape(3, 2), "link/../out")
+    assert (tmp_path / "real" / "out" / "manifest.json").exists() and not (tmp_path / "out").exists()

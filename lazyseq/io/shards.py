@@ -237,7 +237,9 @@ def write_npy(
     sync = flag(sync, "write_npy: sync")
     check_progress(progress, "write_npy")  # before the directory is touched
     # bytes too, as os functions take them; absolute, as the workers see it (a Ray worker's own directory differs)
-    directory = os.path.abspath(os.fsdecode(directory))
+    directory = os.fsdecode(directory)
+    if not os.path.isabs(directory):  # joined, not normalized: "link/../out" goes where the system takes it
+        directory = os.path.join(os.getcwd(), directory)
     try:
         first = read_batch(items, range(0, 1))
     except Exception as error:
