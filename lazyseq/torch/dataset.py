@@ -156,9 +156,9 @@ class ViewDataset(Dataset):
         if self._tensor_items is None and len(indices):  # the first batch says what the items are
             try:
                 value = _stacked(self.view, indices)
-            except Exception:  # items that do not stack (of several shapes): read one by one, if at all
-                self._tensor_items = False
-                return LazyBatch(self.view, indices)
+            except Exception:  # items that do not stack (of several shapes), or one that failed: its first item says
+                self._tensor_items = isinstance(self.view[indices[0]], torch.Tensor)  # an item's error: raised here
+                return LazyBatch(self.view, indices, read_now=self._tensor_items)
             self._tensor_items = _tensor_list(value)
             return LazyBatch(self.view, indices, value=value)
         return LazyBatch(self.view, indices, read_now=bool(self._tensor_items))
