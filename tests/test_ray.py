@@ -339,7 +339,7 @@ def test_a_loader_whose_ray_session_ended_says_so_and_starts_anew(cluster, monke
     with lazyseq.prefetch(lazyseq.smap(double, range(20)), nworkers=2, method="ray") as ahead:
         assert ahead[0] == 0
         session = ray_workers._session()
-        monkeypatch.setattr(ray_workers, "_session", lambda: ("another cluster", session[1]))
+        monkeypatch.setattr(ray_workers, "_session", lambda: (session[0], session[1], "another job"))
         with pytest.raises(lazyseq.LoaderError) as info:
             ahead[10]
         assert str(info.value) == (

@@ -21,9 +21,10 @@ the loader with :class:`~lazyseq.WorkerDied`.
 Each result is watched through its ``concurrent.futures.Future`` (Ray
 completes it from a thread of its own): checking for results costs under a
 microsecond, and :meth:`RayWorkers.fds` is a pipe those completions write to.
-A reader with nothing to take waits with ``ray.wait``: inside a Ray task,
-Ray lends the task's CPU to others meanwhile (waiting on the futures, it
-would not, and a loader in tasks that hold every CPU would never run).
+A reader with nothing to take waits with ``ray.wait``: in the main thread of
+a Ray task, Ray lends the task's CPU to others meanwhile (waiting on the
+futures, it would not, and a loader in tasks that hold every CPU would never
+run). Ray lends nothing from an actor (Ray Train workers, Tune trials).
 """
 
 from __future__ import annotations
@@ -87,10 +88,11 @@ class InFlight(NamedTuple):
     args: list
 
 
-def _session() -> tuple[str | None, str | None]:
-    """What tells this process's Ray session from a later one: its cluster's address and this driver's node."""
+def _session() -> tuple[str | None, str | None, str | None]:
+    """What tells this process's Ray session from a later one: its cluster's address, node and job (one per
+    connection of a driver, even to the same cluster)."""
     context = ray.get_runtime_context()
-    return context.gcs_address, context.get_node_id()
+    return context.gcs_address, context.get_node_id(), context.get_job_id()
 
 
 def connect_to_ray(owner: str) -> None:
