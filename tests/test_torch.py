@@ -948,3 +948,23 @@ def test_a_collate_fn_that_hands_tensor_items_to_torch_sees_them():
     ragged = lazyseq.smap(lambda n: np.arange(n, dtype=np.float32), [3, 1, 4, 2])  # arrays that do not stack
     padded = DataLoader(as_dataset(ragged), batch_size=2, collate_fn=lambda b: [x.tolist() for x in b])
     assert list(padded) == [[[0.0, 1.0, 2.0], [0.0]], [[0.0, 1.0, 2.0, 3.0], [0.0, 1.0]]]
+
+
+def test_a_first_batch_that_fails_to_read_decides_nothing_for_good():
+    # Any error reading the first batch made the dataset take its items for arrays for good: later batches of
+    # tensor items were empty to torch.stack, and an item's own error came out as "expects a non-empty TensorList".
+    rows = torch.arange(30.0).reshape(10, 3)
+    calls = [0]
+
+    def flaky(i):
+        calls[0] += 1
+        if calls[0] == 1:
+            raise OSError("transient read error")
+        return rows[i]
+
+    dataset = as_dataset(lazyseq.smap(flaky, range(10)))
+    batches = list(DataLoader(dataset, batch_size=4, collate_fn=torch.stack))  # the first read fails, the rest not
+    assert torch.equal(torch.cat(batches), rows)
+    failing = as_dataset(lazyseq.smap(lambda i: rows[i] if i != 1 else 1 / 0, range(10)))
+    with pytest.raises(lazyseq.EvaluationError, match="ZeroDivisionError: division by zero"):
+        next(iter(DataLoader(failing, batch_size=4, collate_fn=torch.stack)))
