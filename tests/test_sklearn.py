@@ -533,3 +533,24 @@ def test_a_pair_of_1d_tensors_read_as_rows_says_so():
         "(X, y, sample_weight); a list of 2 1-D tensors of one shape is 2 rows of X (what a batch of tensor items "
         "is): for (x, y) with one feature, make x 2-D (x[:, None])"
     )
+
+
+def test_x_as_lists_is_read_one_way_through_a_call():
+    # Each batch was judged alone: a short last batch with as many rows as features (columns of lists) was refused
+    # after every other batch had trained, and a batch of tensor rows as long as its features too.
+    count = 3 * BATCH + WIDTH  # the last batch: WIDTH rows of WIDTH features
+    lists = lazyseq.collate([X[:count].tolist(), LABELS[:count]])
+    reference = GaussianNB().fit(X[:count], LABELS[:count])
+    model = fit(GaussianNB(), lists.batch(BATCH), classes=CLASSES, progress=False)
+    np.testing.assert_allclose(model.theta_, reference.theta_)
+    np.testing.assert_array_equal(predict(model, lists, batch_size=BATCH, progress=False), reference.predict(X[:count]))
+    assert score(model, lists, batch_size=BATCH, progress=False) == reference.score(X[:count], LABELS[:count])
+    torch = pytest.importorskip("torch")
+    tensors = lazyseq.smap(lambda x, t: (torch.from_numpy(x), t), X[:count], LABELS[:count])  # rows as tensors
+    model = fit(GaussianNB(), tensors.batch(BATCH), classes=CLASSES, progress=False)
+    np.testing.assert_allclose(model.theta_, reference.theta_)
+    square = lazyseq.smap(lambda x, t: (torch.from_numpy(x), t), X[:WIDTH], LABELS[:WIDTH]).batch(WIDTH)
+    np.testing.assert_allclose(
+        fit(GaussianNB(), square, classes=CLASSES, progress=False).theta_,
+        GaussianNB().fit(X[:WIDTH], LABELS[:WIDTH]).theta_,
+    )

@@ -12,7 +12,7 @@ from ..loading.buffers import BufferLoader
 from ..progress import ProgressBar, progress_bar
 from ..views.base import View
 from ..views.sources import as_view
-from .items import fields
+from .items import FeatureLayout, fields
 from .scoring import score, score_rule
 
 __all__ = ["fit"]
@@ -94,6 +94,7 @@ class _PartialFit:
     def __init__(self, estimator: Any, classes: Any, hint: str = "") -> None:
         name = type(estimator).__name__
         self.hint = hint  # what to do where the batches look like (X, y) of whole arrays
+        self.layout = FeatureLayout()  # the batches of one call are read one way
         method = getattr(estimator, "partial_fit", None)
         if not callable(method):
             raise TypeError(
@@ -111,7 +112,7 @@ class _PartialFit:
         self.needs_targets = _needs_targets(method)
 
     def __call__(self, batch: Any, step: int) -> None:
-        X, y, weights = fields(batch, f"fit: batch {step}")
+        X, y, weights = fields(batch, f"fit: batch {step}", self.layout)
         _check_rows(X, step)
         keywords = {}
         if step == 0 and self.classes is not None:

@@ -9,60 +9,85 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ITEM_SHAPES", "features", "fields", "rows_of"]
+__all__ = ["ITEM_SHAPES", "FeatureLayout", "features", "fields", "rows_of"]
 
 ITEM_SHAPES = "(X, y), (X, y, sample_weight) or X alone"
 
 
-def fields(batch: Any, where: str) -> tuple[Any, Any, Any]:
-    """``(X, y, sample_weight)`` of a batch, ``None`` for what it does not hold."""
+def fields(batch: Any, where: str, layout: FeatureLayout | None = None) -> tuple[Any, Any, Any]:
+    """``(X, y, sample_weight)`` of a batch, ``None`` for what it does not hold (X read as ``layout`` says)."""
     if _tensor_rows(batch):  # tensor items, batched: X alone
         return rows_of(batch), None, None
     if isinstance(batch, (tuple, list)):
+        layout = layout if layout is not None else FeatureLayout()
         if len(batch) == 2:
             y = rows_of(batch[1])
-            return _features_of(batch[0], y, where), y, None
+            return layout.features(batch[0], y, where), y, None
         if len(batch) == 3:
             y = rows_of(batch[1])
-            return _features_of(batch[0], y, where), y, rows_of(batch[2])
+            return layout.features(batch[0], y, where), y, rows_of(batch[2])
         raise ValueError(f"{where} is a {type(batch).__name__} of {len(batch)} items; it must be {ITEM_SHAPES}")
     if batch is None or isinstance(batch, (Mapping, str, bytes, numbers.Number)) or getattr(batch, "ndim", None) == 0:
         raise TypeError(f"{where} is a {type(batch).__name__}; it must be {ITEM_SHAPES}")
     return batch, None, None
 
 
-def features(batch: Any, where: str) -> Any:
-    """X of a batch: the batch itself, or its first field (its columns stacked: see :func:`_features_of`)."""
+def features(batch: Any, where: str, layout: FeatureLayout | None = None) -> Any:
+    """X of a batch: the batch itself, or its first field (read as ``layout`` says)."""
     if isinstance(batch, (tuple, list)) and not _tensor_rows(batch):
-        return _features_of(batch[0], batch[1] if len(batch) > 1 else None, where)
+        layout = layout if layout is not None else FeatureLayout()
+        return layout.features(batch[0], batch[1] if len(batch) > 1 else None, where)
     return rows_of(batch)
 
 
-def _features_of(X: Any, y: Any, where: str) -> Any:
-    """``rows_of(X)``, or its columns stacked where it is a list of them: what a batch makes of items whose X is a list.
+class FeatureLayout:
+    """Whether an X that is a list of 1-D arrays or tensors holds its rows or its columns: decided once, then kept.
 
     A batch collates items that are lists position by position (lazyseq's
     ``batch`` and torch's ``default_collate`` alike): X given as a Python
     list of 5 numbers becomes a list of 5 arrays, one per feature, which
-    scikit-learn would read as 5 rows. Told apart from a list of rows by the
-    targets' length.
+    scikit-learn would read as 5 rows; ``view.batch`` of tensor items makes
+    a list of rows. The first batch that has such an X says which, by the
+    targets' length (one call of ``fit``, ``score`` or ``predict`` reads
+    its batches one way: a short last batch, as many rows as features, is
+    read as the others were).
 
     >>> import numpy as np
-    >>> _features_of([np.array([1.0, 2.0, 3.0]), np.array([4.0, 5.0, 6.0])], np.arange(3), "batch 0").tolist()
+    >>> layout = FeatureLayout()
+    >>> layout.features([np.array([1.0, 2.0, 3.0]), np.array([4.0, 5.0, 6.0])], np.arange(3), "batch 0").tolist()
     [[1.0, 4.0], [2.0, 5.0], [3.0, 6.0]]
+    >>> layout.features([np.array([7.0, 8.0]), np.array([9.0, 0.0])], np.arange(2), "batch 1").tolist()  # as before
+    [[7.0, 9.0], [8.0, 0.0]]
     """
-    if type(X) is not list or not X or not all(_is_vector(x) for x in X):
-        return rows_of(X)
+
+    def __init__(self) -> None:
+        self.columns: bool | None = None
+
+    def features(self, X: Any, y: Any, where: str) -> Any:
+        """``rows_of(X)``, or its columns stacked."""
+        if type(X) is not list or not X or not all(_is_vector(x) for x in X):
+            return rows_of(X)
+        if self.columns is None:
+            self.columns = _holds_columns(X, y, where)
+        if not self.columns:
+            return rows_of(X)
+        return np.column_stack([x if isinstance(x, np.ndarray) else x.numpy(force=True) for x in X])
+
+
+def _holds_columns(X: list, y: Any, where: str) -> bool:
+    """Whether ``X``, a list of 1-D arrays or tensors, holds columns, told by the targets' length."""
     rows = len(y) if isinstance(y, Sized) else None
-    if rows is None or any(len(x) != rows for x in X):  # rows themselves (or what scikit-learn will refuse)
-        return rows_of(X)
-    if len(X) == rows:
-        raise ValueError(
-            f"{where}: X is a list of {rows} arrays of {rows} values, as many as the targets: the columns of items "
-            "whose X is a list (a batch collates them position by position), or rows; make X one array (each "
-            "item's X a numpy array, or np.stack the rows)"
-        )
-    return np.column_stack([x.numpy(force=True) if not isinstance(x, np.ndarray) else x for x in X])
+    if rows is None or any(len(x) != rows for x in X):  # rows (or what scikit-learn will refuse)
+        return False
+    if len(X) != rows:
+        return True
+    if not isinstance(X[0], np.ndarray):  # tensors: what view.batch makes of tensor items, rows
+        return False
+    raise ValueError(
+        f"{where}: X is a list of {rows} arrays of {rows} values, as many as the targets: the columns of items "
+        "whose X is a list (a batch collates them position by position), or rows; make X one array (each "
+        "item's X a numpy array, or np.stack the rows)"
+    )
 
 
 def _is_vector(x: Any) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..evaluate import evaluate
-from .items import features, fields
+from .items import FeatureLayout, features, fields
 
 __all__ = ["predict", "score", "score_rule"]
 
@@ -45,8 +45,10 @@ def predict(
     """
     compute = _method(estimator, method)
 
+    layout = FeatureLayout()  # the batches of one call are read one way
+
     def on_batch(batch: Any) -> Any:
-        return compute(features(batch, f"{method}: a batch of data"))
+        return compute(features(batch, f"{method}: a batch of data", layout))
 
     return evaluate(on_batch, data, batch_size, out=out, nworkers=nworkers, progress=progress, description=method)
 
@@ -186,9 +188,10 @@ def _scorer(rule: str, estimator: Any, metric: Callable | None) -> tuple[Callabl
 def _supervised(estimator: Any, metric: Callable) -> tuple[Callable, Callable]:
     """Predictions and targets (and weights) of each chunk; ``metric`` of all of them."""
     name = type(estimator).__name__
+    layout = FeatureLayout()  # the batches of one call are read one way
 
     def collect(batch: Any) -> tuple:
-        X, y, weights = fields(batch, "score: a batch of data")
+        X, y, weights = fields(batch, "score: a batch of data", layout)
         if y is None:
             raise ValueError(
                 f"score: the items of data are X alone, but {name} is scored against targets: "
@@ -216,9 +219,10 @@ def _column(values: Any) -> Any:
 
 def _per_sample(estimator: Any, reduce: Callable[[np.ndarray], Any]) -> tuple[Callable, Callable]:
     """Scores that are the mean or the sum of ``score_samples`` (which takes no weights)."""
+    layout = FeatureLayout()  # the batches of one call are read one way
 
     def collect(batch: Any) -> np.ndarray:
-        X, _, weights = fields(batch, "score: a batch of data")
+        X, _, weights = fields(batch, "score: a batch of data", layout)
         if weights is not None:
             raise TypeError(
                 f"score: the items of data carry sample weights, but {type(estimator).__name__}.score takes none"
@@ -231,9 +235,10 @@ def _per_sample(estimator: Any, reduce: Callable[[np.ndarray], Any]) -> tuple[Ca
 def _chunk_totals(estimator: Any) -> tuple[Callable, Callable]:
     """Scores that are a sum over samples (K-means: minus the inertia): ``estimator.score`` of each chunk, added."""
     totals: list[float] = []
+    layout = FeatureLayout()  # the batches of one call are read one way
 
     def collect(batch: Any) -> np.ndarray:
-        X, _, weights = fields(batch, "score: a batch of data")
+        X, _, weights = fields(batch, "score: a batch of data", layout)
         totals.append(estimator.score(X, sample_weight=weights))
         return np.empty((_count_rows(X), 0))  # evaluate wants a row per item; the totals are kept aside
 
