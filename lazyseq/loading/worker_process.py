@@ -250,9 +250,9 @@ class Outbox:
     as long as that is quick: tasks take under half of ``HOLD_SECONDS``, and
     the oldest message waiting is younger than that. Results then go
     ``TOGETHER`` to a write (the consumer, woken once, reads them all), or
-    fewer when the run ends. A quick task followed by a slow one in the same
-    run thus waits for the slow one: what a consumer reading in order would
-    wait for next anyway. Results alike in their slots that follow each
+    fewer when the run ends. A quick task's result held while a slow one of
+    the same run is computed goes after ``LateSender.LATE_SECONDS`` (see
+    :class:`LateSender`). Results alike in their slots that follow each
     other go as one :class:`~.messages.AlikeResults`. The framing is
     :mod:`multiprocessing.connection`'s, so the consumer reads them as
     messages sent one by one.
