@@ -158,6 +158,7 @@ class DeferredWorkers:
         self.workers.submit_many(tasks)
 
     def _closed_meanwhile(self) -> bool:
+        """Whether close() was called, read anew (another thread, or a finalizer, may have set it since)."""
         return self._closed
 
     def poll(self, timeout: float) -> list[Done]:

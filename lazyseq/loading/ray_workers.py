@@ -244,8 +244,8 @@ class RayWorkers:
             node = getattr(error, "ip", None)
             raise LoaderError(
                 f"{self._owner}: a Ray worker{f' on {node}' if node else ''} could not load lazyseq's task ({cause}); "
-                "every node needs "
-                "lazyseq and the modules the pipeline imports, installed or sent with ray.init(runtime_env=...)"
+                "every node needs lazyseq and the modules the pipeline imports, installed or sent with "
+                "ray.init(runtime_env=...)"
             ) from error
         if (cause is not None or isinstance(error, (WorkerCrashedError, NodeDiedError))) and len(tasks) > 1:
             self._alone.extend(zip(tasks, args))

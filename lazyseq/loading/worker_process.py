@@ -7,9 +7,10 @@ slot the task came with) or the pickled result, with the seconds the task took
 (they size each worker's share of the tasks). Results of cheap tasks go back
 several to a write (see :class:`Outbox`): each write wakes the consumer, and a
 wake-up costs more than such a task; one held while a task turns out long goes
-after ``LateSender.LATE_SECONDS`` all the same (see :class:`LateSender`). It ignores SIGINT (the consumer
-decides what an interrupt means), limits its BLAS threads, and exits on its
-own when the consumer's process goes away (see :mod:`.parent_watch`).
+all the same after ``LateSender.LATE_SECONDS`` (see :class:`LateSender`). It
+ignores SIGINT (the consumer decides what an interrupt means), limits its BLAS
+threads, and exits on its own when the consumer's process goes away (see
+:mod:`.parent_watch`).
 """
 
 from __future__ import annotations

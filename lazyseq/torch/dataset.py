@@ -18,7 +18,7 @@ from torch.utils.data import Dataset, IterableDataset, default_collate
 from ..views.base import View
 from ..views.itemtypes import SequenceLike, T
 from ..views.sources import as_view
-from .tensors import stack_tensor_items, to_tensors
+from .tensors import is_tensor_list, stack_tensor_items, to_tensors
 
 __all__ = ["LazyBatch", "ViewDataset", "as_dataset", "collate", "from_dataset"]
 
@@ -39,8 +39,8 @@ class LazyBatch(list):
     tensors, ``torch.stack(batch)``), finds it empty until then: where the
     items are tensors (``read_now``, or a ``value`` read already: what
     :class:`ViewDataset` decides from its first batch), the samples are read
-    at once, and are the batch. It
-    pickles as the plain list of its samples, without the view.
+    at once, and are the batch. It pickles as the plain list of its samples,
+    without the view.
 
     >>> import numpy as np, lazyseq
     >>> from lazyseq.torch.dataset import LazyBatch
@@ -59,7 +59,7 @@ class LazyBatch(list):
         self._indices = indices
         self._value: Any = _stacked(view, indices) if read_now and value is _UNREAD else value
         self._read = False  # the samples, in the list itself (where torch's C code reads a list)
-        if _tensor_list(self._value):  # items that are tensors batch into the list of them: the samples
+        if is_tensor_list(self._value):  # items that are tensors batch into the list of them: the samples
             list.extend(self, self._value)
             self._read = True
 
@@ -115,11 +115,6 @@ for _name in (
     setattr(LazyBatch, _name, _reading_first(_name))
 
 
-def _tensor_list(value: Any) -> bool:
-    """Whether ``value`` is a batch of tensor items: the list of them."""
-    return type(value) is list and bool(value) and all(isinstance(x, torch.Tensor) for x in value)
-
-
 def _stacked(view: View, indices: Any) -> Any:
     """The items of ``view`` at ``indices`` (a list, an array, a slice, a mask) as one batch."""
     selected = view[indices]
@@ -140,7 +135,7 @@ class ViewDataset(Dataset):
     def __init__(self, view: View) -> None:
         self.view = view
         self._len = view._need_length("as_dataset()")
-        self._tensor_items: bool | None = None  # known from the first item read for a batch
+        self._tensor_items: bool | None = None  # whether items are tensors: known from the first batch read
 
     def __len__(self) -> int:
         return self._len
@@ -159,7 +154,7 @@ class ViewDataset(Dataset):
             except Exception:  # items that do not stack (of several shapes), or one that failed: its first item says
                 self._tensor_items = isinstance(self.view[indices[0]], torch.Tensor)  # an item's error: raised here
                 return LazyBatch(self.view, indices, read_now=self._tensor_items)
-            self._tensor_items = _tensor_list(value)
+            self._tensor_items = is_tensor_list(value)
             return LazyBatch(self.view, indices, value=value)
         return LazyBatch(self.view, indices, read_now=bool(self._tensor_items))
 

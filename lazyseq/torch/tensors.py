@@ -9,7 +9,7 @@ import torch
 
 from ..nested import is_plain_array, map_leaves
 
-__all__ = ["stack_tensor_items", "to_tensors"]
+__all__ = ["is_tensor_list", "stack_tensor_items", "to_tensors"]
 
 # The dtypes torch.from_numpy accepts (in native byte order); other arrays are left as they are.
 _TORCH_DTYPES = frozenset(
@@ -87,6 +87,11 @@ def _tensor(array: np.ndarray) -> Any:
     return torch.from_numpy(array)
 
 
+def is_tensor_list(value: Any) -> bool:
+    """Whether ``value`` is a non-empty list of tensors: what a batch of tensor items (or fields) is."""
+    return type(value) is list and bool(value) and all(isinstance(x, torch.Tensor) for x in value)
+
+
 def stack_tensor_items(value: Any) -> Any:
     """``value`` (a batch) with each list of tensors in it (what items or fields that are tensors collate into) stacked.
 
@@ -99,7 +104,7 @@ def stack_tensor_items(value: Any) -> Any:
             [1., 1.]]), array([0, 1])]
     """
     if type(value) is list:
-        if value and all(isinstance(x, torch.Tensor) for x in value):
+        if is_tensor_list(value):
             return torch.stack(value)
         return [stack_tensor_items(x) for x in value]
     if isinstance(value, tuple):
