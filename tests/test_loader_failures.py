@@ -1,6 +1,7 @@
 """Failures in workers: every one reaches the consumer, named, and nothing hangs."""
 
 import contextlib
+import functools
 import multiprocessing
 import os
 import select
@@ -381,6 +382,57 @@ def test_a_keyboard_interrupt_in_a_worker_thread_stops_the_loader():
         list(ahead)
     assert not ahead.workers_running
     assert [t.name for t in threading.enumerate() if t.name.startswith("lazyseq")] == []
+
+
+def gives_up_on_five(x, error):
+    if x == 5:
+        raise error("item 5 gave up")
+    return x
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, SystemExit])
+@pytest.mark.parametrize("method", METHODS)
+def test_an_interrupt_raised_by_an_item_is_raised_at_its_read_and_the_iteration_goes_on(method, error):
+    # Threads raised it at whatever read came next (item 0's, before item 0 was delivered), and an iteration that
+    # went on after it read that item again, for ever; a worker process died of it (WorkerDied, a traceback on
+    # stderr), where threads, Ray and synchronous reading raise the item's own exception.
+    pipeline = lazyseq.smap(functools.partial(gives_up_on_five, error=error), range(10))
+    with prefetch(pipeline, nworkers=2, method=method, inline_below=0) as ahead:
+        reads, got = iter(ahead), []
+        for _ in range(12):
+            try:
+                got.append(next(reads))
+            except error as raised:
+                assert str(raised) == "item 5 gave up"
+                assert not ahead.workers_running  # stopped, as by a Ctrl-C; the next read starts them again
+                got.append("raised")
+            except StopIteration:
+                break
+    assert got == [0, 1, 2, 3, 4, "raised", 6, 7, 8, 9]
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, SystemExit])
+def test_an_interrupt_raised_in_a_worker_process_ends_the_batches_as_a_ctrl_c(error):
+    calls = iter(range(10**9))
+
+    def batch():
+        if next(calls) == 3:
+            raise error("batch gave up")
+        return np.zeros(2)
+
+    got = []
+    with lazyseq.load_buffers(batch, nworkers=1, method="process", start_method="fork") as batches:
+        for _ in range(8):
+            try:
+                next(batches)
+                got.append("batch")
+            except error:
+                got.append("raised")
+            except StopIteration:
+                break
+    assert got == ["batch"] * 3 + ["raised"]
+    assert multiprocessing.active_children() == []
 
 
 def test_a_worker_thread_that_cannot_start_leaves_no_thread(monkeypatch):

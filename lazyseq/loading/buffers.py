@@ -115,6 +115,9 @@ class BufferLoader(Iterator[T], Generic[T]):
             number = self._delivered
             self._delivered += 1
         if done.status == "error":
+            if not isinstance(done.value, Exception):  # KeyboardInterrupt, SystemExit: as a Ctrl-C, the iteration ends
+                self.close()
+                raise done.value
             _raise_failure(done.value, number)
         value = done.value
         self._check_shape(value, number)
@@ -214,9 +217,9 @@ def load_buffers(
     so ``func()`` drawing ``np.random.randint`` gives different batches in
     every worker. An exception in ``func`` is raised, as ``EvaluationError``
     naming the batch, by the ``next()`` that would have returned that batch;
-    the iterator then goes on. A worker process that dies, or an interrupt,
-    closes the iterator (``WorkerDied`` or ``KeyboardInterrupt`` is raised
-    once, then iteration ends): make a new one to go on. ``close()``, a
+    the iterator then goes on. A worker process that dies, or an interrupt
+    (a Ctrl-C, or ``KeyboardInterrupt`` or ``SystemExit`` raised by ``func``),
+    closes the iterator (that exception is raised once, then iteration ends): make a new one to go on. ``close()``, a
     ``with`` block or garbage collection stop the workers; in a process
     forked from yours, the iterator starts workers of its own.
 

@@ -61,11 +61,7 @@ class LoaderOptions:
     """How a loader's workers run, checked when the loader is made.
 
     ``inline_below`` is resolved here: seconds under which an item is computed
-    by the reader itself (0: never). ``interrupts_stop``: whether an item that
-    raises what is not an ``Exception`` (``KeyboardInterrupt``, ``SystemExit``)
-    in a worker thread stops the loader, which raises it to its reader (a
-    loader read by the user's own code), or fails that item alone (a server:
-    its readers are its consumers, which hear of it as of any other failure).
+    by the reader itself (0: never).
 
     >>> options = LoaderOptions.check("prefetch", nworkers=2, method="process")
     >>> options.nworkers, options.method, options.inline_below
@@ -86,7 +82,6 @@ class LoaderOptions:
     blas_threads: int
     inline_below: float
     seed: int | None
-    interrupts_stop: bool = True  # derived from the owner: False for "serve"
 
     @classmethod
     def check(
@@ -128,8 +123,7 @@ class LoaderOptions:
         if seed is not None:
             seed = integer(seed, f"{owner}: seed", low=0, expected="a non-negative integer or None")
         where = _where(owner, method, hook, inline_below)
-        # A server's readers are its consumers: an item's SystemExit is their item's failure, not a reason to stop.
-        return cls(owner, count, method, hook, start_method, blas, where, seed, interrupts_stop=owner != "serve")
+        return cls(owner, count, method, hook, start_method, blas, where, seed)
 
     @property
     def pickles_pipeline(self) -> bool:

@@ -155,7 +155,9 @@ class PrefetchView(View[T_co]):
                     if not self._died_ahead(error, i):
                         raise
         if done.status == "error":
-            raise raised_by_an_item(done.value)
+            failure = raised_by_an_item(done.value)
+            engine.failed(failure)  # an item's own KeyboardInterrupt or SystemExit stops the workers, as a Ctrl-C
+            raise failure
         return done.value
 
     def _get_many(self, idx: Positions) -> Any:

@@ -45,7 +45,6 @@ class ThreadWorkers:
 
     def __init__(self, job: Callable[[Any], Any], options: LoaderOptions) -> None:
         owner = self._owner = options.owner
-        self._interrupts_stop = options.interrupts_stop
         self._tasks: queue.SimpleQueue = queue.SimpleQueue()
         self._results: queue.SimpleQueue = queue.SimpleQueue()
         self._tickets: dict = {}  # task -> its latest _Ticket
@@ -126,9 +125,6 @@ class ThreadWorkers:
             if status == "hook_failed":
                 self.close()
                 raise LoaderError(f"{self._owner}: start_hook failed in worker thread {ticket.task}") from value
-            if status == "error" and not isinstance(value, Exception) and self._interrupts_stop:  # SystemExit...
-                self.close()
-                raise value
             if tickets.get(ticket.task) is ticket:
                 del tickets[ticket.task]
             delivered.append(Done(ticket.task, status, value))

@@ -92,7 +92,7 @@ def run_worker(conn: Connection, start: WorkerStart) -> None:
         _serve(conn, job, blas, outbox, start.progress, start.index)
     except ConnectionError:  # its pipe broke: the consumer is gone (before the parent watch noticed)
         return
-    finally:  # a task that raised SystemExit, say: what was computed before it still arrives
+    finally:  # whatever ended the loop, what was computed before it still arrives
         try:
             outbox.send()
         except OSError:
@@ -152,7 +152,7 @@ def _serve_tasks(
                 result = job.write_into(arg, slots.slot(slot))
             else:
                 result = job(arg)
-        except Exception as error:
+        except BaseException as error:  # SystemExit too; KeyboardInterrupt: SIGINT is ignored, so the item's own
             seconds = perf_counter() - began
             outbox.add(encode(TaskFailed(task, slot, capture(error))))
         else:
