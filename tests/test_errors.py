@@ -33,6 +33,33 @@ def test_error_names_item_and_chain_of_views():
     assert str(info.value.__cause__) == "bad value 4021"
 
 
+def exhausted_on_three(x):
+    if x == 3:
+        next(iter([]))  # a StopIteration, which Python makes a RuntimeError in the generator that iterates
+    return x
+
+
+def test_a_stop_iteration_raised_by_an_item_names_the_item_when_iterating(tmp_path, passthrough):
+    # "failed to compute an item: RuntimeError: generator raised StopIteration"; write_npy named a whole shard
+    lazyseq.seterr("wrap")
+    for view, chain in [
+        (lazyseq.smap(exhausted_on_three, range(6)), "smap(exhausted_on_three)[3]"),
+        (lazyseq.batch(lazyseq.smap(exhausted_on_three, range(6)), 2), "batch[1] -> smap(exhausted_on_three)[3]"),
+    ]:
+        with pytest.raises(lazyseq.EvaluationError) as info:
+            list(view)
+        assert str(info.value) == f"failed to compute {chain}: StopIteration: "
+    with pytest.raises(lazyseq.EvaluationError) as info:
+        lazyseq.write_npy(lazyseq.smap(exhausted_on_three, range(6)), tmp_path)
+    assert str(info.value) == (
+        f"write_npy: shard 0 of {tmp_path} failed at item 3 (smap(exhausted_on_three)[3]): StopIteration: "
+    )
+    lazyseq.seterr("passthrough")
+    with pytest.raises(RuntimeError) as info:  # as it is, not a StopIteration that would end the caller's loop
+        list(lazyseq.smap(exhausted_on_three, range(6)))
+    assert info.value.__notes__ == ["while computing smap(exhausted_on_three)[3]"]
+
+
 def test_error_chain_through_concatenate_and_collate():
     parts = lazyseq.concatenate([lazyseq.smap(normalize, range(4020, 4022)), [1, 2]])
     pairs = lazyseq.collate([parts, "abcd"])

@@ -30,7 +30,7 @@ from ..loading.thread_workers import worker_stopping
 from ..progress import check_progress, progress_bar
 from ..views import errors
 from ..views.base import View
-from ..views.errors import REMOTE_CHAIN, EvaluationError, LoaderFailure, describe_chain
+from ..views.errors import EvaluationError, LoaderFailure
 from ..views.itemtypes import SequenceLike
 from ..views.sources import as_view
 from .npy import open_npy
@@ -358,7 +358,8 @@ def _raise_failure(
         raise cause
     item = re.search(r"\[(\d+)\]$", chain.split(" -> ")[0]) if chain else None
     failed_item = getattr(cause, "failed_item", None)  # an item unlike item 0 (see Layout.read)
-    message = str(cause)
+    raised = errors.item_failure(cause)
+    message = errors.message_of(raised)
     if item is not None:
         where = f"item {item.group(1)} ({chain})"
     elif failed_item is not None:
@@ -369,15 +370,13 @@ def _raise_failure(
     else:
         where = "item 0"
     # A RemoteError stands for another type, whose name its message begins with.
-    what = message if hasattr(cause, "type_name") else f"{type(cause).__name__}: {message}"
+    what = message if hasattr(raised, "type_name") else f"{type(raised).__name__}: {message}"
     raise EvaluationError(f"write_npy: shard {shard} of {directory} failed at {where}: {what}") from cause
 
 
 def _chain_in_items(error: BaseException) -> str:
     """The part of an error's chain of views within the items written: ``gather[12] -> smap(f)[3]``."""
-    chain = " -> ".join(
-        part for part in (describe_chain(error.__traceback__), getattr(error, REMOTE_CHAIN, "")) if part
-    )
+    chain = errors.chain_of(error)
     steps = chain.split(" -> ") if chain else []
     marker = f"{ShardWrites.kind}["
     starts = [k for k, step in enumerate(steps) if step.startswith(marker)]

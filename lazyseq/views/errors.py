@@ -73,15 +73,39 @@ def reraise(error: Exception) -> NoReturn:
     """Raise ``error`` (caught at a public boundary) the way :func:`seterr` says."""
     if isinstance(error, (EndOfData, LoaderFailure)):
         raise error
-    chain = " -> ".join(
-        part for part in (describe_chain(error.__traceback__), getattr(error, REMOTE_CHAIN, "")) if part
-    )
+    chain = chain_of(error)
     if _mode == "passthrough":
         if chain:
             error.add_note(f"while computing {chain}")
         raise error
     where = chain or "an item"
-    raise EvaluationError(f"failed to compute {where}: {type(error).__name__}: {message_of(error)}") from error
+    raised = item_failure(error)
+    raise EvaluationError(f"failed to compute {where}: {type(raised).__name__}: {message_of(raised)}") from error
+
+
+def item_failure(error: BaseException) -> BaseException:
+    """What an item raised: a ``StopIteration`` that a generator over the items turned into a ``RuntimeError``.
+
+    >>> def items():
+    ...     yield next(iter([]))  # an item that raises StopIteration
+    >>> try:
+    ...     list(items())
+    ... except RuntimeError as error:
+    ...     type(item_failure(error)).__name__, type(item_failure(ValueError())).__name__
+    ('StopIteration', 'ValueError')
+    """
+    cause = error.__cause__
+    if type(error) is RuntimeError and isinstance(cause, StopIteration) and "raised StopIteration" in str(error):
+        return cause  # Python's own wrapping (PEP 479)
+    return error
+
+
+def chain_of(error: BaseException) -> str:
+    """The chain of views that ``error`` went through, where it was raised (another process's included)."""
+    raised = item_failure(error)
+    return " -> ".join(
+        part for part in (describe_chain(raised.__traceback__), getattr(raised, REMOTE_CHAIN, "")) if part
+    )
 
 
 def message_of(error: BaseException) -> str:
