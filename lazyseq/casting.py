@@ -8,13 +8,19 @@ bool: only 0 and 1 do; integers cast to floats: inf where too large; and, for
 a cast numpy calls safe, datetimes and durations cast to a finer unit: wrapped
 around outside its range). Floats that lose precision to narrower ones are
 kept, as are integers to floats and times to a coarser unit.
+
+numpy also calls safe a cast from numbers to strings ("3", "True"):
+:func:`same_kind_of_value` tells a cast that keeps numbers numbers, strings
+strings, bytes bytes and times times.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["keeps_values"]
+__all__ = ["keeps_values", "same_kind_of_value"]
+
+_NUMBERS = "biufc"  # bool, integers, floats, complex numbers: one widens into another
 
 
 def keeps_values(values: np.ndarray, dtype: np.dtype) -> bool:
@@ -51,3 +57,20 @@ def keeps_values(values: np.ndarray, dtype: np.dtype) -> bool:
             back = values.astype(dtype).astype(values.dtype)
         return bool(((back == values) | np.isnat(values)).all())
     return True
+
+
+def same_kind_of_value(source: np.dtype, dtype: np.dtype) -> bool:
+    """Whether ``source`` values cast to ``dtype`` stay the same kind of value: numbers, str, bytes, datetimes, durations.
+
+    >>> same_kind_of_value(np.dtype("i1"), np.dtype("f4")), same_kind_of_value(np.dtype("?"), np.dtype("u8"))
+    (True, True)
+    >>> same_kind_of_value(np.dtype("i1"), np.dtype("U5")), same_kind_of_value(np.dtype("S3"), np.dtype("U3"))
+    (False, False)
+    >>> same_kind_of_value(np.dtype("M8[s]"), np.dtype("M8[ns]")), same_kind_of_value(np.dtype("m8"), np.dtype("M8"))
+    (True, False)
+    """
+    if source.kind in _NUMBERS:
+        return dtype.kind in _NUMBERS
+    if source.kind in "USmM":
+        return dtype.kind == source.kind
+    return source == dtype  # records, objects: only as they are

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .arguments import integer
-from .casting import keeps_values
+from .casting import keeps_values, same_kind_of_value
 from .io.shard_files import temporary_name
 from .loading.buffering import BATCHES_AHEAD, Buffering
 from .loading.options import LoaderOptions, Method
@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from .loading.prefetch import PrefetchView
 
 __all__ = ["evaluate"]
+
+SHARED_MEMORY_WORK = 100_000  # steps np.shares_memory may take to tell whether two outputs overlap
 
 
 def evaluate(
@@ -189,10 +191,19 @@ class _Outputs:
 
     def _copy(self, k: int, leaf: np.ndarray, start: int, rows: int, batch_index: int) -> None:
         target = self.arrays[k]
-        if not np.can_cast(leaf.dtype, target.dtype, "safe"):
+        if not (np.can_cast(leaf.dtype, target.dtype, "safe") and same_kind_of_value(leaf.dtype, target.dtype)):
             if self.owned[k]:  # our own array or file: widen it (a longer string, floats after ints)
-                target = self.arrays[k] = self._widened(k, _wider(target.dtype, leaf.dtype, batch_index), start)
-            elif not np.can_cast(leaf.dtype, target.dtype, "same_kind"):
+                wider = _wider(target.dtype, leaf.dtype, batch_index)
+                if not keeps_values(target[:start], wider):
+                    raise TypeError(
+                        f"evaluate: fn returned {leaf.dtype} results for batch {batch_index}, but {target.dtype} ones "
+                        f"before, some of which {wider} cannot hold (times outside the range of its unit): return "
+                        "one dtype, with .astype in fn"
+                    )
+                target = self.arrays[k] = self._widened(k, wider, start)
+            elif not (
+                np.can_cast(leaf.dtype, target.dtype, "same_kind") and same_kind_of_value(leaf.dtype, target.dtype)
+            ):
                 raise TypeError(f"evaluate: cannot write {leaf.dtype} results into the {target.dtype} output")
             elif not keeps_values(leaf, target.dtype):
                 raise TypeError(_do_not_fit(leaf, target, batch_index))
@@ -237,9 +248,6 @@ class _Outputs:
                     os.unlink(working)
 
 
-_NUMBERS = "biufc"  # bool, integers, floats, complex numbers: one widens into another
-
-
 def _do_not_fit(leaf: np.ndarray, target: np.ndarray, batch_index: int) -> str:
     return (
         f"evaluate: the {leaf.dtype} results of batch {batch_index} do not fit the {target.dtype} output "
@@ -262,11 +270,9 @@ def _wider(old: np.dtype, new: np.dtype, batch_index: int) -> np.dtype:
         wider = np.promote_types(old, new)
     except TypeError:
         wider = None
-    if wider is not None:
-        if old.kind in _NUMBERS and new.kind in _NUMBERS:
-            if not (old.kind in "iu" and new.kind in "iu" and wider.kind not in "iu"):
-                return wider
-        elif old.kind == new.kind:  # longer strings, datetimes of a finer unit
+    # numbers widen (not int64 with uint64 into floats), strings lengthen, times take a finer unit
+    if wider is not None and same_kind_of_value(old, new):
+        if not (old.kind in "iu" and new.kind in "iu" and wider.kind not in "iu"):
             return wider
     raise TypeError(
         f"evaluate: fn returned {new.str} results for batch {batch_index}, but {old} ones before, and no dtype holds "
@@ -283,16 +289,25 @@ def _check_distinct(targets: list) -> None:
             if isinstance(first, (str, os.PathLike)) and isinstance(second, (str, os.PathLike)):
                 same = os.path.abspath(first) == os.path.abspath(second)
             else:
-                same = (
-                    isinstance(first, np.ndarray)
-                    and isinstance(second, np.ndarray)
-                    and np.may_share_memory(first, second)
-                )
+                same = isinstance(first, np.ndarray) and isinstance(second, np.ndarray) and _overlap(first, second)
             if same:
                 raise ValueError(
                     f"evaluate: out gives the same {'file' if isinstance(first, (str, os.PathLike)) else 'memory'} "
                     f"for results {b} and {a}: each would overwrite the other; give each result its own"
                 )
+
+
+def _overlap(first: np.ndarray, second: np.ndarray) -> bool:
+    """Whether two arrays share an element (the columns of one table do not); where that is too long to tell, yes.
+
+    >>> table = np.zeros((4, 2))
+    >>> _overlap(table[:, 0], table[:, 1]), _overlap(table[:, 0], table[1:, 0])
+    (False, True)
+    """
+    try:
+        return bool(np.shares_memory(first, second, max_work=SHARED_MEMORY_WORK))  # type: ignore[arg-type]  # stubs: -1, 0
+    except np.exceptions.TooHardError:
+        return True
 
 
 def _anything(value: Any) -> bool:

@@ -128,11 +128,32 @@ def test_widening_keeps_the_kind_of_every_value():
     assert wider.dtype == np.int16 and wider.tolist() == [0, 0]  # integers that an integer dtype holds together
 
 
+def test_widening_to_a_finer_unit_of_time_keeps_the_earlier_times_or_says_it_cannot():
+    # the dates of the year 2500 of batch 0 were rewritten in nanoseconds: 1915-06-14
+    late = np.array(["2500-01-01"], "datetime64[s]")
+    with pytest.raises(TypeError) as caught:
+        lazyseq.evaluate(lambda b: late if b[0] == 0 else np.zeros(1, "datetime64[ns]"), [0, 1], batch_size=1)
+    assert str(caught.value) == (
+        "evaluate: fn returned datetime64[ns] results for batch 1, but datetime64[s] ones before, some of which "
+        "datetime64[ns] cannot hold (times outside the range of its unit): return one dtype, with .astype in fn"
+    )
+    near = np.array(["2020-01-01"], "datetime64[s]")
+    finer = lazyseq.evaluate(lambda b: near if b[0] == 0 else near.astype("datetime64[ns]") + 1, [0, 1], batch_size=1)
+    assert finer.dtype == np.dtype("datetime64[ns]") and finer.tolist() == [1577836800000000000, 1577836800000000001]
+
+
 def test_the_same_output_twice_is_refused(tmp_path):
     shared = np.empty(4)
     for out in [(shared, shared), (shared[:4], shared), (tmp_path / "p.npy", str(tmp_path / "p.npy"))]:
         with pytest.raises(ValueError, match=r"^evaluate: out gives the same (file|memory) for results 0 and 1"):
             lazyseq.evaluate(lambda b: (b, 2 * b), np.arange(4.0), batch_size=2, out=out)
+
+
+def test_columns_of_one_table_are_outputs_of_their_own():
+    # refused as "the same memory": they share none of it
+    table = np.zeros((4, 2))
+    lazyseq.evaluate(lambda b: (b, 2 * b), np.arange(4.0), batch_size=3, out=(table[:, 0], table[:, 1]))
+    assert table.tolist() == [[0.0, 0.0], [1.0, 2.0], [2.0, 4.0], [3.0, 6.0]]
 
 
 def test_a_read_only_output_is_refused_before_fn_runs(tmp_path):

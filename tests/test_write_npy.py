@@ -769,6 +769,30 @@ def test_what_is_accepted_and_how_it_is_named_does_not_depend_on_the_blocks(tmp_
         lazyseq.write_npy([(1, 2)] * 3 + [np.array([1, 2])], tmp_path / "odd-array", rows_per_shard=rows_per_shard)
 
 
+def _as_it_is(item):
+    return item
+
+
+@pytest.mark.parametrize("rows_per_shard", [None, 1, 3])
+def test_numbers_among_strings_and_times_out_of_a_finer_units_range_are_refused(tmp_path, rows_per_shard):
+    # numpy calls both casts safe, and stacks such items so: they were written as "3" and "True", and as dates of 1915
+    labels = [np.array("cat", "U5"), np.array("dog", "U5"), np.int8(3), np.True_]
+    dates = [np.datetime64("2020-01-01", "ns"), np.datetime64("2021-01-01", "D"), np.datetime64("2500-01-01", "D")]
+    fields = [(np.float32(k), np.datetime64("2020-01-01", "ns")) for k in range(2)]
+    fields.append((np.float32(2), np.datetime64("2500-01-01", "D")))
+    for name, items, message in [
+        ("labels", labels, "failed at item 2: ValueError: int8 values, which do not fit the <U5 of item 0"),
+        ("dates", dates, "failed at item 2: ValueError: datetime64[D] values, which do not fit the datetime64[ns]"),
+        ("fields", fields, "failed at item 2: ValueError: field 'f1': datetime64[D] values, which do not fit"),
+    ]:
+        with pytest.raises(lazyseq.EvaluationError, match=re.escape(message)):
+            lazyseq.write_npy(lazyseq.smap(_as_it_is, items), tmp_path / name, rows_per_shard=rows_per_shard)
+    written = lazyseq.write_npy(
+        lazyseq.smap(_as_it_is, dates[:2]), tmp_path / "in-range", rows_per_shard=rows_per_shard
+    )
+    assert list(written) == [np.datetime64("2020-01-01", "ns"), np.datetime64("2021-01-01", "ns")]
+
+
 def test_only_its_own_temporary_files_are_removed(tmp_path):
     os.makedirs(tmp_path / "out")
     for name in [".data-00000.npy.0123abcd.tmp", ".manifest.json.89abcdef.tmp", ".notes.txt.0123abcd.tmp"]:

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..casting import keeps_values, same_kind_of_value
 from ..views.base import View
 from ..views.chunks import MixedShapes, chunk_rows, chunk_to_batch
 
@@ -225,7 +226,7 @@ class Layout:
                     f"{what}:{name} rows of shape {array.shape[1:]}, but item 0 has rows of shape {field.row_shape}"
                 )
             if array.dtype != field.dtype:
-                if not np.can_cast(array.dtype, field.dtype, "safe"):
+                if not _holds(field.dtype, array):
                     raise ValueError(
                         f"{what}:{name} {array.dtype} values, which do not fit the {field.dtype} of item 0: "
                         "make every item the same dtype (.astype in the pipeline)"
@@ -252,7 +253,9 @@ class Layout:
         # Items made one by one collate as the first one is made (an array among tuples is indexed as one): each
         # is checked to be of the kind of item 0 first, or the block's items are taken one by one.
         kind = self.kind
-        if type(chunk) is not list or all(_kind_of(item) == kind for item in chunk):
+        if type(chunk) is not list or (
+            all(_kind_of(item) == kind for item in chunk) and not self._stacking_hides(chunk)
+        ):
             try:
                 return self.field_arrays(_collated(chunk, rows), rows)
             except (TypeError, ValueError) as error:
@@ -267,6 +270,30 @@ class Layout:
                 error.failed_item = i  # type: ignore[union-attr]  # read by write_npy's message
                 raise
         return [np.concatenate(parts) for parts in zip(*per_item)]
+
+    def _stacking_hides(self, items: list) -> bool:
+        """Whether stacking ``items`` could change some of their values unseen (then they are taken one by one).
+
+        numpy stacks numbers among strings as strings ("3"), and times of
+        several units in the finest, where the others may wrap around: only
+        fields of strings or times are looked at, item by item.
+        """
+        touchy = [k for k, field in enumerate(self.fields) if field.dtype.kind in "USmM"]
+        if not touchy:
+            return False
+        for item in items:
+            for k in touchy:
+                field = self.fields[k]
+                if self.kind == "array":
+                    value = item
+                elif self.kind == "dict":
+                    value = item.get(field.name)
+                else:
+                    value = item[k] if k < len(item) else None
+                found = np.asarray(value).dtype
+                if found.kind != field.dtype.kind or (found.kind in "mM" and found != field.dtype):
+                    return True
+        return False
 
     # -- JSON --------------------------------------------------------------------
 
@@ -427,3 +454,20 @@ def _shown(kind: str, names: list[str], one: bool = False) -> str:
     if kind == "tuple":
         return f"a tuple of {len(names)}" if one else f"tuples of {len(names)}"
     return f"a dict with keys {names}" if one else f"dicts with keys {names}"
+
+
+def _holds(dtype: np.dtype, values: np.ndarray) -> bool:
+    """Whether a field of ``dtype`` holds ``values`` as they are: a safe cast, numbers still numbers, no time wrapped.
+
+    numpy calls safe a cast of numbers to strings, and of times to a finer unit, where those outside its range wrap.
+
+    >>> _holds(np.dtype("f4"), np.array([3], "i1")), _holds(np.dtype("U5"), np.array(3, "i1"))
+    (True, False)
+    >>> _holds(np.dtype("M8[ns]"), np.array(["2020-01-01", "2500-01-01"], "M8[D]"))
+    False
+    """
+    return (
+        same_kind_of_value(values.dtype, dtype)
+        and np.can_cast(values.dtype, dtype, "safe")
+        and keeps_values(values, dtype)
+    )
