@@ -690,6 +690,13 @@ def test_open_npy_of_a_directory_without_a_finished_run(tmp_path):
         f"open_npy: {tmp_path} holds shards of a write_npy run that did not finish (no manifest.json, only "
         "progress.jsonl): call write_npy again with the same arguments to finish it"
     )
+    with lazyseq.io.shard_directory.writing_alone(str(tmp_path)):  # as a run writing there holds it
+        with pytest.raises(FileNotFoundError) as info:
+            lazyseq.open_npy(tmp_path)
+    assert str(info.value) == (  # was told to call write_npy, which the other run would have refused
+        f"open_npy: {tmp_path} is being written by a write_npy run that has not finished (no manifest.json yet): "
+        "open it once that run has ended"
+    )
 
 
 # -- items that cannot be written --------------------------------------------------

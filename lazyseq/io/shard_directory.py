@@ -70,6 +70,11 @@ def read_manifest(directory: str) -> Written:
     path = os.path.join(directory, MANIFEST)
     if not os.path.exists(path):
         if os.path.exists(os.path.join(directory, PROGRESS)):
+            if _being_written(directory):
+                raise FileNotFoundError(
+                    f"{directory} is being written by a write_npy run that has not finished (no {MANIFEST} yet): "
+                    "open it once that run has ended"
+                )
             raise FileNotFoundError(
                 f"{directory} holds shards of a write_npy run that did not finish (no {MANIFEST}, only "
                 f"{PROGRESS}): call write_npy again with the same arguments to finish it"
@@ -84,6 +89,25 @@ def read_manifest(directory: str) -> Written:
         return _written(data, data["shards"], complete=True)
     except (ValueError, KeyError, TypeError, OverflowError, IsADirectoryError) as error:
         raise ValueError(f"{path} is not a write_npy manifest: {type(error).__name__}: {error}") from None
+
+
+def _being_written(directory: str) -> bool:
+    """Whether a run holds the lock of ``directory`` (see :func:`writing_alone`): it is writing there now."""
+    try:
+        import fcntl
+
+        fd = os.open(directory, os.O_RDONLY)
+    except (ImportError, OSError):
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:  # a file system without locks
+        return False
+    finally:
+        os.close(fd)  # and the lock taken with it
+    return False
 
 
 @contextlib.contextmanager
