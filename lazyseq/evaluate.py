@@ -416,7 +416,12 @@ def _destination(target: Any, leaf: np.ndarray, total: int) -> tuple[np.ndarray,
         raise IsADirectoryError(f"evaluate: out {os.fspath(target)!r} is a directory: give the path of a .npy file")
     if isinstance(target, (str, os.PathLike)):  # made here from the first batch: widened as later ones need
         # a link's target is what is written, as when writing through the link
-        array, working = _hidden_npy(os.path.realpath(target), leaf.dtype, shape)
+        final = os.path.realpath(target)
+        if not os.path.isdir(os.path.dirname(final)):  # else the error names the hidden file made beside it
+            raise FileNotFoundError(
+                f"evaluate: out {os.fspath(target)!r} is in a directory that does not exist: make it first"
+            )
+        array, working = _hidden_npy(final, leaf.dtype, shape)
         return array, True, working
     if not isinstance(target, np.ndarray):
         raise TypeError(

@@ -149,6 +149,15 @@ def test_the_same_output_twice_is_refused(tmp_path):
             lazyseq.evaluate(lambda b: (b, 2 * b), np.arange(4.0), batch_size=2, out=out)
 
 
+def test_an_output_path_in_a_missing_directory_is_named(tmp_path):
+    # the error named the hidden file evaluate makes beside it: '.../missing/.p.npy.49abe1a5.tmp'
+    with pytest.raises(FileNotFoundError) as caught:
+        lazyseq.evaluate(lambda b: b, np.arange(4.0), batch_size=2, out=tmp_path / "missing" / "p.npy")
+    assert str(caught.value) == (
+        f"evaluate: out {str(tmp_path / 'missing' / 'p.npy')!r} is in a directory that does not exist: make it first"
+    )
+
+
 def test_columns_of_one_table_are_outputs_of_their_own():
     # refused as "the same memory": they share none of it
     table = np.zeros((4, 2))
