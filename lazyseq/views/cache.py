@@ -52,9 +52,13 @@ class CacheView(View):
 
     def _set(self, i: int, value: Any) -> None:
         self._parent._set(i, value)
-        with self._lock:
-            self._changes += 1
-            self._cache.pop(i, None)
+        self._forget()  # other positions may show the item written (cycle, gather with repeats)
+
+    def _set_element(self, i: int, r: int, value: Any) -> bool:
+        written = super()._set_element(i, r, value)
+        if written:
+            self._forget()
+        return written
 
     def set_epoch(self, epoch: int) -> None:
         """Give the pipeline's shuffles ``epoch``; items cached from an epoch that changed below are forgotten.
@@ -92,6 +96,9 @@ def add_cache(sequence: SequenceLike[Any] | np.ndarray, cache_size: int = 1) -> 
 
     The least recently used item is evicted first. Items are kept by
     reference: a mutable item changed by the caller stays changed in the cache.
+    An assignment through the view forgets every item kept: other positions
+    may show the item written (a cycle, a gather with repeats). A change
+    made to the data by other means is not seen while the item is kept.
 
     >>> import lazyseq
     >>> calls = []
