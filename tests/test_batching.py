@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import lazyseq
+from lazyseq.views.errors import EndOfData
 
 Point = namedtuple("Point", "x y")
 
@@ -165,9 +166,13 @@ def test_unbatch_assignment_writes_through_or_says_why_not():
     assert data.tolist() == [0, 0, 0, 4, 0, 0]
     with pytest.raises(TypeError, match="^smap views are read-only"):
         lazyseq.unbatch(lazyseq.smap(np.copy, lazyseq.batch(data, 2)), 2)[1] = 1.0
-    pairs = lazyseq.unbatch(lazyseq.batch(lazyseq.collate([np.zeros(4), np.zeros(4)]), 2), 2)
+    fields = [np.zeros(4), np.zeros(4)]
+    pairs = lazyseq.unbatch(lazyseq.batch(lazyseq.collate(fields), 2), 2)
+    pairs[1] = (1.0, 2.0)  # the item that batch() put in the batch field by field
+    assert [field.tolist() for field in fields] == [[0, 1, 0, 0], [0, 2, 0, 0]]
+    by_field = lazyseq.unbatch([{"x": np.zeros(2)}], 2)  # batches given field by field: nowhere to write one item
     with pytest.raises(TypeError, match=r"^unbatch: cannot assign item 1: its batch holds tuples or dicts field"):
-        pairs[1] = (1.0, 1.0)
+        by_field[1] = {"x": 1.0}
 
 
 def test_unbatch_checks_that_each_batch_holds_batch_size_items():
@@ -332,3 +337,21 @@ def test_pad_of_items_collated_into_a_list_is_used_as_it_is():
     assert lazyseq.batch(["a", "b", "c"], 2, pad="<pad>")[-1] == ["c", "<pad>"]
     last = lazyseq.batch([("a", 1), ("b", 2), ("c", 3)], 2, pad=("<pad>", 0))[-1]
     assert last[0] == ["c", "<pad>"] and last[1].tolist() == [3, 0]
+
+
+class Reiterable:
+    """An iterable without len(): its view has no known length."""
+
+    def __iter__(self):
+        return iter([10, 11, 12, 13, 14])
+
+
+def test_a_batch_read_through_unbatch_past_the_end_of_data_of_unknown_length_is_an_index_error():
+    items = lazyseq.uniter(Reiterable()).batch(2).unbatch(2)
+    past = items[[4, 5]]
+    message = r"^unbatch index 5 out of range: the data ended in batch 2$"
+    with pytest.raises(EndOfData, match=message):
+        past[1]
+    with pytest.raises(EndOfData, match=message):
+        past.batch(2)[0]  # read as one batch: it was numpy's IndexError, wrapped in an EvaluationError
+    assert items[[3, 4]].batch(2)[0].tolist() == [13, 14]

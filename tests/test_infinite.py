@@ -150,3 +150,12 @@ def test_deep_and_shared_pipelines_without_a_length_are_told_at_once():
         deep = deep.smap(abs)
     assert shared.is_infinite and deep.is_infinite and deep.endless == "is infinite"
     assert not lazyseq.smap(abs, lazyseq.uniter(iter([1]))).is_infinite
+
+
+def test_a_slice_of_an_infinite_view_with_more_items_than_a_view_can_index_says_so():
+    message = r"^slice: 99999999999999999995 items, more than a view can index \(2\*\*63 - 1 at most\)$"
+    with pytest.raises(ValueError, match=message):
+        lazyseq.cycle([1])[5 : 10**20]
+    with pytest.raises(ValueError, match=message):
+        lazyseq.gather(lazyseq.cycle("ab"), range(5, 10**20))
+    assert len(lazyseq.cycle([1])[1 : 2**63]) == 2**63 - 1

@@ -306,13 +306,11 @@ def test_a_cached_item_written_while_it_is_read_is_not_cached_stale():
     data = [0, 1]
     cached = None
 
-    def write_while_read(x):
-        if x == 0 and data[0] == 0:
+    def write_while_read(i, x):
+        if i == 0 and data[0] == 0:
             cached[0] = 99  # writes through to data and forgets item 0, while this read goes on
-        return x
 
-    cached = lazyseq.add_cache(lazyseq.smap(write_while_read, data), 2)
-    cached._parent._set = lambda i, value: data.__setitem__(i, value)  # smap is read-only: write to its source
+    cached = lazyseq.add_cache(lazyseq.debug(data, write_while_read), 2)
     assert cached[0] == 0  # the value read before the write
     assert data[0] == 99 and cached[0] == 99  # not the stale one kept
 
@@ -375,3 +373,48 @@ def test_a_cache_forked_while_another_thread_followed_an_epoch_change_still_foll
     assert ends[0].poll(60), "the forked child's read hung"
     assert ends[0].recv() == list(lazyseq.shuffle(range(10), seed=0, epoch=1))
     child.join()
+
+
+def test_concatenate_takes_dict_items_whose_keys_come_in_another_order():
+    x, y = np.arange(3), np.arange(3.0)
+    joined = lazyseq.concatenate([lazyseq.collate({"a": x, "b": y}), lazyseq.collate({"b": y, "a": x})])
+    assert len(joined) == 6 and joined[4] == {"a": 1, "b": 1.0}
+    whole = joined.batch(6)[0]
+    assert list(whole) == ["a", "b"] and whole["a"].dtype == np.int64 and whole["b"].dtype == np.float64
+    assert whole["a"].tolist() == [0, 1, 2, 0, 1, 2] and whole["b"].tolist() == [0.0, 1.0, 2.0, 0.0, 1.0, 2.0]
+    for batch in (joined[3:].batch(3)[0], joined[[5, 0]].batch(2)[0]):  # from the second part, or both
+        assert list(batch) == ["a", "b"]  # the first part's order
+    assert joined[[5, 0]].batch(2)[0]["a"].tolist() == [2, 0]
+    with pytest.raises(ValueError) as caught:
+        lazyseq.concatenate([lazyseq.collate({"a": x, "b": y}), lazyseq.collate({"a": x, "c": y})])
+    assert str(caught.value) == (
+        "concatenate: part 1 has items {'a': int64, 'c': float64}, but part 0 has items {'a': int64, 'b': float64}: "
+        "a batch cannot stack items of different shapes"
+    )
+
+
+def test_a_reversed_slice_shows_as_the_slice_that_gives_its_items():
+    backwards = lazyseq.view([1, 2, 3])[::-1]
+    assert repr(backwards).splitlines()[0] == "slice(2, None, -1)  [len 3]"
+    with pytest.raises(IndexError) as caught:
+        backwards[5]
+    assert str(caught.value) == "index 5 out of range for view slice(2, None, -1) of length 3"
+    every_third = lazyseq.view(list(range(10)))[::3][::-1]
+    assert repr(every_third).splitlines()[0] == "slice(9, None, -3)  [len 4]"
+    assert list(every_third) == list(range(10))[slice(9, None, -3)] == [9, 6, 3, 0]
+
+
+def test_a_view_of_a_list_keeps_the_length_it_had_when_made():
+    items = [1, 2, 3]
+    v = lazyseq.view(items)
+    items.append(4)
+    assert len(v) == 3 and list(v) == [1, 2, 3] and list(reversed(v)) == [3, 2, 1]
+    assert 4 not in v and v.count(4) == 0 and list(v.smap(lambda x: x)) == [1, 2, 3]
+    with pytest.raises(ValueError, match=r"^4 is not in sequence view$"):
+        v.index(4)
+    del items[1:]  # the items past its end are read as an index reads them: not silently fewer
+    uses = [(lambda: v[1], 1), (lambda: list(v), 1), (lambda: 5 in v, 1), (lambda: v.count(1), 1)]
+    for use, missing in uses + [(lambda: list(reversed(v)), 2), (lambda: v[2], 2)]:
+        with pytest.raises(lazyseq.EvaluationError) as caught:
+            use()
+        assert str(caught.value) == f"failed to compute sequence[{missing}]: IndexError: list index out of range"

@@ -75,7 +75,42 @@ class View(Fluent[T_co], Sequence[T_co]):
         return items
 
     def _set(self, i: int, value: Any) -> None:
-        raise TypeError(f"{self.kind} views are read-only: they cannot be assigned to")
+        """Write item ``i``, with ``0 <= i < len(self)``: views that keep this default are read-only."""
+        raise self._read_only()
+
+    def _check_writable(self, i: int) -> None:
+        """Raise what writing item ``i`` would raise because of where it goes, and write nothing.
+
+        A read-only view or array, or an item past the end of the data: every
+        assignment checks all the items it writes first, so that a refused
+        one changes nothing. The default: a view that writes (it overrides
+        ``_set``) checks the parent items that ``_sources(i)`` names.
+        """
+        if not self._writes():
+            raise self._read_only()
+        for parent, j in self._sources(i):
+            parent._check_writable(j)
+
+    def _set_element(self, i: int, r: int, value: Any) -> bool:
+        """Write ``value`` as element ``r`` of item ``i`` (an item that holds several, as a batch does), and only it.
+
+        True once written; False where this view cannot write one element
+        alone: its caller then reads item ``i``, changes it and writes it back
+        whole. A batch writes the item of its parent that element ``r`` is; a
+        view that writes, and whose items are its parents' items, passes the
+        write on to the one ``_sources(i)`` names.
+        """
+        if not (self._items_like_parents and self._writes()):
+            return False
+        ((parent, j),) = self._sources(i)
+        return parent._set_element(j, r, value)
+
+    def _writes(self) -> bool:
+        """Whether items can be written through this view: it overrides ``_set``."""
+        return type(self)._set is not View._set
+
+    def _read_only(self) -> TypeError:
+        return TypeError(f"{self.kind} views are read-only: they cannot be assigned to")
 
     @property
     def _reads_new_rows(self) -> bool:
@@ -324,12 +359,16 @@ class View(Fluent[T_co], Sequence[T_co]):
             else:
                 key = self._coerce_key(key)
                 if isinstance(key, int):  # an exact int: operator.index gives no subclass
-                    self._set(self._check_index(key), value)
+                    self._set_checked(self._check_index(key), value)
                     return
                 target = self[key]
             target._assign_all(value)
             return
-        self._set(self._check_index(key), value)
+        self._set_checked(self._check_index(key), value)
+
+    def _set_checked(self, i: int, value: Any) -> None:
+        self._check_writable(i)
+        self._set(i, value)
 
     def _assign_all(self, values: Any) -> None:
         n = self._need_length("assignment")
@@ -338,6 +377,8 @@ class View(Fluent[T_co], Sequence[T_co]):
             raise ValueError(
                 f"cannot assign {len(values)} values to a {self._label()} of {n} items: views cannot change length"
             )
+        for i in range(n):  # all of them before any is written: a refused assignment changes nothing
+            self._check_writable(i)
         for i, value in enumerate(values):
             self._set(i, value)
 

@@ -103,13 +103,31 @@ class BatchView(View):
                 break
         return items
 
-    def _set(self, i: int, value: Any) -> None:
+    def _held(self, i: int) -> range:
+        """The parent positions of the items batch ``i`` holds: over data that may end, found by reading them."""
         span = self._span(i)
+        if self._may_stop:
+            span = span[: len(self._read_until_end(i, span))]
+        return span
+
+    def _set(self, i: int, value: Any) -> None:
+        span = self._held(i)
         size = self._k if self._pad is not None else len(span)
         if len(value) != size:
             raise ValueError(f"batch {i} has {size} items, cannot assign {len(value)} values")
         for offset, j in enumerate(span):  # padding positions, if any, are not written
             self._parent._set(j, value[offset])
+
+    def _check_writable(self, i: int) -> None:
+        for j in self._held(i):
+            self._parent._check_writable(j)
+
+    def _set_element(self, i: int, r: int, value: Any) -> bool:
+        span = self._held(i)
+        if r < len(span):
+            self._parent._set(span[r], value)
+            return True
+        return self._pad is not None  # padding, which is not written
 
     def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         return tuple((self._parent, j) for j in self._span(i))
@@ -154,18 +172,20 @@ class UnbatchView(View):
     def _get(self, i: int) -> Any:
         b, r = divmod(i, self._size)
         batch = self._parent._get(b)
-        if r >= self._checked(batch, b):  # data of unknown length ended in this batch
-            raise EndOfData(f"unbatch index {i} out of range: the data ended in batch {b}")
+        if r >= self._checked(batch, b):
+            raise _ended(i, b)
         return _row(batch, r, self._collated)
 
     def _get_many(self, idx: Positions) -> list:
-        items, loaded = [], -1
+        items, loaded, held = [], -1, 0
         current: Any = None
         for i in idx:
             b, r = divmod(int(i), self._size)
             if b != loaded:
                 current, loaded = self._parent._get(b), b
-                self._checked(current, b)
+                held = self._checked(current, b)
+            if r >= held:
+                raise _ended(int(i), b)
             items.append(_row(current, r, self._collated))
         return items
 
@@ -208,6 +228,8 @@ class UnbatchView(View):
 
     def _set(self, i: int, value: Any) -> None:
         b, r = divmod(i, self._size)
+        if self._parent._set_element(b, r, value):  # a batch that batch() makes: its item, written as it is
+            return
         current = self._parent._get(b)
         if _is_by_field(current, self._collated):
             raise TypeError(
@@ -223,6 +245,11 @@ class UnbatchView(View):
 
     def _describe(self) -> str:
         return f"unbatch({self._size})"
+
+
+def _ended(i: int, b: int) -> EndOfData:
+    """The error for item ``i`` of an unbatch whose data, of unknown length, ended in batch ``b``."""
+    return EndOfData(f"unbatch index {i} out of range: the data ended in batch {b}")
 
 
 def _is_by_field(batch: Any, collated: bool) -> bool:

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..arguments import indexable_length
 from .base import View
-from .chunks import new_rows, scatter
+from .chunks import Columns, new_rows, scatter
 from .display import describe_spec
 from .itemtypes import SequenceLike, T
 from .keys import Positions, compose, positions_array
@@ -45,7 +45,7 @@ class ConcatenateView(View):
                     f"{part.endless}"
                 )
         flat = [p for p in flat[:-1] if p._len] + flat[-1:] if flat else []
-        _check_item_shapes(flat)
+        self._key_order = _check_item_shapes(flat)
         self._parents = tuple(flat)
         starts = [0]
         for part in flat[:-1]:
@@ -73,7 +73,8 @@ class ConcatenateView(View):
             first, last = self._locate(idx[0]), self._locate(idx[-1])
             if first[0] == last[0]:  # one part holds them all: a shifted range
                 offset = self._starts[first[0]]
-                return parts[first[0]]._get_many(range(idx.start - offset, idx.stop - offset, idx.step))
+                chunk = parts[first[0]]._get_many(range(idx.start - offset, idx.stop - offset, idx.step))
+                return _in_order(chunk, self._key_order)
         idx = positions_array(idx)
         if self._window is not None:  # rows of arrays alike (open_npy): one call, one copy
             return self._window.rows(idx)
@@ -93,7 +94,8 @@ class ConcatenateView(View):
         for p in present:
             where = (which == p).nonzero()[0]
             if len(where):
-                pieces.append(parts[p]._get_many(compose(local, where)))  # intp again where they fit
+                chunk = parts[p]._get_many(compose(local, where))  # intp again where they fit
+                pieces.append(_in_order(chunk, self._key_order))
                 positions.append(where)
         if not pieces:
             return parts[0]._get_many(idx) if parts else []
@@ -126,11 +128,13 @@ class ConcatenateView(View):
         return (ConcatenateView, (list(self._parents),))
 
 
-def _check_item_shapes(parts: list[View]) -> None:
-    """Parts whose items are known to be arrays (or tuples of arrays) must agree on their shapes.
+def _check_item_shapes(parts: list[View]) -> tuple | None:
+    """Parts whose items are known to be arrays (or tuples or dicts of arrays) must agree on their shapes.
 
     Items of other parts are only known when read: a batch that stacks items of
-    different shapes then says which parts they come from.
+    different shapes then says which parts they come from. Returns the first
+    known item spec where others differ from it (their dicts may give the same
+    keys in another order: batches follow its order), else None.
     """
     known = [(k, spec) for k, part in enumerate(parts) if part._len != 0 and (spec := part._item_spec()) is not None]
     for k, spec in known[1:]:
@@ -139,6 +143,7 @@ def _check_item_shapes(parts: list[View]) -> None:
                 f"concatenate: part {k} has items {describe_spec(spec)}, but part {known[0][0]} has items "
                 f"{describe_spec(known[0][1])}: a batch cannot stack items of different shapes"
             )
+    return known[0][1] if any(spec != known[0][1] for _, spec in known[1:]) else None
 
 
 def _shapes_differ(a: tuple | None, b: tuple | None) -> bool:
@@ -148,7 +153,25 @@ def _shapes_differ(a: tuple | None, b: tuple | None) -> bool:
         return True
     if a[0] == "array":
         return a[2] != b[2]
-    return a[2:] != b[2:] or len(a[1]) != len(b[1]) or any(_shapes_differ(x, y) for x, y in zip(a[1], b[1]))
+    if a[0] == "dict":  # the same keys in any order: items are compared, and batches built, key by key
+        theirs = dict(zip(b[2], b[1]))
+        return set(a[2]) != set(theirs) or any(_shapes_differ(x, theirs[key]) for key, x in zip(a[2], a[1]))
+    return len(a[1]) != len(b[1]) or any(_shapes_differ(x, y) for x, y in zip(a[1], b[1]))
+
+
+def _in_order(chunk: Any, spec: tuple | None) -> Any:
+    """``chunk`` with the fields of its dicts in the order of ``spec``'s keys (the first part's), where both say."""
+    if not isinstance(chunk, Columns) or spec is None or spec[0] == "array":
+        return chunk
+    if spec[0] == "tuple":
+        if chunk.keys is not None or len(chunk.fields) != len(spec[1]):
+            return chunk
+        return Columns(tuple(_in_order(field, s) for field, s in zip(chunk.fields, spec[1])))
+    keys, specs = spec[2], spec[1]
+    if chunk.keys is None or set(chunk.keys) != set(keys):
+        return chunk
+    fields = dict(zip(chunk.keys, chunk.fields))
+    return Columns(tuple(_in_order(fields[key], s) for key, s in zip(keys, specs)), tuple(keys))
 
 
 def _sources(parts: list[View]) -> list[np.ndarray]:

@@ -11,10 +11,11 @@ from typing import Any, overload
 
 import numpy as np
 
+from ..arguments import indexable_length
 from .base import View
 from .errors import EndOfData
 from .itemtypes import SequenceLike, T
-from .keys import Positions, array_key, compose, shift, tidy
+from .keys import Positions, array_key, compose, range_length, shift, tidy
 from .sources import as_view
 
 __all__ = ["GatherView", "StridedView", "gather", "take"]
@@ -34,7 +35,7 @@ class GatherView(View):
 
     def __init__(self, parent: View, positions: Positions) -> None:
         if type(positions) is range:
-            positions = tidy(positions)
+            positions = _indexable(positions)
         if type(parent) is GatherView:
             positions = compose(parent._positions, positions)
             parent = parent._parent
@@ -68,7 +69,9 @@ class GatherView(View):
     def _describe(self) -> str:
         p = self._positions
         if type(p) is range:
-            return f"slice({p.start}, {p.stop}, {p.step})"
+            # A range down to item 0 stops below it, where a slice would count from the end.
+            stop = None if p.stop < 0 else p.stop
+            return f"slice({p.start}, {stop}, {p.step})"
         return "gather"
 
 
@@ -121,7 +124,13 @@ class StridedView(View):
         return self._parent._get_many(shift(self._start, self._step, idx))
 
     def _set(self, i: int, value: Any) -> None:
-        self._parent._set(self._start + i * self._step, value)
+        self._parent._set(self._position(i), value)
+
+    def _check_writable(self, i: int) -> None:
+        self._parent._check_writable(self._position(i))
+
+    def _set_element(self, i: int, r: int, value: Any) -> bool:
+        return self._parent._set_element(self._position(i), r, value)
 
     def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         return ((self._parent, self._start + i * self._step),)
@@ -172,6 +181,15 @@ def gather(sequence: SequenceLike[Any] | np.ndarray, indexes: Sequence[int] | np
 
 take = gather
 """The same as :func:`gather`, under numpy's name: ``take(sequence, indexes)``."""
+
+
+def _indexable(positions: range) -> range:
+    """``tidy(positions)``; a ``ValueError`` if they are more than a view can index (a slice of an infinite view)."""
+    try:
+        return tidy(positions)
+    except OverflowError:  # more than len() can count: the ValueError that says so
+        indexable_length(range_length(positions), "slice")
+        raise
 
 
 def _within(positions: range, length: int | None) -> bool:

@@ -20,7 +20,17 @@ from typing import overload
 
 import numpy as np
 
-__all__ = ["Positions", "array_key", "compose", "modulo", "out_of_range", "positions_array", "shift", "tidy"]
+__all__ = [
+    "Positions",
+    "array_key",
+    "compose",
+    "modulo",
+    "out_of_range",
+    "positions_array",
+    "range_length",
+    "shift",
+    "tidy",
+]
 
 Positions = range | np.ndarray
 
@@ -51,6 +61,15 @@ def tidy(positions: range) -> range:
     if len(positions) > 1:
         return positions
     return range(positions.start, positions.start + 1) if positions else range(0)
+
+
+def range_length(positions: range) -> int:
+    """``len(positions)``, however large: ``len`` raises ``OverflowError`` beyond ``sys.maxsize``.
+
+    >>> range_length(range(5, 10**20)), range_length(range(3, -1, -2)), range_length(range(2, 2))
+    (99999999999999999995, 2, 0)
+    """
+    return (positions[-1] - positions.start) // positions.step + 1 if positions else 0
 
 
 @overload

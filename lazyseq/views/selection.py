@@ -51,6 +51,9 @@ class CaseView(View):
     def _set(self, i: int, value: Any) -> None:
         self._values[self._branch(i)]._set(i, value)
 
+    def _check_writable(self, i: int) -> None:
+        self._values[self._branch(i)]._check_writable(i)
+
     def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         return tuple((p, i) for p in self._parents)
 

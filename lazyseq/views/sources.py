@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
+from itertools import chain, islice
 from typing import Any, overload
 
 import numpy as np
@@ -64,6 +65,10 @@ class ArraySource(View):
 
     def _set(self, i: int, value: Any) -> None:
         self._array[i] = value
+
+    def _check_writable(self, i: int) -> None:
+        if not self._array.flags.writeable:
+            raise ValueError("assignment destination is read-only")  # what numpy says
 
     def _iter(self) -> Iterator[Any]:
         return iter(self._array)
@@ -158,9 +163,10 @@ def _reopened_source(
 
 
 class SequenceSource(View):
-    """Any object with ``__len__`` and ``__getitem__`` (list, tuple, torch Dataset, ...)."""
+    """Any object with ``__len__`` and ``__getitem__`` (list, tuple, torch Dataset, ...): its length when made."""
 
     kind = "sequence"
+    _len: int
 
     def __init__(self, data: Any) -> None:
         self.source = data
@@ -192,10 +198,23 @@ class SequenceSource(View):
     def _set(self, i: int, value: Any) -> None:
         self.source[i] = value
 
+    def _check_writable(self, i: int) -> None:
+        if not hasattr(type(self.source), "__setitem__"):
+            raise TypeError(f"'{type(self.source).__name__}' object does not support item assignment")  # as Python says
+
     def _iter(self) -> Iterator[Any]:
-        if self._builtin:
-            return iter(self.source)
-        return super()._iter()
+        if not self._builtin:
+            return super()._iter()
+        # Its own iterator, for speed, but for len(self) items: a list may have grown or shrunk since the view was made.
+        items = iter(self.source)
+        return chain(islice(items, self._len - 1), self._last(items)) if self._len else iter(())
+
+    def _last(self, items: Iterator[Any]) -> Iterator[Any]:
+        """The view's last item from ``items``; if they ended before it (a list that got shorter), its read's error."""
+        for last in items:
+            yield last
+            return  # once given, the iteration is over, whatever becomes of the list
+        self._get(len(self.source))  # an index past the list's end: the error that reading it gives
 
     def _describe(self) -> str:
         return type(self.source).__name__
@@ -252,7 +271,9 @@ def view(obj: SequenceLike[Any] | np.ndarray) -> View[Any]:
 
     Arrays (memory maps included) are read with vectorized numpy calls;
     any object with ``__len__`` and ``__getitem__`` works too. A view is
-    returned unchanged.
+    returned unchanged. The view's length is the data's when it is made:
+    items appended to a list later are not seen, and items removed are
+    missing (reading them is an error).
 
     >>> import numpy as np
     >>> import lazyseq

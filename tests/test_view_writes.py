@@ -1,0 +1,104 @@
+"""Assignment through views: what it writes, and that a refused one writes nothing."""
+
+import numpy as np
+import pytest
+
+import lazyseq
+from lazyseq.views.errors import EndOfData
+
+
+class Reiterable:
+    """An iterable without len(): its view has no known length."""
+
+    def __iter__(self):
+        return iter([100, 101, 102])
+
+
+def test_a_write_through_a_cache_is_seen_at_every_position_showing_that_item():
+    data = [10, 20, 30]
+    cycled = lazyseq.view(data).cycle(6).add_cache(6)  # positions 0 and 3 are both data[0]
+    assert list(cycled) == [10, 20, 30, 10, 20, 30]
+    cycled[0] = 99
+    assert data == [99, 20, 30]
+    assert cycled[3] == 99 and list(cycled) == [99, 20, 30, 99, 20, 30]
+    array = np.arange(4)
+    repeated = lazyseq.view(array).gather([1, 1]).add_cache(2)
+    assert [int(repeated[0]), int(repeated[1])] == [1, 1]
+    repeated[1] = 7
+    assert int(repeated[0]) == 7 and array.tolist() == [0, 7, 2, 3]
+
+
+def test_a_slice_with_a_stop_of_data_of_unknown_length_refuses_writes_past_it():
+    data = list(range(10))
+    joined = lazyseq.concatenate([data, lazyseq.uniter(Reiterable())])
+    two = joined[0:2]
+    message = "slice index 5 out of range: the slice ends at item 2 of its parent"
+    with pytest.raises(EndOfData) as read:
+        two[5]
+    assert str(read.value) == message
+    with pytest.raises(EndOfData) as written:
+        two[5] = 99
+    assert str(written.value) == message
+    with pytest.raises(EndOfData, match=r"^slice index 7 out of range: the slice ends at item 2 of its parent$"):
+        two[[7]] = [77]
+    with pytest.raises(EndOfData, match=r"^slice index 7 out of range"):
+        two[[1, 7]] = [-1, 77]  # the item within the slice is not written either
+    assert data == list(range(10))
+    two[1] = -1
+    assert data[:3] == [0, -1, 2]
+
+
+def test_the_short_last_batch_of_a_slice_of_data_of_unknown_length_takes_what_reading_it_gives():
+    data = list(range(10))
+    batches = lazyseq.concatenate([data, lazyseq.uniter(Reiterable())])[0:3].batch(2)  # [0, 1] and [2]
+    with pytest.raises(ValueError, match=r"^batch 1 has 1 items, cannot assign 2 values$"):
+        batches[1] = [-1, -2]
+    assert data == list(range(10))
+    with pytest.raises(EndOfData, match=r"^batch index 2 out of range: the data ended before item 4$"):
+        batches[2] = [-1]
+    batches[1] = batches[1] * 10
+    assert data == [0, 1, 20, 3, 4, 5, 6, 7, 8, 9]
+    padded = lazyseq.concatenate([data, lazyseq.uniter(Reiterable())])[0:3].batch(2, pad=0)
+    padded[1] = padded[1] + 1  # two values, as reading gives: the padding is not written
+    assert data == [0, 1, 21, 3, 4, 5, 6, 7, 8, 9]
+
+
+def test_writing_one_item_through_unbatch_writes_only_that_item_as_it_is():
+    numbers = [0, 1, 2, 3]
+    flat = lazyseq.batch(numbers, 2).unbatch(2)
+    flat[1] = 2.7
+    assert numbers == [0, 2.7, 2, 3] and [type(x) for x in numbers] == [int, float, int, int]
+    mixed = [1, 2.5, 3, 4]
+    lazyseq.batch(mixed, 2)[::-1].add_cache(2).unbatch(2)[3] = 7.5  # through views that reorder or keep batches
+    assert mixed == [1, 7.5, 3, 4] and [type(x) for x in mixed] == [int, float, int, int]
+    cached = lazyseq.batch(mixed, 2).add_cache(2)
+    assert cached[0].tolist() == [1.0, 7.5]
+    lazyseq.unbatch(cached, 2)[0] = 0
+    assert mixed == [0, 7.5, 3, 4] and cached[0].tolist() == [0.0, 7.5]  # the batch kept is forgotten
+
+
+def test_a_refused_assignment_changes_nothing():
+    labels = [0, 0, 0]
+    pairs = lazyseq.collate([labels, range(3)])  # the range is read-only
+    with pytest.raises(TypeError, match=r"^arange views are read-only: they cannot be assigned to$"):
+        pairs[0] = (7, 7)
+    with pytest.raises(TypeError, match=r"^arange views are read-only: they cannot be assigned to$"):
+        pairs[:] = [(7, 7)] * 3
+    assert labels == [0, 0, 0]
+    data = [0, 0, 0]
+    both = lazyseq.concatenate([data, (5, 6)])  # the tuple is read-only
+    with pytest.raises(TypeError, match=r"^'tuple' object does not support item assignment$"):
+        both[:] = [1, 2, 3, 4, 5]
+    with pytest.raises(TypeError, match=r"^'tuple' object does not support item assignment$"):
+        both[[0, 4]] = [1, 5]
+    assert data == [0, 0, 0]
+    frozen = np.zeros(2)
+    frozen.flags.writeable = False
+    values = np.zeros(2)
+    with pytest.raises(ValueError, match=r"^assignment destination is read-only$"):
+        lazyseq.concatenate([values, frozen])[1:3] = [1.0, 1.0]
+    with pytest.raises(TypeError, match=r"^smap views are read-only: they cannot be assigned to$"):
+        lazyseq.unbatch(lazyseq.batch(lazyseq.concatenate([data, lazyseq.smap(abs, [1])]), 2), 2)[3] = 9
+    assert values.tolist() == [0, 0] and data == [0, 0, 0]
+    both[:3] = [1, 2, 3]
+    assert data == [1, 2, 3]
