@@ -1323,3 +1323,74 @@ def test_a_reader_thread_still_waiting_at_exit_gets_no_zeromq_error():
     # At exit, the connection's finalizer closed the socket under the waiting thread: ZMQError, non-socket.
     done = subprocess.run([sys.executable, "-c", READER_AT_EXIT], capture_output=True, text=True, timeout=120)
     assert (done.stdout, done.stderr, done.returncode) == ("main thread exits\n", "", 0)
+
+
+class InterruptedSend:
+    """Raises KeyboardInterrupt, as a Ctrl-C landing there would, in the next send of a request of ``kind``: after
+    its first frame went out (``part_way``), or before anything of it did."""
+
+    def __init__(self, monkeypatch, kind, part_way):
+        self.kind, self.part_way, self.armed = kind, part_way, False
+        frame_send, request_send = zmq.Socket.send, Connection.send
+
+        def send_frame(socket, data, flags=0, **options):
+            sent = frame_send(socket, data, flags, **options)
+            reader = threading.current_thread() is threading.main_thread()  # not the server's thread
+            if self.armed and self.part_way and self.sending and reader and flags & zmq.SNDMORE:
+                self.armed = False
+                raise KeyboardInterrupt
+            return sent
+
+        def send_request(connection, kind, header, flags=0):
+            self.sending = kind == self.kind
+            if self.armed and not self.part_way and self.sending:
+                self.armed = False
+                raise KeyboardInterrupt
+            return request_send(connection, kind, header, flags)
+
+        self.sending = False
+        monkeypatch.setattr(zmq.Socket, "send", send_frame)
+        monkeypatch.setattr(Connection, "send", send_request)
+
+
+@pytest.mark.parametrize("part_way", [True, False])
+def test_a_ctrl_c_while_a_request_is_sent_loses_nothing(monkeypatch, part_way):
+    # Part-way: the next request was glued to the frames sent, and refused ("unknown request b'lazyseq/1'"); a stream
+    # then waited for ever for the item asked for. Before: the item taken out was lost, and the stream waited too.
+    interrupt = InterruptedSend(monkeypatch, b"get", part_way)
+    with lazyseq.serve(np.arange(100) * 10, LOOPBACK) as server:
+        with lazyseq.connect(server.address, timeout=3, ahead=1, shared_memory=False) as remote:
+            assert remote[0] == 0
+            interrupt.armed = True
+            with pytest.raises(KeyboardInterrupt):
+                remote[50]
+            assert [remote[60], remote[50], remote[61]] == [600, 500, 610]
+    interrupt.kind = b"next"
+    with lazyseq.serve(iter(range(10)), LOOPBACK) as server:
+        with lazyseq.connect(server.address, timeout=2, ahead=1) as stream:
+            got = [next(stream)]
+            interrupt.armed = True
+            with pytest.raises(KeyboardInterrupt):
+                next(stream)
+            got.extend(stream)
+        with lazyseq.connect(server.address, timeout=2) as other:
+            assert list(other) == []
+    assert got == list(range(10))
+
+
+def test_a_stream_whose_request_was_lost_asks_again_after_a_silence(monkeypatch):
+    # A 'next' lost on the way (a connection that broke as it was sent): the consumer waited for the item it had
+    # asked for, and the server, alive and answering heartbeats, for a request: for ever.
+    request_send, lost = Connection.send, []
+
+    def send_request(connection, kind, header, flags=0):
+        if kind == b"next" and header.get("more") and not lost and threading.current_thread().name == "MainThread":
+            lost.append(header)
+            return None
+        return request_send(connection, kind, header, flags)
+
+    with lazyseq.serve(iter(range(5)), LOOPBACK) as server:
+        with lazyseq.connect(server.address, timeout=1, ahead=1) as stream:
+            monkeypatch.setattr(Connection, "send", send_request)
+            assert list(stream) == [0, 1, 2, 3, 4]
+    assert [(header["more"], header["ack"]) for header in lost] == [(1, [])]  # the first: asking for item 0

@@ -320,27 +320,38 @@ class RemoteStream(Iterator):
                 f"connect: a stream served at {self.address} cannot be read in a process forked from the one that "
                 "connected to it (both would hand out the items it had received); connect to it in this process"
             )
-        with self._lock:
-            while True:
-                if self._ended:
-                    raise StopIteration
-                if not self._received and not self._asked:
-                    self._ask(self._ahead, [])
-                while not self._received:
+        taken = None
+        try:
+            with self._lock:
+                while True:
                     if self._ended:
                         raise StopIteration
-                    self._receive_one()
-                gaps = self._connection.gaps()
-                if gaps == self._gaps:
-                    break
-                self._confirm()  # the server may have taken this consumer for dead, and given its items to others
-                self._gaps = gaps  # once the server answered
-            server, seq, status, value = self._received.popleft()
-            if server == self._server:
-                self._handed.append(seq)
-                self._ask(1, [seq])  # delivered: acknowledged, and one more asked for
-            else:  # sent by a server that is gone: nobody to acknowledge it to
-                self._ask(1, [])
+                    if not self._received and not self._asked:
+                        self._ask(self._ahead, [])
+                    while not self._received:
+                        if self._ended:
+                            raise StopIteration
+                        self._receive_one()
+                    gaps = self._connection.gaps()
+                    if gaps == self._gaps:
+                        break
+                    self._confirm()  # the server may have taken this consumer for dead, and given its items to others
+                    self._gaps = gaps  # once the server answered
+                # A Ctrl-C comes between two calls: until the item leaves the queue, it is there to be read again (an
+                # acknowledgement sent twice counts once); from then on, the handler below puts it back.
+                entry = self._received[0]
+                server, seq, status, value = entry
+                if server == self._server:
+                    self._ask(1, [seq])  # delivered: acknowledged, and one more asked for
+                    self._handed.append(seq)
+                else:  # sent by a server that is gone: nobody to acknowledge it to
+                    self._ask(1, [])
+                del self._received[0]
+                taken = entry
+        except KeyboardInterrupt:
+            if taken is not None:  # interrupted as the lock was let go: the caller has not got the item
+                self._received.appendleft(taken)
+            raise
         if status == "error":
             try:
                 raise value
@@ -355,8 +366,10 @@ class RemoteStream(Iterator):
         )
 
     def _ask(self, more: int, acks: list[int]) -> None:
-        self._asked += more
         self._connection.send(b"next", {"more": more, "ack": acks, "server": self._server})
+        # Counted once sent: a request cut short by a Ctrl-C may count items never asked for, and the stream would
+        # wait for them for ever; one sent but not counted brings an item more than asked, which is kept.
+        self._asked += more
 
     def _receive_one(self, waiting_for: str = "the next item of the stream") -> bytes:
         """Take in one message from the server; its kind."""
@@ -365,7 +378,14 @@ class RemoteStream(Iterator):
             self._connection.send(b"next", {"more": self._asked, "ack": [], "server": self._server})
         elif kind == b"silent":  # what the server sent may be lost: it sends again what was not acknowledged
             have = [seq for server, seq, _, _ in self._received if server == self._server]
-            header = {"more": 0, "ack": list(self._handed), "resend": have, "server": self._server}
+            # "asked": how many items it waits for, should a request have been lost (see Connection.send)
+            header = {
+                "more": 0,
+                "ack": list(self._handed),
+                "resend": have,
+                "asked": self._asked,
+                "server": self._server,
+            }
             self._connection.send(b"next", header)
         elif kind == b"forgotten":  # taken for dead: what it had not handed out went to others
             server = header.get("server") if isinstance(header, dict) else None

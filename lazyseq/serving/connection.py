@@ -106,10 +106,25 @@ class Connection:
         with _InUse(self, "sending", kind):
             try:
                 send_frames(self._socket, [wire.TAG, kind, wire.dumps(header)], flags)
-            except self._zmq.Again:
+            except self._zmq.Again:  # the first frame (ZeroMQ takes the others of a message with it)
                 raise ServerLost(
                     f"lost the server at {self.address}: could not send to it for {self.timeout:g} s{self._hint()}"
                 ) from None
+            except BaseException:  # a Ctrl-C between two frames, say: the next message would be glued to them
+                self._cut_short()
+                raise
+
+    def _cut_short(self) -> None:
+        """End whatever part of a message was sent with a frame that tells the server to drop it all.
+
+        If none of it went out, that frame is a message alone, dropped too.
+        The request is lost as a lost answer would be: asked again after a
+        silence.
+        """
+        try:
+            self._socket.send(wire.CUT, DONTWAIT)
+        except Exception:  # the socket is gone (closed meanwhile): so is the message
+            pass
 
     def _closed(self, doing: str) -> ConnectionClosed:
         return ConnectionClosed(f"connect: the connection to {self.address} was closed while {doing}")

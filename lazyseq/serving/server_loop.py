@@ -227,6 +227,8 @@ class ServerLoop:
     def _receive(self, received: list) -> None:
         """Act on one message (frames not copied yet: only a well-formed request is read)."""
         consumer = received[0].bytes
+        if len(received[-1]) == len(wire.CUT) and received[-1].bytes == wire.CUT:
+            return  # a consumer stopped sending this part-way (see Connection.send): the request is asked again
         try:
             if len(received) < 4 or received[1].bytes != wire.TAG:
                 raise wire.ProtocolError("not a lazyseq message (wrong protocol tag or too few frames)")

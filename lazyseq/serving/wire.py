@@ -44,9 +44,22 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MAX_DEPTH", "TAG", "ProtocolError", "decode", "decode_spec", "dumps", "encode", "encode_spec", "loads"]
+__all__ = [
+    "CUT",
+    "MAX_DEPTH",
+    "TAG",
+    "ProtocolError",
+    "decode",
+    "decode_spec",
+    "dumps",
+    "encode",
+    "encode_spec",
+    "loads",
+]
 
 TAG = b"lazyseq/1"  # the first frame of every message: which protocol, which version
+# The last frame of a message that a consumer stopped sending part-way (a Ctrl-C between two frames): dropped whole.
+CUT = b"lazyseq/cut"
 MAX_DEPTH = 64  # nesting deeper than this is refused, on both sides
 MAX_DIMENSIONS = 64  # numpy's own limit on an array's dimensions
 MAX_INT_BITS = 4096  # larger ints are refused (JSON parsers stop at about 4,300 digits)
