@@ -25,6 +25,7 @@ import served_pipelines
 from loader_helpers import die_on
 
 import lazyseq
+from lazyseq.loading.thread_workers import worker_stopping
 
 zmq = pytest.importorskip("zmq")
 
@@ -1145,6 +1146,24 @@ def test_serve_forever_returns_when_closed_from_another_thread():
     assert server.closed and lazyseq_threads() == []
 
 
+def test_serve_forever_returns_when_a_signal_handler_closes_the_server_as_its_wait_ends(monkeypatch):
+    # python -m lazyseq.serve stopped by SIGTERM (docker stop, systemd) exited with status 1 and "stopped on an
+    # error": its handler, close(), had run between the end of a wait and the look at the server's thread.
+    server = lazyseq.serve(range(3), LOOPBACK)
+    waits = []
+
+    def wait(timeout):
+        waits.append(timeout)
+        if len(waits) == 1:
+            server.close()  # the handler, run as the wait timed out
+            return False
+        return True
+
+    monkeypatch.setattr(server._stopped, "wait", wait)
+    server.serve_forever()
+    assert server.closed and lazyseq_threads() == []
+
+
 def test_the_guide_two_script_workflow_runs_as_written(tmp_path):
     guide = (TESTS.parent / "docs" / "guide" / "serving.md").read_text()
     blocks = [block.split("```")[0] for block in guide.split("```python\n")[1:]]
@@ -1394,3 +1413,30 @@ def test_a_stream_whose_request_was_lost_asks_again_after_a_silence(monkeypatch)
             monkeypatch.setattr(Connection, "send", send_request)
             assert list(stream) == [0, 1, 2, 3, 4]
     assert [(header["more"], header["ack"]) for header in lost] == [(1, [])]  # the first: asking for item 0
+
+
+def test_a_ctrl_c_while_a_server_closes_cuts_the_wait_short_and_still_releases_everything(tmp_path):
+    # The close stopped where the interrupt came (the wait for a thread drawing a slow stream item): the socket file
+    # and a pipe stayed, and a second close() did nothing.
+    release, drawing = threading.Event(), threading.Event()
+
+    def slow():
+        yield 0
+        drawing.set()
+        while not worker_stopping():  # drawing item 1 as the server closes
+            release.wait(0.01)
+        os.kill(os.getpid(), signal.SIGINT)  # the user presses Ctrl-C during the close
+        release.wait(30)
+        yield 1
+
+    path = tmp_path / "stream.sock"
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        server = lazyseq.serve(slow(), f"ipc://{path}")
+        assert drawing.wait(10)
+        with pytest.raises(KeyboardInterrupt):
+            server.close()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        release.set()
+    assert not path.exists() and not server._loop.thread.is_alive()

@@ -87,7 +87,8 @@ class Server:
         """Block until the server is closed (from another thread) or interrupted (Ctrl-C), then close it."""
         try:
             while not self._stopped.wait(0.2):
-                if not self._loop.thread.is_alive():
+                # stopped by close(), from a signal handler run as the wait ended: not an error
+                if not self._loop.thread.is_alive() and not self._stopped.is_set():
                     raise LoaderError(
                         f"serve: the server at {self.address} stopped on an error, which the 'lazyseq.serve' "
                         "logger reported"

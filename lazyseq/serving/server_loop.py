@@ -43,6 +43,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from ..loading.closing import interrupts_deferred
 from . import wire
 from .endpoints import is_ipv6
 from .frames import DONTWAIT, receive_frames, send_frames
@@ -126,16 +127,21 @@ class ServerLoop:
         self.thread.start()
 
     def stop(self) -> None:
-        """Stop the thread; the service, its workers and the sockets are released. Call it once."""
-        try:
-            os.write(self._stopper_fd, b"s")
-        except OSError:  # the thread ended already (it closed the other end)
-            pass
-        if self.thread is not threading.current_thread():
-            self.thread.join()
-        os.close(self._stopper_fd)
-        self._context.term()
-        self._socket_file.remove()
+        """Stop the thread; the service, its workers and the sockets are released. Call it once.
+
+        A Ctrl-C meanwhile cuts short the wait for worker threads busy with an
+        item (left to end it on their own), and is raised once all is released.
+        """
+        with interrupts_deferred():
+            try:
+                os.write(self._stopper_fd, b"s")
+            except OSError:  # the thread ended already (it closed the other end)
+                pass
+            if self.thread is not threading.current_thread():
+                self.thread.join()
+            os.close(self._stopper_fd)
+            self._context.term()
+            self._socket_file.remove()
 
     def _run(self) -> None:
         import zmq
