@@ -959,7 +959,9 @@ def test_an_ipc_file_is_not_taken_from_a_live_server_and_is_removed_at_close(tmp
         with pytest.raises(OSError) as caught:  # ZeroMQ alone replaced the file: new clients read the second server
             lazyseq.serve(np.arange(100, 103), address)
         assert str(caught.value) == (
-            f"serve: cannot listen at {address}: another server is listening there (Address already in use)"
+            f"serve: cannot listen at {address}: another server is listening there (Address already in use); a "
+            "server made in this process listens there, still open: close it first (server.close(), or serve in a "
+            "with block)"
         )
         with lazyseq.connect(address, timeout=5) as remote:
             assert list(remote) == [0, 1, 2]

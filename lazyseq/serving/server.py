@@ -27,6 +27,9 @@ __all__ = ["Server", "serve"]
 MAX_WANTED = 1024  # the most stream items one consumer may ask for ahead of what it acknowledged
 
 
+_open_servers: weakref.WeakValueDictionary[str, Server] = weakref.WeakValueDictionary()  # by address
+
+
 class Server:
     """A running data server; see :func:`~lazyseq.serve`. Closes on ``close()``, ``with``, or garbage collection.
 
@@ -54,10 +57,20 @@ class Server:
             from ..loading.ray_workers import connect_to_ray
 
             connect_to_ray("serve")
-        self._loop = ServerLoop(
-            self._service_for(source, options, max_buffered), address, curve_keypair, allowed_clients
-        )
+        try:
+            self._loop = ServerLoop(
+                self._service_for(source, options, max_buffered), address, curve_keypair, allowed_clients
+            )
+        except OSError as error:
+            held = _open_servers.get(address)
+            if held is None or held.closed:
+                raise
+            raise OSError(  # a notebook's cell run again, say
+                f"{error}; a server made in this process listens there, still open: close it first (server.close(), "
+                "or serve in a with block)"
+            ) from None
         self.address: str = self._loop.address
+        _open_servers[self.address] = self
         self._info = self._loop.info
         self.closed = False
         self._stopped = threading.Event()
