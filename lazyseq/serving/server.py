@@ -42,6 +42,8 @@ class Server:
     True
     """
 
+    closed: bool
+
     def __init__(
         self,
         source: Any,
