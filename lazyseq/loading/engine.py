@@ -84,6 +84,7 @@ class Engine:
         slot_budget: int = 0,
         task_name: str = "task",
         launch: Callable[[], WorkerBackend] | None = None,
+        cost: ItemCost | None = None,
     ) -> None:
         self.options = options
         self._generation = fork_generation()  # an engine made before a fork belongs to the parent
@@ -93,7 +94,8 @@ class Engine:
         self._capacity = self.buffering.capacity(None)
         # Ray sizes its runs of tasks from the timings, and a capacity left to the loader follows them
         timed = options.inline_below or options.method == "ray" or self.buffering.size is None
-        self.cost = ItemCost(options.inline_below) if timed else None
+        # a cost given is what items took under an earlier engine of the same loader: they are not timed anew
+        self.cost = (cost if cost is not None else ItemCost(options.inline_below)) if timed else None
         launch = launch or functools.partial(
             start_workers,
             job,

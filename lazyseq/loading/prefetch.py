@@ -22,6 +22,7 @@ from .buffering import ITEMS_AHEAD, SLOT_BUDGET, Buffering
 from .engine import Engine
 from .failures import LoaderClosed, LoaderError, WorkerDied, is_an_items_own, raised_by_an_item
 from .fork_safety import ForkLocalLock
+from .item_cost import ItemCost
 from .jobs import ReadItem
 from .options import LoaderOptions, Method, StartHook, StartMethod, serialize_work
 from .shared_slots import slot_bytes_for
@@ -62,6 +63,7 @@ class PrefetchView(View[T_co]):
         self._order = ReadOrder(self._len, max_buffered.capacity(None))  # each start of the workers begins a new one
         self._send_ahead: Callable[[], None] = _nothing  # sends the next expected items (see _start)
         self._starts = 0  # how many times workers were started: each start gets new random seeds
+        self._cost: ItemCost | None = None  # what items cost, timed by the first engine
         self._epoch_watch = EpochWatch(parent)  # of the pipeline's shuffles when the workers started
         # items ahead of the reader that a worker died computing: reported when read, and not computed ahead again
         self._deaths: dict[int, WorkerDied] = {}
@@ -78,7 +80,9 @@ class PrefetchView(View[T_co]):
             slot_bytes=self._shm_size or slot_bytes_for_spec(self._parent._item_spec()),
             slot_budget=0 if self._max_buffered.size is not None else SLOT_BUDGET,
             task_name=self._task_name,
+            cost=self._cost,
         )
+        self._cost = engine.cost  # restarted (after close(), an epoch, an item's interrupt), it knows what items cost
         self._starts += 1
         self._epoch_watch.reset()
         deaths = self._deaths
