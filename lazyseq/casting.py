@@ -68,7 +68,11 @@ def same_kind_of_value(source: np.dtype, dtype: np.dtype) -> bool:
     (False, False)
     >>> same_kind_of_value(np.dtype("M8[s]"), np.dtype("M8[ns]")), same_kind_of_value(np.dtype("m8"), np.dtype("M8"))
     (True, False)
+    >>> same_kind_of_value(np.dtype("f8"), np.dtype("O")), same_kind_of_value(np.dtype("O"), np.dtype("f8"))
+    (True, False)
     """
+    if dtype.kind == "O":  # Python objects: any value, as it is
+        return True
     if source.kind in _NUMBERS:
         return dtype.kind in _NUMBERS
     if source.kind in "USmM":

@@ -39,6 +39,10 @@ def exhausted_on_three(x):
     return x
 
 
+def drains(x):  # a generator of the item's own code: its RuntimeError is the item's, with the chain of views
+    return list(next(iter([])) for _ in range(x))
+
+
 def test_a_stop_iteration_raised_by_an_item_names_the_item_when_iterating(tmp_path, passthrough):
     # "failed to compute an item: RuntimeError: generator raised StopIteration"; write_npy named a whole shard
     lazyseq.seterr("wrap")
@@ -54,6 +58,10 @@ def test_a_stop_iteration_raised_by_an_item_names_the_item_when_iterating(tmp_pa
     assert str(info.value) == (
         f"write_npy: shard 0 of {tmp_path} failed at item 3 (smap(exhausted_on_three)[3]): StopIteration: "
     )
+
+    with pytest.raises(lazyseq.EvaluationError) as info:
+        list(lazyseq.smap(drains, range(1, 3)))
+    assert str(info.value) == "failed to compute smap(drains)[0]: RuntimeError: generator raised StopIteration"
     lazyseq.seterr("passthrough")
     with pytest.raises(RuntimeError) as info:  # as it is, not a StopIteration that would end the caller's loop
         list(lazyseq.smap(exhausted_on_three, range(6)))

@@ -158,6 +158,12 @@ def test_an_output_path_in_a_missing_directory_is_named(tmp_path):
     )
 
 
+def test_an_output_of_python_objects_takes_any_result():
+    out = np.empty(4, object)
+    lazyseq.evaluate(lambda b: b * 2, np.arange(4.0), batch_size=3, out=out)
+    assert out.tolist() == [0.0, 2.0, 4.0, 6.0]
+
+
 def test_columns_of_one_table_are_outputs_of_their_own():
     # refused as "the same memory": they share none of it
     table = np.zeros((4, 2))

@@ -28,6 +28,7 @@ import contextlib
 import functools
 import json
 import os
+import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -52,6 +53,7 @@ __all__ = [
 
 FORMAT = "lazyseq.write_npy"
 VERSION = 2
+LOCK_ATTEMPTS = 10  # 10 ms apart: an open_npy looking at the lock holds it for a moment
 READABLE_VERSIONS = (1, 2)  # version 1 recorded CRC-32s instead of the checksums of .checksum
 
 
@@ -91,6 +93,19 @@ def read_manifest(directory: str) -> Written:
         raise ValueError(f"{path} is not a write_npy manifest: {type(error).__name__}: {error}") from None
 
 
+def _lock_soon(fd: int, fcntl: Any) -> None:
+    """Take the directory's lock, ``BlockingIOError`` if a run holds it: an ``open_npy`` that looks at it holds it a
+    moment (see :func:`_being_written`), a run for as long as it writes."""
+    for attempt in range(LOCK_ATTEMPTS):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if attempt == LOCK_ATTEMPTS - 1:
+                raise
+            time.sleep(0.01)
+
+
 def _being_written(directory: str) -> bool:
     """Whether a run holds the lock of ``directory`` (see :func:`writing_alone`): it is writing there now."""
     try:
@@ -126,7 +141,7 @@ def writing_alone(directory: str) -> Iterator[None]:
     fd = os.open(directory, os.O_RDONLY)
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _lock_soon(fd, fcntl)
         except BlockingIOError:
             raise BlockingIOError(
                 f"write_npy: another run is writing into {directory}; wait until it ends (a run that was killed "

@@ -281,6 +281,9 @@ class Layout:
         touchy = [k for k, field in enumerate(self.fields) if field.dtype.kind in "USmM"]
         if not touchy:
             return False
+        if self.kind == "array" and self.fields[0].dtype.kind in "US":  # strings of numpy's own: none to look at
+            if set(map(type, items)) == {np.str_ if self.fields[0].dtype.kind == "U" else np.bytes_}:
+                return False
         for item in items:
             for k in touchy:
                 field = self.fields[k]
@@ -290,7 +293,7 @@ class Layout:
                     value = item.get(field.name)
                 else:
                     value = item[k] if k < len(item) else None
-                found = np.asarray(value).dtype
+                found = value.dtype if isinstance(value, (np.ndarray, np.generic)) else np.asarray(value).dtype
                 if found.kind != field.dtype.kind or (found.kind in "mM" and found != field.dtype):
                     return True
         return False

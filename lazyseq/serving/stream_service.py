@@ -130,17 +130,16 @@ class StreamService:
             return
         for seq in acks:
             state.unacked.pop(seq, None)
-        wanted = state.wanted + more
+        wanted, resent = state.wanted + more, 0
         if type(have) is list:  # the consumer heard nothing for a while: what it lacks is sent again
             have = {s for s in have if type(s) is int}
-            resent = 0
             for seq, (kind, item_header, buffers) in sorted(state.unacked.items()):
                 if seq not in have:
                     self.send(consumer, kind, item_header, buffers)
                     resent += 1
-            asked = header.get("asked")
-            if type(asked) is int and asked >= 0:  # what it waits for, beyond those: a request of it may be lost
-                wanted = asked - resent
+        asked = header.get("asked")  # after a silence: what it waits for (a request of it may have been lost)
+        if type(asked) is int and asked >= 0:
+            wanted = asked - resent
         state.wanted = max(0, min(wanted, self._max_wanted - len(state.unacked)))
         self._hand_out()
 

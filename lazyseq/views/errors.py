@@ -86,17 +86,22 @@ def reraise(error: Exception) -> NoReturn:
 def item_failure(error: BaseException) -> BaseException:
     """What an item raised: a ``StopIteration`` that a generator over the items turned into a ``RuntimeError``.
 
-    >>> def items():
-    ...     yield next(iter([]))  # an item that raises StopIteration
+    >>> import lazyseq
     >>> try:
-    ...     list(items())
-    ... except RuntimeError as error:
-    ...     type(item_failure(error)).__name__, type(item_failure(ValueError())).__name__
-    ('StopIteration', 'ValueError')
+    ...     list(lazyseq.smap(lambda x: next(iter([])), [1]))  # an item that raises StopIteration
+    ... except lazyseq.EvaluationError as error:
+    ...     raised = error.__cause__
+    >>> type(raised).__name__, type(item_failure(raised)).__name__, type(item_failure(ValueError())).__name__
+    ('RuntimeError', 'StopIteration', 'ValueError')
     """
     cause = error.__cause__
     if type(error) is RuntimeError and isinstance(cause, StopIteration) and "raised StopIteration" in str(error):
-        return cause  # Python's own wrapping (PEP 479)
+        # Python's own wrapping (PEP 479), by a generator of lazyseq's over the items (not one of an item's code)
+        tb = error.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        if tb is not None and tb.tb_frame.f_globals.get("__name__", "").startswith("lazyseq."):
+            return cause
     return error
 
 
