@@ -562,6 +562,54 @@ def test_a_loader_read_by_index_follows_set_epoch_called_below_it(method):
         assert [int(v) for b in loader.batch(5) for v in b] == expected
 
 
+def test_items_computed_while_another_epoch_was_set_below_are_dropped_though_it_was_set_back():
+    # The epoch was compared, 0 then 0: items the worker threads had computed in epoch 1's order meanwhile were kept.
+    gate, computed = threading.Event(), threading.Event()
+
+    def held(i):
+        if i >= 1:  # item 0 first; the next ones, computed ahead, wait for the epoch to change
+            gate.wait(10)
+        return i
+
+    def pick(_, x):
+        computed.set()
+        return int(x)
+
+    shuffled = lazyseq.shuffle(range(12), seed=0)
+    pipeline = lazyseq.smap(pick, lazyseq.smap(held, range(12)), shuffled)
+    with prefetch(pipeline, nworkers=2, inline_below=0, max_buffered=4) as loader:
+        reads = iter(loader)
+        first = next(reads)
+        computed.clear()
+        shuffled.set_epoch(1)  # a validation pass on the same shuffle, say
+        gate.set()
+        assert computed.wait(10)  # items ahead computed in epoch 1's order
+        shuffled.set_epoch(0)
+        assert [first, *reads] == list(lazyseq.shuffle(range(12), seed=0))
+
+
+def test_a_cache_drops_an_item_computed_while_another_epoch_was_set_below_though_it_was_set_back():
+    inside, gate = threading.Event(), threading.Event()
+
+    def held(i):
+        if i == 5:
+            inside.set()
+            gate.wait(10)
+        return i
+
+    shuffled = lazyseq.shuffle(range(10), seed=0)
+    cached = lazyseq.smap(lambda _, x: int(x), lazyseq.smap(held, range(10)), shuffled).add_cache(10)
+    cached[0]
+    reader = threading.Thread(target=lambda: cached[5])
+    reader.start()
+    assert inside.wait(10)
+    shuffled.set_epoch(1)
+    gate.set()
+    reader.join()  # item 5 of epoch 1 cached
+    shuffled.set_epoch(0)
+    assert cached[5] == list(lazyseq.shuffle(range(10), seed=0))[5]
+
+
 def test_the_pool_holds_no_more_slots_than_the_view_has_items_and_its_failure_is_the_loaders(monkeypatch):
     # max_buffered=100_000 for 5 items asked for 100,002 slots, and the failure read "failed to compute prefetch[0]".
     from lazyseq.loading import shared_slots

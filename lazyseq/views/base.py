@@ -220,9 +220,13 @@ class View(Fluent[T_co], Sequence[T_co]):
         return any(view._length_unknown for view in self._views_below(lambda view: view._len is None))
 
     def _epochs(self) -> tuple[int, ...]:
-        """The epochs of the shuffles this view reads from: what ``set_epoch`` changes, wherever it is called."""
-        epochs = (getattr(view, "_epoch", None) for view in self._views_below())  # a shuffle's
-        return tuple(epoch for epoch in epochs if epoch is not None)
+        """How many times an epoch was set on each shuffle this view reads from, wherever ``set_epoch`` was called.
+
+        Counts, not epochs: items computed between ``set_epoch(1)`` and
+        ``set_epoch(0)`` are of epoch 1, though the epoch is 0 again.
+        """
+        sets = (getattr(view, "_epoch_sets", None) for view in self._views_below())  # a shuffle's
+        return tuple(count for count in sets if count is not None)
 
     def _views_below(self, through: Callable[[View], bool] | None = None) -> Iterator[View]:
         """This view and the views it reads from, each once, going on only through those for which ``through`` holds.

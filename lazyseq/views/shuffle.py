@@ -103,6 +103,7 @@ class ShuffleView(View):
 
     def _use_epoch(self, epoch: int) -> None:
         self._epoch = integer(epoch, "shuffle: epoch", low=0)
+        self._epoch_sets = getattr(self, "_epoch_sets", 0) + 1  # what loaders and caches look at (View._epochs)
         EPOCH_CHANGES[0] += 1
         self._order: np.ndarray | None = None
 
