@@ -141,13 +141,24 @@ def test_iteration_resumes_from_a_saved_state(method):
         first = iter(ahead)
         before = [next(first) for _ in range(17)]
         state = first.state_dict()
-    assert state == {"position": 17, "length": 50}
+    assert state == {"position": 17, "length": 50, "shuffles": [[1, 2]]}
     with prefetch(pipeline, nworkers=2, method=method) as ahead:
         resumed = iter(ahead)
         resumed.load_state_dict(pickle.loads(pickle.dumps(state)))
         assert before + list(resumed) == list(pipeline)
         with pytest.raises(ValueError, match="saved state is for a view of length 50, this one has length 3"):
             iter(prefetch(range(3), nworkers=1)).load_state_dict(state)
+    # Loaded where the shuffle was at another epoch (or had another seed), it resumed another order: 4 items of 20
+    # never came, others twice.
+    for seed, epoch in [(1, 0), (2, 2)]:
+        with pytest.raises(ValueError) as caught:
+            iter(prefetch(lazyseq.shuffle(range(50), seed=seed, epoch=epoch), nworkers=1)).load_state_dict(state)
+        assert str(caught.value) == (
+            f"prefetch: the saved state is of shuffles with [seed, epoch] [[1, 2]], this view's are [[{seed}, {epoch}]]"
+            ": set the epoch it was saved at (set_epoch) and the same seeds before loading it"
+        )
+    with pytest.raises(ValueError, match=r"^prefetch: a saved state is a dict from state_dict\(\), got list$"):
+        iter(prefetch(range(3), nworkers=1)).load_state_dict([17, 50])
 
 
 @pytest.mark.parametrize("position", [-3, 11, 2.0, True, "4", None])

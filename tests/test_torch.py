@@ -968,3 +968,20 @@ def test_a_first_batch_that_fails_to_read_decides_nothing_for_good():
     failing = as_dataset(lazyseq.smap(lambda i: rows[i] if i != 1 else 1 / 0, range(10)))
     with pytest.raises(lazyseq.EvaluationError, match="ZeroDivisionError: division by zero"):
         next(iter(DataLoader(failing, batch_size=4, collate_fn=torch.stack)))
+
+
+def test_a_run_over_to_device_resumes_where_the_batches_received_stopped():
+    # Only the loader's iterator had a state, ahead of the batches trained on: a resumed run skipped those held ahead.
+    data = lazyseq.view(np.arange(20.0)).batch(2)
+    with lazyseq.prefetch(data, nworkers=2) as loader:
+        with to_device(iter(loader), "cpu", ahead=2) as feeder:
+            trained = [next(feeder)[0].item() for _ in range(4)]
+            state = feeder.state_dict()
+        with to_device(iter(loader), "cpu", ahead=2) as resumed:
+            resumed.load_state_dict(state)
+            trained += [batch[0].item() for batch in resumed]
+            with pytest.raises(ValueError, match="^to_device: load_state_dict must come before the first batch"):
+                resumed.load_state_dict(state)
+    assert trained == list(np.arange(0.0, 20.0, 2))
+    with pytest.raises(TypeError, match=r"^to_device: the batches come from a list_iterator, which has no state"):
+        to_device([np.zeros(2)], "cpu").state_dict()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Generic, cast, overload
 
 import numpy as np
@@ -15,7 +15,7 @@ from ..views.base import View
 from ..views.chunks import batches_as_its_rows, chunk_rows
 from ..views.itemtypes import SequenceLike, T, T_co
 from ..views.keys import Positions
-from ..views.shuffle import EpochWatch
+from ..views.shuffle import EpochWatch, ShuffleView
 from ..views.sources import as_view
 from .backends import Done
 from .buffering import ITEMS_AHEAD, SLOT_BUDGET, Buffering
@@ -356,11 +356,17 @@ class PrefetchIterator(Generic[T_co]):
             raise
 
     def state_dict(self) -> dict:
-        """Where the iteration stands: ``{"position": next item, "length": len of the view}``."""
-        return {"position": self._position, "length": self._view._len}
+        """Where the iteration stands: ``{"position": next item, "length": len of the view, "shuffles": ...}``.
+
+        ``shuffles`` lists the ``[seed, epoch]`` of the pipeline's shuffles:
+        a state loaded where they differ would resume another order.
+        """
+        return {"position": self._position, "length": self._view._len, "shuffles": _shuffles(self._view)}
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from a position that ``state_dict`` gave, on a view of the same length."""
+        if not isinstance(state, Mapping):
+            raise ValueError(f"prefetch: a saved state is a dict from state_dict(), got {type(state).__name__}")
         n = self._view._len
         if state.get("length") != n:
             raise ValueError(
@@ -374,7 +380,18 @@ class PrefetchIterator(Generic[T_co]):
         if position is None or position < 0 or (n is not None and position > n):
             where = "an integer >= 0" if n is None else f"an integer from 0 to {n}"
             raise ValueError(f"prefetch: the saved position must be {where}, got {saved!r}")
+        saved_shuffles, shuffles = state.get("shuffles"), _shuffles(self._view)
+        if saved_shuffles is not None and [list(pair) for pair in saved_shuffles] != shuffles:
+            raise ValueError(
+                f"prefetch: the saved state is of shuffles with [seed, epoch] {saved_shuffles}, this view's are "
+                f"{shuffles}: set the epoch it was saved at (set_epoch) and the same seeds before loading it"
+            )
         self._position = position
+
+
+def _shuffles(view: View) -> list[list[int | None]]:
+    """``[seed, epoch]`` of each shuffle that ``view`` reads from: which order its items come in."""
+    return [[v.seed, v._epoch] for v in view._views_below() if isinstance(v, ShuffleView)]
 
 
 class ReadOrder:

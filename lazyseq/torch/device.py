@@ -146,6 +146,45 @@ class DeviceFeeder(Iterator):
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    def state_dict(self) -> dict:
+        """Where to resume: the state of the iterator the batches come from, as of the batches delivered.
+
+        The batches sent ahead and not delivered are read again by a run
+        resumed from it. The batches must come from an iterator that has a
+        state (an iteration over a :func:`~lazyseq.prefetch` view).
+
+        >>> import numpy as np, lazyseq
+        >>> from lazyseq.torch import to_device
+        >>> batches = lazyseq.prefetch(lazyseq.view(np.arange(10.0)).batch(2), nworkers=0)
+        >>> with to_device(iter(batches), "cpu", ahead=2) as feeder:
+        ...     first = next(feeder)  # two more were taken ahead
+        ...     state = feeder.state_dict()
+        >>> state["position"]
+        1
+        >>> with to_device(iter(batches), "cpu") as resumed:
+        ...     resumed.load_state_dict(state)
+        ...     [batch.tolist() for batch in resumed][0]
+        [2.0, 3.0]
+        """
+        state = dict(self._source_state("state_dict")())
+        state["position"] -= self._pulled - self._delivered
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume from ``state`` (from :meth:`state_dict`), before the first batch is read."""
+        if self._pulled:
+            raise ValueError("to_device: load_state_dict must come before the first batch is read")
+        self._source_state("load_state_dict")(state)
+
+    def _source_state(self, name: str) -> Any:
+        method = getattr(self._source, name, None)
+        if method is None:
+            raise TypeError(
+                f"to_device: the batches come from a {type(self._source).__name__}, which has no {name}(); give "
+                "to_device an iteration over a lazyseq.prefetch view to resume where it stopped"
+            )
+        return method
+
     @property
     def pulled(self) -> int:
         """How many batches have been taken from the source so far."""
