@@ -418,3 +418,16 @@ def test_a_view_of_a_list_keeps_the_length_it_had_when_made():
         with pytest.raises(lazyseq.EvaluationError) as caught:
             use()
         assert str(caught.value) == f"failed to compute sequence[{missing}]: IndexError: list index out of range"
+
+
+@pytest.mark.parametrize("contiguous", [True, False])
+def test_shards_with_drop_last_all_have_the_same_length_and_share_no_item(contiguous):
+    # Without it, the ranks of a distributed training got 4 and 3 batches: the one with 4 waited for ever.
+    for n in range(0, 23):
+        for world in range(1, 6):
+            shards = [lazyseq.shard(range(n), r, world, contiguous, drop_last=True) for r in range(world)]
+            items = [i for s in shards for i in s]
+            assert {len(s) for s in shards} == {n // world}
+            assert len(set(items)) == len(items) == n // world * world
+    with pytest.raises(TypeError, match="shard with drop_last"):
+        lazyseq.shard(lazyseq.cycle([1, 2]), 0, 2, contiguous=False, drop_last=True)

@@ -140,11 +140,11 @@ class Fluent(Generic[T_co]):
 
         return cycle(self, limit)
 
-    def shard(self, rank: int, world_size: int, contiguous: bool = True) -> View[T_co]:
-        """``shard(self, rank, world_size, contiguous)``."""
+    def shard(self, rank: int, world_size: int, contiguous: bool = True, drop_last: bool = False) -> View[T_co]:
+        """``shard(self, rank, world_size, contiguous, drop_last)``."""
         from .shard import shard
 
-        return shard(self, rank, world_size, contiguous)
+        return shard(self, rank, world_size, contiguous, drop_last)
 
     def shuffle(self, seed: int | None = None, epoch: int = 0) -> View[T_co]:
         """``shuffle(self, seed, epoch)``."""
