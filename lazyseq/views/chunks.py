@@ -335,6 +335,7 @@ def default_collate(items: list) -> Any:
     namedtuples and dicts are collated field by field; anything else (strings,
     arbitrary objects, numbers mixed with strings) is returned as a list.
 
+    >>> from lazyseq import default_collate
     >>> default_collate([(1, 'a'), (2, 'b')])
     (array([1, 2]), ['a', 'b'])
     >>> default_collate([{'x': [0.5, 1.0]}, {'x': [1.5, 2.0]}])
