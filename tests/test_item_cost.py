@@ -223,11 +223,14 @@ def test_a_slow_first_item_that_fails_still_leaves_the_next_items_with_the_worke
     assert len(names) == 5 and all(name.startswith("lazyseq-prefetch-") for name in names)
 
 
-def test_items_far_below_the_threshold_are_timed_one_in_four():
+def test_items_far_below_the_threshold_are_timed_one_in_four_at_random():
+    # Every fourth: items slow one time in two or four were never timed, and stayed in the reader.
     cost = ItemCost(inline_below=1e-3)
-    for seconds in (1e-4, 1e-4, 1e-4):
-        cost.add(seconds)
-    assert cost.inline and cost.untimed == 3
+    skips = []
+    for _ in range(400):
+        cost.add(1e-4)
+        skips.append(cost.untimed)
+    assert cost.inline and set(skips[2:]) == set(range(7)) and 2.5 < np.mean(skips[2:]) < 3.5
     near = ItemCost(inline_below=1e-3)
     for seconds in (6e-4, 6e-4, 6e-4):  # over half the threshold: every item is timed
         near.add(seconds)

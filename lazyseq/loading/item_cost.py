@@ -19,6 +19,7 @@ run that long.
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,7 +29,8 @@ from typing import Any
 __all__ = ["FIRST_ONLY_ABOVE", "ItemCost", "TimedJob", "start_if_slow"]
 
 SMOOTHING = 0.2  # weight of the newest timing in the running estimate
-TIME_ONE_IN = 4  # items well under the threshold: the reader times one in this many
+TIME_ONE_IN = 4  # items well under the threshold: the reader times one in this many, on average
+_SKIPS = random.Random(0)  # how many to skip before the next timing (not the global generator: it is the user's)
 FIRST_ONLY_ABOVE = 10  # the first timing alone sends items to the workers only above this many thresholds
 
 
@@ -81,7 +83,8 @@ class ItemCost:
             if estimate > (FIRST_ONLY_ABOVE if self.count == 1 else 2) * self.inline_below:
                 self.inline = False
             elif self.count > 2 and max(seconds, estimate) < self.inline_below / 2:  # far from the threshold
-                self.untimed = TIME_ONE_IN - 1
+                # about one in TIME_ONE_IN, not every TIME_ONE_IN-th: items slow one time in 2 or 4 are timed too
+                self.untimed = _SKIPS.randrange(2 * TIME_ONE_IN - 1)
         elif estimate < self.inline_below:
             self.inline = True
 
