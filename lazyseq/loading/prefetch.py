@@ -268,6 +268,14 @@ class PrefetchView(View[T_co]):
 
     def _read(self, engine: Engine, order: ReadOrder, i: int) -> Done:
         """Item ``i`` from the workers; the next expected items are sent, up to ``max_buffered`` in all."""
+        frontier = order.frontier
+        if order.step == 1 and frontier is not None and i < frontier and (i in engine.ready or i in engine.pending):
+            # An item on its way, read out of turn (threads reading in turn, the second one first): the reads still
+            # go in order, and what was read ahead is kept.
+            order.last = max(order.last, i)
+            done = engine.wait_for(i, i, None)
+            self._send_ahead()
+            return done
         steady = order.read(i)
         if engine.buffering.size is None:  # by default for Ray and processes, the capacity follows the items' timings
             order.capacity = engine.capacity
