@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Generic, cast, overload
 
@@ -55,6 +56,13 @@ class PrefetchView(View[T_co]):
         self._parents = (parent,)
         self._len = parent._len
         self._options = options
+        if options.nworkers and options.method != "thread" and any(v.kind == "uniter" for v in parent._views_below()):
+            warnings.warn(
+                f"{options.owner}: the pipeline reads an iterable (uniter): each worker process gets a copy of it, and "
+                "iterates over every item before those it computes, so that the workers do the work several times "
+                "over; use method='thread', or read the iterable with load_buffers",
+                stacklevel=3,
+            )
         if options.nworkers and options.pickles_pipeline:  # fail now, not when reading starts
             to = "Ray's workers" if options.method == "ray" else "worker processes"
             serialize_work(ReadItem(parent), options.start_hook, options.owner, to)
