@@ -282,18 +282,19 @@ class PrefetchView(View[T_co]):
 
     def _read(self, engine: Engine, order: ReadOrder, i: int) -> Done:
         """Item ``i`` from the workers; the next expected items are sent, up to ``max_buffered`` in all."""
-        frontier = order.frontier
-        if order.step == 1 and frontier is not None and i < frontier and (i in engine.ready or i in engine.pending):
-            # An item on its way, read out of turn (threads reading in turn, the second one first): the reads still
-            # go in order, and what was read ahead is kept.
-            order.last = max(order.last, i)
-            done = engine.wait_for(i, i, None)
-            self._send_ahead()
-            return done
-        steady = order.read(i)
         if engine.buffering.size is None:  # by default for Ray and processes, the capacity follows the items' timings
             order.capacity = engine.capacity
         send_ahead = self._send_ahead
+        frontier, last = order.frontier, order.last
+        if order.step == 1 and i != last + 1 and frontier is not None and last < frontier and i < frontier:
+            if i in engine.ready or i in engine.pending:
+                # An item on its way, read out of turn (threads reading in turn, the second one first): the reads
+                # still go in order, and what was read ahead is kept.
+                order.last = max(last, i)
+                done = engine.wait_for(i, i, None)
+                send_ahead()
+                return done
+        steady = order.read(i)
         sent = steady and order.frontier is not None  # what was expected went out after the last read
         if not sent:
             ahead = order.expected(i) if steady else range(0)
