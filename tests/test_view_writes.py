@@ -102,3 +102,28 @@ def test_a_refused_assignment_changes_nothing():
     assert values.tolist() == [0, 0] and data == [0, 0, 0]
     both[:3] = [1, 2, 3]
     assert data == [1, 2, 3]
+
+
+def test_an_assignment_through_slices_and_gathers_of_one_array_is_one_numpy_write(monkeypatch):
+    # Item by item: 200,000 values took 90 ms (checked, then written one by one); as numpy writes them, 14 ms.
+    from lazyseq.views.sources import ArraySource
+
+    monkeypatch.setattr(ArraySource, "_set", lambda *_: pytest.fail("written item by item"))
+    data = np.arange(10.0)
+    view = lazyseq.view(data)
+    view[2:8] = view[2:8][::-1]  # read before written, as numpy and lists do
+    assert data.tolist() == [0.0, 1.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.0, 8.0, 9.0]
+    picked = np.arange(5)
+    lazyseq.gather(picked, [3, 1, 3])[:] = [7, 8, 9]  # a position given twice takes the last value, as in numpy
+    assert picked.tolist() == [0, 8, 2, 9, 4]
+    whole = np.zeros(3, int)
+    lazyseq.view(whole)[::-1] = [2.7, 1.2, 3.9]  # cast as one by one
+    assert whole.tolist() == [3, 1, 2]
+    monkeypatch.undo()
+    ragged = np.zeros((2, 2))
+    lazyseq.view(ragged)[:] = [[1.0, 2.0], 5.0]  # rows of several shapes: written one by one, as before
+    assert ragged.tolist() == [[1.0, 2.0], [5.0, 5.0]]
+    frozen = np.zeros(3)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="^assignment destination is read-only$"):
+        lazyseq.view(frozen)[:] = [1, 2, 3]

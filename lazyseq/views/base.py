@@ -381,10 +381,21 @@ class View(Fluent[T_co], Sequence[T_co]):
             raise ValueError(
                 f"cannot assign {len(values)} values to a {self._label()} of {n} items: views cannot change length"
             )
+        if self._set_many(range(n), values):  # one array below: one vectorized write
+            return
         for i in range(n):  # all of them before any is written: a refused assignment changes nothing
             self._check_writable(i)
         for i, value in enumerate(values):
             self._set(i, value)
+
+    def _set_many(self, idx: Positions, values: list) -> bool:
+        """Write ``values`` as items ``idx`` at once, as ``_set`` would one by one; False where this view cannot.
+
+        An array source writes them with one numpy assignment; a slice or a
+        gather passes the write on to its parent; other views cannot (their
+        items are then checked and written one by one).
+        """
+        return False
 
     def _values_to_assign(self, values: Any) -> list:
         """All the values, read before any is written (they may be a view of the same data), like list and numpy."""

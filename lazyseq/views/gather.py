@@ -51,6 +51,9 @@ class GatherView(View):
     def _get_many(self, idx: Positions) -> Any:
         return self._parent._get_many(compose(self._positions, idx))
 
+    def _set_many(self, idx: Positions, values: list) -> bool:
+        return self._parent._set_many(compose(self._positions, idx), values)
+
     def _stored_rows(self, rows: range) -> np.ndarray | None:
         positions = compose(self._positions, rows)
         if type(positions) is not range or positions.step != 1:

@@ -14,7 +14,7 @@ from .arange import ArangeView
 from .base import View
 from .chunks import new_rows
 from .itemtypes import SequenceLike, T
-from .keys import Positions
+from .keys import Positions, positions_array
 
 __all__ = ["ArraySource", "SequenceSource", "as_view", "is_sequence_like", "view", "views_of"]
 
@@ -69,6 +69,19 @@ class ArraySource(View):
     def _check_writable(self, i: int) -> None:
         if not self._array.flags.writeable:
             raise ValueError("assignment destination is read-only")  # what numpy says
+
+    def _set_many(self, idx: Positions, values: list) -> bool:
+        array = self._array
+        if not array.flags.writeable:
+            return False  # refused item by item, with numpy's message
+        try:
+            rows = np.asarray(values)
+        except (ValueError, TypeError):  # rows of several shapes: each is written (or refused) alone
+            return False
+        if rows.shape != (len(idx), *array.shape[1:]) or (rows.dtype.hasobject and not array.dtype.hasobject):
+            return False
+        array[positions_array(idx)] = rows  # the same casts as one by one; of positions given twice, the last
+        return True
 
     def _iter(self) -> Iterator[Any]:
         return iter(self._array)
