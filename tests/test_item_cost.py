@@ -247,3 +247,65 @@ def test_untimed_items_still_go_to_the_workers_when_they_get_slow():
         names = list(ahead)
     assert set(names[:40]) == {threading.current_thread().name}
     assert all(name.startswith("lazyseq-prefetch-") for name in names[60:])
+
+
+@pytest.fixture
+def long_runs(monkeypatch):
+    """Runs of cheap items as long as RUN_ITEMS, whatever the machine's speed."""
+    monkeypatch.setattr("lazyseq.loading.item_cost.RUN_SECONDS", 60.0)
+    monkeypatch.setattr("lazyseq.loading.engine.RUN_SECONDS", 60.0)
+
+
+def test_cheap_items_read_in_order_are_computed_a_run_at_a_time(long_runs):
+    # Each read through the loader cost about a microsecond of bookkeeping: most of the time of items this cheap.
+    log = []
+
+    def logged(x):
+        log.append(("computed", x))
+        return x * x
+
+    with lazyseq.prefetch(lazyseq.smap(logged, range(100)), nworkers=2, max_buffered=20) as ahead:
+        for x in ahead:
+            log.append(("read", x))
+        assert [ahead[k] for k in (5, 4, 98)] == [25, 16, 9604]  # out of order: one at a time, as before
+    assert log[:6] == [("computed", 0), ("read", 0), ("computed", 1), ("read", 1), ("computed", 2), ("read", 4)]
+    runs = []
+    for start in range(3, 100, 21):  # from the fourth item on (timed first): the item read and max_buffered ahead
+        run = range(start, min(start + 21, 100))
+        runs += [("computed", k) for k in run] + [("read", k * k) for k in run]
+    assert log[6:] == runs + [("computed", 5), ("computed", 4), ("computed", 98)]
+
+
+def inverse_of_x_minus_10(computed, x):
+    computed.append(x)
+    return 1 / (x - 10)
+
+
+def test_an_item_that_fails_in_a_run_raises_at_its_own_read_after_the_items_before_it(long_runs):
+    computed = []
+    view = lazyseq.smap(functools.partial(inverse_of_x_minus_10, computed), range(20))
+    with lazyseq.prefetch(view, nworkers=2) as ahead:
+        reads = iter(ahead)
+        assert [next(reads) for _ in range(10)] == [1 / (x - 10) for x in range(10)]
+        assert computed == list(range(11))  # the run from item 3 stopped at item 10
+        with pytest.raises(lazyseq.EvaluationError) as raised:
+            next(reads)
+        assert list(reads) == [1 / (x - 10) for x in range(11, 20)]
+    assert str(raised.value) == (
+        "failed to compute prefetch[10] -> smap(partial(inverse_of_x_minus_10))[10]: ZeroDivisionError: division by zero"
+    )
+    assert computed == list(range(20))  # item 10 once: its error was kept for its read
+
+
+def test_the_items_of_a_run_are_not_read_once_an_epoch_was_set(long_runs):
+    data = lazyseq.arange(50).shuffle(seed=3)
+    epoch0 = list(data)
+    data.set_epoch(1)
+    epoch1 = list(data)
+    data.set_epoch(0)
+    with lazyseq.prefetch(data.smap(int), nworkers=2) as ahead:
+        reads = iter(ahead)
+        first = [next(reads) for _ in range(5)]  # items 3 to 49 were computed at the read of item 3
+        data.set_epoch(1)  # on the shuffle below, between two reads
+        rest = list(reads)
+    assert first == epoch0[:5] and rest == epoch1[5:]

@@ -37,7 +37,7 @@ from .backends import DeferredWorkers, Done, WorkerBackend, start_workers
 from .buffering import Buffering
 from .failures import LoaderClosed
 from .fork_safety import fork_generation
-from .item_cost import FIRST_ONLY_ABOVE, ItemCost, start_if_slow
+from .item_cost import FIRST_ONLY_ABOVE, RUN_SECONDS, ItemCost, start_if_slow
 from .options import LoaderOptions
 from .seeding import base_seed
 
@@ -225,6 +225,35 @@ class Engine:
         together they may cost less still (vectorized): their average is timed.
         """
         return self._compute(read, arg, self.cost, count)  # type: ignore[arg-type]  # as in compute_here
+
+    def compute_run_here(self, args: Iterable[Any]) -> tuple[list, Exception | None]:
+        """``job(arg)`` for ``args`` in turn, in the reader's thread, until about ``RUN_SECONDS`` of work is done.
+
+        The items are far cheaper than handing them over (:attr:`ItemCost.in_runs`):
+        their average is timed. An exception from ``job`` ends the run, and is
+        returned with the values computed before it (to be raised at the read of
+        its item); a KeyboardInterrupt or the like propagates at once.
+        """
+        cost: ItemCost = self.cost  # type: ignore[assignment]  # as in compute_here
+        job, values, error = self._job, [], None
+        began = now = perf_counter()
+        end = began + RUN_SECONDS
+        try:
+            for arg in args:
+                try:
+                    values.append(job(arg))
+                except Exception as failure:
+                    error = failure
+                    break
+                now = perf_counter()
+                if now >= end:
+                    break
+        except BaseException as interrupt:
+            self.failed(interrupt)
+            raise
+        if values:
+            cost.add((now - began) / len(values))
+        return values, error
 
     def _compute(self, call: Callable[[Any], Any], arg: Any, cost: ItemCost, count: int = 1) -> Any:
         """``call(arg)``, timed unless ``cost`` lets it go untimed; an error closes the engine as :meth:`failed` says."""

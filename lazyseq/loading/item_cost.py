@@ -26,12 +26,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["FIRST_ONLY_ABOVE", "ItemCost", "TimedJob", "start_if_slow"]
+__all__ = ["FIRST_ONLY_ABOVE", "RUN_ITEMS", "RUN_SECONDS", "ItemCost", "TimedJob", "start_if_slow"]
 
 SMOOTHING = 0.2  # weight of the newest timing in the running estimate
 TIME_ONE_IN = 4  # items well under the threshold: the reader times one in this many, on average
 _SKIPS = random.Random(0)  # how many to skip before the next timing (not the global generator: it is the user's)
 FIRST_ONLY_ABOVE = 10  # the first timing alone sends items to the workers only above this many thresholds
+RUN_SECONDS = 100e-6  # items this cheap are computed by the reader in runs of about this long, read in order
+RUN_ITEMS = 64  # items in a run at most, however cheap
+RUN_FEWEST = 4  # runs only for items that fit this many times in RUN_SECONDS
 
 
 class ItemCost:
@@ -87,6 +90,17 @@ class ItemCost:
                 self.untimed = _SKIPS.randrange(2 * TIME_ONE_IN - 1)
         elif estimate < self.inline_below:
             self.inline = True
+
+    @property
+    def in_runs(self) -> bool:
+        """Whether the reader computes items read in order a run at a time (up to ``RUN_SECONDS``), not one by one.
+
+        Each read through a loader costs about a microsecond of bookkeeping,
+        which for items of a few microseconds is most of their time: a run
+        pays it once for many items.
+        """
+        estimate = self.estimate
+        return self.inline and self.count > 2 and estimate is not None and estimate * RUN_FEWEST < RUN_SECONDS
 
 
 class TimedJob:

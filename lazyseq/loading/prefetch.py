@@ -23,7 +23,8 @@ from .buffering import ITEMS_AHEAD, SLOT_BUDGET, Buffering
 from .engine import Engine
 from .failures import LoaderClosed, LoaderError, WorkerDied, is_an_items_own, raised_by_an_item
 from .fork_safety import ForkLocalLock
-from .item_cost import ItemCost
+from .inline_run import MISSING, InlineRun
+from .item_cost import RUN_ITEMS, ItemCost
 from .jobs import ReadItem
 from .options import LoaderOptions, Method, StartHook, StartMethod, serialize_work
 from .shared_slots import slot_bytes_for
@@ -75,6 +76,7 @@ class PrefetchView(View[T_co]):
         self._send_ahead: Callable[[], None] = _nothing  # sends the next expected items (see _start)
         self._starts = 0  # how many times workers were started: each start gets new random seeds
         self._cost: ItemCost | None = None  # what items cost, timed by the first engine
+        self._run: InlineRun | None = None  # cheap items the reader computed ahead, read in order
         self._epoch_watch = EpochWatch(parent)  # of the pipeline's shuffles when the workers started
         # items ahead of the reader that a worker died computing: reported when read, and not computed ahead again
         self._deaths: dict[int, WorkerDied] = {}
@@ -116,6 +118,7 @@ class PrefetchView(View[T_co]):
         """
         engine, self._engine = self._engine, None  # not under the lock: a read may hold it while it waits
         self._deaths = {}
+        self._run = None
         # Nothing keeps the stopped engine (and what it had read ahead) while the view lives on.
         self._send_ahead, self._order = _nothing, ReadOrder(self._len, self._order.capacity)
         if engine is not None:
@@ -147,6 +150,11 @@ class PrefetchView(View[T_co]):
     def _get(self, i: int) -> Any:
         if not self._options.nworkers:
             return self._parent._get(i)
+        run = self._run
+        if run is not None:
+            value = run.take(i, self._engine)
+            if value is not MISSING:
+                return value
         self._follow_epochs()  # an epoch set on a view below since the workers started
         with self._lock:
             if self._deaths and i in self._deaths:
@@ -158,8 +166,10 @@ class PrefetchView(View[T_co]):
                 order = self._order
                 cost = engine.cost  # engine.inline, without a call at every read
                 if cost is not None and cost.inline and i not in engine.pending and i not in engine.ready:
-                    order.read(i)
-                    value = engine.compute_here(i) if cost.count else self._compute_first(engine, order, i)
+                    if order.read(i) and order.step == 1 and cost.in_runs and not (engine.pending or engine.ready):
+                        value = self._compute_run(engine, order, i)
+                    else:
+                        value = engine.compute_here(i) if cost.count else self._compute_first(engine, order, i)
                     engine.check_open()  # closed by another thread while this one computed: see close()
                     return value
                 try:
@@ -272,6 +282,22 @@ class PrefetchView(View[T_co]):
             yield i, done
             send_next()
 
+    def _compute_run(self, engine: Engine, order: ReadOrder, i: int) -> Any:
+        """Item ``i`` and the next ones, computed by the reader at once: the next reads take them from ``_run``.
+
+        No more are computed ahead of ``i`` than the workers would (``max_buffered``).
+        """
+        stop = i + 1 + min(RUN_ITEMS - 1, engine.capacity)
+        if self._len is not None:
+            stop = min(self._len, stop)
+        values, error = engine.compute_run_here(range(i, stop))
+        if not values:  # item i failed
+            raise cast("Exception", error)
+        order.last = i + len(values) - 1  # as if read: the read after the run is the next in order
+        value, values[0] = values[0], MISSING
+        self._run = InlineRun(engine, i, values, error) if len(values) > 1 or error is not None else None
+        return value
+
     @staticmethod
     def _compute_first(engine: Engine, order: ReadOrder, i: int) -> Any:
         try:
@@ -359,8 +385,14 @@ class PrefetchIterator(Generic[T_co]):
         if n is not None and i >= n:
             raise StopIteration
         self._position = i + 1  # a failed item is skipped if iteration goes on
+        view = self._view
         try:
-            return self._view._get(i)
+            run = view._run  # what view._get(i) looks at first, one call less (an error is raised there)
+            if run is not None:
+                value = run.take(i, view._engine, raising=False)
+                if value is not MISSING:
+                    return value
+            return view._get(i)
         except errors.EndOfData:  # data of unknown length ended here (uniter)
             self._position = i
             raise StopIteration from None
