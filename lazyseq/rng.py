@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from .arguments import integer
+from .views.itemtypes import Integer
 
 __all__ = ["rng"]
 
 
-def rng(seed: int, *keys: int) -> np.random.Generator:
+def rng(seed: Integer, *keys: Integer) -> np.random.Generator:
     """A random generator determined by ``seed`` and integer ``keys`` (an epoch, an item index...).
 
     A random transform that draws from ``rng(seed, epoch, i)`` for item ``i``

@@ -6,6 +6,7 @@ import glob
 import os
 import zipfile
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -23,7 +24,7 @@ _NPY_MAGIC = b"\x93NUMPY"  # how every .npy file starts
 _ZIP_MAGIC = b"PK\x03\x04"  # an .npz archive is a zip file
 
 
-def open_npy(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> View[np.ndarray]:
+def open_npy(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> View[Any]:
     """Memory-map ``.npy`` files (read-only) and view their rows one file after the other.
 
     ``paths`` is a list of files, or one glob pattern (matches are sorted by
@@ -38,6 +39,10 @@ def open_npy(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> View[np.
     and batches of them stacked field by field). A shard whose size or
     header disagrees with the manifest is an error naming the file (its
     checksum is checked when ``write_npy`` resumes, which redoes it).
+
+    Its items are what the files hold, and so are typed ``Any``: rows of
+    the files' arrays (numpy scalars for 1-D files), or the tuples or dicts
+    that ``write_npy`` wrote.
 
     Each file mapped keeps one open file descriptor while the view lives
     (numpy's memory maps do): where the files outnumber what the process may
@@ -94,7 +99,7 @@ def open_npy(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> View[np.
     return parts[0] if len(parts) == 1 else ConcatenateView(parts)
 
 
-def _open_written(directory: str) -> View:
+def _open_written(directory: str) -> View[Any]:
     """The items of a directory that ``write_npy`` wrote, each field's shards memory-mapped one after the other."""
     try:
         written = read_manifest(directory)

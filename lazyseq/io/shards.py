@@ -148,7 +148,7 @@ class _Abandoned(Exception):
 
 def write_npy(
     seq: SequenceLike[Any],
-    directory: str | os.PathLike,
+    directory: str | os.PathLike[str],
     *,
     rows_per_shard: int | None = None,
     bytes_per_shard: int = 256 * 2**20,

@@ -143,7 +143,7 @@ class BufferLoader(Iterator[T], Generic[T]):
                 f"batch was {self._first}; func must return batches of fixed shapes and dtypes"
             )
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         raise TypeError(
             "a load_buffers iterator cannot be pickled: it runs workers of its own; send func, and call "
             "load_buffers where the batches are read"

@@ -410,7 +410,7 @@ class PrefetchIterator(Generic[T_co]):
                 self._position = i
             raise
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """Where the iteration stands: ``{"position": next item, "length": len of the view, "shuffles": ...}``.
 
         ``shuffles`` lists the ``[seed, epoch]`` of the pipeline's shuffles:
@@ -418,7 +418,7 @@ class PrefetchIterator(Generic[T_co]):
         """
         return {"position": self._position, "length": self._view._len, "shuffles": _shuffles(self._view)}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a position that ``state_dict`` gave, on a view of the same length."""
         if not isinstance(state, Mapping):
             raise ValueError(f"prefetch: a saved state is a dict from state_dict(), got {type(state).__name__}")

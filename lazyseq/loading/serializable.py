@@ -72,7 +72,7 @@ class SerializableFunc:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         if _is_script(self.module) and self.script is None:
             raise pickle.PicklingError(
                 f"SerializableFunc: {self.qualname} is defined in __main__, which has no file (an interactive "

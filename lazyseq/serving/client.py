@@ -23,7 +23,7 @@ __all__ = ["RemoteStream", "RemoteView", "connect"]
 RECENT = 256  # stream items remembered as handed out: sent again after a lost connection, they are dropped
 
 
-class RemoteView(View):
+class RemoteView(View[Any]):
     """The items of a view served by :func:`~lazyseq.serve`, read by index over a socket.
 
     While it is read in order, up to ``ahead`` of the next items are asked
@@ -42,7 +42,7 @@ class RemoteView(View):
 
     kind = "served"
 
-    def __init__(self, connection: Connection, info: dict, ahead: int, settings: dict) -> None:
+    def __init__(self, connection: Connection, info: dict[str, Any], ahead: int, settings: dict[str, Any]) -> None:
         length = info.get("length")
         if length is not None and (type(length) is not int or length < 0):
             raise wire.ProtocolError(f"the server sent an invalid length {length!r}")
@@ -69,7 +69,7 @@ class RemoteView(View):
     def address(self) -> str:
         return self._connection.address
 
-    def _item_spec(self) -> tuple | None:
+    def _item_spec(self) -> tuple[Any, ...] | None:
         return self._spec
 
     def _get(self, i: int) -> Any:
@@ -242,7 +242,7 @@ class RemoteView(View):
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         return (_reconnect, (self._settings,))
 
 
@@ -281,7 +281,7 @@ class Served(NamedTuple):
             return what
 
 
-class RemoteStream(Iterator):
+class RemoteStream(Iterator[Any]):
     """The items of a stream served by :func:`~lazyseq.serve`; each one goes to exactly one consumer.
 
     ``ahead`` items are asked for ahead of use. An item counts as delivered
@@ -359,7 +359,7 @@ class RemoteStream(Iterator):
                 errors.reraise(error)
         return value
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         raise TypeError(
             f"a stream served at {self.address} cannot be pickled: each of its items goes to one consumer, and a "
             "copy would be another one sharing this one's items; connect to the server where the items are read"
@@ -456,8 +456,12 @@ def connect(
     curve_keypair: tuple[Any, Any] | None = None,
     ahead: int = 4,
     shared_memory: bool = True,
-) -> RemoteView | RemoteStream:
+) -> Any:
     """Connect to a :func:`~lazyseq.serve` server: a view of what it serves, or an iterator over its stream.
+
+    Which of the two comes back depends on what the server serves, which
+    only the server knows: type checkers see ``Any`` (a :class:`RemoteView`
+    or a :class:`RemoteStream`), so that either is used without a check.
 
     A served view comes back as a :class:`RemoteView`: ``len``, indexing,
     slices and every combinator work on it, reads in order keep up to
@@ -509,11 +513,11 @@ def connect(
         raise
 
 
-def _reconnect(settings: dict) -> RemoteView | RemoteStream:
+def _reconnect(settings: dict[str, Any]) -> RemoteView | RemoteStream:
     return connect(**settings)
 
 
-def _open_connection(settings: dict) -> tuple[Connection, Any]:
+def _open_connection(settings: dict[str, Any]) -> tuple[Connection, Any]:
     """A connection to the server that ``settings`` name, and its answer to hello (what it serves)."""
     connection = Connection(settings["address"], settings["timeout"], settings["server_key"], settings["curve_keypair"])
     fields = hello_fields(settings["ahead"]) if settings.get("shared_memory", True) else {}  # on its machine?

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..loading.buffering import ITEMS_AHEAD, Buffering
 from ..loading.failures import LoaderError
-from ..loading.options import LoaderOptions, Method, StartMethod
+from ..loading.options import LoaderOptions, Method, StartHook, StartMethod
 from ..views.sources import as_view, is_sequence_like
 from .endpoints import check_endpoint
 from .security import check_address
@@ -152,7 +152,7 @@ def serve(
     curve_keypair: tuple[Any, Any] | None = None,
     allowed_clients: Iterable[Any] | None = None,
     insecure: bool = False,
-    start_hook: Callable[[int], Any] | None = None,
+    start_hook: StartHook | None = None,
     start_method: StartMethod | None = None,
     blas_threads: int | None = None,
     seed: int | None = None,

@@ -6,7 +6,7 @@ import inspect
 import itertools
 import numbers
 from collections.abc import Callable, Iterable, Iterator, Sized
-from typing import Any
+from typing import Any, TypeVar
 
 from ..loading.buffers import BufferLoader
 from ..progress import ProgressBar, progress_bar
@@ -17,10 +17,12 @@ from .scoring import score, score_rule
 
 __all__ = ["fit"]
 
+Estimator = TypeVar("Estimator")  # fit returns the estimator it trains, whatever its type
+
 
 def fit(
-    estimator: Any,
-    batches: Iterable,
+    estimator: Estimator,
+    batches: Iterable[Any],
     classes: Any = None,
     epochs: int | None = 1,
     steps: int | None = None,
@@ -28,9 +30,9 @@ def fit(
     validation: Any = None,
     validate_every: int = 100,
     metric: Callable[..., Any] | None = None,
-    history: list | None = None,
+    history: list[dict[str, Any]] | None = None,
     progress: bool | None = None,
-) -> Any:
+) -> Estimator:
     """Train ``estimator`` incrementally: ``estimator.partial_fit`` on each batch; returns the estimator.
 
     Each batch is ``(X, y)``, ``(X, y, sample_weight)`` or ``X`` alone (for

@@ -9,14 +9,14 @@ torch's ``default_collate`` it is the list of samples it expects.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any, cast, overload
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset, IterableDataset, default_collate
 
 from ..views.base import View
-from ..views.itemtypes import SequenceLike, T
+from ..views.itemtypes import SequenceLike, T, T_co
 from ..views.sources import as_view
 from .tensors import is_tensor_list, stack_tensor_items, to_tensors
 
@@ -26,7 +26,7 @@ __all__ = ["LazyBatch", "ViewDataset", "as_dataset", "collate", "from_dataset"]
 _UNREAD = object()
 
 
-class LazyBatch(list):
+class LazyBatch(list[Any]):
     """The samples at some indices of a view, for a ``collate_fn``: as a list of samples, or as one stacked batch.
 
     ``value`` is the batch as ``view.batch`` builds it (arrays stacked,
@@ -52,7 +52,7 @@ class LazyBatch(list):
     __slots__ = ("_view", "_indices", "_value", "_read")
 
     def __init__(
-        self, view: View, indices: list[int] | np.ndarray, *, read_now: bool = False, value: Any = _UNREAD
+        self, view: View[Any], indices: list[int] | np.ndarray, *, read_now: bool = False, value: Any = _UNREAD
     ) -> None:
         super().__init__()
         self._view = view
@@ -122,7 +122,7 @@ def _stacked(view: View, indices: Any) -> Any:
     return selected.batch(count)[0] if count else []
 
 
-class ViewDataset(Dataset):
+class ViewDataset(Dataset[T_co]):
     """A map-style torch Dataset over a lazyseq view (see :func:`as_dataset`).
 
     >>> import numpy as np, lazyseq
@@ -132,13 +132,19 @@ class ViewDataset(Dataset):
     (6, [10, 11], [[0, 1], [4, 5]])
     """
 
-    def __init__(self, view: View) -> None:
-        self.view = view
+    def __init__(self, view: View[T_co]) -> None:
+        self.view: View[T_co] = view
         self._len = view._need_length("as_dataset()")
         self._tensor_items: bool | None = None  # whether items are tensors: known from the first batch read
 
     def __len__(self) -> int:
         return self._len
+
+    @overload
+    def __getitem__(self, index: int | np.integer[Any]) -> T_co: ...
+
+    @overload
+    def __getitem__(self, index: slice | list[int] | np.ndarray) -> Any: ...
 
     def __getitem__(self, index: Any) -> Any:
         """``view[index]`` for an integer; for a list, array or slice of indices, their items as one stacked batch."""
@@ -162,7 +168,15 @@ class ViewDataset(Dataset):
         return f"as_dataset(\n{self.view!r}\n)"
 
 
-def as_dataset(view: SequenceLike[Any]) -> ViewDataset:
+@overload
+def as_dataset(view: np.ndarray) -> ViewDataset[np.ndarray]: ...
+
+
+@overload
+def as_dataset(view: SequenceLike[T]) -> ViewDataset[T]: ...
+
+
+def as_dataset(view: SequenceLike[Any] | np.ndarray) -> ViewDataset[Any]:
     """A map-style ``torch.utils.data.Dataset`` over a view (or any sequence or array).
 
     ``dataset[i]`` is ``view[i]``, unchanged. ``DataLoader`` asks for a

@@ -33,7 +33,7 @@ class _Failure:
         self.error = error
 
 
-class DeviceFeeder(Iterator):
+class DeviceFeeder(Iterator[Any]):
     """An iterator over ``batches`` as tensors on ``device``, each sent there ``ahead`` batches early.
 
     What :func:`~lazyseq.torch.to_device` returns, where its arguments are
@@ -51,7 +51,7 @@ class DeviceFeeder(Iterator):
 
     def __init__(
         self,
-        batches: Iterable,
+        batches: Iterable[Any],
         device: str | torch.device,
         ahead: int = 2,
         pin_memory: bool | None = None,
@@ -146,7 +146,7 @@ class DeviceFeeder(Iterator):
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """Where to resume: the state of the iterator the batches come from, as of the batches delivered.
 
         The batches sent ahead and not delivered are read again by a run
@@ -170,7 +170,7 @@ class DeviceFeeder(Iterator):
         state["position"] -= self._pulled - self._delivered
         return state
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from ``state`` (from :meth:`state_dict`), before the first batch is read."""
         if self._pulled:
             raise ValueError("to_device: load_state_dict must come before the first batch is read")
@@ -196,7 +196,7 @@ class DeviceFeeder(Iterator):
 
 
 def to_device(
-    batches: Iterable,
+    batches: Iterable[Any],
     device: str | torch.device,
     *,
     ahead: int = 2,

@@ -49,8 +49,8 @@ class Slot:
 
     def __init__(self, event: Any) -> None:
         self.event = event
-        self.buffers: list | None = None  # staging tensors, one per leaf (None for a leaf that is not staged)
-        self.held: list = []  # host tensors a copy in flight reads from, kept alive until the event completes
+        self.buffers: list[Any] | None = None  # staging tensors, one per leaf (None for a leaf that is not staged)
+        self.held: list[Any] = []  # host tensors a copy in flight reads from, kept alive until the event completes
 
 
 class Transfer:
@@ -70,10 +70,10 @@ class Transfer:
     def new_event(self) -> Any:
         return _NoEvent()
 
-    def on_stream(self) -> contextlib.AbstractContextManager:
+    def on_stream(self) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext()
 
-    def allocate(self, shape: tuple, dtype: torch.dtype) -> torch.Tensor:
+    def allocate(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         self.allocations += 1
         return torch.empty(shape, dtype=dtype)
 
@@ -86,10 +86,10 @@ class Transfer:
             return self.dtype
         return tensor.dtype
 
-    def _layout(self, tensor: torch.Tensor) -> tuple[tuple, torch.dtype]:
+    def _layout(self, tensor: torch.Tensor) -> tuple[tuple[int, ...], torch.dtype]:
         return tuple(tensor.shape), self.dtype_for(tensor)
 
-    def stage(self, slot: Slot, leaves: list) -> list:
+    def stage(self, slot: Slot, leaves: list[Any]) -> list[Any]:
         """The host tensors to copy from; with staging, CPU tensors copied into the slot's buffers.
 
         The slot's previous copy must be complete (its event synchronized).
@@ -116,14 +116,14 @@ class Transfer:
             host.append(target)
         return host
 
-    def copy(self, host: list) -> list:
+    def copy(self, host: list[Any]) -> list[Any]:
         device, non_blocking, dtype_for = self.device, self.non_blocking, self.dtype_for
         return [
             t.to(device, dtype=dtype_for(t), non_blocking=non_blocking) if isinstance(t, torch.Tensor) else t
             for t in host
         ]
 
-    def hand_over(self, leaves: list, event: Any) -> None:
+    def hand_over(self, leaves: list[Any], event: Any) -> None:
         pass
 
 
@@ -151,10 +151,10 @@ class CudaTransfer(Transfer):
     def new_event(self) -> Any:
         return torch.cuda.Event()
 
-    def on_stream(self) -> contextlib.AbstractContextManager:
+    def on_stream(self) -> contextlib.AbstractContextManager[Any]:
         return torch.cuda.stream(self.stream)
 
-    def allocate(self, shape: tuple, dtype: torch.dtype) -> torch.Tensor:
+    def allocate(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         self.allocations += 1
         return torch.empty(shape, dtype=dtype, pin_memory=True)
 
@@ -162,7 +162,7 @@ class CudaTransfer(Transfer):
         # Pinned tensors (a DataLoader with pin_memory=True) are copied from directly.
         return isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu" and not tensor.is_pinned()
 
-    def hand_over(self, leaves: list, event: Any) -> None:
+    def hand_over(self, leaves: list[Any], event: Any) -> None:
         consumer = torch.cuda.current_stream(self.device)
         consumer.wait_event(event)
         for tensor in leaves:

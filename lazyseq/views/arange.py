@@ -6,12 +6,13 @@ from collections.abc import Iterator
 
 from ..arguments import indexable_length, integer
 from .base import View
+from .itemtypes import Integer
 from .keys import Positions, compose
 
 __all__ = ["ArangeView", "arange"]
 
 
-class ArangeView(View):
+class ArangeView(View[int]):
     """Item ``i`` is ``range_[i]``, a Python ``int``."""
 
     kind = "arange"
@@ -40,7 +41,7 @@ class ArangeView(View):
         return f"arange({r.start}, {r.stop}, {r.step})"
 
 
-def arange(start: int, stop: int | None = None, step: int | None = None) -> View[int]:
+def arange(start: Integer, stop: Integer | None = None, step: Integer | None = None) -> View[int]:
     """A view of the integers of ``range(start, stop, step)``.
 
     >>> import lazyseq

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, overload
+from typing import Any, Self, TypeVar, overload
 
 import numpy as np
 
@@ -27,6 +27,10 @@ from .itemtypes import T_co
 from .keys import Positions, array_key, out_of_range
 
 __all__ = ["View", "lengths_must_match"]
+
+# What a list used as a key holds: positions (ints or numpy integers) or a mask (bools or numpy booleans).
+# A type variable, not a union: a list[np.int64] or a list[bool] is no list[int | np.integer] (lists are invariant).
+_Key = TypeVar("_Key", bound=int | np.integer[Any] | np.bool_)
 
 
 class View(Fluent[T_co], Sequence[T_co]):
@@ -51,9 +55,9 @@ class View(Fluent[T_co], Sequence[T_co]):
     kind = "view"
     _length_unknown = False  # True for sources that end where their data ends, found by reading (uniter)
     _len: int | None
-    _parents: tuple[View, ...] = ()
+    _parents: tuple[View[Any], ...] = ()
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> View:
+    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
         if cls is View:
             raise TypeError(
                 "View is the base class of lazyseq's views, not one itself: make a view with lazyseq.view(data) "
@@ -142,11 +146,11 @@ class View(Fluent[T_co], Sequence[T_co]):
         """
         return None
 
-    def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
+    def _sources(self, i: int) -> tuple[tuple[View[Any], int], ...]:
         """The (parent, index) pairs that item ``i`` is read from."""
         return ()
 
-    def _iter(self) -> Iterator:
+    def _iter(self) -> Iterator[Any]:
         get = self._get
         if self._len is None:
             i = 0
@@ -170,7 +174,7 @@ class View(Fluent[T_co], Sequence[T_co]):
 
     _items_like_parents = False  # True for views that only select or reorder their parents' items
 
-    def _item_spec(self) -> tuple | None:
+    def _item_spec(self) -> tuple[Any, ...] | None:
         """What an item is, where that is known without reading one (see :mod:`lazyseq.views.display`).
 
         ``("array", dtype, shape)``, ``("tuple", specs)``, ``("dict", specs, keys)``
@@ -228,13 +232,13 @@ class View(Fluent[T_co], Sequence[T_co]):
         sets = (getattr(view, "_epoch_sets", None) for view in self._views_below())  # a shuffle's
         return tuple(count for count in sets if count is not None)
 
-    def _views_below(self, through: Callable[[View], bool] | None = None) -> Iterator[View]:
+    def _views_below(self, through: Callable[[View[Any]], bool] | None = None) -> Iterator[View[Any]]:
         """This view and the views it reads from, each once, going on only through those for which ``through`` holds.
 
         One walk, not a call per path: parents may be shared (``collate([d, d])``), and pipelines deep.
         """
         seen: set[int] = set()
-        stack: list[View] = [self]
+        stack: list[View[Any]] = [self]
         while stack:
             view = stack.pop()
             if id(view) not in seen and (through is None or through(view)):
@@ -250,12 +254,12 @@ class View(Fluent[T_co], Sequence[T_co]):
     # -- reading ---------------------------------------------------------------
 
     @overload
-    def __getitem__(self, key: int | np.integer) -> T_co: ...
+    def __getitem__(self, key: int | np.integer[Any]) -> T_co: ...
 
     @overload
-    def __getitem__(self, key: slice | list[int] | np.ndarray) -> View[T_co]: ...
+    def __getitem__(self, key: slice | list[_Key] | np.ndarray) -> View[T_co]: ...
 
-    def __getitem__(self, key: int | np.integer | slice | list[int] | np.ndarray) -> Any:
+    def __getitem__(self, key: int | np.integer[Any] | slice | list[_Key] | np.ndarray) -> Any:
         if type(key) is not int:
             if isinstance(key, slice):
                 return self._slice(key)
@@ -286,7 +290,7 @@ class View(Fluent[T_co], Sequence[T_co]):
         """The view as errors about its indexes name it: ``view slice(0, 8000, 1)``, as its repr shows it."""
         return f"view {self._describe()}"
 
-    def _coerce_key(self, key: Any) -> int | list[int] | np.ndarray:
+    def _coerce_key(self, key: Any) -> int | list[Any] | np.ndarray:
         """An ``int`` for integer-like keys, the key itself for index arrays and lists."""
         if isinstance(key, list) or (isinstance(key, np.ndarray) and key.ndim):
             return key
@@ -355,7 +359,7 @@ class View(Fluent[T_co], Sequence[T_co]):
 
     # -- writing --------------------------------------------------------------
 
-    def __setitem__(self, key: int | np.integer | slice | list[int] | np.ndarray, value: Any) -> None:
+    def __setitem__(self, key: int | np.integer[Any] | slice | list[_Key] | np.ndarray, value: Any) -> None:
         if type(key) is not int:
             target: View[T_co]
             if isinstance(key, slice):
@@ -388,7 +392,7 @@ class View(Fluent[T_co], Sequence[T_co]):
         for i, value in enumerate(values):
             self._set(i, value)
 
-    def _set_many(self, idx: Positions, values: list) -> bool:
+    def _set_many(self, idx: Positions, values: list[Any]) -> bool:
         """Write ``values`` as items ``idx`` at once, as ``_set`` would one by one; False where this view cannot.
 
         An array source writes them with one numpy assignment; a slice or a
@@ -397,7 +401,7 @@ class View(Fluent[T_co], Sequence[T_co]):
         """
         return False
 
-    def _values_to_assign(self, values: Any) -> list:
+    def _values_to_assign(self, values: Any) -> list[Any]:
         """All the values, read before any is written (they may be a view of the same data), like list and numpy."""
         if isinstance(values, np.ndarray):
             return list(values.copy())  # its rows would be views of memory that the writes may change
@@ -443,7 +447,7 @@ class View(Fluent[T_co], Sequence[T_co]):
         return lines
 
 
-def lengths_must_match(kind: str, views: Sequence[View]) -> int | None:
+def lengths_must_match(kind: str, views: Sequence[View[Any]]) -> int | None:
     """The common length of ``views``; a ``ValueError`` naming the lengths if they differ."""
     lengths = [v._len for v in views]
     if any(length != lengths[0] for length in lengths):

@@ -11,19 +11,19 @@ from ..arguments import flag, indexable_length, integer
 from .base import View
 from .chunks import Columns, MixedShapes, chunk_rows, chunk_to_batch, holds_objects, pad_chunk, writing_into
 from .errors import EndOfData, describe_origin
-from .itemtypes import R, SequenceLike, T
+from .itemtypes import Integer, R, SequenceLike, T
 from .keys import Positions
 from .sources import as_view
 
 __all__ = ["BatchView", "UnbatchView", "batch", "unbatch"]
 
 
-class BatchView(View):
+class BatchView(View[Any]):
     """Item ``b`` is items ``b*k`` to ``b*k + k - 1`` of the parent, collated into one batch."""
 
     kind = "batch"
 
-    def __init__(self, parent: View, k: int, drop_last: bool, pad: Any, collate_fn: Callable | None) -> None:
+    def __init__(self, parent: View, k: Integer, drop_last: bool, pad: Any, collate_fn: Callable | None) -> None:
         k = integer(k, "batch: k", low=1)
         drop_last = flag(drop_last, "batch: drop_last")
         if drop_last and pad is not None:
@@ -150,12 +150,12 @@ class BatchView(View):
         return f"batch({', '.join(options)})"
 
 
-class UnbatchView(View):
+class UnbatchView(View[Any]):
     """Item ``i`` is item ``i % size`` of batch ``i // size`` of the parent."""
 
     kind = "unbatch"
 
-    def __init__(self, parent: View, batch_size: int, last_batch_size: int | None) -> None:
+    def __init__(self, parent: View, batch_size: Integer, last_batch_size: Integer | None) -> None:
         batch_size = integer(batch_size, "unbatch: batch_size", low=1)
         last = 0 if last_batch_size is None else integer(last_batch_size, "unbatch: last_batch_size")
         if not 0 <= last <= batch_size:
@@ -309,14 +309,14 @@ def _collated_by_default(view: View) -> bool:
 
 @overload
 def batch(
-    sequence: SequenceLike[T], k: int, drop_last: bool = ..., pad: Any = ..., *, collate_fn: Callable[[list[T]], R]
+    sequence: SequenceLike[T], k: Integer, drop_last: bool = ..., pad: Any = ..., *, collate_fn: Callable[[list[T]], R]
 ) -> View[R]: ...
 
 
 @overload
 def batch(
     sequence: SequenceLike[np.ndarray | np.generic | complex] | np.ndarray,
-    k: int,
+    k: Integer,
     drop_last: bool = ...,
     pad: Any = ...,
     collate_fn: None = None,
@@ -326,7 +326,7 @@ def batch(
 @overload
 def batch(
     sequence: SequenceLike[Any],
-    k: int,
+    k: Integer,
     drop_last: bool = ...,
     pad: Any = ...,
     collate_fn: Callable[[list[Any]], Any] | None = None,
@@ -335,7 +335,7 @@ def batch(
 
 def batch(
     sequence: SequenceLike[Any],
-    k: int,
+    k: Integer,
     drop_last: bool = False,
     pad: Any = None,
     collate_fn: Callable[[list[Any]], Any] | None = None,
@@ -361,7 +361,9 @@ def batch(
     return BatchView(as_view(sequence), k, drop_last, pad, collate_fn)
 
 
-def unbatch(sequence: SequenceLike[SequenceLike[T]], batch_size: int, last_batch_size: int | None = None) -> View[T]:
+def unbatch(
+    sequence: SequenceLike[SequenceLike[T]], batch_size: Integer, last_batch_size: Integer | None = None
+) -> View[T]:
     """The items of a sequence of batches, one after the other (the inverse of :func:`batch`).
 
     Every batch holds ``batch_size`` items, except the last, which holds

@@ -10,20 +10,20 @@ import numpy as np
 
 from ..arguments import integer
 from .base import View
-from .itemtypes import SequenceLike, T
+from .itemtypes import Integer, SequenceLike, T
 from .shuffle import EpochWatch
 from .sources import as_view
 
 __all__ = ["CacheView", "add_cache"]
 
 
-class CacheView(View):
+class CacheView(View[Any]):
     """Item ``i`` is ``parent[i]``, kept among the ``cache_size`` most recently used items."""
 
     kind = "add_cache"
     _items_like_parents = True
 
-    def __init__(self, parent: View, cache_size: int) -> None:
+    def __init__(self, parent: View, cache_size: Integer) -> None:
         cache_size = integer(cache_size, "add_cache: cache_size", low=1)
         self._parent = parent
         self._parents = (parent,)
@@ -84,14 +84,14 @@ class CacheView(View):
 
 
 @overload
-def add_cache(sequence: np.ndarray, cache_size: int = 1) -> View[np.ndarray]: ...
+def add_cache(sequence: np.ndarray, cache_size: Integer = 1) -> View[np.ndarray]: ...
 
 
 @overload
-def add_cache(sequence: SequenceLike[T], cache_size: int = 1) -> View[T]: ...
+def add_cache(sequence: SequenceLike[T], cache_size: Integer = 1) -> View[T]: ...
 
 
-def add_cache(sequence: SequenceLike[Any] | np.ndarray, cache_size: int = 1) -> View[Any]:
+def add_cache(sequence: SequenceLike[Any] | np.ndarray, cache_size: Integer = 1) -> View[Any]:
     """A view of ``sequence`` that keeps the ``cache_size`` most recently used items.
 
     The least recently used item is evicted first. Items are kept by

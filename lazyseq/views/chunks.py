@@ -328,7 +328,7 @@ def _stack(items: list) -> np.ndarray:
         raise
 
 
-def default_collate(items: list) -> Any:
+def default_collate(items: list[Any]) -> Any:
     """Assemble a list of items into one batch.
 
     Numbers and arrays are stacked into one ``ndarray``; tuples, lists,

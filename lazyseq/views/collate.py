@@ -14,7 +14,7 @@ from .sources import as_view, views_of
 __all__ = ["CollateView", "collate"]
 
 
-class CollateView(View):
+class CollateView(View[Any]):
     """Item ``i`` is ``(s0[i], s1[i], ...)``, or ``{k0: s0[i], ...}`` with ``keys``; batches keep each field vectorized."""
 
     kind = "collate"

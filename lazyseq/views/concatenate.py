@@ -20,7 +20,7 @@ from .sources import views_of
 __all__ = ["ConcatenateView", "concatenate"]
 
 
-class ConcatenateView(View):
+class ConcatenateView(View[Any]):
     """Item ``i`` is item ``i - starts[p]`` of part ``p``, the part whose span holds ``i``.
 
     Nested concatenations are flattened; empty parts are dropped. Only the
@@ -200,6 +200,14 @@ def concatenate(sequences: Sequence[np.ndarray]) -> View[np.ndarray]: ...
 
 @overload
 def concatenate(sequences: Sequence[SequenceLike[T]]) -> View[T]: ...
+
+
+# Views and arrays mixed: mypy infers no T above for such a list (it joins a view and an array to Collection), so
+# the list comes here, although mypy, judging by the types alone, says it cannot.
+@overload
+def concatenate(  # type: ignore[overload-cannot-match]
+    sequences: Sequence[np.ndarray | SequenceLike[np.ndarray]],
+) -> View[np.ndarray]: ...
 
 
 def concatenate(sequences: Sequence[SequenceLike[Any] | np.ndarray]) -> View[Any]:

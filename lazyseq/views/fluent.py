@@ -7,15 +7,16 @@ base class, which inherits from this one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, Never, overload
 
 import numpy as np
 
-from .itemtypes import R, S, SequenceLike, T_co
+from .itemtypes import Indexes, Integer, R, S, SequenceLike, T_co, Ts, U
 
 if TYPE_CHECKING:
     from .base import View
+    from .split import Edges
 
 
 class Fluent(Generic[T_co]):
@@ -37,8 +38,17 @@ class Fluent(Generic[T_co]):
     def smap(self, f: Callable[[T_co, S], R], other: SequenceLike[S], /) -> View[R]: ...
 
     @overload
-    def smap(
-        self, f: Callable[..., R], other: SequenceLike[Any], another: SequenceLike[Any], /, *others: SequenceLike[Any]
+    def smap(self, f: Callable[[T_co, S, U], R], other: SequenceLike[S], another: SequenceLike[U], /) -> View[R]: ...
+
+    @overload
+    def smap(  # four sequences or more: what f takes is not checked
+        self,
+        f: Callable[..., R],
+        other: SequenceLike[Any],
+        another: SequenceLike[Any],
+        third: SequenceLike[Any],
+        /,
+        *others: SequenceLike[Any],
     ) -> View[R]: ...
 
     def smap(self, f: Callable[..., R], *others: SequenceLike[Any]) -> View[R]:
@@ -49,13 +59,19 @@ class Fluent(Generic[T_co]):
 
     map = smap
 
-    def starmap(self, f: Callable[..., R]) -> View[R]:
+    @overload
+    def starmap(self: Fluent[tuple[*Ts]], f: Callable[[*Ts], R]) -> View[R]: ...
+
+    @overload
+    def starmap(self: Fluent[list[Any]] | Fluent[np.ndarray], f: Callable[..., R]) -> View[R]: ...
+
+    def starmap(self: Fluent[Any], f: Callable[..., R]) -> View[R]:
         """``starmap(f, self)``."""
         from .mapping import starmap
 
         return starmap(f, self)
 
-    def gather(self, indexes: Sequence[int] | np.ndarray) -> View[T_co]:
+    def gather(self, indexes: Indexes | np.ndarray) -> View[T_co]:
         """``gather(self, indexes)``."""
         from .gather import gather
 
@@ -92,18 +108,18 @@ class Fluent(Generic[T_co]):
 
     @overload
     def batch(
-        self, k: int, drop_last: bool = ..., pad: Any = ..., *, collate_fn: Callable[[list[T_co]], R]
+        self, k: Integer, drop_last: bool = ..., pad: Any = ..., *, collate_fn: Callable[[list[T_co]], R]
     ) -> View[R]: ...
 
     @overload
     def batch(  # items of unknown type (Any) match here first, and their batches stay unknown
-        self: Fluent[Never], k: int, drop_last: bool = ..., pad: Any = ..., collate_fn: None = None
+        self: Fluent[Never], k: Integer, drop_last: bool = ..., pad: Any = ..., collate_fn: None = None
     ) -> View[Any]: ...
 
     @overload
     def batch(
         self: Fluent[np.ndarray | np.generic | complex],
-        k: int,
+        k: Integer,
         drop_last: bool = ...,
         pad: Any = ...,
         collate_fn: None = None,
@@ -111,48 +127,48 @@ class Fluent(Generic[T_co]):
 
     @overload
     def batch(
-        self, k: int, drop_last: bool = ..., pad: Any = ..., collate_fn: Callable[[list[Any]], Any] | None = None
+        self, k: Integer, drop_last: bool = ..., pad: Any = ..., collate_fn: Callable[[list[Any]], Any] | None = None
     ) -> View[Any]: ...
 
     def batch(
-        self, k: int, drop_last: bool = False, pad: Any = None, collate_fn: Callable[[list[Any]], Any] | None = None
+        self, k: Integer, drop_last: bool = False, pad: Any = None, collate_fn: Callable[[list[Any]], Any] | None = None
     ) -> View[Any]:
         """``batch(self, k, drop_last, pad, collate_fn)``."""
         from .batching import batch
 
         return batch(self, k, drop_last=drop_last, pad=pad, collate_fn=collate_fn)
 
-    def unbatch(self: Fluent[SequenceLike[S]], batch_size: int, last_batch_size: int | None = None) -> View[S]:
+    def unbatch(self: Fluent[SequenceLike[S]], batch_size: Integer, last_batch_size: Integer | None = None) -> View[S]:
         """``unbatch(self, batch_size, last_batch_size)``."""
         from .batching import unbatch
 
         return unbatch(self, batch_size, last_batch_size)
 
-    def split(self, edges: int | Sequence[int] | Sequence[tuple[int, int]]) -> View[View[T_co]]:
+    def split(self, edges: Edges) -> View[View[T_co]]:
         """``split(self, edges)``."""
         from .split import split
 
         return split(self, edges)
 
-    def cycle(self, limit: int | None = None) -> View[T_co]:
+    def cycle(self, limit: Integer | None = None) -> View[T_co]:
         """``cycle(self, limit)``."""
         from .repetition import cycle
 
         return cycle(self, limit)
 
-    def shard(self, rank: int, world_size: int, contiguous: bool = True, drop_last: bool = False) -> View[T_co]:
+    def shard(self, rank: Integer, world_size: Integer, contiguous: bool = True, drop_last: bool = False) -> View[T_co]:
         """``shard(self, rank, world_size, contiguous, drop_last)``."""
         from .shard import shard
 
         return shard(self, rank, world_size, contiguous, drop_last)
 
-    def shuffle(self, seed: int | None = None, epoch: int = 0) -> View[T_co]:
+    def shuffle(self, seed: Integer | None = None, epoch: Integer = 0) -> View[T_co]:
         """``shuffle(self, seed, epoch)``."""
         from .shuffle import shuffle
 
         return shuffle(self, seed, epoch)
 
-    def add_cache(self, cache_size: int = 1) -> View[T_co]:
+    def add_cache(self, cache_size: Integer = 1) -> View[T_co]:
         """``add_cache(self, cache_size)``."""
         from .cache import add_cache
 

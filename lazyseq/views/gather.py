@@ -6,7 +6,6 @@ slices costs one lookup per item whatever its depth.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, overload
 
 import numpy as np
@@ -14,14 +13,14 @@ import numpy as np
 from ..arguments import indexable_length
 from .base import View
 from .errors import EndOfData
-from .itemtypes import SequenceLike, T
+from .itemtypes import Indexes, SequenceLike, T
 from .keys import Positions, array_key, compose, range_length, shift, tidy
 from .sources import as_view
 
 __all__ = ["GatherView", "StridedView", "gather", "take"]
 
 
-class GatherView(View):
+class GatherView(View[Any]):
     """Item ``i`` is ``parent[positions[i]]``; ``positions`` is a range (a slice) or an index array."""
 
     kind = "gather"
@@ -78,7 +77,7 @@ class GatherView(View):
         return "gather"
 
 
-class StridedView(View):
+class StridedView(View[Any]):
     """A slice of a view without a length: item ``i`` is ``parent[start + i * step]``.
 
     With ``stop`` (a parent position, for a parent that may end where its
@@ -143,14 +142,14 @@ class StridedView(View):
 
 
 @overload
-def gather(sequence: np.ndarray, indexes: Sequence[int] | np.ndarray) -> View[np.ndarray]: ...
+def gather(sequence: np.ndarray, indexes: Indexes | np.ndarray) -> View[np.ndarray]: ...
 
 
 @overload
-def gather(sequence: SequenceLike[T], indexes: Sequence[int] | np.ndarray) -> View[T]: ...
+def gather(sequence: SequenceLike[T], indexes: Indexes | np.ndarray) -> View[T]: ...
 
 
-def gather(sequence: SequenceLike[Any] | np.ndarray, indexes: Sequence[int] | np.ndarray) -> View[Any]:
+def gather(sequence: SequenceLike[Any] | np.ndarray, indexes: Indexes | np.ndarray) -> View[Any]:
     """A view of ``sequence`` reordered by ``indexes``: item ``i`` is ``sequence[indexes[i]]``.
 
     ``indexes`` may contain negative positions and repeats; it is read once,

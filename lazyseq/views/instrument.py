@@ -39,7 +39,9 @@ class DebugView(View[T]):
     def _reads_new_rows(self) -> bool:
         return self._parent._reads_new_rows
 
-    def __init__(self, parent: View, func: Callable, max_calls: int | None, max_rate: float | None) -> None:
+    def __init__(
+        self, parent: View[Any], func: Callable[[int, Any], Any], max_calls: int | None, max_rate: float | None
+    ) -> None:
         if not callable(func):
             raise TypeError(f"debug: func must be callable, got {type(func).__name__}")
         if max_calls is not None:
@@ -84,7 +86,7 @@ class DebugView(View[T]):
                 self._report(int(i), item)
         return chunk
 
-    def _iter(self) -> Iterator:
+    def _iter(self) -> Iterator[Any]:
         i = 0  # the item being read: what an error in the parent names
         for item in self._parent._iter():
             self._report(i, item)
@@ -94,7 +96,7 @@ class DebugView(View[T]):
     def _set(self, i: int, value: Any) -> None:
         self._parent._set(i, value)
 
-    def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
+    def _sources(self, i: int) -> tuple[tuple[View[Any], int], ...]:
         return ((self._parent, i),)
 
     def _describe(self) -> str:
@@ -105,7 +107,7 @@ class DebugView(View[T]):
             options.append(f"max_rate={1.0 / self._min_interval:g}")
         return f"debug({', '.join(options)})"
 
-    def __reduce__(self) -> tuple:  # no lock to pickle: a worker process counts its own calls
+    def __reduce__(self) -> tuple[Any, ...]:  # no lock to pickle: a worker process counts its own calls
         rate = None if not self._min_interval else 1.0 / self._min_interval
         return (DebugView, (self._parent, self._func, self._max_calls, rate))
 
@@ -120,7 +122,7 @@ class ThroughputView(View[T]):
     def _reads_new_rows(self) -> bool:
         return self._parent._reads_new_rows
 
-    def __init__(self, parent: View) -> None:
+    def __init__(self, parent: View[Any]) -> None:
         self._parent = parent
         self._parents = (parent,)
         self._len = parent._len
@@ -145,7 +147,7 @@ class ThroughputView(View[T]):
         self._count(len(idx), _timer() - start)
         return chunk
 
-    def _iter(self) -> Iterator:
+    def _iter(self) -> Iterator[Any]:
         items = iter(self._parent._iter())
         i = 0  # the item being read: what an error in the parent names
         while True:
@@ -161,7 +163,7 @@ class ThroughputView(View[T]):
     def _set(self, i: int, value: Any) -> None:
         self._parent._set(i, value)
 
-    def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
+    def _sources(self, i: int) -> tuple[tuple[View[Any], int], ...]:
         return ((self._parent, i),)
 
     def read_delay(self) -> float:
@@ -186,7 +188,7 @@ class ThroughputView(View[T]):
             return "monitor_throughput(nothing read yet)"
         return f"monitor_throughput({self.items} items read, {_duration(self.read_delay())} each)"
 
-    def __reduce__(self) -> tuple:  # no lock to pickle: a worker process counts its own reads
+    def __reduce__(self) -> tuple[Any, ...]:  # no lock to pickle: a worker process counts its own reads
         return (ThroughputView, (self._parent,))
 
 

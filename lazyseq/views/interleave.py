@@ -15,7 +15,7 @@ from .sources import as_view
 __all__ = ["InterleaveView", "interleave"]
 
 
-class InterleaveView(View):
+class InterleaveView(View[Any]):
     """Round robin over the parents; when one runs out, over the ones left.
 
     The output is cut into phases: during phase ``p`` the ``active[p]``

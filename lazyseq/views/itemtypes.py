@@ -8,14 +8,25 @@ runs: it only lets editors and type checkers follow items through a pipeline.
 
 from __future__ import annotations
 
-from typing import Protocol, TypeVar
+from collections.abc import Sequence
+from typing import Any, Protocol, TypeAlias, TypeVar, TypeVarTuple
 
-__all__ = ["R", "S", "SequenceLike", "T", "T_co"]
+import numpy as np
+
+__all__ = ["Indexes", "Integer", "R", "S", "SequenceLike", "T", "T_co", "Ts", "U"]
 
 T = TypeVar("T")
 S = TypeVar("S")
+U = TypeVar("U")
 R = TypeVar("R")  # what a function returns
 T_co = TypeVar("T_co", covariant=True)
+Ts = TypeVarTuple("Ts")  # the fields of tuple items, for starmap
+
+# An integer argument (a count, a seed, an index): a Python int or a numpy integer, as ``operator.index`` reads
+# them. Not SupportsIndex: numpy declares ``__index__`` on every integer array, which only a 0-d one has.
+Integer: TypeAlias = int | np.integer[Any]
+# Positions given as a sequence of integers: a list or tuple of ints or of numpy integers (a view of them too).
+Indexes: TypeAlias = Sequence[Integer]
 
 
 class SequenceLike(Protocol[T_co]):

@@ -16,7 +16,7 @@ A set of positions is one of
 from __future__ import annotations
 
 import operator
-from typing import overload
+from typing import Any, overload
 
 import numpy as np
 
@@ -138,7 +138,7 @@ def out_of_range(index: int, length: int | None, target: str) -> IndexError:
 
 
 def array_key(
-    key: list[int] | np.ndarray, length: int | None, label: str, target: str | None = None, masks: bool = True
+    key: list[Any] | np.ndarray, length: int | None, label: str, target: str | None = None, masks: bool = True
 ) -> np.ndarray:
     """Validate a list or array used as a key: integer positions (negative allowed) or, if ``masks``, a boolean mask.
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, overload
 
+import numpy as np
+
 from .base import View, lengths_must_match
 from .chunks import chunk_rows
-from .itemtypes import R, S, SequenceLike, T
+from .itemtypes import R, S, SequenceLike, T, Ts, U
 from .keys import Positions
 from .sources import as_view
 
@@ -23,7 +25,7 @@ def function_name(f: Callable) -> str:
     return name
 
 
-class MapView(View):
+class MapView(View[Any]):
     """Item ``i`` is ``f(parents[0][i], parents[1][i], ...)``, or ``f(*parent[i])`` when ``star``."""
 
     kind = "smap"
@@ -80,10 +82,17 @@ def smap(f: Callable[[T, S], R], sequence: SequenceLike[T], other: SequenceLike[
 
 @overload
 def smap(
+    f: Callable[[T, S, U], R], sequence: SequenceLike[T], other: SequenceLike[S], another: SequenceLike[U], /
+) -> View[R]: ...
+
+
+@overload
+def smap(  # four sequences or more: what f takes is not checked
     f: Callable[..., R],
     sequence: SequenceLike[Any],
     other: SequenceLike[Any],
     another: SequenceLike[Any],
+    third: SequenceLike[Any],
     /,
     *others: SequenceLike[Any],
 ) -> View[R]: ...
@@ -105,8 +114,22 @@ def smap(f: Callable[..., R], *sequences: SequenceLike[Any]) -> View[R]:
     return MapView(f, tuple(as_view(s) for s in sequences))
 
 
-def starmap(f: Callable[..., R], sequence: SequenceLike[Any]) -> View[R]:
+@overload
+def starmap(f: Callable[[*Ts], R], sequence: SequenceLike[tuple[*Ts]]) -> View[R]: ...
+
+
+@overload
+def starmap(
+    f: Callable[..., R], sequence: SequenceLike[list[Any]] | SequenceLike[np.ndarray] | np.ndarray
+) -> View[R]: ...
+
+
+def starmap(f: Callable[..., R], sequence: SequenceLike[Any] | np.ndarray) -> View[R]:
     """A view of ``f(*item)`` for each item of ``sequence`` (like ``itertools.starmap``).
+
+    For type checkers, items are tuples, whose fields ``f`` must take (as
+    ``collate`` and ``zip`` make them), or lists or arrays, whose fields are
+    not checked.
 
     >>> import lazyseq
     >>> list(lazyseq.starmap(pow, [(2, 3), (3, 2)]))

@@ -9,26 +9,26 @@ import numpy as np
 
 from ..arguments import indexable_length, integer
 from .base import View
-from .itemtypes import SequenceLike, T
+from .itemtypes import Integer, SequenceLike, T
 from .keys import Positions, modulo
 from .sources import as_view
 
 __all__ = ["CycleView", "RepeatView", "cycle", "repeat"]
 
 
-def _size_limit(name: str, limit: int | None) -> int | None:
+def _size_limit(name: str, limit: Integer | None) -> int | None:
     if limit is None:
         return None
     return indexable_length(integer(limit, name, low=0, expected="a non-negative integer or None"), name.split(":")[0])
 
 
-class CycleView(View):
+class CycleView(View[Any]):
     """Item ``i`` is ``parent[i % len(parent)]``, up to ``limit`` items (or forever)."""
 
     kind = "cycle"
     _items_like_parents = True
 
-    def __init__(self, parent: View, limit: int | None) -> None:
+    def __init__(self, parent: View, limit: Integer | None) -> None:
         n = parent._need_length("cycle")
         limit = _size_limit("cycle: limit", limit)
         if n == 0 and limit != 0:
@@ -54,12 +54,12 @@ class CycleView(View):
         return ((self._parent, i % self._period),)
 
 
-class RepeatView(View):
+class RepeatView(View[Any]):
     """Every item is the same ``value``."""
 
     kind = "repeat"
 
-    def __init__(self, value: Any, times: int | None) -> None:
+    def __init__(self, value: Any, times: Integer | None) -> None:
         self._value = value
         self._len = _size_limit("repeat: times", times)
 
@@ -83,14 +83,14 @@ def _brief(value: Any) -> str:
 
 
 @overload
-def cycle(sequence: np.ndarray, limit: int | None = None) -> View[np.ndarray]: ...
+def cycle(sequence: np.ndarray, limit: Integer | None = None) -> View[np.ndarray]: ...
 
 
 @overload
-def cycle(sequence: SequenceLike[T], limit: int | None = None) -> View[T]: ...
+def cycle(sequence: SequenceLike[T], limit: Integer | None = None) -> View[T]: ...
 
 
-def cycle(sequence: SequenceLike[Any] | np.ndarray, limit: int | None = None) -> View[Any]:
+def cycle(sequence: SequenceLike[Any] | np.ndarray, limit: Integer | None = None) -> View[Any]:
     """A view repeating ``sequence`` over and over, for ``limit`` items or forever.
 
     An infinite view has no ``len()``; negative indices and other operations
@@ -106,7 +106,7 @@ def cycle(sequence: SequenceLike[Any] | np.ndarray, limit: int | None = None) ->
     return CycleView(as_view(sequence), limit)
 
 
-def repeat(value: T, times: int | None = None) -> View[T]:
+def repeat(value: T, times: Integer | None = None) -> View[T]:
     """A view whose items are all ``value``: ``times`` of them, or infinitely many.
 
     >>> import lazyseq

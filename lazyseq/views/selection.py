@@ -8,13 +8,13 @@ from typing import Any
 import numpy as np
 
 from .base import View, lengths_must_match
-from .itemtypes import S, SequenceLike, T
+from .itemtypes import Integer, S, SequenceLike, T
 from .sources import as_view
 
 __all__ = ["CaseView", "case", "switch"]
 
 
-class CaseView(View):
+class CaseView(View[Any]):
     """Item ``i`` is ``values[selector[i]][i]``.
 
     ``switch`` is the two-branch form: branch 0 when the condition is true.
@@ -58,7 +58,7 @@ class CaseView(View):
         return tuple((p, i) for p in self._parents)
 
 
-def case(selector: SequenceLike[int], *values: SequenceLike[T]) -> View[T]:
+def case(selector: SequenceLike[Integer], *values: SequenceLike[T]) -> View[T]:
     """A view whose item ``i`` is item ``i`` of ``values[selector[i]]``.
 
     >>> import lazyseq
@@ -68,7 +68,7 @@ def case(selector: SequenceLike[int], *values: SequenceLike[T]) -> View[T]:
     return CaseView(as_view(selector), tuple(as_view(v) for v in values))
 
 
-def switch(condition: SequenceLike[bool], x: SequenceLike[T], y: SequenceLike[S]) -> View[T | S]:
+def switch(condition: SequenceLike[bool | np.bool_], x: SequenceLike[T], y: SequenceLike[S]) -> View[T | S]:
     """A view whose item ``i`` is ``x[i]`` where ``condition[i]`` is true, else ``y[i]``.
 
     >>> import lazyseq

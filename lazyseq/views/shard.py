@@ -8,7 +8,7 @@ import numpy as np
 
 from ..arguments import flag, integer
 from .base import View
-from .itemtypes import SequenceLike, T
+from .itemtypes import Integer, SequenceLike, T
 from .sources import as_view
 
 __all__ = ["shard"]
@@ -16,20 +16,20 @@ __all__ = ["shard"]
 
 @overload
 def shard(
-    sequence: np.ndarray, rank: int, world_size: int, contiguous: bool = True, drop_last: bool = False
+    sequence: np.ndarray, rank: Integer, world_size: Integer, contiguous: bool = True, drop_last: bool = False
 ) -> View[np.ndarray]: ...
 
 
 @overload
 def shard(
-    sequence: SequenceLike[T], rank: int, world_size: int, contiguous: bool = True, drop_last: bool = False
+    sequence: SequenceLike[T], rank: Integer, world_size: Integer, contiguous: bool = True, drop_last: bool = False
 ) -> View[T]: ...
 
 
 def shard(
     sequence: SequenceLike[Any] | np.ndarray,
-    rank: int,
-    world_size: int,
+    rank: Integer,
+    world_size: Integer,
     contiguous: bool = True,
     drop_last: bool = False,
 ) -> View[Any]:

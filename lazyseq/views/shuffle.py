@@ -11,7 +11,7 @@ import numpy as np
 
 from ..arguments import integer
 from .base import View
-from .itemtypes import SequenceLike, T
+from .itemtypes import Integer, SequenceLike, T
 from .keys import Positions, compose
 from .sources import as_view
 
@@ -64,7 +64,7 @@ class EpochWatch:
 COMPACT_ABOVE = 1 << 24  # items: longer permutations are stored as int32, half the size of intp
 
 
-class ShuffleView(View):
+class ShuffleView(View[Any]):
     """Item ``i`` is ``parent[permutation[i]]``, the permutation drawn from ``(seed, epoch)``.
 
     The permutation is drawn when the first item is read, and again after
@@ -79,7 +79,7 @@ class ShuffleView(View):
     def _reads_new_rows(self) -> bool:
         return self._parent._reads_new_rows
 
-    def __init__(self, parent: View, seed: int | None, epoch: int) -> None:
+    def __init__(self, parent: View, seed: Integer | None, epoch: Integer) -> None:
         self._len = parent._need_length("shuffle")
         self._parent = parent
         self._parents = (parent,)
@@ -101,7 +101,7 @@ class ShuffleView(View):
         self._use_epoch(epoch)
         self._parent.set_epoch(epoch)
 
-    def _use_epoch(self, epoch: int) -> None:
+    def _use_epoch(self, epoch: Integer) -> None:
         self._epoch = integer(epoch, "shuffle: epoch", low=0)
         self._epoch_sets = getattr(self, "_epoch_sets", 0) + 1  # what loaders and caches look at (View._epochs)
         EPOCH_CHANGES[0] += 1
@@ -137,14 +137,14 @@ class ShuffleView(View):
 
 
 @overload
-def shuffle(sequence: np.ndarray, seed: int | None = None, epoch: int = 0) -> View[np.ndarray]: ...
+def shuffle(sequence: np.ndarray, seed: Integer | None = None, epoch: Integer = 0) -> View[np.ndarray]: ...
 
 
 @overload
-def shuffle(sequence: SequenceLike[T], seed: int | None = None, epoch: int = 0) -> View[T]: ...
+def shuffle(sequence: SequenceLike[T], seed: Integer | None = None, epoch: Integer = 0) -> View[T]: ...
 
 
-def shuffle(sequence: SequenceLike[Any] | np.ndarray, seed: int | None = None, epoch: int = 0) -> View[Any]:
+def shuffle(sequence: SequenceLike[Any] | np.ndarray, seed: Integer | None = None, epoch: Integer = 0) -> View[Any]:
     """A view of ``sequence`` in a random order that depends only on ``seed`` and ``epoch``.
 
     Each epoch has its own permutation: pass ``epoch`` or call

@@ -21,7 +21,7 @@ __all__ = ["ArraySource", "SequenceSource", "as_view", "is_sequence_like", "view
 _BUILTIN_SEQUENCES = (list, tuple, str, bytes, bytearray)
 
 
-class ArraySource(View):
+class ArraySource(View[Any]):
     """The rows of an ``np.ndarray`` (or memory map): item ``i`` is ``array[i]``.
 
     Reading many rows is one numpy call, which is what makes batches fast.
@@ -175,7 +175,7 @@ def _reopened_source(
     return ArraySource(array)
 
 
-class SequenceSource(View):
+class SequenceSource(View[Any]):
     """Any object with ``__len__`` and ``__getitem__`` (list, tuple, torch Dataset, ...): its length when made."""
 
     kind = "sequence"

@@ -4,20 +4,23 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable, Sequence
-from typing import Any, overload
+from typing import Any, TypeAlias, overload
 
 import numpy as np
 
 from ..arguments import integer
 from .base import View
 from .gather import GatherView
-from .itemtypes import SequenceLike, T
+from .itemtypes import Indexes, Integer, SequenceLike, T
 from .sources import as_view
 
-__all__ = ["SplitView", "split"]
+__all__ = ["Edges", "SplitView", "split"]
+
+# Where to cut: a number of equal parts less one, the positions of the cuts, or (start, stop) pairs.
+Edges: TypeAlias = Integer | Indexes | Sequence[tuple[Integer, Integer]] | np.ndarray
 
 
-class SplitView(View):
+class SplitView(View[Any]):
     """Item ``i`` is the slice ``parent[starts[i]:stops[i]]``, itself a lazy view."""
 
     kind = "split"
@@ -69,16 +72,14 @@ def _spans(edges: Any, n: int) -> list[tuple[int, int]]:
 
 
 @overload
-def split(sequence: np.ndarray, edges: int | Sequence[int] | Sequence[tuple[int, int]]) -> View[View[np.ndarray]]: ...
+def split(sequence: np.ndarray, edges: Edges) -> View[View[np.ndarray]]: ...
 
 
 @overload
-def split(sequence: SequenceLike[T], edges: int | Sequence[int] | Sequence[tuple[int, int]]) -> View[View[T]]: ...
+def split(sequence: SequenceLike[T], edges: Edges) -> View[View[T]]: ...
 
 
-def split(
-    sequence: SequenceLike[Any] | np.ndarray, edges: int | Sequence[int] | Sequence[tuple[int, int]]
-) -> View[View[Any]]:
+def split(sequence: SequenceLike[Any] | np.ndarray, edges: Edges) -> View[View[Any]]:
     """A view of consecutive pieces of ``sequence``, each a lazy slice.
 
     ``edges`` is either the positions where to cut (start and end are

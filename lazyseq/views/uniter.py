@@ -10,12 +10,12 @@ from typing import Any
 from ..arguments import indexable_length, integer
 from .base import View
 from .errors import EndOfData
-from .itemtypes import T
+from .itemtypes import Integer, T
 
 __all__ = ["UniterView", "uniter"]
 
 
-class UniterView(View):
+class UniterView(View[Any]):
     """Item ``i`` is the ``i``-th item of ``iter(iterable)``.
 
     Up to ``n_parallel`` iterators are kept, each at its own position; a read
@@ -28,7 +28,7 @@ class UniterView(View):
     kind = "uniter"
     _length_unknown = True
 
-    def __init__(self, iterable: Iterable, cache_size: int, n_parallel: int, size: int | None) -> None:
+    def __init__(self, iterable: Iterable[Any], cache_size: Integer, n_parallel: Integer, size: Integer | None) -> None:
         if not isinstance(iterable, Iterable):
             raise TypeError(f"uniter needs an iterable, got {type(iterable).__name__}")
         self._cache_size = integer(cache_size, "uniter: cache_size", low=0)
@@ -138,7 +138,9 @@ class UniterView(View):
         return f"uniter({type(self._iterable).__name__})"
 
 
-def uniter(iterable: Iterable[T], cache_size: int = 0, n_parallel: int = 1, size: int | None = None) -> View[T]:
+def uniter(
+    iterable: Iterable[T], cache_size: Integer = 0, n_parallel: Integer = 1, size: Integer | None = None
+) -> View[T]:
     """A random-access view over an iterable, by iterating (and restarting) it as needed.
 
     ``size`` gives the length if ``len(iterable)`` does not; without either,

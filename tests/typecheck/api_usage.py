@@ -10,12 +10,14 @@ real usage.
 from __future__ import annotations
 
 import tempfile
+from importlib.util import find_spec
 from typing import Any, assert_type
 
 import numpy as np
 
 import lazyseq
 from lazyseq import View
+from lazyseq.sklearn import fit
 
 
 def length(word: str) -> int:
@@ -34,6 +36,17 @@ def zeros() -> np.ndarray:
     return np.zeros(4)
 
 
+class RunningSum:
+    """An estimator of the user's own, that learns one batch at a time."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+
+    def partial_fit(self, X: np.ndarray, y: object = None) -> RunningSum:
+        self.total += float(X.sum())
+        return self
+
+
 def rows_of_an_array() -> None:
     rows = lazyseq.view(np.ones((3, 2)))
     assert_type(rows, View[np.ndarray])
@@ -43,13 +56,18 @@ def rows_of_an_array() -> None:
     assert_type(rows[1:], View[np.ndarray])
     assert_type(rows[[2, 0]], View[np.ndarray])
     assert_type(rows[np.array([2, 0])], View[np.ndarray])
+    assert_type(rows[[np.int64(2), np.int64(0)]], View[np.ndarray])  # numpy integers, as np.argsort gives
     for row in rows:
         assert_type(row, np.ndarray)
     assert_type(rows.batch(2), View[np.ndarray])
     assert_type(lazyseq.batch(np.arange(4), 2), View[np.ndarray])
-    assert_type(lazyseq.gather(np.arange(4), [3, 1]), View[np.ndarray])
-    assert_type(lazyseq.shuffle(np.arange(4), seed=0), View[np.ndarray])
+    # The items of a 1-D array are numpy scalars, yet typed np.ndarray as every array's rows are: numpy types most
+    # arrays (np.random.rand, np.load, np.array...) without their number of dimensions, so none is told apart.
+    assert_type(lazyseq.gather(np.ones((4, 2)), [3, 1]), View[np.ndarray])
+    assert_type(lazyseq.shuffle(np.ones((4, 2)), seed=0), View[np.ndarray])
     assert_type(lazyseq.concatenate([np.zeros((2, 3)), np.ones((1, 3))]), View[np.ndarray])
+    assert_type(lazyseq.concatenate([rows, np.zeros((1, 2))]), View[np.ndarray])  # views and arrays mixed
+    assert_type(lazyseq.concatenate([np.zeros((1, 2)), rows.shuffle(seed=0), [np.ones(2)]]), View[np.ndarray])
 
 
 def items_of_a_list() -> None:
@@ -73,16 +91,26 @@ def mapped_items() -> None:
     assert_type(words.smap(lambda word, times: word * times, [1, 2, 3]), View[str])
     assert_type(lazyseq.smap(lambda word, times: word * times, words, [1, 2, 3]), View[str])
     assert_type(lazyseq.smap(triple, [1], ["x"], [0.5]), View[tuple[int, str, float]])
+    assert_type(words.smap(lambda word, times, mark: word * times + mark, [1, 2, 3], "!?."), View[str])
     assert_type(lazyseq.starmap(power, [(2, 3)]), View[int])
+    assert_type(words.collate([1, 2, 3]).starmap(lambda word, times: word * times), View[str])
+    assert_type(lazyseq.starmap(power, [[2, 3]]), View[int])  # items that are lists: their fields are not checked
 
 
 def views_that_keep_their_items() -> None:
     words = lazyseq.view(["a", "bb", "ccc", "d"])
     assert_type(words.gather([1, 0]), View[str])
+    assert_type(words.gather([np.int64(1), np.int64(0)]), View[str])
+    keep: list[bool] = [len(word) > 1 for word in words]
+    assert_type(words[keep], View[str])  # a mask
+    assert_type(words[[np.True_, np.False_, np.True_, np.False_]], View[str])
     assert_type(words.take([1, 0]), View[str])
     assert_type(lazyseq.gather(["a", "b"], [1]), View[str])
     assert_type(words.shuffle(seed=0), View[str])
     assert_type(lazyseq.shuffle(words, seed=0), View[str])
+    seed = np.int64(7)  # as read back from a checkpoint
+    assert_type(words.shuffle(seed=seed, epoch=np.int64(1)), View[str])
+    assert_type(lazyseq.rng(seed, 0, np.int64(2)), np.random.Generator)
     assert_type(words.cycle(limit=6), View[str])
     assert_type(words.shard(0, 2), View[str])
     assert_type(words.add_cache(2), View[str])
@@ -90,13 +118,19 @@ def views_that_keep_their_items() -> None:
     assert_type(words.concatenate([1]), View[str | int])
     assert_type(words.interleave([1]), View[str | int])
     assert_type(lazyseq.switch([True, False], ["a", "b"], [0, 1]), View[str | int])
+    assert_type(lazyseq.switch([np.True_, np.False_], ["a", "b"], [0, 1]), View[str | int])
+    assert_type(lazyseq.case([np.int64(1), 0], ["a", "b"], ["c", "d"]), View[str])
     assert_type(words.split(1), View[View[str]])  # one cut: two halves
     assert_type(words.split(1)[0][0], str)
+    assert_type(words.split(np.array([1, 3])), View[View[str]])  # cuts as an array
+    assert_type(words.split([np.int64(2)]), View[View[str]])
     assert_type(words.collate([1, 2, 3, 4]), View[tuple[str, int]])
     assert_type(lazyseq.collate({"word": words, "size": [1, 2, 3, 4]}), View[dict[Any, Any]])
     assert_type(lazyseq.collate([words, [1, 2, 3, 4]]), View[tuple[Any, ...]])
     assert_type(lazyseq.arange(3), View[int])
+    assert_type(lazyseq.arange(np.int64(3)), View[int])
     assert_type(lazyseq.repeat(0.5, 3), View[float])
+    assert_type(lazyseq.repeat(0.5, np.int64(3)), View[float])
     assert_type(lazyseq.uniter(iter("abc")), View[str])
 
 
@@ -104,6 +138,7 @@ def batches() -> None:
     words = lazyseq.view(["a", "bb", "ccc"])
     assert_type(lazyseq.view([1.0, 2.0]).batch(2), View[np.ndarray])
     assert_type(words.batch(2, collate_fn=list), View[list[str]])
+    assert_type(words.batch(np.int64(2), collate_fn=list), View[list[str]])
     assert_type(words.batch(2, collate_fn=", ".join), View[str])
     assert_type(words.batch(2), View[Any])  # stacked by the default collate: depends on the items
     assert_type(words.batch(2, collate_fn=list).unbatch(2, 1), View[str])
@@ -134,6 +169,23 @@ def loaders() -> None:
     monitored = lazyseq.monitor_throughput(words)
     assert_type(monitored[0], str)
     assert_type(lazyseq.debug(np.ones((3, 2)), print, max_calls=0)[0], np.ndarray)
+    trained = fit(RunningSum(), lazyseq.view(np.ones((4, 2))).batch(2), progress=False)
+    assert_type(trained, RunningSum)  # the estimator given, trained
+    if find_spec("zmq") is not None:  # serving is optional (lazyseq[server])
+        with lazyseq.serve(words, "tcp://127.0.0.1:0", nworkers=1, start_hook=no_argument) as server:  # as prefetch
+            # A view here, as a view is served (a stream otherwise): only the server knows, so connect gives Any.
+            with lazyseq.connect(server.address) as remote:
+                assert_type(remote, Any)
+                assert len(remote) == 3 and remote[-1] == "ccc" and list(remote[1:]) == ["bb", "ccc"]
+                assert list(lazyseq.shard(remote, 0, 2)) == ["a", "bb"]
+                assert remote.batch(2, collate_fn=list)[1] == ["ccc"]
+    if find_spec("torch") is not None:  # torch is optional
+        from lazyseq.torch import as_dataset
+
+        dataset = as_dataset(words)
+        assert_type(dataset[0], str)
+        assert_type(dataset[[0, 2]], Any)  # a batch, stacked
+        assert_type(as_dataset(np.ones((3, 2)))[0], np.ndarray)
 
 
 def no_argument() -> None:
@@ -144,6 +196,10 @@ def shards() -> None:
     with tempfile.TemporaryDirectory() as folder:
         written = lazyseq.write_npy([1.0, 2.0], folder, sync=False)
         assert_type(written, View[Any])
+        opened = lazyseq.open_npy(folder)
+        assert_type(opened, View[Any])  # what was written: rows, numpy scalars (here), tuples or dicts
+        assert opened[1] == 2.0
+        del opened  # its memory maps, before the folder goes
 
 
 def rejected() -> None:
@@ -160,3 +216,9 @@ def rejected() -> None:
     lazyseq.prefetch(words, nworkers=1, max_buffered="auto")  # type: ignore[call-overload]  # a number, or None
     lazyseq.write_npy(words, "out", sync="no")  # type: ignore[arg-type]  # sync is a bool
     lazyseq.view(5)  # type: ignore[call-overload]  # not a sequence
+    lazyseq.smap(triple, [1], [0.5], ["x"])  # type: ignore[arg-type]  # three sequences, in the wrong order
+    lazyseq.starmap(power, [("2", "3")])  # type: ignore[arg-type]  # (str, str) items for power(int, int)
+    lazyseq.starmap(power, [2, 3])  # type: ignore[list-item]  # items that are not tuples
+    words[(0, 1)]  # type: ignore[call-overload]  # a tuple is no key (a list is)
+    words.gather([0.5])  # type: ignore[list-item]  # positions are integers
+    lazyseq.rng(np.arange(3))  # type: ignore[arg-type]  # an array is not an integer
