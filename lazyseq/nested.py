@@ -43,7 +43,16 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["describe", "flatten", "in_order_of", "is_plain_array", "map_leaves", "rebuild", "skeleton_key"]
+__all__ = [
+    "describe",
+    "flatten",
+    "in_order_of",
+    "is_plain_array",
+    "leaf_paths",
+    "map_leaves",
+    "rebuild",
+    "skeleton_key",
+]
 
 _ndarray = np.ndarray  # one global lookup instead of two, on the hot path of flatten
 
@@ -205,6 +214,37 @@ def describe(skeleton: tuple, leaf_texts: list[str]) -> str:
     if tag == "l":
         return f"[{', '.join(parts)}]"
     return f"({parts[0]},)" if len(parts) == 1 else f"({', '.join(parts)})"
+
+
+def leaf_paths(skeleton: tuple) -> list[str]:
+    """Where each leaf of ``skeleton`` sits, written as the indexing that reaches it (``''`` for a lone leaf).
+
+    >>> import numpy as np
+    >>> from collections import namedtuple
+    >>> Pair = namedtuple("Pair", "x y")
+    >>> leaf_paths(flatten({"x": np.zeros(2), "ids": [Pair(np.ones(1), "a"), np.arange(3)]}, []))
+    ["['x']", "['ids'][0].x", "['ids'][1]"]
+    >>> leaf_paths(flatten(np.zeros(2), []))
+    ['']
+    """
+    paths: dict[int, str] = {}
+
+    def walk(node: tuple, path: str) -> None:
+        tag = node[0]
+        if tag == "a":
+            paths[node[1]] = path
+        elif tag in ("d", "o"):
+            for key, child in zip(node[1], node[2]):
+                walk(child, f"{path}[{key!r}]")
+        elif tag == "n":
+            for field, child in zip(node[1]._fields, node[2]):
+                walk(child, f"{path}.{field}")
+        elif tag in ("t", "l"):
+            for position, child in enumerate(node[1]):
+                walk(child, f"{path}[{position}]")
+
+    walk(skeleton, "")
+    return [paths[k] for k in sorted(paths)]
 
 
 def in_order_of(skeleton: tuple, tree: Any) -> Any:

@@ -1,12 +1,18 @@
 """evaluate: chunked evaluation with exact results, bounded memory, outputs on disk, clear errors."""
 
+import ast
 import multiprocessing
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import threading
 import tracemalloc
 
 import numpy as np
 import pytest
+from loader_helpers import die_on
 
 import lazyseq
 
@@ -241,7 +247,9 @@ def test_errors():
         lazyseq.evaluate(lambda b: b[0] if b[0][0, 0] == 0 else b[0][:, :2], data, batch_size=4)
     with pytest.raises(ValueError, match=r"evaluate: out has shape \(3,\), but the results need \(10,\)"):
         lazyseq.evaluate(lambda b: b[1], data, out=np.zeros(3))
-    with pytest.raises(TypeError, match="evaluate: cannot write float64 results into the int64 output"):
+    with pytest.raises(
+        TypeError, match="^evaluate: cannot write the float64 results of batch 0 into the int64 output:"
+    ):
         lazyseq.evaluate(lambda b: b[0][:, 0], data, out=np.zeros(10, dtype=np.int64))
     with pytest.raises(ValueError, match="evaluate: out must be a tuple of 2 entries, like fn's results"):
         lazyseq.evaluate(lambda b: (b[0], b[1]), data, out=[np.zeros(10)])
@@ -390,3 +398,192 @@ def test_an_out_path_that_is_a_link_writes_its_target_and_a_file_keeps_its_permi
     lazyseq.evaluate(lambda b: b + 1, lazyseq.view(np.arange(3.0)), batch_size=2, out=link)
     assert link.is_symlink() and np.load(target).tolist() == [1.0, 2.0, 3.0]
     assert target.stat().st_mode & 0o777 == 0o640
+
+
+@pytest.fixture
+def shared_folder():
+    """A folder that any user may write in (pytest's tmp_path is its owner's alone)."""
+    folder = os.path.realpath(tempfile.mkdtemp())
+    os.chmod(folder, 0o777)
+    yield folder
+    for root, names, _ in os.walk(folder):
+        for name in names:
+            os.chmod(os.path.join(root, name), 0o755)
+    shutil.rmtree(folder)
+
+
+def evaluate_writing_to(out):
+    """What ``lazyseq.evaluate`` writing to ``out`` raises (or ``returned``), and how many times fn ran."""
+    calls = []
+    try:
+        lazyseq.evaluate(lambda b: calls.append(b) or b * 2, np.arange(10.0), batch_size=4, out=out)
+    except Exception as error:
+        return [f"{type(error).__name__}: {error}", len(calls)]
+    return ["returned", len(calls)]
+
+
+def evaluate_unprivileged(out):
+    """:func:`evaluate_writing_to` as a user whom file permissions bind: root ignores them, so as nobody there."""
+    if os.geteuid() != 0:
+        return evaluate_writing_to(out)
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = (
+        f"import sys; sys.path.insert(0, {here!r}); import test_evaluate; "
+        f"print(test_evaluate.evaluate_writing_to({out!r}))"
+    )
+    as_nobody = {"user": 65534, "group": 65534, "extra_groups": []}
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, **as_nobody)
+    except PermissionError as error:  # this Python lies where only root may read (/root/.pyenv, say)
+        pytest.skip(f"nobody may run this Python: {error}")
+    if done.returncode != 0 and "Permission denied" in done.stderr:  # nor read these tests, or lazyseq
+        pytest.skip(f"nobody may read what this test runs: {done.stderr.splitlines()[-1]}")
+    assert done.returncode == 0, done.stderr
+    return ast.literal_eval(done.stdout)
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid"), reason="file permissions of POSIX")
+def test_a_read_only_file_at_an_out_path_is_refused_before_fn_runs_and_kept(shared_folder):
+    # The file was replaced by the new results, then numpy could not open it for writing: a PermissionError after
+    # every batch had run, and the protected results gone.
+    path = os.path.join(shared_folder, "predictions.npy")
+    np.save(path, np.full(3, 7.0))
+    os.chmod(path, 0o444)
+    assert evaluate_unprivileged(path) == [
+        f"PermissionError: evaluate: out {path!r} is a file this process may not read and write (mode 0o444), which "
+        "evaluate would replace: make it writable, or give another path",
+        0,
+    ]
+    assert np.load(path).tolist() == [7.0, 7.0, 7.0] and os.stat(path).st_mode & 0o777 == 0o444
+    assert os.listdir(shared_folder) == ["predictions.npy"]
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid"), reason="file permissions of POSIX")
+def test_an_out_path_in_a_read_only_directory_is_refused_before_fn_runs_naming_it(shared_folder):
+    # The error named the hidden file made beside the path ('.../.p.npy.32088c53.tmp'), after fn ran on a batch.
+    folder = os.path.join(shared_folder, "results")
+    os.mkdir(folder, 0o555)
+    os.chmod(folder, 0o555)
+    path = os.path.join(folder, "predictions.npy")
+    assert evaluate_unprivileged(path) == [
+        f"PermissionError: evaluate: out {path!r} is in a directory this process may not write in ({folder!r}): "
+        "give a path in another one",
+        0,
+    ]
+
+
+def test_two_out_paths_to_one_file_through_a_link_are_refused(tmp_path):
+    # Both results were written to the one file, which kept the second alone.
+    np.save(tmp_path / "p.npy", np.zeros(1))
+    (tmp_path / "alias.npy").symlink_to(tmp_path / "p.npy")
+    with pytest.raises(ValueError) as caught:
+        lazyseq.evaluate(
+            lambda b: (b * 100, b), np.arange(6.0), batch_size=4, out=(tmp_path / "p.npy", tmp_path / "alias.npy")
+        )
+    assert str(caught.value) == (
+        "evaluate: out gives the same file for results 0 and 1: each would overwrite the other; give each result its own"
+    )
+    assert np.load(tmp_path / "p.npy").tolist() == [0.0]
+
+
+def test_python_objects_for_an_out_path_are_refused_naming_the_batch_and_the_output(tmp_path):
+    # numpy's "Array can't be memory-mapped: Python objects in dtype." named neither, after fn ran.
+    path = tmp_path / "p.npy"
+    np.save(path, np.ones(2))
+
+    def missing_from_batch_2(b):
+        return b if b[0] < 8 else np.array([None] * len(b))
+
+    with pytest.raises(TypeError) as caught:
+        lazyseq.evaluate(missing_from_batch_2, np.arange(10.0), batch_size=4, out=path)
+    assert str(caught.value) == (
+        f"evaluate: fn returned Python objects (dtype object) for batch 2, but the output is the .npy file "
+        f"{str(path)!r}, which cannot hold them: return them in memory (out=None for this result), or as numbers or "
+        "strings (.astype in fn)"
+    )
+    with pytest.raises(TypeError) as caught:
+        lazyseq.evaluate(
+            lambda b: {"p": np.array([{"v": v} for v in b])}, np.arange(4.0), batch_size=4, out={"p": path}
+        )
+    assert str(caught.value).startswith(
+        "evaluate: fn returned Python objects (dtype object) for batch 0, but the output ['p'] is the .npy file "
+    )
+    assert np.load(path).tolist() == [1.0, 1.0] and os.listdir(tmp_path) == ["p.npy"]
+
+
+@pytest.mark.parametrize(
+    "fn, listed",
+    [
+        (lambda b: [f"class {int(row[0])}" for row in b], "a list of 4 str values"),
+        (lambda b: [row * 2 for row in b], "a list of 4 values of shape (3,)"),
+    ],
+)
+def test_a_list_with_a_value_per_item_is_named_as_a_list(fn, listed):
+    # A list of strings was "a str: it must return arrays"; a list of rows "an array of shape (3,) ... must have one
+    # row per item".
+    with pytest.raises(TypeError) as caught:
+        lazyseq.evaluate(fn, np.arange(30.0).reshape(10, 3), batch_size=4)
+    assert str(caught.value) == (
+        f"evaluate: fn returned {listed} for batch 0 of 4 items, but a list is read like a tuple, as several results, "
+        "each with one row per item: return np.asarray(...) of the list to make it one result"
+    )
+
+
+def test_a_refused_cast_names_the_batch_and_the_output_and_writes_nothing_of_that_batch():
+    # "cannot write float64 results into the int64 output" named neither, and batch 3's scores were written
+    # beside no labels.
+    out = {"score": np.zeros(10, np.float32), "label": np.zeros(10, np.int64)}
+
+    def labels_turn_to_floats(b):
+        label = (b > 4).astype(np.int64)
+        return {"score": b + 1, "label": label if b[0] < 6 else label.astype(np.float64)}
+
+    with pytest.raises(TypeError) as caught:
+        lazyseq.evaluate(labels_turn_to_floats, np.arange(10.0), batch_size=2, out=out)
+    assert str(caught.value) == (
+        "evaluate: cannot write the float64 results of batch 3 into the int64 output ['label']: return int64 results "
+        "(with .astype in fn), or give an output of a dtype that holds them"
+    )
+    assert out["score"].tolist() == [1, 2, 3, 4, 5, 6, 0, 0, 0, 0]
+    assert out["label"].tolist() == [0, 0, 0, 0, 0, 1, 0, 0, 0, 0]
+
+
+def test_an_empty_shard_is_refused_saying_what_to_do():
+    # "data is empty, so there is nothing to call fn on", for the shard recipe the guide gives.
+    part = lazyseq.shard(np.arange(3.0), 3, 4)
+    with pytest.raises(ValueError) as caught:
+        lazyseq.evaluate(lambda b: b * 2, part)
+    assert str(caught.value) == (
+        "evaluate: data is empty, so there is nothing to call fn on; a shard (lazyseq.shard) of fewer items than "
+        "ranks is empty: skip the call where len(data) == 0"
+    )
+
+
+def test_a_worker_process_that_dies_is_named_by_its_batch_and_items():
+    # "died with exit code 3 while computing item 9": batch 9, items 144 to 159.
+    data = lazyseq.smap(die_on(150, "exit"), np.arange(200.0))
+    with pytest.raises(lazyseq.WorkerDied) as caught:
+        lazyseq.evaluate(lambda b: b, data, batch_size=16, nworkers=2, method="process")
+    assert str(caught.value).endswith(" died with exit code 3 while computing batch 9")
+    assert caught.value.suspects == (9,)
+    assert caught.value.__notes__ == ["computing batch 9 (items 144 to 159) in evaluate"]
+    assert multiprocessing.active_children() == []
+
+
+def test_collate_fn_gives_fn_the_items_of_a_batch():
+    # dicts of different keys, which a batch cannot collate field by field
+    features = [{"a": 1}, {"b": 2, "c": 3}, {}, {"d": 4}]
+    counts = lazyseq.evaluate(lambda b: np.array([len(f) for f in b]), features, batch_size=3, collate_fn=list)
+    assert counts.tolist() == [1, 2, 0, 1]
+    with pytest.raises(TypeError, match=r"^evaluate: collate_fn must be callable, got int$"):
+        lazyseq.evaluate(len, features, collate_fn=3)
+
+
+def test_a_batch_like_the_first_is_checked_all_the_same():
+    # arrays like the first batch's are copied without the usual checks: still none that does not fit
+    with pytest.raises(ValueError, match=r"^evaluate: fn returned an array of shape \(4,\) for batch 2 of 2 items"):
+        lazyseq.evaluate(lambda b: np.zeros(4), np.arange(10.0), batch_size=4)
+    out = np.zeros(10, np.int8)
+    with pytest.raises(TypeError, match=r"^evaluate: the int64 results of batch 1 do not fit the int8 output"):
+        lazyseq.evaluate(lambda b: b * 40, np.arange(10), batch_size=4, out=out)
+    assert out.tolist() == [0, 40, 80, 120, 0, 0, 0, 0, 0, 0]

@@ -554,3 +554,47 @@ def test_x_as_lists_is_read_one_way_through_a_call():
         fit(GaussianNB(), square, classes=CLASSES, progress=False).theta_,
         GaussianNB().fit(X[:WIDTH], LABELS[:WIDTH]).theta_,
     )
+
+
+def test_texts_feature_dicts_and_lists_are_rows_as_scikit_learn_reads_them():
+    # A batch that is a Python list was read as (X, y, ...): a text pipeline got one text for X ("Iterable over raw
+    # text documents expected, string object received"), dicts of features were collated key by key (or refused,
+    # keys differing), rows given as lists column by column.
+    from sklearn.feature_extraction import DictVectorizer
+    from sklearn.feature_extraction.text import CountVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.naive_bayes import MultinomialNB
+
+    words = ["film", "plot", "cast", "movie"]
+    docs = [f"{['bad', 'fine', 'good'][label]} {words[i % 4]}" for i, label in enumerate(LABELS)]
+    texts = make_pipeline(CountVectorizer(), MultinomialNB()).fit(docs, LABELS)
+    expected = texts.predict(docs)
+    np.testing.assert_array_equal(texts.predict(np.array(docs)), expected)
+    for data in (docs, np.array(docs), lazyseq.view(docs).smap(str.upper)):
+        np.testing.assert_array_equal(predict(texts, data, batch_size=BATCH, progress=False), expected)
+    assert score(texts, lazyseq.collate([docs, LABELS]), batch_size=BATCH, progress=False) == texts.score(docs, LABELS)
+
+    features = [{"x": float(x), "y": float(y)} if i % 2 else {"x": float(x)} for i, (x, y) in enumerate(X[:, :2])]
+    dicts = make_pipeline(DictVectorizer(), LogisticRegression()).fit(features, LABELS)
+    np.testing.assert_array_equal(predict(dicts, features, batch_size=BATCH, progress=False), dicts.predict(features))
+    pairs = lazyseq.collate([features, LABELS])
+    assert score(dicts, pairs, batch_size=BATCH, progress=False) == dicts.score(features, LABELS)
+
+    model = LogisticRegression().fit(X, LABELS)
+    np.testing.assert_array_equal(predict(model, X.tolist(), batch_size=BATCH, progress=False), model.predict(X))
+    as_lists = [[x, label] for x, label in zip(X, LABELS)]  # a list holding an array: (X, y), as before
+    np.testing.assert_array_equal(predict(model, as_lists, batch_size=BATCH, progress=False), model.predict(X))
+    assert score(model, as_lists, batch_size=BATCH, progress=False) == model.score(X, LABELS)
+
+
+def test_an_empty_shard_is_refused_by_predict_and_score_saying_what_to_do():
+    # "evaluate: data is empty, so there is nothing to call fn on", from the shard recipe of the guide.
+    model = GaussianNB().fit(X, LABELS)
+    part = lazyseq.shard(labelled(LABELS)[:3], 3, 4)
+    for call, name in [(predict, "predict"), (score, "score")]:
+        with pytest.raises(ValueError) as caught:
+            call(model, part, progress=False)
+        assert str(caught.value) == (
+            f"{name}: data is empty, so there is nothing to {name}; a shard (lazyseq.shard) of fewer items than ranks "
+            "is empty: skip the call where len(data) == 0"
+        )

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import numbers
 import sys
-from collections.abc import Mapping, Sized
+from collections.abc import Callable, Mapping, Sized
 from typing import Any
 
 import numpy as np
 
-__all__ = ["ITEM_SHAPES", "FeatureLayout", "features", "fields", "rows_of"]
+from ..evaluate import EMPTY_SHARD
+from ..views.chunks import default_collate
+from ..views.sources import as_view
+
+__all__ = ["ITEM_SHAPES", "FeatureLayout", "ItemReading", "fields", "rows_of"]
 
 ITEM_SHAPES = "(X, y), (X, y, sample_weight) or X alone"
 
@@ -30,14 +34,6 @@ def fields(batch: Any, where: str, layout: FeatureLayout | None = None) -> tuple
     if batch is None or isinstance(batch, (Mapping, str, bytes, numbers.Number)) or getattr(batch, "ndim", None) == 0:
         raise TypeError(f"{where} is a {type(batch).__name__}; it must be {ITEM_SHAPES}")
     return batch, None, None
-
-
-def features(batch: Any, where: str, layout: FeatureLayout | None = None) -> Any:
-    """X of a batch: the batch itself, or its first field (read as ``layout`` says)."""
-    if isinstance(batch, (tuple, list)) and not _tensor_rows(batch):
-        layout = layout if layout is not None else FeatureLayout()
-        return layout.features(batch[0], batch[1] if len(batch) > 1 else None, where)
-    return rows_of(batch)
 
 
 class FeatureLayout:
@@ -72,6 +68,76 @@ class FeatureLayout:
         if not self.columns:
             return rows_of(X)
         return np.column_stack([x if isinstance(x, np.ndarray) else x.numpy(force=True) for x in X])
+
+
+class ItemReading:
+    """How ``predict`` and ``score`` read the items of ``data``: told from its first item, as scikit-learn reads rows.
+
+    An item is ``(X, y)`` or ``(X, y, sample_weight)`` if it is a tuple (or
+    a list whose first entry is not a value a row of X holds: an array, say),
+    and a row of X otherwise: an array, a tensor, a text, a dict of
+    features, a list of values. An X that is no array reaches the estimator
+    as the list of the batch's X, as ``estimator.predict(docs)`` would take
+    them (a batch would collate dicts and lists field by field); arrays,
+    tensors and numbers are stacked.
+
+    >>> import numpy as np
+    >>> texts = ItemReading.of(["good film", "bad plot", "good plot"], "predict")
+    >>> texts.x_alone, texts.collate(["good film", "bad plot"])
+    (True, ['good film', 'bad plot'])
+    >>> pairs = ItemReading.of([({"a": 1.0}, 0), ({"b": 2.0}, 1)], "score")
+    >>> pairs.x_alone, pairs.collate([({"a": 1.0}, 0), ({"b": 2.0}, 1)])
+    (False, ([{'a': 1.0}, {'b': 2.0}], array([0, 1])))
+    >>> ItemReading.of(np.zeros((3, 2)), "predict").collate is None  # arrays: batched as usual
+    True
+    """
+
+    def __init__(self, x_alone: bool, python_rows: bool) -> None:
+        self.x_alone = x_alone  # items are rows of X, not (X, y, ...)
+        self.collate: Callable[[list], Any] | None = self._python_batch if python_rows else None
+        self.layout = FeatureLayout()  # the batches of one call are read one way
+
+    @classmethod
+    def of(cls, data: Any, caller: str) -> ItemReading:
+        """The reading of ``data``'s items, told from its first; a ValueError if it has none."""
+        items = as_view(data)
+        if items._need_length(f"{caller}()") == 0:
+            raise ValueError(f"{caller}: data is empty, so there is nothing to {caller}; {EMPTY_SHARD}")
+        first = items[0]
+        x_alone = not (isinstance(first, tuple) or type(first) is list and first and not _is_value(first[0]))
+        x = first[0] if not x_alone and len(first) else first
+        return cls(x_alone, not _array_like(x))
+
+    def fields(self, batch: Any, where: str) -> tuple[Any, Any, Any]:
+        """``(X, y, sample_weight)`` of a batch, ``None`` for what it does not hold."""
+        if self.x_alone:
+            return rows_of(batch), None, None
+        return fields(batch, where, self.layout)
+
+    def features(self, batch: Any, where: str) -> Any:
+        """X of a batch: the batch itself, or its first field (of however many)."""
+        if self.x_alone:
+            return rows_of(batch)
+        return self.layout.features(batch[0], batch[1] if len(batch) > 1 else None, where)
+
+    def _python_batch(self, items: list) -> Any:
+        """A batch whose X is the list of the items' X; other fields stacked as usual."""
+        if self.x_alone:
+            return list(items)
+        columns = list(zip(*items, strict=True))
+        return (list(columns[0]), *(default_collate(list(column)) for column in columns[1:]))
+
+
+def _is_value(x: Any) -> bool:
+    """Whether ``x`` is what a row of X holds: a number, a string, ``None``."""
+    return x is None or isinstance(x, (str, bytes, numbers.Number, np.generic)) or getattr(x, "ndim", None) == 0
+
+
+def _array_like(x: Any) -> bool:
+    """Whether ``x`` is an array, a tensor or a number: stacked into X, rather than listed as it is."""
+    if isinstance(x, (str, bytes, Mapping, list, tuple)):
+        return False
+    return isinstance(x, (np.ndarray, np.generic, numbers.Number)) or hasattr(x, "__array__")
 
 
 def _holds_columns(X: list, y: Any, where: str) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..evaluate import evaluate
-from .items import FeatureLayout, features, fields
+from .items import ItemReading
 
 __all__ = ["predict", "score", "score_rule"]
 
@@ -29,8 +29,16 @@ def predict(
     ``method`` is any method that returns a row per sample: ``"predict"``,
     ``"predict_proba"``, ``"decision_function"``, ``"transform"``, ... Items
     of ``data`` are rows of X, or tuples ``(X, y, ...)`` whose first element
-    is used. ``out`` (an array, a memory map or a ``.npy`` path), ``nworkers``
-    and ``progress`` are those of :func:`lazyseq.evaluate`, which this calls.
+    is used, as the first item shows: a row is an array or a tensor, or what
+    scikit-learn reads as one (a text for a vectorizer, a dict of features,
+    a list of values), and such an X reaches ``estimator`` as the list of a
+    chunk's rows, as in ``estimator.predict(docs)`` (a list whose first
+    entry is an array is ``(X, y, ...)`` too). ``out`` (an array, a memory
+    map or a ``.npy`` path), ``nworkers`` and ``progress`` are those of
+    :func:`lazyseq.evaluate`, which this calls. Empty ``data`` is a
+    ``ValueError``, as scikit-learn refuses to predict no samples (and the
+    predictions' dtype and shape are not known without one): a rank whose
+    shard is empty skips the call.
 
     >>> import numpy as np
     >>> import lazyseq
@@ -44,13 +52,21 @@ def predict(
     (4, 2)
     """
     compute = _method(estimator, method)
-
-    layout = FeatureLayout()  # the batches of one call are read one way
+    reading = ItemReading.of(data, "predict")
 
     def on_batch(batch: Any) -> Any:
-        return compute(features(batch, f"{method}: a batch of data", layout))
+        return compute(reading.features(batch, f"{method}: a batch of data"))
 
-    return evaluate(on_batch, data, batch_size, out=out, nworkers=nworkers, progress=progress, description=method)
+    return evaluate(
+        on_batch,
+        data,
+        batch_size,
+        out=out,
+        collate_fn=reading.collate,
+        nworkers=nworkers,
+        progress=progress,
+        description=method,
+    )
 
 
 def _method(estimator: Any, name: str) -> Callable:
@@ -80,7 +96,10 @@ def score(
 ) -> float:
     """The score of ``estimator`` on ``data``, computed in chunks of ``batch_size`` items.
 
-    Items are ``(X, y)``, ``(X, y, sample_weight)`` or X alone. Without
+    Items are ``(X, y)``, ``(X, y, sample_weight)`` or X alone, read as
+    :func:`~lazyseq.sklearn.predict` reads them (texts and dicts of features
+    included). Empty ``data`` is a ``ValueError``: a score of no samples is
+    not defined (a rank whose shard is empty skips the call). Without
     ``metric``, the result is what ``estimator.score`` gives on all the data
     at once: accuracy for classifiers, R² for regressors (from the chunked
     predictions), and for estimators whose score adds up over samples
@@ -107,8 +126,17 @@ def score(
     0.8
     """
     rule = "metric" if metric is not None else score_rule(estimator, "score")
-    collect, finish = _scorer(rule, estimator, metric)
-    results = evaluate(collect, data, batch_size, nworkers=nworkers, progress=progress, description="score")
+    reading = ItemReading.of(data, "score")
+    collect, finish = _scorer(rule, estimator, metric, reading)
+    results = evaluate(
+        collect,
+        data,
+        batch_size,
+        collate_fn=reading.collate,
+        nworkers=nworkers,
+        progress=progress,
+        description="score",
+    )
     return finish(results)
 
 
@@ -170,28 +198,27 @@ def _final_step(estimator: Any) -> Any:
     return estimator
 
 
-def _scorer(rule: str, estimator: Any, metric: Callable | None) -> tuple[Callable, Callable]:
-    """What to compute for each chunk, and how to turn all of it into the score."""
+def _scorer(rule: str, estimator: Any, metric: Callable | None, reading: ItemReading) -> tuple[Callable, Callable]:
+    """What to compute for each chunk (its items read as ``reading`` says), and how to turn all of it into the score."""
     if rule == "metric":
         assert metric is not None
-        return _supervised(estimator, metric)
+        return _supervised(estimator, metric, reading)
     if rule in ("accuracy", "r2"):
         from sklearn.metrics import accuracy_score, r2_score
 
-        collect, finish = _supervised(estimator, accuracy_score if rule == "accuracy" else r2_score)
+        collect, finish = _supervised(estimator, accuracy_score if rule == "accuracy" else r2_score, reading)
         return collect, lambda results: float(finish(results))
     if rule == "total":
-        return _chunk_totals(estimator)
-    return _per_sample(estimator, np.mean if rule == "mean" else np.sum)
+        return _chunk_totals(estimator, reading)
+    return _per_sample(estimator, np.mean if rule == "mean" else np.sum, reading)
 
 
-def _supervised(estimator: Any, metric: Callable) -> tuple[Callable, Callable]:
+def _supervised(estimator: Any, metric: Callable, reading: ItemReading) -> tuple[Callable, Callable]:
     """Predictions and targets (and weights) of each chunk; ``metric`` of all of them."""
     name = type(estimator).__name__
-    layout = FeatureLayout()  # the batches of one call are read one way
 
     def collect(batch: Any) -> tuple:
-        X, y, weights = fields(batch, "score: a batch of data", layout)
+        X, y, weights = reading.fields(batch, "score: a batch of data")
         if y is None:
             raise ValueError(
                 f"score: the items of data are X alone, but {name} is scored against targets: "
@@ -217,12 +244,11 @@ def _column(values: Any) -> Any:
     return np.array(values, dtype=object) if array.dtype.kind in "USV" else array
 
 
-def _per_sample(estimator: Any, reduce: Callable[[np.ndarray], Any]) -> tuple[Callable, Callable]:
+def _per_sample(estimator: Any, reduce: Callable[[np.ndarray], Any], reading: ItemReading) -> tuple[Callable, Callable]:
     """Scores that are the mean or the sum of ``score_samples`` (which takes no weights)."""
-    layout = FeatureLayout()  # the batches of one call are read one way
 
     def collect(batch: Any) -> np.ndarray:
-        X, _, weights = fields(batch, "score: a batch of data", layout)
+        X, _, weights = reading.fields(batch, "score: a batch of data")
         if weights is not None:
             raise TypeError(
                 f"score: the items of data carry sample weights, but {type(estimator).__name__}.score takes none"
@@ -232,13 +258,12 @@ def _per_sample(estimator: Any, reduce: Callable[[np.ndarray], Any]) -> tuple[Ca
     return collect, lambda samples: float(reduce(samples))
 
 
-def _chunk_totals(estimator: Any) -> tuple[Callable, Callable]:
+def _chunk_totals(estimator: Any, reading: ItemReading) -> tuple[Callable, Callable]:
     """Scores that are a sum over samples (K-means: minus the inertia): ``estimator.score`` of each chunk, added."""
     totals: list[float] = []
-    layout = FeatureLayout()  # the batches of one call are read one way
 
     def collect(batch: Any) -> np.ndarray:
-        X, _, weights = fields(batch, "score: a batch of data", layout)
+        X, _, weights = reading.fields(batch, "score: a batch of data")
         totals.append(estimator.score(X, sample_weight=weights))
         return np.empty((_count_rows(X), 0))  # evaluate wants a row per item; the totals are kept aside
 
