@@ -481,6 +481,53 @@ def test_a_consumer_stopped_longer_than_its_timeout_leaves_its_items_to_others_a
     assert sorted(got) == list(range(1, 40)) and out == "end\n"
 
 
+def test_a_consumer_stopped_while_its_server_restarts_drops_what_the_old_one_gave_to_others():
+    # It handed out items 1 to 4 when it went on, which the old server had given to another consumer already.
+    with lazyseq.serve(iter(range(40)), LOOPBACK) as server:
+        address = server.address
+        stopped = subprocess.Popen(
+            [sys.executable, "-c", STOPPED_CONSUMER, address], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert stopped.stdout.readline() == "0\n" and stopped.stdout.readline() == "synced\n"
+            stopped.send_signal(signal.SIGSTOP)
+            with lazyseq.connect(address, timeout=5, ahead=1) as other:
+                got = []
+                while not {1, 2, 3, 4} <= set(got):  # once the server has taken the stopped one for dead
+                    got.append(next(other))
+        except BaseException:
+            stopped.kill()
+            stopped.wait()
+            raise
+    try:
+        with lazyseq.serve(iter(range(100, 110)), address):  # a new server at the same address
+            stopped.send_signal(signal.SIGCONT)
+            out, _ = stopped.communicate("\n", timeout=30)
+    finally:
+        stopped.kill()
+        stopped.wait()
+    assert out == " ".join(map(str, range(100, 110))) + " end\n"
+
+
+def test_a_consumer_of_a_restarted_server_keeps_ahead_items_in_flight_with_those_of_the_old_one():
+    # Each item of the old server handed out asked the new one for one more, on top of the ahead it asked at first.
+    with lazyseq.serve(iter(range(40)), LOOPBACK) as old:
+        address = old.address
+        stream = lazyseq.connect(address, timeout=5, ahead=4)
+        assert next(stream) == 0
+        stream.sync()  # items 1 to 4 were sent to it before the answer
+    held = []
+    with stream, lazyseq.serve(iter(range(100, 140)), address) as new:
+        consumers = new._loop._service._consumers
+        got = []
+        for _ in range(12):
+            got.append(next(stream))
+            stream.sync()  # the requests that went before were answered
+            held.append(max(len(state.unacked) for state in consumers.values()))
+    assert got == [1, 2, 3, 4, *range(100, 108)]
+    assert held == [1, 2, 3, 4, 4, 4, 4, 4, 4, 4, 4, 4]
+
+
 WAITING_CONSUMER = """
 import sys, lazyseq
 remote = lazyseq.connect(sys.argv[1], timeout=1.0)

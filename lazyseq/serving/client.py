@@ -337,6 +337,10 @@ class RemoteStream(Iterator[Any]):
                         break
                     self._confirm()  # the server may have taken this consumer for dead, and given its items to others
                     self._gaps = gaps  # once the server answered
+                    # A server that went away meanwhile may have done so before it went, and cannot say: what it sent
+                    # and this consumer had not handed out is dropped.
+                    answering = self._connection.server
+                    self._received = deque(entry for entry in self._received if entry[0] == answering)
                 # A Ctrl-C comes between two calls: until the item leaves the queue, it is there to be read again (an
                 # acknowledgement sent twice counts once); from then on, the handler below puts it back.
                 entry = self._received[0]
@@ -392,7 +396,9 @@ class RemoteStream(Iterator[Any]):
             self._received = deque(entry for entry in self._received if entry[0] != server)
             self._connection.hello()
             self._asked = 0
-            self._ask(self._ahead, list(self._handed))  # handed out: the server keeps them from going out again
+            # handed out: the server keeps them from going out again; those still held (of a server that went away)
+            # count against ahead, and each one handed out asks for one more
+            self._ask(max(0, self._ahead - len(self._received)), list(self._handed))
         elif kind == b"end":
             self._ended = True
             self._asked = 0
