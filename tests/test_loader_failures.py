@@ -570,7 +570,7 @@ def test_a_ctrl_c_taken_by_another_thread_while_workers_are_spawned_is_raised_af
             with closing.interrupts_deferred(), closing.blocked_for_children():
                 signal.pthread_kill(other.ident, signal.SIGINT)  # where the system sends it: a thread that takes it
                 deadline = time.monotonic() + 10
-                while not closing._hurry.is_set() and time.monotonic() < deadline:  # noted in the main thread
+                while not closing._hurry[0] and time.monotonic() < deadline:  # noted in the main thread
                     time.sleep(0.001)
     finally:
         signal.signal(signal.SIGINT, previous)

@@ -1489,3 +1489,45 @@ def test_a_ctrl_c_while_a_server_closes_cuts_the_wait_short_and_still_releases_e
         signal.signal(signal.SIGINT, previous)
         release.set()
     assert not path.exists() and not server._loop.thread.is_alive()
+
+
+SERVE_INTERRUPTED = """
+import signal, zmq, lazyseq
+
+class Interrupted(zmq.Context):
+    def socket(self, *args, **kwargs):
+        made = super().socket(*args, **kwargs)
+        signal.raise_signal(signal.SIGINT)  # a Ctrl-C as the socket is made, before serve() holds it
+        return made
+
+zmq.Context = Interrupted
+try:
+    lazyseq.serve(range(10), "tcp://127.0.0.1:0")
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+def test_a_ctrl_c_while_serve_makes_its_socket_is_raised_once_the_socket_is_closed():
+    # The socket was not listed yet: closing the context waited for it, for ever.
+    done = subprocess.run([sys.executable, "-c", SERVE_INTERRUPTED], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, "interrupted\n"), done.stderr
+
+
+def test_a_ctrl_c_while_a_consumer_closes_is_raised_once_all_is_released(monkeypatch):
+    # Raised at once, it left the heartbeat thread and ZeroMQ's context running.
+    from lazyseq.serving import connection
+
+    release = connection._release
+
+    def interrupted(*args):
+        signal.raise_signal(signal.SIGINT)  # a second Ctrl-C (the first one ended a read) as the consumer closes
+        release(*args)
+
+    with lazyseq.serve(iter(range(10)), LOOPBACK) as server:
+        stream = lazyseq.connect(server.address)
+        assert next(stream) == 0
+        monkeypatch.setattr(connection, "_release", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            stream.close()
+        assert stream._connection._context.closed and "lazyseq-connect-heartbeat" not in lazyseq_threads()

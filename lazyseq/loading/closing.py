@@ -27,11 +27,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["blocked_for_children", "ignore_interrupts", "interrupts_deferred", "wait_unless_hurried"]
+__all__ = ["blocked_for_children", "ignore_interrupts", "interrupts_deferred", "interrupts_held", "wait_unless_hurried"]
 
 SLICE_SECONDS = 0.05  # a wait looks for a second Ctrl-C this often
 
-_hurry = threading.Event()  # set by a Ctrl-C while workers close
+# True once a Ctrl-C came while workers close: a plain flag, not an Event, whose lock a second Ctrl-C could find
+# held by the handler it interrupts (or by the clear() it lands in), and wait on for ever
+_hurry = [False]
 
 
 @contextmanager
@@ -46,8 +48,9 @@ def interrupts_deferred() -> Iterator[None]:
 
     def note(signum: int, frame: Any) -> None:
         interrupted.append(signum)
-        _hurry.set()
+        _hurry[0] = True
 
+    _hurry[0] = False  # not hurried by a Ctrl-C that came at the very end of an earlier deferral
     previous = signal.signal(signal.SIGINT, note)
     try:
         yield
@@ -57,7 +60,7 @@ def interrupts_deferred() -> Iterator[None]:
         raise
     finally:
         signal.signal(signal.SIGINT, previous)
-        _hurry.clear()
+        _hurry[0] = False
     if interrupted:
         raise KeyboardInterrupt
 
@@ -97,6 +100,31 @@ def blocked_for_children() -> Iterator[None]:
     from multiprocessing import resource_tracker
 
     resource_tracker.ensure_running()  # as a process starting needs it; started in the block, it would unblock SIGINT
+    with interrupts_held():
+        yield
+
+
+@contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Within the block, a SIGINT sent to this thread waits, and is handled as usual once the block ends (POSIX).
+
+    For blocking calls that a signal cuts short for good: ZeroMQ's
+    ``context.term()`` gives up when a signal interrupts it, and leaves the
+    context's threads running.
+
+    >>> import signal, threading
+    >>> try:
+    ...     with interrupts_held():
+    ...         signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+    ...         print("not interrupted here")
+    ... except KeyboardInterrupt:
+    ...     print("but here")
+    not interrupted here
+    but here
+    """
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
@@ -118,7 +146,7 @@ def ignore_interrupts() -> None:
 def wait_unless_hurried(wait: Callable[[float], bool], seconds: float) -> bool:
     """``wait(timeout)`` until it says it is done (True), for ``seconds`` at most, or until a Ctrl-C hurries it (False)."""
     deadline = time.monotonic() + seconds
-    while not _hurry.is_set():
+    while not _hurry[0]:
         left = deadline - time.monotonic()
         if wait(max(0.0, min(left, SLICE_SECONDS))):
             return True

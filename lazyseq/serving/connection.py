@@ -20,6 +20,7 @@ import weakref
 from typing import Any
 
 from ..arguments import seconds
+from ..loading.closing import interrupts_deferred, interrupts_held
 from ..loading.failures import LoaderError
 from . import wire
 from .endpoints import is_ipv6
@@ -249,7 +250,7 @@ class Connection:
             os.write(self._waker_fd, b"c")
         except OSError:
             pass
-        with self._using:
+        with interrupts_deferred(), self._using:  # a second Ctrl-C (the first one ended the read) as it closes
             self._finalizer()  # says goodbye first
 
 
@@ -383,6 +384,7 @@ def _release(socket: Any, heartbeat: _Heartbeat, context: Any, wake_fds: tuple[i
         pass
     socket.close(linger=BYE_LINGER_MS)  # a moment for "bye" to leave; the server times out the consumer anyway
     heartbeat.stop()
-    context.term()
+    with interrupts_held():  # a Ctrl-C would end the wait for the linger above, and leave the context's thread
+        context.term()
     for fd in wake_fds:
         os.close(fd)

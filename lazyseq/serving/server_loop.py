@@ -43,7 +43,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..loading.closing import interrupts_deferred
+from ..loading.closing import interrupts_deferred, interrupts_held
 from . import wire
 from .endpoints import is_ipv6
 from .frames import DONTWAIT, receive_frames, send_frames
@@ -89,33 +89,35 @@ class ServerLoop:
         context = self._context = zmq.Context()
         sockets = []
         try:
-            self._check = None
-            if curve_keypair is not None:
-                self._check = ClientCheck(allowed_clients)
-                zap = context.socket(zmq.REP)
-                zap.bind(ZAP_ENDPOINT)  # before the listening socket: its handshakes ask here
-                sockets.append(zap)
-            router = context.socket(zmq.ROUTER)
-            sockets.append(router)
-            router.setsockopt(zmq.LINGER, 0)
-            router.setsockopt(zmq.IPV6, is_ipv6(address))  # only then: tcp://localhost stays on 127.0.0.1
-            router.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST_BYTES)
-            router.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a consumer that reconnects under its name takes it over
-            if curve_keypair is not None:
-                router.curve_server = True
-                router.curve_publickey, router.curve_secretkey = keypair_bytes(curve_keypair, "serve")
-                router.zap_domain = b"lazyseq"
-            refuse_if_listening(address, "serve")  # ZeroMQ would take an ipc:// file from a live server
-            try:
-                router.bind(address)
-            except zmq.ZMQError as error:
-                raise OSError(f"serve: cannot listen at {address}: {error}") from None
-            self.address: str = router.getsockopt_string(zmq.LAST_ENDPOINT)
-            self._socket_file = SocketFile(self.address)
+            with interrupts_deferred():  # a Ctrl-C while the sockets are made: raised once every one is listed
+                self._check = None
+                if curve_keypair is not None:
+                    self._check = ClientCheck(allowed_clients)
+                    zap = context.socket(zmq.REP)
+                    zap.bind(ZAP_ENDPOINT)  # before the listening socket: its handshakes ask here
+                    sockets.append(zap)
+                router = context.socket(zmq.ROUTER)
+                sockets.append(router)
+                router.setsockopt(zmq.LINGER, 0)
+                router.setsockopt(zmq.IPV6, is_ipv6(address))  # only then: tcp://localhost stays on 127.0.0.1
+                router.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST_BYTES)
+                router.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a consumer that reconnects under its name takes it over
+                if curve_keypair is not None:
+                    router.curve_server = True
+                    router.curve_publickey, router.curve_secretkey = keypair_bytes(curve_keypair, "serve")
+                    router.zap_domain = b"lazyseq"
+                refuse_if_listening(address, "serve")  # ZeroMQ would take an ipc:// file from a live server
+                try:
+                    router.bind(address)
+                except zmq.ZMQError as error:
+                    raise OSError(f"serve: cannot listen at {address}: {error}") from None
+                self.address: str = router.getsockopt_string(zmq.LAST_ENDPOINT)
+                self._socket_file = SocketFile(self.address)
         except BaseException:
             for socket in sockets:
                 socket.close(linger=0)
-            context.term()
+            with interrupts_held():
+                context.term()
             service.close()
             raise
         self._zap = sockets[0] if curve_keypair is not None else None
@@ -140,7 +142,8 @@ class ServerLoop:
             if self.thread is not threading.current_thread():
                 self.thread.join()
             os.close(self._stopper_fd)
-            self._context.term()
+            with interrupts_held():  # cut short by a signal, it would leave the context's threads
+                self._context.term()
             self._socket_file.remove()
 
     def _run(self) -> None:
