@@ -70,7 +70,7 @@ def evaluate(
     ``fn`` returns. Before ``fn`` runs, a read-only array is refused, and so
     is a path in a directory that is missing or that this process may not
     write in, or of a file it may not read and write (a read-only file is
-    not replaced). A ``.npy`` file cannot hold Python objects (an array of
+    not replaced, except by root, whom file modes do not stop). A ``.npy`` file cannot hold Python objects (an array of
     dtype object): return those in memory. Arrays that evaluate makes (in
     memory, or a file at a path) take the dtype of the first batch and widen
     when a later one needs it (longer strings, floats after integers: a file

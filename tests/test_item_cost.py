@@ -309,3 +309,32 @@ def test_the_items_of_a_run_are_not_read_once_an_epoch_was_set(long_runs):
         data.set_epoch(1)  # on the shuffle below, between two reads
         rest = list(reads)
     assert first == epoch0[:5] and rest == epoch1[5:]
+
+
+def test_a_run_stays_good_while_shuffles_elsewhere_are_made_and_given_epochs(long_runs):
+    # Any shuffle made anywhere counted as an epoch set: each run was dropped, and its items computed again.
+    computed = []
+    items = lazyseq.smap(lambda x: computed.append(x) or x, range(60))
+    with lazyseq.prefetch(items, nworkers=2) as ahead:
+        for step, _ in enumerate(ahead):
+            lazyseq.arange(5).shuffle(seed=step).set_epoch(1)
+    assert computed == list(range(60))
+
+
+def test_an_epoch_set_while_a_run_is_computed_makes_its_items_old(long_runs):
+    data = lazyseq.arange(40).shuffle(seed=3)
+    epoch0 = list(data)
+    data.set_epoch(1)
+    epoch1 = list(data)
+    data.set_epoch(0)
+
+    def read(x):
+        if x == epoch0[6] and not data._epoch:  # as another thread would, while item 6 is computed
+            data.set_epoch(1)
+        return int(x)
+
+    with lazyseq.prefetch(data.smap(read), nworkers=2) as ahead:
+        reads = iter(ahead)
+        first = [next(reads) for _ in range(4)]  # the read of item 3 computed items 3 to 13
+        rest = list(reads)
+    assert first == epoch0[:4] and rest == epoch1[4:]

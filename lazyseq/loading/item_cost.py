@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["FIRST_ONLY_ABOVE", "RUN_ITEMS", "RUN_SECONDS", "ItemCost", "TimedJob", "start_if_slow"]
+__all__ = ["FIRST_ONLY_ABOVE", "RUN_FEWEST", "RUN_ITEMS", "RUN_SECONDS", "ItemCost", "TimedJob", "start_if_slow"]
 
 SMOOTHING = 0.2  # weight of the newest timing in the running estimate
 TIME_ONE_IN = 4  # items well under the threshold: the reader times one in this many, on average

@@ -23,7 +23,7 @@ from .buffering import ITEMS_AHEAD, SLOT_BUDGET, Buffering
 from .engine import Engine
 from .failures import LoaderClosed, LoaderError, WorkerDied, is_an_items_own, raised_by_an_item
 from .fork_safety import ForkLocalLock
-from .inline_run import MISSING, InlineRun
+from .inline_run import MISSING, InlineRun, epoch_stamp
 from .item_cost import RUN_ITEMS, ItemCost
 from .jobs import ReadItem
 from .options import LoaderOptions, Method, StartHook, StartMethod, serialize_work
@@ -172,6 +172,7 @@ class PrefetchView(View[T_co]):
                         value = engine.compute_here(i) if cost.count else self._compute_first(engine, order, i)
                     engine.check_open()  # closed by another thread while this one computed: see close()
                     return value
+                self._run = None  # the workers compute ahead now, up to max_buffered: not the reader
                 try:
                     done = self._read(engine, order, i)
                     break
@@ -290,12 +291,15 @@ class PrefetchView(View[T_co]):
         stop = i + 1 + min(RUN_ITEMS - 1, engine.capacity)
         if self._len is not None:
             stop = min(self._len, stop)
+        stamp = epoch_stamp(self._parent)  # before: an epoch set while the items are computed makes them old
         values, error = engine.compute_run_here(range(i, stop))
         if not values:  # item i failed
             raise cast("Exception", error)
         order.last = i + len(values) - 1  # as if read: the read after the run is the next in order
         value, values[0] = values[0], MISSING
-        self._run = InlineRun(engine, i, values, error) if len(values) > 1 or error is not None else None
+        more = len(values) > 1 or error is not None
+        closed = self._engine is not engine  # by another thread, meanwhile: what it computed is not kept
+        self._run = InlineRun(engine, i, values, error, self._parent, stamp) if more and not closed else None
         return value
 
     @staticmethod

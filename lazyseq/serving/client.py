@@ -340,7 +340,12 @@ class RemoteStream(Iterator[Any]):
                     # A server that went away meanwhile may have done so before it went, and cannot say: what it sent
                     # and this consumer had not handed out is dropped.
                     answering = self._connection.server
-                    self._received = deque(entry for entry in self._received if entry[0] == answering)
+                    kept = deque(entry for entry in self._received if entry[0] == answering)
+                    if len(kept) < len(self._received):  # asked for anew: ahead stays ahead
+                        self._received = kept
+                        more = self._ahead - len(kept) - self._asked
+                        if more > 0:
+                            self._ask(more, [])
                 # A Ctrl-C comes between two calls: until the item leaves the queue, it is there to be read again (an
                 # acknowledgement sent twice counts once); from then on, the handler below puts it back.
                 entry = self._received[0]
