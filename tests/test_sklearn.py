@@ -598,3 +598,18 @@ def test_an_empty_shard_is_refused_by_predict_and_score_saying_what_to_do():
             f"{name}: data is empty, so there is nothing to {name}; a shard (lazyseq.shard) of fewer items than ranks "
             "is empty: skip the call where len(data) == 0"
         )
+
+
+def test_predict_reads_each_item_once_and_takes_a_one_shot_iterable():
+    # Items were told apart by reading item 0 before the batches: computed twice, and a generator could not go back.
+    from sklearn.linear_model import LogisticRegression
+
+    x = np.random.default_rng(0).normal(size=(50, 3))
+    model = LogisticRegression().fit(x, (x[:, 0] > 0).astype(int))
+    expected = model.predict(x)
+    once = lazyseq.uniter((row for row in x), size=50)
+    np.testing.assert_array_equal(predict(model, once, batch_size=16, progress=False), expected)
+    calls = []
+    loaded = lazyseq.smap(lambda i: calls.append(i) or x[i], range(50))
+    np.testing.assert_array_equal(predict(model, loaded, batch_size=16, progress=False), expected)
+    assert calls == list(range(50))

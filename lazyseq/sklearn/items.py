@@ -79,34 +79,43 @@ class ItemReading:
     features, a list of values. An X that is no array reaches the estimator
     as the list of the batch's X, as ``estimator.predict(docs)`` would take
     them (a batch would collate dicts and lists field by field); arrays,
-    tensors and numbers are stacked.
+    tensors and numbers are stacked. Where the pipeline says what its items
+    are without reading one (arrays, and tuples or dicts of them), batches
+    are made as usual (``collate`` is None); otherwise the first batch's
+    items tell, and no item is read twice (a pipeline over a one-shot
+    iterable reads each once).
 
     >>> import numpy as np
     >>> texts = ItemReading.of(["good film", "bad plot", "good plot"], "predict")
-    >>> texts.x_alone, texts.collate(["good film", "bad plot"])
-    (True, ['good film', 'bad plot'])
+    >>> texts.collate(["good film", "bad plot"]), texts.x_alone
+    (['good film', 'bad plot'], True)
     >>> pairs = ItemReading.of([({"a": 1.0}, 0), ({"b": 2.0}, 1)], "score")
-    >>> pairs.x_alone, pairs.collate([({"a": 1.0}, 0), ({"b": 2.0}, 1)])
-    (False, ([{'a': 1.0}, {'b': 2.0}], array([0, 1])))
-    >>> ItemReading.of(np.zeros((3, 2)), "predict").collate is None  # arrays: batched as usual
-    True
+    >>> pairs.collate([({"a": 1.0}, 0), ({"b": 2.0}, 1)]), pairs.x_alone
+    (([{'a': 1.0}, {'b': 2.0}], array([0, 1])), False)
+    >>> rows = ItemReading.of(np.zeros((3, 2)), "predict")  # arrays: batched as usual
+    >>> rows.collate is None, rows.x_alone
+    (True, True)
     """
 
-    def __init__(self, x_alone: bool, python_rows: bool) -> None:
-        self.x_alone = x_alone  # items are rows of X, not (X, y, ...)
-        self.collate: Callable[[list], Any] | None = self._python_batch if python_rows else None
+    def __init__(self, spec: tuple[Any, ...] | None = None) -> None:
         self.layout = FeatureLayout()  # the batches of one call are read one way
+        self._python_rows = False
+        self._told = False  # whether the items were seen (a first batch made)
+        self.x_alone = True  # items are rows of X, not (X, y, ...)
+        self.collate: Callable[[list[Any]], Any] | None = self._collate
+        if spec is not None:
+            self.x_alone = spec[0] != "tuple"
+            x_spec = spec if self.x_alone else spec[1][0]
+            if x_spec is not None and x_spec[0] == "array":
+                self.collate = None
 
     @classmethod
     def of(cls, data: Any, caller: str) -> ItemReading:
-        """The reading of ``data``'s items, told from its first; a ValueError if it has none."""
+        """The reading of ``data``'s items (told from its first batch unless known); a ValueError if it has none."""
         items = as_view(data)
         if items._need_length(f"{caller}()") == 0:
             raise ValueError(f"{caller}: data is empty, so there is nothing to {caller}; {EMPTY_SHARD}")
-        first = items[0]
-        x_alone = not (isinstance(first, tuple) or type(first) is list and first and not _is_value(first[0]))
-        x = first[0] if not x_alone and len(first) else first
-        return cls(x_alone, not _array_like(x))
+        return cls(spec=items._item_spec())
 
     def fields(self, batch: Any, where: str) -> tuple[Any, Any, Any]:
         """``(X, y, sample_weight)`` of a batch, ``None`` for what it does not hold."""
@@ -120,8 +129,19 @@ class ItemReading:
             return rows_of(batch)
         return self.layout.features(batch[0], batch[1] if len(batch) > 1 else None, where)
 
-    def _python_batch(self, items: list) -> Any:
-        """A batch whose X is the list of the items' X; other fields stacked as usual."""
+    def _collate(self, items: list[Any]) -> Any:
+        """A batch whose X is the list of the items' X if they are no arrays; arrays and numbers stacked.
+
+        The first item of the first batch tells how every item is read.
+        """
+        if not self._told:
+            first = items[0]
+            self.x_alone = not (isinstance(first, tuple) or type(first) is list and first and not _is_value(first[0]))
+            x = first[0] if not self.x_alone and len(first) else first
+            self._python_rows = not _array_like(x)
+            self._told = True
+        if not self._python_rows:
+            return default_collate(items)
         if self.x_alone:
             return list(items)
         columns = list(zip(*items, strict=True))
