@@ -27,7 +27,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["blocked_for_children", "ignore_interrupts", "interrupts_deferred", "interrupts_held", "wait_unless_hurried"]
+__all__ = [
+    "blocked_for_children",
+    "daemon_thread_at_exit",
+    "ignore_interrupts",
+    "interrupts_deferred",
+    "interrupts_held",
+    "wait_unless_hurried",
+]
 
 SLICE_SECONDS = 0.05  # a wait looks for a second Ctrl-C this often
 
@@ -153,3 +160,12 @@ def wait_unless_hurried(wait: Callable[[float], bool], seconds: float) -> bool:
         if left <= SLICE_SECONDS:
             return False
     return False
+
+
+def daemon_thread_at_exit() -> bool:
+    """Whether this is a daemon thread, and the main thread has ended (the program exits once it returns).
+
+    At exit, the finalizers close workers that a daemon thread may still be
+    using: what fails there then is no error to report.
+    """
+    return threading.current_thread().daemon and not threading.main_thread().is_alive()

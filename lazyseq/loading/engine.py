@@ -35,6 +35,7 @@ from typing import Any
 
 from .backends import DeferredWorkers, Done, WorkerBackend, start_workers
 from .buffering import Buffering
+from .closing import daemon_thread_at_exit
 from .failures import LoaderClosed
 from .fork_safety import fork_generation
 from .item_cost import FIRST_ONLY_ABOVE, RUN_SECONDS, ItemCost, start_if_slow
@@ -351,7 +352,7 @@ class Engine:
         traceback as the program ends.
         """
         if self.closed or self.workers.closed:
-            if not self.closed and _daemon_thread_at_exit():
+            if not self.closed and daemon_thread_at_exit():
                 threading.Event().wait()
             raise LoaderClosed(f"{self.options.owner}: the loader was closed while a result was awaited")
 
@@ -374,11 +375,6 @@ class Engine:
         self.pending.clear()
         self.cancelled.clear()
         self._finalizer()
-
-
-def _daemon_thread_at_exit() -> bool:
-    """Whether this is a daemon thread, and the main thread has ended (the program exits once it returns)."""
-    return threading.current_thread().daemon and not threading.main_thread().is_alive()
 
 
 def _close_in(pid: int, generation: int, close: Callable[[], None]) -> None:

@@ -43,7 +43,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..loading.closing import interrupts_deferred, interrupts_held
+from ..loading.closing import daemon_thread_at_exit, interrupts_deferred, interrupts_held
 from . import wire
 from .endpoints import is_ipv6
 from .frames import DONTWAIT, receive_frames, send_frames
@@ -160,7 +160,7 @@ class ServerLoop:
         read_up_to = ReadUpTo(last_sweep)
         try:
             service.work()  # listening now: a stream draws its first items before anyone asks
-            while True:
+            while not daemon_thread_at_exit():  # the program ends: its finalizers close the workers, quietly
                 fds = set(service.fds())
                 for fd in watched - fds:
                     poller.unregister(fd)
@@ -189,6 +189,8 @@ class ServerLoop:
                 try:
                     service.work()
                 except Exception:  # a bug, not a consumer's doing: logged, and the server goes on
+                    if daemon_thread_at_exit():  # the workers closed at exit, under the server's feet
+                        break
                     log.exception("the server at %s failed to hand out results", self.address)
                 now = time.monotonic()
                 if now - last_sweep > SWEEP_SECONDS:

@@ -15,6 +15,7 @@ from typing import Any, cast
 
 from ..loading.backends import Done
 from ..loading.buffering import SLOT_BUDGET, Buffering
+from ..loading.closing import daemon_thread_at_exit
 from ..loading.engine import Engine
 from ..loading.failures import LoaderError, WorkerDied
 from ..loading.jobs import ReadItem
@@ -340,6 +341,8 @@ class ViewService:
         engine, self._engine = self._engine, None
         if engine is not None:
             engine.close()
+        if daemon_thread_at_exit():  # closed by the finalizers as the program ends: nobody to tell
+            return
         suspects = None  # (consumer, index) of the items that may have ended the worker that died
         if isinstance(error, WorkerDied):
             suspects = {cast("tuple[bytes, int]", task) for task in error.suspects}
