@@ -33,12 +33,13 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from time import perf_counter
 from typing import Any
 
+from . import item_cost
 from .backends import DeferredWorkers, Done, WorkerBackend, start_workers
 from .buffering import Buffering
 from .closing import daemon_thread_at_exit
 from .failures import LoaderClosed
 from .fork_safety import fork_generation
-from .item_cost import FIRST_ONLY_ABOVE, RUN_SECONDS, ItemCost, start_if_slow
+from .item_cost import FIRST_ONLY_ABOVE, ItemCost, start_if_slow
 from .options import LoaderOptions
 from .seeding import base_seed
 
@@ -238,7 +239,7 @@ class Engine:
         cost: ItemCost = self.cost  # type: ignore[assignment]  # as in compute_here
         job, values, error = self._job, [], None
         began = now = perf_counter()
-        end = began + RUN_SECONDS
+        end = began + item_cost.RUN_SECONDS
         try:
             for arg in args:
                 try:
