@@ -105,14 +105,27 @@ class Settings:
     transform_batches: int  # workload 3
     overlap_batches: int  # workload 4
     first_batch_repeats: int  # workload 5
+    cheap_items: int  # workload 6, per timed run
 
 
 FULL = Settings(
-    repeats=5, loader_batches=5_000, fit_steps=4_000, transform_batches=40, overlap_batches=300, first_batch_repeats=7
+    repeats=5,
+    loader_batches=5_000,
+    fit_steps=4_000,
+    transform_batches=40,
+    overlap_batches=300,
+    first_batch_repeats=7,
+    cheap_items=20_000,
 )
 # Workload 4 keeps its 300 batches (about 1.5 s a run): with fewer, its ratio to the ideal would weigh start-up more.
 QUICK = Settings(
-    repeats=1, loader_batches=300, fit_steps=300, transform_batches=8, overlap_batches=300, first_batch_repeats=2
+    repeats=1,
+    loader_batches=300,
+    fit_steps=300,
+    transform_batches=8,
+    overlap_batches=300,
+    first_batch_repeats=2,
+    cheap_items=2_000,
 )
 
 
@@ -757,10 +770,54 @@ def bench_first_batch(paths: list[str], settings: Settings) -> list[Result]:
 # -- main -------------------------------------------------------------------------------
 
 
+# -- 6. cheap items, read one by one ------------------------------------------------------------
+
+CHEAP_ITEM_SECONDS = (0.0, 2e-6, 5e-6)  # the pure-Python work of an item, besides a numpy addition
+
+
+def bench_cheap_items(settings: Settings) -> list[Result]:
+    n = settings.cheap_items
+    results = []
+    for seconds in CHEAP_ITEM_SECONDS:
+        loops = calibrate(lambda k: spin(np.zeros(1), k), 10, seconds) if seconds else 0
+        item = functools.partial(spin, loops=loops)
+
+        def view(k: int, item=item):
+            return lazyseq.smap(item, np.zeros((k, 1)))
+
+        loaders: dict[str, Loader] = {
+            "synchronous": lambda k, view=view: plain(view(k)),
+            "lazyseq prefetch threads": lambda k, view=view: lazyseq_prefetch(view(k), "thread"),
+            "seqtools prefetch threads": lambda k, item=item: seqtools_prefetch(
+                seqtools.smap(item, np.zeros((k, 1))), "thread"
+            ),
+        }
+        timings = measure(loaders, n, settings.repeats, warm_units=200)
+        sync = timings["synchronous"].best
+        label = f"{sync * 1e6:.1f} us items"
+        print_timings(
+            f"6. Cheap items read one by one ({label}: a numpy addition, then {loops} steps of a Python loop), "
+            f"whole runs of {n} items",
+            timings,
+            "item",
+            lambda t, sync=sync: f"{t.best / sync:.2f} x synchronous",
+        )
+        lazy, other = timings["lazyseq prefetch threads"].best, timings["seqtools prefetch threads"].best
+        results.append(
+            Result(
+                f"6. {label} one by one, threads vs synchronous",
+                f"{lazy * 1e6:.2f} us/item",
+                f"sync {sync * 1e6:.2f} us/item, seqtools {other / sync:.2f} x",
+                f"{lazy / sync:.2f} x",
+            )
+        )
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a short run, as a smoke test")
-    parser.add_argument("--only", type=int, choices=range(1, 6), help="run one workload (1 to 5)")
+    parser.add_argument("--only", type=int, choices=range(1, 7), help="run one workload (1 to 6)")
     parser.add_argument("--loader-batches", type=int, help="batches per timed run in workload 1 (default 5000)")
     args = parser.parse_args()
     settings = QUICK if args.quick else FULL
@@ -790,6 +847,7 @@ def main() -> None:
             3: lambda: bench_transforms(settings),
             4: lambda: bench_overlap(settings),
             5: lambda: bench_first_batch(paths, settings),
+            6: lambda: bench_cheap_items(settings),
         }
         for number, workload in workloads.items():
             if args.only in (None, number):
