@@ -296,12 +296,18 @@ def test_an_item_that_fails_in_a_run_raises_at_its_own_read_after_the_items_befo
     assert computed == list(range(20))  # item 10 once: its error was kept for its read
 
 
-def test_the_items_of_a_run_are_not_read_once_an_epoch_was_set(long_runs):
-    data = lazyseq.arange(50).shuffle(seed=3)
+def shuffle_and_its_two_orders(n):
+    """A shuffle of range(n) at epoch 0, and its items at epochs 0 and 1."""
+    data = lazyseq.arange(n).shuffle(seed=3)
     epoch0 = list(data)
     data.set_epoch(1)
     epoch1 = list(data)
     data.set_epoch(0)
+    return data, epoch0, epoch1
+
+
+def test_the_items_of_a_run_are_not_read_once_an_epoch_was_set(long_runs):
+    data, epoch0, epoch1 = shuffle_and_its_two_orders(50)
     with lazyseq.prefetch(data.smap(int), nworkers=2) as ahead:
         reads = iter(ahead)
         first = [next(reads) for _ in range(5)]  # items 3 to 49 were computed at the read of item 3
@@ -321,11 +327,7 @@ def test_a_run_stays_good_while_shuffles_elsewhere_are_made_and_given_epochs(lon
 
 
 def test_an_epoch_set_while_a_run_is_computed_makes_its_items_old(long_runs):
-    data = lazyseq.arange(40).shuffle(seed=3)
-    epoch0 = list(data)
-    data.set_epoch(1)
-    epoch1 = list(data)
-    data.set_epoch(0)
+    data, epoch0, epoch1 = shuffle_and_its_two_orders(40)
 
     def read(x):
         if x == epoch0[6] and not data._epoch:  # as another thread would, while item 6 is computed
