@@ -127,3 +127,54 @@ def test_an_assignment_through_slices_and_gathers_of_one_array_is_one_numpy_writ
     frozen.flags.writeable = False
     with pytest.raises(ValueError, match="^assignment destination is read-only$"):
         lazyseq.view(frozen)[:] = [1, 2, 3]
+
+
+def test_an_assignment_reads_pieces_and_structured_rows_of_the_same_data_before_writing():
+    # The values were views (a split's pieces) or rows pointing into the arrays written: read after the first writes.
+    a = np.array([1, 2, 3, 4, 5, 6])
+    halves = lazyseq.split(a, 1)
+    halves[:] = halves[::-1]
+    rows = np.array([(1, 1.0), (2, 2.0)], dtype=[("a", "<i4"), ("b", "<f4")])
+    more = np.array([(3, 3.0), (4, 4.0)], dtype=rows.dtype)
+    both = lazyseq.concatenate([rows, more])
+    both[:] = both[::-1]
+    assert a.tolist() == [4, 5, 6, 1, 2, 3]
+    assert (rows.tolist(), more.tolist()) == ([(4, 4.0), (3, 3.0)], [(2, 2.0), (1, 1.0)])
+
+
+def test_values_written_into_an_array_of_objects_stay_as_they_are():
+    a = np.array([None, None, None], dtype=object)
+    lazyseq.view(a)[0:2] = ["x", 5]  # made one array first: ["x", "5"]
+    assert a.tolist() == ["x", 5, None] and type(a[1]) is int
+    lazyseq.view(a)[[0, 1]] = [1, 2.5]
+    assert a.tolist() == [1, 2.5, None] and type(a[0]) is int
+
+
+def test_a_value_refused_as_it_is_written_leaves_every_item_as_it_was():
+    a, b = [0, 0], np.zeros(2, dtype=np.int64)
+    with pytest.raises(ValueError, match="invalid literal for int"):
+        lazyseq.concatenate([a, b])[:] = [1, 2, 3, "x"]
+    assert a == [0, 0] and b.tolist() == [0, 0]
+
+
+def test_unbatch_writes_one_item_where_its_batch_is_read_and_only_it():
+    x = [0, 1, 2, 3, 4, 5]
+    with pytest.raises(ValueError, match=r"unbatch: batch 1 holds 2 items, not 3 \(batch_size=3\)"):
+        lazyseq.unbatch(lazyseq.batch(x, 2), 3)[3] = 99  # written at x[2], where no read would have found item 3
+    a = [1, 2]
+    items = lazyseq.unbatch(lazyseq.batch(lazyseq.concatenate([a, lazyseq.repeat(0, 2)]), 4), 4)
+    items[1] = 20  # its batch holds read-only items too, which are not written
+    assert x == [0, 1, 2, 3, 4, 5] and a == [1, 20]
+
+
+def test_a_batch_of_tuples_or_dicts_takes_back_what_it_gave():
+    x, y = np.arange(4), np.arange(4) * 10
+    pairs = lazyseq.batch(lazyseq.collate([x, y]), 3)
+    pairs[0] = pairs[0]
+    pairs[-1] = tuple(field + 1 for field in pairs[-1])  # as the README says: b[-1] = f(b[-1])
+    assert (x.tolist(), y.tolist()) == ([0, 1, 2, 4], [0, 10, 20, 31])
+    named = lazyseq.batch(lazyseq.collate({"x": x, "y": y}), 2)
+    named[0] = {"x": np.array([7, 8]), "y": np.array([70, 80])}
+    rows = [(1, 2), (3, 4)]
+    lazyseq.batch(rows, 2)[0] = ((5, 6), (7, 8))  # a tuple of items, not of fields
+    assert (x.tolist(), y.tolist(), rows) == ([7, 8, 2, 4], [70, 80, 20, 31], [(5, 6), (7, 8)])

@@ -95,6 +95,17 @@ class View(Fluent[T_co], Sequence[T_co]):
         for parent, j in self._sources(i):
             parent._check_writable(j)
 
+    def _check_element_writable(self, i: int, r: int) -> None:
+        """Raise what writing element ``r`` of item ``i`` alone would raise (see ``_set_element``), and write nothing.
+
+        Where elements cannot be written alone, the whole item is rewritten: all of it is checked.
+        """
+        if self._items_like_parents and self._writes():
+            ((parent, j),) = self._sources(i)
+            parent._check_element_writable(j, r)
+        else:
+            self._check_writable(i)
+
     def _set_element(self, i: int, r: int, value: Any) -> bool:
         """Write ``value`` as element ``r`` of item ``i`` (an item that holds several, as a batch does), and only it.
 
@@ -389,8 +400,15 @@ class View(Fluent[T_co], Sequence[T_co]):
             return
         for i in range(n):  # all of them before any is written: a refused assignment changes nothing
             self._check_writable(i)
+        # A value may still be refused as it is written (a string into integers): what was there goes back.
+        before = [_own_arrays(self._get(i)) for i in range(n)]
         for i, value in enumerate(values):
-            self._set(i, value)
+            try:
+                self._set(i, value)
+            except BaseException:
+                for j in range(i + 1):  # item i too: it may hold several, written in part
+                    self._set(j, before[j])
+                raise
 
     def _set_many(self, idx: Positions, values: list[Any]) -> bool:
         """Write ``values`` as items ``idx`` at once, as ``_set`` would one by one; False where this view cannot.
@@ -459,9 +477,17 @@ def lengths_must_match(kind: str, views: Sequence[View[Any]]) -> int | None:
 
 
 def _own_arrays(item: Any) -> Any:
-    """``item`` with its arrays copied: as it is unless it is an array or a container holding some."""
+    """``item`` with its arrays copied: as it is unless it is an array or a container holding some.
+
+    A view (a piece of a split, say) is read into a list, and a structured row (``np.void``, which points into
+    its array) copied: both would show the writes.
+    """
     if isinstance(item, np.ndarray):
         return item.copy()  # a subclass's copy keeps what it adds (a mask)
+    if isinstance(item, np.void):
+        return item.copy()
+    if isinstance(item, View):
+        return [_own_arrays(x) for x in item]
     if isinstance(item, (tuple, list, dict)):
         from ..nested import flatten, rebuild
 

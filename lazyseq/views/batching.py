@@ -113,6 +113,12 @@ class BatchView(View[Any]):
     def _set(self, i: int, value: Any) -> None:
         span = self._held(i)
         size = self._k if self._pad is not None else len(span)
+        collated = self._collate_fn is None
+        if collated and _fields_with_rows(value) and span and isinstance(self._parent._get(span[0]), (tuple, Mapping)):
+            # as the batch was read: its items' fields, each with a row per item
+            count = _length_of(value, collated)
+            if count is not None:  # (items with no fields: nothing to write)
+                value = [_row(value, r, collated) for r in range(count)]
         if len(value) != size:
             raise ValueError(f"batch {i} has {size} items, cannot assign {len(value)} values")
         for offset, j in enumerate(span):  # padding positions, if any, are not written
@@ -121,6 +127,11 @@ class BatchView(View[Any]):
     def _check_writable(self, i: int) -> None:
         for j in self._held(i):
             self._parent._check_writable(j)
+
+    def _check_element_writable(self, i: int, r: int) -> None:
+        span = self._held(i)
+        if r < len(span):  # else padding, which is not written
+            self._parent._check_writable(span[r])
 
     def _set_element(self, i: int, r: int, value: Any) -> bool:
         span = self._held(i)
@@ -226,11 +237,17 @@ class UnbatchView(View[Any]):
             raise ValueError(f"unbatch: batch {b}{where} holds {held} items, not {expected} (batch_size={size})")
         return held
 
+    def _check_writable(self, i: int) -> None:
+        b, r = divmod(i, self._size)
+        self._parent._check_element_writable(b, r)
+
     def _set(self, i: int, value: Any) -> None:
         b, r = divmod(i, self._size)
+        current = self._parent._get(b)
+        if r >= self._checked(current, b):  # as a read: from batches of another size, items go to the wrong places
+            raise _ended(i, b)
         if self._parent._set_element(b, r, value):  # a batch that batch() makes: its item, written as it is
             return
-        current = self._parent._get(b)
         if _is_by_field(current, self._collated):
             raise TypeError(
                 f"unbatch: cannot assign item {i}: its batch holds tuples or dicts field by field; assign "
@@ -272,6 +289,18 @@ def _is_by_field(batch: Any, collated: bool) -> bool:
 
 
 _FIELDS = (np.ndarray, list, tuple, Mapping)  # what the default collation makes of a field of several items
+
+
+def _fields_with_rows(value: Any) -> bool:
+    """Whether ``value`` is a batch given field by field: a dict, or a tuple of arrays, lists or dicts (not of items).
+
+    >>> import numpy as np
+    >>> _fields_with_rows((np.arange(2), np.arange(2))), _fields_with_rows(((1, 2), (3, 4))), _fields_with_rows([])
+    (True, False, False)
+    """
+    if isinstance(value, Mapping):
+        return True
+    return isinstance(value, tuple) and all(isinstance(field, (np.ndarray, list, Mapping)) for field in value)
 
 
 def _row(batch: Any, r: int, collated: bool) -> Any:

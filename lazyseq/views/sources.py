@@ -74,8 +74,8 @@ class ArraySource(View[Any]):
         array = self._array
         if not array.flags.writeable:
             return False  # refused item by item, with numpy's message
-        try:
-            rows = np.asarray(values)
+        try:  # into an array of objects, each value as it is (not made a string, say, beside one)
+            rows = np.asarray(values, dtype=object if array.dtype.hasobject else None)
         except (ValueError, TypeError):  # rows of several shapes: each is written (or refused) alone
             return False
         if rows.shape != (len(idx), *array.shape[1:]) or (rows.dtype.hasobject and not array.dtype.hasobject):
