@@ -175,6 +175,11 @@ def test_a_batch_of_tuples_or_dicts_takes_back_what_it_gave():
     assert (x.tolist(), y.tolist()) == ([0, 1, 2, 4], [0, 10, 20, 31])
     named = lazyseq.batch(lazyseq.collate({"x": x, "y": y}), 2)
     named[0] = {"x": np.array([7, 8]), "y": np.array([70, 80])}
+    named[1] = ({"x": 5, "y": 50}, {"x": 6, "y": 60})  # a tuple of items, not of fields
     rows = [(1, 2), (3, 4)]
-    lazyseq.batch(rows, 2)[0] = ((5, 6), (7, 8))  # a tuple of items, not of fields
-    assert (x.tolist(), y.tolist(), rows) == ([7, 8, 2, 4], [70, 80, 20, 31], [(5, 6), (7, 8)])
+    lazyseq.batch(rows, 2)[0] = ((5, 6), (7, 8))
+    lists = [[1, 2], [3, 4]]
+    by_list = lazyseq.batch(lists, 2)
+    by_list[0] = by_list[0]  # read field by field: [array([1, 3]), array([2, 4])]
+    assert (x.tolist(), y.tolist(), rows) == ([7, 8, 5, 6], [70, 80, 50, 60], [(5, 6), (7, 8)])
+    assert lists == [[1, 2], [3, 4]]

@@ -114,7 +114,7 @@ class BatchView(View[Any]):
         span = self._held(i)
         size = self._k if self._pad is not None else len(span)
         collated = self._collate_fn is None
-        if collated and _fields_with_rows(value) and span and isinstance(self._parent._get(span[0]), (tuple, Mapping)):
+        if collated and span and _fields_with_rows(value, self._parent._get(span[0])):
             # as the batch was read: its items' fields, each with a row per item
             count = _length_of(value, collated)
             if count is not None:  # (items with no fields: nothing to write)
@@ -291,16 +291,26 @@ def _is_by_field(batch: Any, collated: bool) -> bool:
 _FIELDS = (np.ndarray, list, tuple, Mapping)  # what the default collation makes of a field of several items
 
 
-def _fields_with_rows(value: Any) -> bool:
-    """Whether ``value`` is a batch given field by field: a dict, or a tuple of arrays, lists or dicts (not of items).
+def _fields_with_rows(value: Any, item: Any) -> bool:
+    """Whether ``value`` is a batch of items like ``item`` given field by field, as batches of them are read.
+
+    A dict for dicts; for tuples, a tuple of arrays, lists or dicts (not a
+    tuple of items); for lists, a list of as many arrays.
 
     >>> import numpy as np
-    >>> _fields_with_rows((np.arange(2), np.arange(2))), _fields_with_rows(((1, 2), (3, 4))), _fields_with_rows([])
+    >>> fields = (np.arange(2), np.arange(2))
+    >>> _fields_with_rows(fields, (1, 2)), _fields_with_rows(((1, 2), (3, 4)), (1, 2)), _fields_with_rows(fields, 1)
     (True, False, False)
+    >>> _fields_with_rows(({"x": 1}, {"x": 2}), {"x": 0}), _fields_with_rows(list(fields), [1, 2])
+    (False, True)
     """
-    if isinstance(value, Mapping):
-        return True
-    return isinstance(value, tuple) and all(isinstance(field, (np.ndarray, list, Mapping)) for field in value)
+    if isinstance(item, Mapping):
+        return isinstance(value, Mapping)
+    if isinstance(item, tuple):
+        return isinstance(value, tuple) and all(isinstance(field, (np.ndarray, list, Mapping)) for field in value)
+    if type(item) is list:
+        return type(value) is list and len(value) == len(item) and all(isinstance(f, np.ndarray) for f in value)
+    return False
 
 
 def _row(batch: Any, r: int, collated: bool) -> Any:
