@@ -155,6 +155,11 @@ def test_a_value_refused_as_it_is_written_leaves_every_item_as_it_was():
     with pytest.raises(ValueError, match="invalid literal for int"):
         lazyseq.concatenate([a, b])[:] = [1, 2, 3, "x"]
     assert a == [0, 0] and b.tolist() == [0, 0]
+    rows, numbers = np.array([(1, 1.0), (2, 2.0)], dtype=[("a", "<i4"), ("b", "<f4")]), np.array([10, 20])
+    pairs = lazyseq.concatenate([lazyseq.collate([rows[:1], numbers[:1]]), lazyseq.collate([rows[1:], numbers[1:]])])
+    with pytest.raises(ValueError, match="invalid literal for int"):
+        pairs[:] = [((9, 9.0), 90), ((8, 8.0), "x")]  # what was there: rows in tuples, kept as copies
+    assert (rows.tolist(), numbers.tolist()) == ([(1, 1.0), (2, 2.0)], [10, 20])
 
 
 def test_unbatch_writes_one_item_where_its_batch_is_read_and_only_it():

@@ -492,7 +492,7 @@ def _own_arrays(item: Any) -> Any:
         from ..nested import flatten, rebuild
 
         arrays: list = []
-        skeleton = flatten(item, arrays, is_leaf=lambda x: isinstance(x, np.ndarray))
+        skeleton = flatten(item, arrays, is_leaf=lambda x: isinstance(x, (np.ndarray, np.void)))
         if arrays:  # else the item itself, as a list's slice assignment keeps the same objects
             return rebuild(skeleton, [a.copy() for a in arrays])
     return item
