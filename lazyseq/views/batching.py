@@ -114,7 +114,8 @@ class BatchView(View[Any]):
         span = self._held(i)
         size = self._k if self._pad is not None else len(span)
         collated = self._collate_fn is None
-        if collated and span and _fields_with_rows(value, self._parent._get(span[0])):
+        given_as_fields = collated and span and isinstance(value, (tuple, list, Mapping))  # else no item read for it
+        if given_as_fields and _fields_with_rows(value, self._parent._get(span[0])):
             # as the batch was read: its items' fields, each with a row per item
             count = _length_of(value, collated)
             if count is not None:  # (items with no fields: nothing to write)
