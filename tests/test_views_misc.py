@@ -431,3 +431,18 @@ def test_shards_with_drop_last_all_have_the_same_length_and_share_no_item(contig
             assert len(set(items)) == len(items) == n // world * world
     with pytest.raises(TypeError, match="shard with drop_last"):
         lazyseq.shard(lazyseq.cycle([1, 2]), 0, 2, contiguous=False, drop_last=True)
+
+
+def test_batches_through_case_and_switch_keep_the_dtype_their_sequences_share():
+    # Their items were stacked as new values: <U1 for strings of a <U5 array, float64 for big-endian floats.
+    words, floats, mixed = (
+        np.array(["a", "b"], dtype="<U5"),
+        np.array([1.0, 2.0], dtype=">f8"),
+        np.array([1, "s"], dtype=object),
+    )
+    assert lazyseq.batch(lazyseq.case([0, 1], words, words), 2)[0].dtype == np.dtype("<U5")
+    assert lazyseq.batch(lazyseq.switch([True, False], floats, floats), 2)[0].dtype == np.dtype(">f8")
+    assert lazyseq.batch(lazyseq.case([0, 0], mixed), 2)[0].dtype == np.dtype(object)
+    assert lazyseq.batch(lazyseq.case([0, 1], words, np.array(["c", "d"])), 2)[0].dtype == np.dtype(
+        "<U1"
+    )  # they differ

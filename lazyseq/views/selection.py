@@ -57,6 +57,10 @@ class CaseView(View[Any]):
     def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         return tuple((p, i) for p in self._parents)
 
+    def _item_spec(self) -> tuple[Any, ...] | None:
+        specs = {v._item_spec() for v in self._values}  # an item is one of theirs: what they all say, if they agree
+        return specs.pop() if len(specs) == 1 else None
+
 
 def case(selector: SequenceLike[Integer], *values: SequenceLike[T]) -> View[T]:
     """A view whose item ``i`` is item ``i`` of ``values[selector[i]]``.
