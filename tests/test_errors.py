@@ -200,17 +200,26 @@ def test_non_integer_sizes_name_the_function_and_argument(make, message):
     assert str(info.value) == message
 
 
-def test_concatenate_of_arrays_with_different_rows_is_refused_when_built():
-    with pytest.raises(ValueError) as info:
-        lazyseq.concatenate([np.zeros((3, 4)), np.zeros((2, 4)), np.zeros((3, 5))])
+def test_concatenate_of_arrays_with_different_rows_is_a_list_of_them_and_a_batch_says_where_they_differ():
+    joined = lazyseq.concatenate([np.zeros((3, 4)), np.zeros((2, 4)), np.zeros((3, 5))])  # as lists concatenate
+    assert [row.shape for row in joined] == [(4,)] * 5 + [(5,)] * 3
+    assert joined.batch(4)[0].shape == (4, 4)  # batches of rows alike stack
+    with pytest.raises(lazyseq.EvaluationError) as info:
+        joined.batch(8)[0]
     assert str(info.value) == (
-        "concatenate: part 2 has items float64 (5,), but part 0 has items float64 (4,): "
-        "a batch cannot stack items of different shapes"
+        "failed to compute batch[0]: ValueError: cannot stack items of different shapes into one array: "
+        "item 0 (concatenate[0] -> part 0: array[0]) has shape (4,), item 5 (concatenate[5] -> part 2: array[0]) "
+        "has shape (5,); batch(..., collate_fn=list) gives such items as a list"
     )
+    assert [row.shape for row in joined.batch(8, collate_fn=list)[0]] == [(4,)] * 5 + [(5,)] * 3
     pairs = [lazyseq.collate([np.zeros((2, 4)), np.arange(2)]), lazyseq.collate([np.zeros((2, 5)), np.arange(2)])]
-    with pytest.raises(ValueError, match=r"^concatenate: part 1 has items \(float64 \(5,\), int64\), but part 0"):
-        lazyseq.concatenate(pairs)
-    # dtypes may differ (numpy promotes), and items known only when read are checked when a batch stacks them
+    with pytest.raises(lazyseq.EvaluationError, match=r"item 2 \(concatenate\[2\] -> part 1: collate\[0\]\) has"):
+        lazyseq.concatenate(pairs).batch(4)[0]
+    # parts of scalars and of rows, of tuples of one and of two fields: items as a list's
+    assert [np.shape(x) for x in lazyseq.concatenate([np.zeros(2), np.zeros((1, 2))])] == [(), (), (2,)]
+    ragged = lazyseq.concatenate([lazyseq.collate([np.arange(2), np.arange(2)]), lazyseq.collate([np.arange(2)])])
+    assert list(ragged) == [(0, 0), (1, 1), (0,), (1,)]
+    # dtypes may differ (numpy promotes)
     assert lazyseq.concatenate([np.zeros((2, 4)), np.ones((2, 4), np.int32)]).batch(4)[0].dtype == np.float64
     assert len(lazyseq.concatenate([np.zeros((2, 4)), lazyseq.smap(np.ones, [5, 5])])) == 4
 

@@ -212,6 +212,19 @@ def test_an_error_read_through_a_batch_names_the_item_as_without_a_loader(method
             assert ahead.batch(10)[1].tolist() == list(range(10, 20))
 
 
+@pytest.mark.parametrize("nworkers", [0, 2])
+def test_an_error_met_iterating_a_view_over_a_loader_is_wrapped_once(nworkers):
+    batches = lazyseq.batch(lazyseq.smap(fail_on_seven, range(10)), 2)
+    with prefetch(batches, nworkers=nworkers, method="thread") as ahead:
+        items = lazyseq.unbatch(ahead, 2)  # iterates the loader, as a view does
+        with pytest.raises(lazyseq.EvaluationError) as caught:
+            list(items)
+        assert type(caught.value.__cause__) is ValueError
+        assert str(caught.value) == (
+            "failed to compute unbatch[6] -> prefetch[3] -> batch[3] -> smap(fail_on_seven)[7]: ValueError: bad value 7"
+        )
+
+
 def records(count):
     """Dicts in an array of Python objects: the array is the batch; the same dicts made one by one are collated."""
     array = np.empty(count, dtype=object)

@@ -188,3 +188,23 @@ def test_a_batch_of_tuples_or_dicts_takes_back_what_it_gave():
     by_list[0] = by_list[0]  # read field by field: [array([1, 3]), array([2, 4])]
     assert (x.tolist(), y.tolist(), rows) == ([7, 8, 5, 6], [70, 80, 50, 60], [(5, 6), (7, 8)])
     assert lists == [[1, 2], [3, 4]]
+
+
+def test_a_batch_whose_items_hold_tuples_takes_back_what_it_gave():
+    pairs = [(0, (0.5, "a")), (1, (1.5, "b"))]
+    nested = lazyseq.batch(pairs, 2)
+    nested[0] = nested[0]  # (array([0, 1]), (array([0.5, 1.5]), ['a', 'b'])): fields of fields
+    assert pairs == [(0, (0.5, "a")), (1, (1.5, "b"))]
+
+
+def test_a_slice_assignment_writes_batches_that_cannot_be_read_as_an_item_assignment_does():
+    data = [0, np.zeros(2), 5, 6]  # the first batch does not stack: shapes () and (2,)
+    lazyseq.batch(data, 2)[0:1] = [[1, 2]]
+    assert data == [1, 2, 5, 6]
+
+
+def test_an_assignment_reads_pieces_held_in_tuples_before_writing():
+    a = np.array([1, 2, 3, 4, 5, 6])
+    pairs = lazyseq.collate([lazyseq.split(a, 1)])  # items: (a[0:3],), (a[3:6],)
+    pairs[:] = pairs[::-1]
+    assert a.tolist() == [4, 5, 6, 1, 2, 3]

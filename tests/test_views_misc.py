@@ -385,11 +385,13 @@ def test_concatenate_takes_dict_items_whose_keys_come_in_another_order():
     for batch in (joined[3:].batch(3)[0], joined[[5, 0]].batch(2)[0]):  # from the second part, or both
         assert list(batch) == ["a", "b"]  # the first part's order
     assert joined[[5, 0]].batch(2)[0]["a"].tolist() == [2, 0]
-    with pytest.raises(ValueError) as caught:
-        lazyseq.concatenate([lazyseq.collate({"a": x, "b": y}), lazyseq.collate({"a": x, "c": y})])
+    other_keys = lazyseq.concatenate([lazyseq.collate({"a": x, "b": y}), lazyseq.collate({"a": x, "c": y})])
+    assert other_keys[4] == {"a": 1, "c": 1.0}  # items as a list's; a batch of both parts says how they differ
+    with pytest.raises(lazyseq.EvaluationError) as caught:
+        other_keys.batch(6)[0]
     assert str(caught.value) == (
-        "concatenate: part 1 has items {'a': int64, 'c': float64}, but part 0 has items {'a': int64, 'b': float64}: "
-        "a batch cannot stack items of different shapes"
+        "failed to compute batch[0]: ValueError: cannot collate dicts with different keys: "
+        "item 0 has ['a', 'b'], item 3 has ['a', 'c']"
     )
 
 

@@ -355,7 +355,7 @@ class PrefetchView(View[T_co]):
 
     def _iter(self) -> Iterator[T_co]:
         self._follow_epochs(look=True)
-        return PrefetchIterator(self)
+        return PrefetchIterator(self, wrapping=False)  # read by a view above, which says what failed
 
     def _describe(self) -> str:
         options = self._options
@@ -376,9 +376,10 @@ class PrefetchIterator(Generic[T_co]):
     interruption would have given.
     """
 
-    def __init__(self, view: PrefetchView[T_co], position: int = 0) -> None:
+    def __init__(self, view: PrefetchView[T_co], position: int = 0, wrapping: bool = True) -> None:
         self._view = view
         self._position = position
+        self._wrapping = wrapping  # an item's failure raised as EvaluationError; else as it is, for a view above
 
     def __iter__(self) -> PrefetchIterator[T_co]:
         return self
@@ -408,6 +409,8 @@ class PrefetchIterator(Generic[T_co]):
             self._position = i
             raise
         except Exception as error:
+            if not self._wrapping:
+                raise
             errors.reraise(error)
         except KeyboardInterrupt as interrupt:  # while the item was awaited: it was not read, and is read next
             if not is_an_items_own(interrupt):  # raised by the item's code: its failure, as any error's

@@ -401,14 +401,24 @@ class View(Fluent[T_co], Sequence[T_co]):
         for i in range(n):  # all of them before any is written: a refused assignment changes nothing
             self._check_writable(i)
         # A value may still be refused as it is written (a string into integers): what was there goes back.
-        before = [_own_arrays(self._get(i)) for i in range(n)]
+        # An item that cannot be read (a batch of items that do not stack) is written all the same, as
+        # an item assignment would, and is not put back.
+        before = [self._readable_copy(i) for i in range(n)]
         for i, value in enumerate(values):
             try:
                 self._set(i, value)
             except BaseException:
                 for j in range(i + 1):  # item i too: it may hold several, written in part
-                    self._set(j, before[j])
+                    if before[j] is not _UNREADABLE:
+                        self._set(j, before[j])
                 raise
+
+    def _readable_copy(self, i: int) -> Any:
+        """Item ``i`` with its arrays copied, or ``_UNREADABLE`` if reading it fails."""
+        try:
+            return _own_arrays(self._get(i))
+        except Exception:
+            return _UNREADABLE
 
     def _set_many(self, idx: Positions, values: list[Any]) -> bool:
         """Write ``values`` as items ``idx`` at once, as ``_set`` would one by one; False where this view cannot.
@@ -492,7 +502,10 @@ def _own_arrays(item: Any) -> Any:
         from ..nested import flatten, rebuild
 
         arrays: list = []
-        skeleton = flatten(item, arrays, is_leaf=lambda x: isinstance(x, (np.ndarray, np.void)))
+        skeleton = flatten(item, arrays, is_leaf=lambda x: isinstance(x, (np.ndarray, np.void, View)))
         if arrays:  # else the item itself, as a list's slice assignment keeps the same objects
-            return rebuild(skeleton, [a.copy() for a in arrays])
+            return rebuild(skeleton, [_own_arrays(a) for a in arrays])
     return item
+
+
+_UNREADABLE = object()  # an item whose value before an assignment could not be read

@@ -295,8 +295,9 @@ _FIELDS = (np.ndarray, list, tuple, Mapping)  # what the default collation makes
 def _fields_with_rows(value: Any, item: Any) -> bool:
     """Whether ``value`` is a batch of items like ``item`` given field by field, as batches of them are read.
 
-    A dict for dicts; for tuples, a tuple of arrays, lists or dicts (not a
-    tuple of items); for lists, a list of as many arrays.
+    A dict for dicts; for tuples, a tuple of as many fields, each an array,
+    a list or fields like the item's (not a tuple of items); for lists, a
+    list of as many arrays.
 
     >>> import numpy as np
     >>> fields = (np.arange(2), np.arange(2))
@@ -304,11 +305,20 @@ def _fields_with_rows(value: Any, item: Any) -> bool:
     (True, False, False)
     >>> _fields_with_rows(({"x": 1}, {"x": 2}), {"x": 0}), _fields_with_rows(list(fields), [1, 2])
     (False, True)
+    >>> _fields_with_rows((np.arange(2), (np.arange(2), ["a", "b"])), (0, (0.5, "a")))
+    True
     """
     if isinstance(item, Mapping):
         return isinstance(value, Mapping)
     if isinstance(item, tuple):
-        return isinstance(value, tuple) and all(isinstance(field, (np.ndarray, list, Mapping)) for field in value)
+        return (
+            isinstance(value, tuple)
+            and len(value) == len(item)
+            and all(
+                isinstance(field, (np.ndarray, list, Mapping)) or _fields_with_rows(field, part)
+                for field, part in zip(value, item)
+            )
+        )
     if type(item) is list:
         return type(value) is list and len(value) == len(item) and all(isinstance(f, np.ndarray) for f in value)
     return False

@@ -11,7 +11,6 @@ import numpy as np
 from ..arguments import indexable_length
 from .base import View
 from .chunks import Columns, new_rows, scatter
-from .display import describe_spec
 from .itemtypes import SequenceLike, T
 from .keys import Positions, compose, positions_array
 from .row_window import RowWindow
@@ -45,7 +44,7 @@ class ConcatenateView(View[Any]):
                     f"{part.endless}"
                 )
         flat = [p for p in flat[:-1] if p._len] + flat[-1:] if flat else []
-        self._key_order = _check_item_shapes(flat)
+        self._key_order = _key_order(flat)
         self._parents = tuple(flat)
         starts = [0]
         for part in flat[:-1]:
@@ -128,22 +127,17 @@ class ConcatenateView(View[Any]):
         return (ConcatenateView, (list(self._parents),))
 
 
-def _check_item_shapes(parts: list[View]) -> tuple | None:
-    """Parts whose items are known to be arrays (or tuples or dicts of arrays) must agree on their shapes.
+def _key_order(parts: list[View]) -> tuple | None:
+    """The first part's item spec where other parts' items are dicts alike with their keys in another order.
 
-    Items of other parts are only known when read: a batch that stacks items of
-    different shapes then says which parts they come from. Returns the first
-    known item spec where others differ from it (their dicts may give the same
-    keys in another order: batches follow its order), else None.
+    Batches follow that order. Parts whose items differ in shape are
+    concatenated as lists are: a batch that stacks items of different shapes
+    says then which parts they come from.
     """
-    known = [(k, spec) for k, part in enumerate(parts) if part._len != 0 and (spec := part._item_spec()) is not None]
-    for k, spec in known[1:]:
-        if _shapes_differ(known[0][1], spec):
-            raise ValueError(
-                f"concatenate: part {k} has items {describe_spec(spec)}, but part {known[0][0]} has items "
-                f"{describe_spec(known[0][1])}: a batch cannot stack items of different shapes"
-            )
-    return known[0][1] if any(spec != known[0][1] for _, spec in known[1:]) else None
+    known = [spec for part in parts if part._len != 0 and (spec := part._item_spec()) is not None]
+    if any(_shapes_differ(known[0], spec) for spec in known[1:]):
+        return None
+    return known[0] if any(spec != known[0] for spec in known[1:]) else None
 
 
 def _shapes_differ(a: tuple | None, b: tuple | None) -> bool:
@@ -215,7 +209,10 @@ def concatenate(sequences: Sequence[SequenceLike[Any] | np.ndarray]) -> View[Any
 
     Over C-contiguous arrays (memory maps included) of one dtype and row
     shape, as :func:`open_npy` gives, a batch or gather of rows from any of
-    them is read with one numpy call, copying each row once.
+    them is read with one numpy call, copying each row once. Parts may hold
+    items of different shapes, as lists may: a batch that would stack them
+    says which parts they come from (``batch(..., collate_fn=list)`` keeps
+    them apart).
 
     >>> import numpy as np
     >>> import lazyseq
