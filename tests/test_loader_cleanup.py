@@ -5,6 +5,8 @@ import gc
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -13,6 +15,7 @@ import pytest
 from loader_helpers import load_buffers, prefetch, square
 
 import lazyseq
+import lazyseq.loading.engine
 import lazyseq.loading.process_workers
 
 
@@ -59,6 +62,33 @@ def test_hundreds_of_process_loaders_leave_nothing(clean):
         with load_buffers(lambda: np.zeros(256), nworkers=2, method="process", start_method="fork") as b:
             next(b), next(b), next(b)
         del batch
+
+
+FIRST_LOADER = """
+import os, numpy as np, lazyseq
+
+def descriptors():
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found.add(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:  # the listing's own descriptor, closed since
+            pass
+    return found
+
+before = descriptors()
+with lazyseq.prefetch(lazyseq.smap(abs, range(8)), nworkers=2, method="process", start_method="fork") as ahead:
+    assert list(ahead) == list(range(8))
+with lazyseq.load_buffers(lambda: np.zeros(4), nworkers=2, method="process", start_method="fork") as batches:
+    next(batches)
+print(sorted(descriptors() - before))
+"""
+
+
+def test_the_first_process_loader_of_a_program_leaves_no_descriptor_open():
+    # Its workers' progress counters once lived in multiprocessing's heap, whose file stays open for the program's life.
+    run = subprocess.run([sys.executable, "-c", FIRST_LOADER], capture_output=True, text=True, timeout=120)
+    assert (run.stdout, run.stderr) == ("[]\n", "")
 
 
 def test_garbage_collection_stops_the_workers(clean):
@@ -281,3 +311,28 @@ def test_a_ctrl_c_while_workers_start_leaves_none_running(clean, monkeypatch, me
         with prefetch(lazyseq.smap(square, range(20)), nworkers=3, method=method, inline_below=0, **options) as ahead:
             list(ahead)
     assert starts == [f"lazyseq-prefetch-{k}" for k in range(3)]  # every worker started, then all were stopped
+
+
+@pytest.mark.parametrize("method", ["thread", "process"])
+def test_a_ctrl_c_as_a_close_begins_still_stops_the_workers(clean, monkeypatch, method):
+    # The engine's finalizer counts as run the moment it is called: an interrupt before its workers' close deferred
+    # interrupts left them running, with nothing left to close them.
+    real_close_in = lazyseq.loading.engine._close_in
+
+    def interrupted_close_in(*args):
+        signal.raise_signal(signal.SIGINT)
+        real_close_in(*args)
+
+    monkeypatch.setattr(lazyseq.loading.engine, "_close_in", interrupted_close_in)  # before the engine is made
+    options = {"start_method": "fork"} if method == "process" else {}
+    ahead = prefetch(lazyseq.smap(square, range(20)), nworkers=2, method=method, inline_below=0, **options)
+    assert ahead[3] == 9
+    workers = ahead._engine.workers
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            ahead.close()
+        assert workers.closed and multiprocessing.active_children() == []
+        for thread in lazyseq_threads():  # told to stop: the Ctrl-C hurried the wait for them, not their end
+            thread.join(timeout=10)
+    finally:
+        workers.close()

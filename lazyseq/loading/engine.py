@@ -36,7 +36,7 @@ from typing import Any
 from . import item_cost
 from .backends import DeferredWorkers, Done, WorkerBackend, start_workers
 from .buffering import Buffering
-from .closing import daemon_thread_at_exit
+from .closing import daemon_thread_at_exit, interrupts_deferred
 from .failures import LoaderClosed
 from .fork_safety import fork_generation
 from .item_cost import FIRST_ONLY_ABOVE, ItemCost, start_if_slow
@@ -371,11 +371,13 @@ class Engine:
 
     def close(self) -> None:
         """Stop the workers and forget every result; idempotent."""
-        self.closed = True
-        self.ready.clear()
-        self.pending.clear()
-        self.cancelled.clear()
-        self._finalizer()
+        # A Ctrl-C from here on waits for the end: the finalizer counts as run the moment it starts.
+        with interrupts_deferred():
+            self.closed = True
+            self.ready.clear()
+            self.pending.clear()
+            self.cancelled.clear()
+            self._finalizer()
 
 
 def _close_in(pid: int, generation: int, close: Callable[[], None]) -> None:

@@ -35,12 +35,15 @@ import pickle
 import struct
 from array import array
 from collections.abc import Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from ..views.errors import ErrorMode
 from .structure import ONE_ARRAY
+
+if TYPE_CHECKING:
+    from .shared_counters import SharedCounters
 
 __all__ = [
     "AlikeResults",
@@ -275,7 +278,9 @@ class WorkerStart(NamedTuple):
 
     index: int  # type: ignore[assignment]  # a field named like tuple.index: read by name only
     work: Any  # (job, start_hook), pickled together (bytes) unless the worker was forked: see serialize_work
-    progress: Any  # shared integers, two per worker: the tasks it began and finished (what it was in if it died)
+    progress: (
+        SharedCounters  # shared integers, two per worker: the tasks it began and finished (what it was in if it died)
+    )
     blas_threads: int
     blas_inherited: bool  # whether the consumer set the BLAS limit before starting the worker (see blas_limits)
     seed: int

@@ -57,6 +57,7 @@ from .messages import (
 )
 from .options import LoaderOptions, serialize_work
 from .seeding import seeding_death
+from .shared_counters import SharedCounters
 from .shared_slots import SharedSlots, slot_bytes_for
 from .structure import ONE_ARRAY, rebuild
 from .task_queue import Backlog
@@ -169,7 +170,7 @@ class ProcessWorkers:
         # not answered yet; the workers count the tasks they begin and finish in _progress (see worker_process._serve)
         self._busy: list[dict] = []
         self._sent_counts = [0] * options.nworkers
-        self._progress = context.RawArray("q", 2 * options.nworkers)
+        self._progress = SharedCounters(2 * options.nworkers)
         self._backlog = Backlog()  # (task, arg) not sent yet, in order
         self.unsent = self._backlog.waiting
         self._started: set[int] = set()  # workers that said they are ready
@@ -430,7 +431,10 @@ class ProcessWorkers:
         if k not in self._started:
             self._raise_start_failure(k)
         busy = self._busy[k]
-        began, finished = self._progress[2 * k], self._progress[2 * k + 1]
+        try:
+            began, finished = self._progress[2 * k], self._progress[2 * k + 1]
+        except ValueError:  # closed by another thread meanwhile, which released the counters: expected
+            return
         # the last task it began is what it was in, unless it finished it (its result not sent yet)
         suspects = [task for task, (_, number) in busy.items() if number == began] if finished < began else []
         doing = ""
@@ -501,6 +505,7 @@ class ProcessWorkers:
             conn.close()
         if self._slots is not None:
             self._slots.close()
+        self._progress.close()
 
 
 def _joined(process: multiprocessing.process.BaseProcess, timeout: float) -> bool:

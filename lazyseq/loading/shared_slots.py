@@ -74,7 +74,8 @@ def available_shared_memory() -> int:
     return stats.f_bavail * stats.f_frsize
 
 
-def _anonymous_file(size: int, name: str) -> int:
+def anonymous_file(size: int, name: str) -> int:
+    """A new file of ``size`` zero bytes that only descriptors reach (named ``name`` in ``/proc/<pid>/fd``)."""
     if hasattr(os, "memfd_create"):
         fd = os.memfd_create(name, os.MFD_CLOEXEC)
     else:
@@ -88,7 +89,8 @@ def _anonymous_file(size: int, name: str) -> int:
     return fd
 
 
-def _close_quietly(fd: int) -> None:
+def close_quietly(fd: int) -> None:
+    """Close ``fd`` unless it is closed already."""
     try:
         os.close(fd)
     except OSError:
@@ -115,11 +117,11 @@ class SharedSlots:
                     f"{slot_bytes / 2**20:.2f} MiB) but only {free / 2**20:.1f} MiB are available; "
                     "lower the number of buffered items or the item size"
                 )
-            fd = _anonymous_file(total, name)
+            fd = anonymous_file(total, name)
         self.count = count
         self.slot_bytes = slot_bytes
         self.fd = fd
-        self._close_fd = weakref.finalize(self, _close_quietly, fd)  # on close(), or when the pool is collected
+        self._close_fd = weakref.finalize(self, close_quietly, fd)  # on close(), or when the pool is collected
         try:
             self._map: mmap.mmap | None = mmap.mmap(self.fd, total)
         except BaseException:

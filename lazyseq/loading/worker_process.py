@@ -54,6 +54,7 @@ from .messages import (
 )
 from .parent_watch import ParentWatch
 from .seeding import seed_this_worker
+from .shared_counters import SharedCounters
 from .shared_slots import WorkerSlots
 from .structure import address_of, flatten, layout_of, one_array_in_slot, place_in_slot
 
@@ -99,7 +100,7 @@ def run_worker(conn: Connection, start: WorkerStart) -> None:
             pass
 
 
-def _serve(conn: Connection, job: Any, blas: WorkerLimit, outbox: Outbox, progress: Any, index: int) -> None:
+def _serve(conn: Connection, job: Any, blas: WorkerLimit, outbox: Outbox, progress: SharedCounters, index: int) -> None:
     """Compute the tasks received, in order; a message that arrives meanwhile is read between two tasks.
 
     So ``Stop`` ends the work at once (the tasks still queued are dropped: the
@@ -116,7 +117,13 @@ def _serve(conn: Connection, job: Any, blas: WorkerLimit, outbox: Outbox, progre
 
 
 def _serve_tasks(
-    conn: Connection, job: Any, blas: WorkerLimit, outbox: Outbox, late: LateSender, progress: Any, index: int
+    conn: Connection,
+    job: Any,
+    blas: WorkerLimit,
+    outbox: Outbox,
+    late: LateSender,
+    progress: SharedCounters,
+    index: int,
 ) -> None:
     slots = None
     built_in_place = BuiltInPlace()
