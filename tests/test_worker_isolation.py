@@ -520,6 +520,43 @@ def test_a_forked_child_that_exits_normally_leaves_the_parents_workers_running(t
     assert (done.stdout, done.stderr, done.returncode) == ("0.0 50.0\n", "", 0)
 
 
+FORKSERVER_IN_CHILD_SCRIPT = textwrap.dedent(
+    """
+    import os
+    import lazyseq
+
+    def square(x):
+        return x * x
+
+    def squares():
+        items = lazyseq.smap(square, range(6))
+        with lazyseq.prefetch(items, nworkers=2, method="process", start_method="forkserver") as ahead:
+            return list(ahead)
+
+    if __name__ == "__main__":
+        print("parent", squares(), flush=True)  # starts multiprocessing's forkserver, the parent's
+        child = os.fork()
+        if child == 0:
+            try:
+                print("child", squares(), flush=True)
+            finally:
+                os._exit(0)
+        os.waitpid(child, 0)
+        print("parent", squares(), flush=True)
+    """
+)
+
+
+def test_a_forked_child_starts_forkserver_workers_of_its_own(tmp_path):
+    # The child inherited the parent's forkserver, which multiprocessing waits on as its own child: the workers
+    # could not start (ChildProcessError).
+    script = tmp_path / "forkserver_in_child.py"
+    script.write_text(FORKSERVER_IN_CHILD_SCRIPT)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    squares = "[0, 1, 4, 9, 16, 25]"
+    assert (done.stdout, done.stderr) == (f"parent {squares}\nchild {squares}\nparent {squares}\n", "")
+
+
 FORK_WHILE_WAITING_SCRIPT = textwrap.dedent(
     """
     import os, sys, threading, time

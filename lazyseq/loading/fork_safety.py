@@ -37,6 +37,10 @@ loader's own lock, held by a thread of the parent waiting for an item, would
 be held forever in the child: loaders take a :class:`ForkLocalLock`, which a
 forked child makes anew (:func:`fork_generation` counts the forks that led
 to this process; what a loader made before one belongs to the parent).
+Multiprocessing's forkserver is the parent's too: a forked child forgets it
+(closing its copy of the descriptor that keeps it alive) and starts its own
+when it first needs one, where multiprocessing would fail waiting for a
+process that is not its child.
 
 >>> with forking_workers():
 ...     pass  # start worker processes here
@@ -134,11 +138,30 @@ def _in_child() -> None:
     if isinstance(children, set):
         children.difference_update(_workers)
     _workers.clear()
+    forkserver = sys.modules.get("multiprocessing.forkserver")
+    if forkserver is not None:
+        _forget_forkserver(forkserver._forkserver)
     if getattr(_local, "forking", False):
         _random_lock().release()
         if sys.stdin is not None:
             _kept.append(sys.stdin)
             sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115  # multiprocessing closes it next
+
+
+def _forget_forkserver(server: Any) -> None:
+    """Make ``server`` (multiprocessing's) start a forkserver anew when next asked for one."""
+    if getattr(server, "_forkserver_pid", None) is None:
+        return  # none started: nothing to forget
+    alive = getattr(server, "_forkserver_alive_fd", None)
+    if alive is not None:
+        try:
+            os.close(alive)
+        except OSError:
+            pass
+    for name in ("_forkserver_address", "_forkserver_alive_fd", "_forkserver_pid", "_forkserver_authkey"):
+        if hasattr(server, name):
+            setattr(server, name, None)
+    server._lock = threading.Lock()  # held by another thread of the parent, perhaps
 
 
 os.register_at_fork(before=_before_fork, after_in_parent=_in_parent, after_in_child=_in_child)
