@@ -119,6 +119,20 @@ def test_unbatch_inverts_batch():
     assert len(lazyseq.unbatch([], 3)) == 0
 
 
+@pytest.mark.parametrize(
+    "source", [np.array(["a", "bcd"]), np.array([1, 2.5, 3, 4], dtype=object), np.array([1, 2, 3, 4], dtype=">i2")]
+)
+def test_batches_of_items_taken_apart_by_unbatch_keep_the_source_dtype(source):
+    items = lazyseq.unbatch(lazyseq.batch(source, 2), 2)
+    batches = lazyseq.batch(items, 1)  # of one item: a '<U1' string, a Python int made int64, before
+    assert [b.dtype for b in batches] == [source.dtype] * len(source)
+    assert [b.tolist() for b in batches] == [[x] for x in source.tolist()]
+    ragged = np.empty(2, dtype=object)
+    ragged[:] = [np.arange(2), np.arange(3)]
+    again = lazyseq.batch(lazyseq.unbatch(lazyseq.batch(ragged, 2), 2), 2)[0]  # stacked, before: refused
+    assert again.dtype == object and [x.tolist() for x in again] == [[0, 1], [0, 1, 2]]
+
+
 def test_unbatch_inverts_batch_of_tuples_and_dicts():
     # A batch of tuples or dicts holds them field by field: unbatch gave whole fields, or raised KeyError
     pairs = lazyseq.collate([np.arange(4) * 10, np.arange(4)])

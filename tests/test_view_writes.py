@@ -208,3 +208,46 @@ def test_an_assignment_reads_pieces_held_in_tuples_before_writing():
     pairs = lazyseq.collate([lazyseq.split(a, 1)])  # items: (a[0:3],), (a[3:6],)
     pairs[:] = pairs[::-1]
     assert a.tolist() == [4, 5, 6, 1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("dtype", "key", "values"),
+    [
+        (np.int8, slice(0, 1), [300]),  # out of range: refused, as numpy refuses it
+        (np.uint8, slice(0, 2), [-1, 1]),
+        (bool, [0, 1], [0, "zz"]),  # each value made a bool, not all of them strings first
+        (bool, slice(None), [False, "False"]),
+        ("<U3", slice(0, 2), [True, 1]),
+        (np.int64, slice(0, 2), [1.5, "2"]),
+    ],
+)
+def test_an_assignment_of_several_values_into_an_array_converts_them_as_numpy_does(dtype, key, values):
+    expected, written = np.array([1, 1, 1], dtype=dtype), np.array([1, 1, 1], dtype=dtype)
+    try:
+        expected[key] = values
+    except Exception as refused:
+        with pytest.raises(type(refused)):
+            lazyseq.view(written)[key] = values
+    else:
+        lazyseq.view(written)[key] = values
+    assert written.tolist() == expected.tolist()
+
+
+def test_unbatch_writes_its_items_alone_whatever_the_rest_of_their_batch():
+    s = [1, 2, 3, 4]
+    items = lazyseq.unbatch(lazyseq.batch(s, 2), 2)
+    items[0:2] = [(9, "t"), (8, "t")]  # the batch [(9, "t"), 2] does not stack: not read to write item 1
+    assert s == [(9, "t"), (8, "t"), 3, 4]
+
+
+def test_a_padding_item_is_refused_as_a_read_only_one():
+    a = np.arange(5)
+    items = lazyseq.unbatch(lazyseq.batch(a, 2, pad=-1), 2)  # 0 1 2 3 4 -1
+    with pytest.raises(TypeError) as caught:
+        items[5] = 7  # it would read -1 still
+    assert str(caught.value) == (
+        "batch: element 1 of batch 2 is padding (pad=-1), not an item of the data: it cannot be assigned to"
+    )
+    with pytest.raises(TypeError):
+        items[4:6] = [40, 50]
+    assert a.tolist() == [0, 1, 2, 3, 4] and items[5] == -1

@@ -120,6 +120,16 @@ class View(Fluent[T_co], Sequence[T_co]):
         ((parent, j),) = self._sources(i)
         return parent._set_element(j, r, value)
 
+    def _element_count(self, i: int) -> int | None:
+        """How many elements item ``i`` holds, where known without reading it (a batch: its items), else None.
+
+        With it, element ``r`` of the item is written alone (``_set_element``), nothing of the item read.
+        """
+        if not (self._items_like_parents and self._writes()):
+            return None
+        ((parent, j),) = self._sources(i)
+        return parent._element_count(j)
+
     def _writes(self) -> bool:
         """Whether items can be written through this view: it overrides ``_set``."""
         return type(self)._set is not View._set

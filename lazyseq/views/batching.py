@@ -131,15 +131,28 @@ class BatchView(View[Any]):
 
     def _check_element_writable(self, i: int, r: int) -> None:
         span = self._held(i)
-        if r < len(span):  # else padding, which is not written
+        if r < len(span):
             self._parent._check_writable(span[r])
+        elif self._pad is not None:  # it would read as the padding still
+            raise self._padding_written(i, r)
 
     def _set_element(self, i: int, r: int, value: Any) -> bool:
         span = self._held(i)
         if r < len(span):
             self._parent._set(span[r], value)
             return True
-        return self._pad is not None  # padding, which is not written
+        if self._pad is not None:
+            raise self._padding_written(i, r)
+        return False
+
+    def _element_count(self, i: int) -> int | None:
+        return self._k if self._pad is not None else len(self._held(i))
+
+    def _padding_written(self, i: int, r: int) -> TypeError:
+        return TypeError(
+            f"batch: element {r} of batch {i} is padding (pad={self._pad!r}), not an item of the data: it cannot be "
+            "assigned to"
+        )
 
     def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         return tuple((self._parent, j) for j in self._span(i))
@@ -217,6 +230,10 @@ class UnbatchView(View[Any]):
             held = _length_of(batch, self._collated)
         except TypeError:
             raise TypeError(f"unbatch: batch {b} is a {type(batch).__name__}, not a batch of items") from None
+        return self._checked_count(held, b)
+
+    def _checked_count(self, held: int | None, b: int) -> int:
+        """``held``, the number of items of batch ``b`` (None: its items do not say), checked as :meth:`_checked` says."""
         n, size = self._len, self._size
         if held is None:  # items with no fields: as many as expected, where that is known
             if n is None and self._may_end():
@@ -244,6 +261,12 @@ class UnbatchView(View[Any]):
 
     def _set(self, i: int, value: Any) -> None:
         b, r = divmod(i, self._size)
+        count = self._parent._element_count(b)
+        if count is not None:  # a batch that batch() makes: its item is written alone, no other read
+            if r >= self._checked_count(count, b):
+                raise _ended(i, b)
+            if self._parent._set_element(b, r, value):
+                return
         current = self._parent._get(b)
         if r >= self._checked(current, b):  # as a read: from batches of another size, items go to the wrong places
             raise _ended(i, b)
@@ -260,6 +283,14 @@ class UnbatchView(View[Any]):
 
     def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         return ((self._parent, i // self._size),)
+
+    def _item_spec(self) -> tuple | None:
+        from .display import unbatched_spec
+
+        spec = self._parent._item_spec()
+        if spec is not None and spec[0] != "array" and not self._collated:  # a tuple of items, perhaps
+            return None
+        return unbatched_spec(spec)
 
     def _describe(self) -> str:
         return f"unbatch({self._size})"

@@ -28,6 +28,20 @@ def batched_spec(spec: tuple | None, k: int) -> tuple | None:
     return (spec[0], tuple(batched_spec(s, k) for s in spec[1]), *spec[2:])  # a dict's keys too
 
 
+def unbatched_spec(spec: tuple | None) -> tuple | None:
+    """What each item of a batch like ``spec`` is: arrays lose their first axis (None where that is not known).
+
+    >>> import numpy as np
+    >>> unbatched_spec(("tuple", (("array", np.dtype("<U3"), (4,)), ("array", np.dtype("f8"), (4, 2)))))
+    ('tuple', (('array', dtype('<U3'), ()), ('array', dtype('float64'), (2,))))
+    """
+    if spec is None:
+        return None
+    if spec[0] == "array":
+        return ("array", spec[1], spec[2][1:]) if spec[2] else None
+    return (spec[0], tuple(unbatched_spec(s) for s in spec[1]), *spec[2:])
+
+
 def html_tree(lines: list[str]) -> str:
     """A view's repr lines as HTML: preformatted, the first line in bold."""
     top, rest = html.escape(lines[0]), [html.escape(line) for line in lines[1:]]

@@ -74,11 +74,11 @@ class ArraySource(View[Any]):
         array = self._array
         if not array.flags.writeable:
             return False  # refused item by item, with numpy's message
-        try:  # into an array of objects, each value as it is (not made a string, say, beside one)
-            rows = np.asarray(values, dtype=object if array.dtype.hasobject else None)
+        try:  # made of the array's dtype, as numpy's own assignment makes them (an object: each value as it is)
+            rows = np.asarray(values, dtype=array.dtype)
         except (ValueError, TypeError):  # rows of several shapes: each is written (or refused) alone
             return False
-        if rows.shape != (len(idx), *array.shape[1:]) or (rows.dtype.hasobject and not array.dtype.hasobject):
+        if rows.shape != (len(idx), *array.shape[1:]):
             return False
         array[positions_array(idx)] = rows  # the same casts as one by one; of positions given twice, the last
         return True
