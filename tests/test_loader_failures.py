@@ -542,7 +542,11 @@ def test_workers_of_a_consumer_killed_end_without_a_word(tmp_path, start_method)
     script = tmp_path / "consumer.py"
     script.write_text(CONSUMER_THEN_KILLED)
     consumer = subprocess.Popen(
-        [sys.executable, str(script), start_method], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, str(script), start_method],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(tmp_path)},  # a process killed leaves its forkserver's folder: here
     )
     try:
         assert consumer.stdout.readline() == "reading\n"

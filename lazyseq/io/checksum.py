@@ -144,12 +144,13 @@ def joined(states: Iterable[tuple[int, int, int]]) -> str:
 def file_sum64(path: str | os.PathLike[str]) -> tuple[int, str]:
     """The size of the file ``path`` and its checksum (:meth:`Sum64.hexdigest`).
 
-    >>> import os, tempfile
+    >>> import os, shutil, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "x.bin")
     >>> with open(path, "wb") as file:
     ...     _ = file.write(b"lazyseq")
     >>> file_sum64(path) == (7, Sum64(b"lazyseq").hexdigest())
     True
+    >>> shutil.rmtree(os.path.dirname(path))
     """
     summed, size = Sum64(), 0
     for piece in _pieces(path):
@@ -161,12 +162,13 @@ def file_sum64(path: str | os.PathLike[str]) -> tuple[int, str]:
 def file_crc32(path: str | os.PathLike[str]) -> tuple[int, str]:
     """The size of the file ``path`` and its ``zlib.crc32``, as 8 hexadecimal digits.
 
-    >>> import os, tempfile, zlib
+    >>> import os, shutil, tempfile, zlib
     >>> path = os.path.join(tempfile.mkdtemp(), "x.bin")
     >>> with open(path, "wb") as file:
     ...     _ = file.write(b"lazyseq")
     >>> file_crc32(path) == (7, f"{zlib.crc32(b'lazyseq'):08x}")
     True
+    >>> shutil.rmtree(os.path.dirname(path))
     """
     crc, size = 0, 0
     for piece in _pieces(path):

@@ -49,7 +49,7 @@ def open_npy(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -
     open, its soft limit (``ulimit -n``) is raised towards its hard limit,
     and beyond that an ``OSError`` says how many files are needed.
 
-    >>> import os, tempfile
+    >>> import os, shutil, tempfile
     >>> import numpy as np
     >>> import lazyseq
     >>> folder = tempfile.mkdtemp()
@@ -58,6 +58,7 @@ def open_npy(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -
     >>> data = lazyseq.open_npy(os.path.join(folder, "part_*.npy"))
     >>> len(data), data[5]
     (6, array([2., 2., 2., 2.], dtype=float32))
+    >>> shutil.rmtree(folder)
     """
     if isinstance(paths, bytes):  # as os functions take them, and write_npy
         paths = os.fsdecode(paths)

@@ -40,13 +40,14 @@ class Syncer:
     end of the ``with`` block, whatever ends it (an exception, an interrupt).
     A failed sync is raised by :meth:`wait`, with a note naming the file; the files after it are not synced.
 
-    >>> import os, tempfile
+    >>> import os, shutil, tempfile
     >>> folder = tempfile.mkdtemp()
     >>> with open(os.path.join(folder, "a.txt"), "w") as file:
     ...     _ = file.write("data")
     >>> with Syncer(folder) as syncer:
     ...     syncer.add(["a.txt"])
     ...     syncer.wait()
+    >>> shutil.rmtree(folder)
     """
 
     def __init__(self, directory: str) -> None:

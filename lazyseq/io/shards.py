@@ -213,7 +213,7 @@ def write_npy(
     :class:`~lazyseq.EvaluationError` naming the shard and the item.
     ``progress`` shows a bar over the shards (see :mod:`lazyseq.progress`).
 
-    >>> import os, tempfile
+    >>> import os, shutil, tempfile
     >>> import numpy as np
     >>> import lazyseq
     >>> folder = tempfile.mkdtemp()
@@ -223,6 +223,7 @@ def write_npy(
     ['data-00000.npy', 'data-00001.npy', 'data-00002.npy', 'manifest.json']
     >>> np.load(os.path.join(folder, "data-00002.npy")), written[3]
     (array([64., 81.]), np.float64(9.0))
+    >>> shutil.rmtree(folder)
     """
     items = as_view(seq)
     length = items._need_length("write_npy")
