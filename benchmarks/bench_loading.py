@@ -30,7 +30,10 @@ workloads:
    batch cannot be consumed before it is made, and from then on two workers,
    each making a batch in 5 ms, keep ahead of a consumer taking 5 ms a batch,
    so it never waits;
-5. time from creating a loader to holding its first batch: the start-up itself.
+5. time from creating a loader to holding its first batch: the start-up itself;
+6. cheap items read one by one (1 to 5 us an item), where a loader cannot help;
+7. items slow now and then: every fourth item waits 2 ms (the GIL free, as a
+   file read would leave it), the others are a numpy addition.
 """
 
 from __future__ import annotations
@@ -106,6 +109,7 @@ class Settings:
     overlap_batches: int  # workload 4
     first_batch_repeats: int  # workload 5
     cheap_items: int  # workload 6, per timed run
+    mixed_items: int  # workload 7, per timed run
 
 
 FULL = Settings(
@@ -116,6 +120,7 @@ FULL = Settings(
     overlap_batches=300,
     first_batch_repeats=7,
     cheap_items=20_000,
+    mixed_items=400,
 )
 # Workload 4 keeps its 300 batches (about 1.5 s a run): with fewer, its ratio to the ideal would weigh start-up more.
 QUICK = Settings(
@@ -126,6 +131,7 @@ QUICK = Settings(
     overlap_batches=300,
     first_batch_repeats=2,
     cheap_items=2_000,
+    mixed_items=80,
 )
 
 
@@ -814,10 +820,50 @@ def bench_cheap_items(settings: Settings) -> list[Result]:
     return results
 
 
+# -- 7. items slow now and then ------------------------------------------------------------------
+
+SLOW_ONE_IN = 4  # every fourth item of workload 7 is slow
+SLOW_ITEM_SECONDS = 2e-3  # what it waits for
+
+
+def now_and_then_slow(i: int) -> np.ndarray:
+    """A numpy addition; every ``SLOW_ONE_IN``-th item first waits ``SLOW_ITEM_SECONDS`` (the GIL free)."""
+    if i % SLOW_ONE_IN == SLOW_ONE_IN - 1:
+        time.sleep(SLOW_ITEM_SECONDS)
+    return np.ones(256) + i
+
+
+def bench_mixed_items(settings: Settings) -> list[Result]:
+    n = settings.mixed_items
+    loaders: dict[str, Loader] = {
+        "synchronous": lambda k: plain(lazyseq.smap(now_and_then_slow, range(k))),
+        "lazyseq prefetch threads": lambda k: lazyseq_prefetch(lazyseq.smap(now_and_then_slow, range(k)), "thread"),
+        "seqtools prefetch threads": lambda k: seqtools_prefetch(seqtools.smap(now_and_then_slow, range(k)), "thread"),
+    }
+    timings = measure(loaders, n, settings.repeats, warm_units=SLOW_ONE_IN * 4)
+    sync = timings["synchronous"].best
+    print_timings(
+        f"7. Items slow now and then (one in {SLOW_ONE_IN} waits {SLOW_ITEM_SECONDS * 1e3:g} ms, the GIL free), whole "
+        f"runs of {n} items",
+        timings,
+        "item",
+        lambda t: f"{sync / t.best:.2f}x synchronous",
+    )
+    lazy, other = timings["lazyseq prefetch threads"].best, timings["seqtools prefetch threads"].best
+    return [
+        Result(
+            f"7. one item in {SLOW_ONE_IN} waits {SLOW_ITEM_SECONDS * 1e3:g} ms, threads: speedup",
+            f"{sync / lazy:.2f}x",
+            f"seqtools {sync / other:.2f}x",
+            f"{sync / lazy:.2f}",
+        )
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a short run, as a smoke test")
-    parser.add_argument("--only", type=int, choices=range(1, 7), help="run one workload (1 to 6)")
+    parser.add_argument("--only", type=int, choices=range(1, 8), help="run one workload (1 to 7)")
     parser.add_argument("--loader-batches", type=int, help="batches per timed run in workload 1 (default 5000)")
     args = parser.parse_args()
     settings = QUICK if args.quick else FULL
@@ -848,6 +894,7 @@ def main() -> None:
             4: lambda: bench_overlap(settings),
             5: lambda: bench_first_batch(paths, settings),
             6: lambda: bench_cheap_items(settings),
+            7: lambda: bench_mixed_items(settings),
         }
         for number, workload in workloads.items():
             if args.only in (None, number):

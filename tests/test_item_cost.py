@@ -40,7 +40,9 @@ def test_the_estimate_moves_between_reader_and_workers_with_hysteresis():
         cost.add(0.0)  # medians 0 from now on
     assert not cost.inline and cost.estimate == pytest.approx(2.72 * 0.8**4)  # 1.11: still above the threshold
     cost.add(0.0)
-    assert cost.inline and cost.estimate == pytest.approx(2.72 * 0.8**5)  # 0.89: back to the reader
+    assert not cost.inline and cost.estimate == pytest.approx(2.72 * 0.8**5)  # 0.89, but the latest 8 timings: 1.56
+    cost.add(0.0), cost.add(0.0)
+    assert cost.inline and cost.estimate == pytest.approx(2.72 * 0.8**7)  # and 0.875 on average: back to the reader
     assert not ItemCost(inline_below=0.0).inline  # 0: always the workers
 
 
@@ -59,6 +61,33 @@ def test_items_alternating_between_cheap_and_slow_go_to_the_workers():
     for seconds in (0.1, 10.0) * 10:
         cost.add(seconds)
     assert not cost.inline
+
+
+def test_slow_items_that_come_back_regularly_go_to_the_workers_and_stay_there():
+    cost = ItemCost(inline_below=1.0)
+    for seconds in (0.1, 0.1, 0.1, 10.0) * 2 + (0.1, 0.1, 0.1):  # the median of three says cheap; two slow: hiccups
+        cost.add(seconds)
+    assert cost.inline
+    cost.add(10.0)
+    assert not cost.inline  # 3 slow in the last 12, 2.6 on average: the reader would wait on each
+    for seconds in (0.1, 0.1, 0.1, 10.0) * 4:
+        cost.add(seconds)
+        assert not cost.inline  # timed in the workers: the median alone would bring them back to the reader
+    for _ in range(16):
+        cost.add(0.1)
+    assert cost.inline
+
+
+def every_fourth_waits(i):
+    if i % 4 == 3:
+        time.sleep(0.005)  # a file read, say: the GIL is free meanwhile
+    return threading.current_thread().name
+
+
+def test_items_slow_one_time_in_four_are_computed_by_the_workers():
+    with lazyseq.prefetch(lazyseq.smap(every_fourth_waits, range(200)), nworkers=2) as ahead:
+        names = list(ahead)
+    assert names[0] == threading.current_thread().name and names[-1].startswith("lazyseq-prefetch-")
 
 
 def test_a_first_item_over_ten_thresholds_goes_to_the_workers_at_once():

@@ -22,6 +22,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -32,6 +33,9 @@ SMOOTHING = 0.2  # weight of the newest timing in the running estimate
 TIME_ONE_IN = 4  # items well under the threshold: the reader times one in this many, on average
 _SKIPS = random.Random(0)  # how many to skip before the next timing (not the global generator: it is the user's)
 FIRST_ONLY_ABOVE = 10  # the first timing alone sends items to the workers only above this many thresholds
+RECENT = 16  # timings kept to tell slow items that come back regularly from hiccups
+RECENT_FEWEST = 8  # timings needed to tell
+SLOW_AMONG_RECENT = 3  # slow timings among them that make a pattern
 RUN_SECONDS = 100e-6  # items this cheap are computed by the reader in runs of about this long, read in order
 RUN_ITEMS = 64  # items in a run at most, however cheap
 RUN_FEWEST = 4  # runs only for items that fit this many times in RUN_SECONDS
@@ -43,6 +47,12 @@ class ItemCost:
     From the third item on, the estimate follows the median of the last three
     timings: one item slowed by something else (the machine busy for a moment,
     a page fault, a collection) moves nothing, two slow items in a row do.
+    Slow items that come back regularly among cheap ones (every third or
+    fourth item loads a file, say) do too: where ``SLOW_AMONG_RECENT`` of the
+    last ``RECENT`` timings (``RECENT_FEWEST`` at least) are slow and their
+    mean is over twice the threshold, the workers take the items; they give
+    them back once the estimate and the mean of the latest ``RECENT_FEWEST``
+    timings are both under the threshold.
     While items cost less than half the threshold, the reader times only one
     in ``TIME_ONE_IN`` (``untimed`` says how many it may skip): timing costs
     about a microsecond, a few percent of an item this cheap.
@@ -60,6 +70,11 @@ class ItemCost:
     >>> cost.add(0.05)  # slow again: the workers take over
     >>> cost.inline
     False
+    >>> regular = ItemCost(inline_below=1e-3)
+    >>> for seconds in (1e-4, 1e-4, 1e-4, 0.01) * 3:  # every fourth item slow: a pattern, not a hiccup
+    ...     regular.add(seconds)
+    >>> regular.inline, round(regular.estimate * 1e6)  # the median says cheap, the pattern says otherwise
+    (False, 100)
     """
 
     def __init__(self, inline_below: float) -> None:
@@ -69,6 +84,7 @@ class ItemCost:
         self.inline = inline_below > 0
         self.untimed = 0  # items the reader may compute next without timing them
         self._last = self._before_last = 0.0
+        self._recent: deque[float] = deque(maxlen=RECENT)
 
     def add(self, seconds: float) -> None:
         estimate, last, before = self.estimate, self._last, self._before_last
@@ -82,14 +98,28 @@ class ItemCost:
             median = max(min(last, before), min(max(last, before), seconds))
             estimate += SMOOTHING * (median - estimate)
         self.estimate = estimate
+        recent = self._recent
+        recent.append(seconds)
         if self.inline:
-            if estimate > (FIRST_ONLY_ABOVE if self.count == 1 else 2) * self.inline_below:
+            if estimate > (FIRST_ONLY_ABOVE if self.count == 1 else 2) * self.inline_below or self._slow_pattern():
                 self.inline = False
             elif self.count > 2 and max(seconds, estimate) < self.inline_below / 2:  # far from the threshold
                 # about one in TIME_ONE_IN, not every TIME_ONE_IN-th: items slow one time in 2 or 4 are timed too
                 self.untimed = _SKIPS.randrange(2 * TIME_ONE_IN - 1)
-        elif estimate < self.inline_below:
+        elif estimate < self.inline_below and self._latest_mean() < self.inline_below:
             self.inline = True
+
+    def _slow_pattern(self) -> bool:
+        """Whether slow items come back among the recent ones, costing more than twice the threshold on average."""
+        recent, slow = self._recent, 2 * self.inline_below
+        if len(recent) < RECENT_FEWEST or sum(recent) <= slow * len(recent):
+            return False
+        return sum(1 for seconds in recent if seconds > slow) >= SLOW_AMONG_RECENT
+
+    def _latest_mean(self) -> float:
+        """The mean of the latest ``RECENT_FEWEST`` timings."""
+        latest = list(self._recent)[-RECENT_FEWEST:]
+        return sum(latest) / len(latest)
 
     @property
     def in_runs(self) -> bool:

@@ -688,8 +688,9 @@ def prefetch(
     over costs about as much and worker threads running Python take the GIL
     from a reader running Python too; the first items are timed in the
     reader, the workers start once items cost more than twice the threshold
-    (a first item alone counts only above ten times), and the reader takes
-    the work back if items get cheap again (see
+    (a first item alone counts only above ten times) or slow items come back
+    regularly among cheap ones, and the reader takes the work back if items
+    get cheap again (see
     :mod:`lazyseq.loading.item_cost`). A ``start_hook`` keeps every item in
     the workers, where it ran. Giving ``inline_below`` explicitly sets that
     threshold for either method: ``0`` sends every item to the workers,
