@@ -133,6 +133,21 @@ def test_batches_of_items_taken_apart_by_unbatch_keep_the_source_dtype(source):
     assert again.dtype == object and [x.tolist() for x in again] == [[0, 1], [0, 1, 2]]
 
 
+@pytest.mark.parametrize(
+    "source", [np.array([1, 2], dtype=">i2"), np.array(["abc", "d", "ef", "g"]), np.array(["x", None], dtype=object)]
+)
+def test_a_concatenation_batches_items_taken_apart_by_unbatch_as_those_of_their_source(source):
+    first = np.arange(2, dtype=np.int8)
+    items = lazyseq.unbatch(lazyseq.batch(source, 2), 2)
+    via, direct = lazyseq.concatenate([first, items]), lazyseq.concatenate([first, source])
+    for k in (2, 3):  # a batch of items of both parts is a list (int8 numbers and strings or objects do not stack)
+        for ours, theirs in zip(lazyseq.batch(via, k), lazyseq.batch(direct, k)):
+            assert type(ours) is type(theirs) and getattr(ours, "dtype", None) == getattr(theirs, "dtype", None)
+            assert list(ours) == list(theirs)
+    ours, theirs = lazyseq.batch(via[2:], 2)[0], lazyseq.batch(direct[2:], 2)[0]
+    assert ours.dtype == theirs.dtype and ours.tolist() == theirs.tolist()
+
+
 def test_unbatch_inverts_batch_of_tuples_and_dicts():
     # A batch of tuples or dicts holds them field by field: unbatch gave whole fields, or raised KeyError
     pairs = lazyseq.collate([np.arange(4) * 10, np.arange(4)])

@@ -251,3 +251,48 @@ def test_a_padding_item_is_refused_as_a_read_only_one():
     with pytest.raises(TypeError):
         items[4:6] = [40, 50]
     assert a.tolist() == [0, 1, 2, 3, 4] and items[5] == -1
+
+
+def test_a_padding_item_reached_through_a_switch_is_refused_too():
+    a, b = np.arange(3), np.arange(3) * 10
+    chosen = lazyseq.switch([True, False], lazyseq.batch(a, 2, pad=-1), lazyseq.batch(b, 2, pad=-1))
+    items = lazyseq.unbatch(chosen, 2)  # 0 1 20 -1
+    with pytest.raises(TypeError, match=r"^batch: element 1 of batch 1 is padding \(pad=-1\)"):
+        items[3] = 7
+    items[2] = 7  # an item of the data: written where it came from
+    assert list(items) == [0, 1, 7, -1] and b.tolist() == [0, 10, 7]
+
+
+def test_an_item_of_a_batch_made_by_a_collate_fn_is_refused():
+    a = np.arange(4)
+    reversed_pairs = lazyseq.unbatch(lazyseq.batch(a, 2, collate_fn=lambda xs: np.stack(xs[::-1])), 2)  # 1 0 3 2
+    with pytest.raises(TypeError) as caught:
+        reversed_pairs[0] = 100  # it would have gone to a[0], which the view reads as item 1
+    assert str(caught.value).endswith(
+        "<lambda> made cannot be assigned to (what the function made of the items cannot be undone); assign to the "
+        "batched sequence's items, or a whole batch as a sequence of items"
+    )
+    as_lists = lazyseq.unbatch(lazyseq.batch(a, 2, collate_fn=list), 2)  # a list of the items: they are its elements
+    as_lists[1] = 100
+    assert a.tolist() == [0, 100, 2, 3]
+
+
+def test_a_refused_write_leaves_what_a_cache_below_holds_as_it_was():
+    objects, numbers = np.array(["p"], dtype=object), np.array([1, 2])
+    pairs = lazyseq.batch(lazyseq.concatenate([objects, numbers]), 2)  # batch 0: ['p', 1], a list
+    items = lazyseq.unbatch(lazyseq.add_cache(lazyseq.switch([True, True], pairs, pairs), 4), 2, 1)
+    assert list(items) == ["p", 1, 2]  # batch 0 cached
+    with pytest.raises(ValueError, match="invalid literal for int"):
+        items[1] = "x"  # the batch read was changed in place, then its write refused: the cache kept the change
+    assert list(items) == ["p", 1, 2] and numbers.tolist() == [1, 2]
+
+
+def test_a_batch_assignment_refused_part_way_changes_nothing():
+    a = np.zeros(4, dtype=int)
+    with pytest.raises(ValueError, match="invalid literal for int"):
+        lazyseq.batch(a, 2)[0] = [1, "x"]
+    five = np.zeros(5, dtype=int)
+    items = lazyseq.unbatch(lazyseq.batch(five, 3), 3)  # says 6 items; its last batch holds 2
+    with pytest.raises(ValueError, match=r"^unbatch: batch 1 \(the last: see last_batch_size\) holds 2 items"):
+        lazyseq.batch(items, 4)[0] = [1, 1, 1, 1]  # items 0 to 2 were written before item 3 was refused
+    assert a.tolist() == [0, 0, 0, 0] and five.tolist() == [0, 0, 0, 0, 0]

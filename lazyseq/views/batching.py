@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, overload
 
@@ -122,14 +123,18 @@ class BatchView(View[Any]):
                 value = [_row(value, r, collated) for r in range(count)]
         if len(value) != size:
             raise ValueError(f"batch {i} has {size} items, cannot assign {len(value)} values")
-        for offset, j in enumerate(span):  # padding positions, if any, are not written
-            self._parent._set(j, value[offset])
+        # Padding positions, if any, are not written. As for a slice assignment: over one array, one numpy write; a
+        # value refused part way puts back what was written.
+        from .gather import GatherView
+
+        GatherView(self._parent, span)._assign_all([value[offset] for offset in range(len(span))])
 
     def _check_writable(self, i: int) -> None:
         for j in self._held(i):
             self._parent._check_writable(j)
 
     def _check_element_writable(self, i: int, r: int) -> None:
+        self._check_elements_are_items()
         span = self._held(i)
         if r < len(span):
             self._parent._check_writable(span[r])
@@ -137,6 +142,7 @@ class BatchView(View[Any]):
             raise self._padding_written(i, r)
 
     def _set_element(self, i: int, r: int, value: Any) -> bool:
+        self._check_elements_are_items()
         span = self._held(i)
         if r < len(span):
             self._parent._set(span[r], value)
@@ -146,7 +152,20 @@ class BatchView(View[Any]):
         return False
 
     def _element_count(self, i: int) -> int | None:
+        self._check_elements_are_items()
         return self._k if self._pad is not None else len(self._held(i))
+
+    def _check_elements_are_items(self) -> None:
+        """Element ``r`` of a batch is item ``r`` of its span, unless a ``collate_fn`` made it (other than ``list``)."""
+        collate_fn = self._collate_fn
+        if collate_fn is not None and collate_fn is not list:
+            from .mapping import function_name
+
+            raise TypeError(
+                f"batch: an element of a batch that collate_fn={function_name(collate_fn)} made cannot be assigned "
+                "to (what the function made of the items cannot be undone); assign to the batched sequence's items, "
+                "or a whole batch as a sequence of items"
+            )
 
     def _padding_written(self, i: int, r: int) -> TypeError:
         return TypeError(
@@ -277,6 +296,7 @@ class UnbatchView(View[Any]):
                 f"unbatch: cannot assign item {i}: its batch holds tuples or dicts field by field; assign "
                 "to the batched sequence's items instead"
             )
+        current = copy.copy(current)  # not the object read: a cache below may hold it, and the write may be refused
         current[r] = value
         # A batch may be made anew at each read (batch of an array): the change goes back to where it came from.
         self._parent._set(b, current)

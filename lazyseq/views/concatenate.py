@@ -10,7 +10,7 @@ import numpy as np
 
 from ..arguments import indexable_length
 from .base import View
-from .chunks import Columns, new_rows, scatter
+from .chunks import Columns, chunk_to_batch, new_rows, scatter
 from .itemtypes import SequenceLike, T
 from .keys import Positions, compose, positions_array
 from .row_window import RowWindow
@@ -73,7 +73,7 @@ class ConcatenateView(View[Any]):
             if first[0] == last[0]:  # one part holds them all: a shifted range
                 offset = self._starts[first[0]]
                 chunk = parts[first[0]]._get_many(range(idx.start - offset, idx.stop - offset, idx.step))
-                return _in_order(chunk, self._key_order)
+                return _in_order(self._typed(chunk, first[0]), self._key_order)
         idx = positions_array(idx)
         if self._window is not None:  # rows of arrays alike (open_npy): one call, one copy
             return self._window.rows(idx)
@@ -94,11 +94,19 @@ class ConcatenateView(View[Any]):
             where = (which == p).nonzero()[0]
             if len(where):
                 chunk = parts[p]._get_many(compose(local, where))  # intp again where they fit
-                pieces.append(_in_order(chunk, self._key_order))
+                pieces.append(_in_order(self._typed(chunk, p), self._key_order))
                 positions.append(where)
         if not pieces:
             return parts[0]._get_many(idx) if parts else []
         return scatter(pieces, positions, len(idx))
+
+    def _typed(self, chunk: Any, p: int) -> Any:
+        """``chunk`` of part ``p`` as an array of its items' dtype where it is a list of items that part says are
+        arrays: what a part that is an array gives, next to the others'."""
+        if type(chunk) is not list or not chunk:
+            return chunk
+        spec = self._parents[p]._item_spec()
+        return chunk_to_batch(chunk, spec) if spec is not None and spec[0] == "array" else chunk
 
     def _before_fork(self) -> None:
         if self._window is not None:

@@ -54,6 +54,16 @@ class CaseView(View[Any]):
     def _check_writable(self, i: int) -> None:
         self._values[self._branch(i)]._check_writable(i)
 
+    # An item is one of a branch's: what is known of its elements (a batch's items, say) is that branch's.
+    def _check_element_writable(self, i: int, r: int) -> None:
+        self._values[self._branch(i)]._check_element_writable(i, r)
+
+    def _set_element(self, i: int, r: int, value: Any) -> bool:
+        return self._values[self._branch(i)]._set_element(i, r, value)
+
+    def _element_count(self, i: int) -> int | None:
+        return self._values[self._branch(i)]._element_count(i)
+
     def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         return tuple((p, i) for p in self._parents)
 
