@@ -4,6 +4,7 @@ import functools
 import multiprocessing
 import os
 import pickle
+import sys
 import threading
 import time
 
@@ -76,6 +77,32 @@ def test_slow_items_that_come_back_regularly_go_to_the_workers_and_stay_there():
     for _ in range(16):
         cost.add(0.1)
     assert cost.inline
+
+
+def test_timings_added_by_several_threads_at_once_raise_nothing():
+    # Worker threads time their items while the reader times its own: looking for slow items among the recent
+    # timings while another thread added one raised "deque mutated during iteration" from the item's read.
+    cost, errors = ItemCost(inline_below=1.0), []
+
+    def add_timings():
+        try:
+            for _ in range(500):
+                for seconds in (0.1,) * 15 + (60.0,):  # one slow among cheap ones: a look at the recent timings
+                    cost.add(seconds)
+        except Exception as error:
+            errors.append(error)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads take turns between any two steps
+    try:
+        threads = [threading.Thread(target=add_timings) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == [] and cost.inline
 
 
 def every_fourth_waits(i):

@@ -336,3 +336,35 @@ def test_a_ctrl_c_as_a_close_begins_still_stops_the_workers(clean, monkeypatch, 
             thread.join(timeout=10)
     finally:
         workers.close()
+
+
+def test_a_worker_death_read_while_another_thread_closes_the_loader_raises_nothing(clean):
+    # Closed from another thread as the death was looked into: the closed process object (its exit code, its pid)
+    # raised ValueError from the read, where a close meanwhile means the death is no news.
+    ahead = prefetch(lazyseq.smap(square, range(50)), nworkers=2, method="process", start_method="fork", inline_below=0)
+    assert ahead[1] == 1
+    workers = ahead._engine.workers.workers
+    counters = workers._progress
+
+    class ClosedOnSecondRead:
+        reads = 0
+
+        def __getitem__(self, k):
+            value = counters[k]
+            ClosedOnSecondRead.reads += 1
+            if ClosedOnSecondRead.reads == 2:  # another thread closes the loader now
+                closing = threading.Thread(target=workers.close)
+                closing.start()
+                closing.join()
+            return value
+
+        def close(self):
+            counters.close()
+
+    workers._progress = ClosedOnSecondRead()
+    victim = workers._processes[0]
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.join(timeout=60)
+    workers._died(0)  # returns: the loader is closed
+    assert workers.closed and ClosedOnSecondRead.reads == 2
+    ahead.close()

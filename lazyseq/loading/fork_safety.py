@@ -162,6 +162,10 @@ def _forget_forkserver(server: Any) -> None:
         if hasattr(server, name):
             setattr(server, name, None)
     server._lock = threading.Lock()  # held by another thread of the parent, perhaps
+    # Its socket goes in multiprocessing's temporary folder, the parent's until then: removed when the parent ends.
+    config = getattr(multiprocessing.process.current_process(), "_config", None)
+    if isinstance(config, dict):
+        config.pop("tempdir", None)  # the child makes its own, removed when it ends
 
 
 os.register_at_fork(before=_before_fork, after_in_parent=_in_parent, after_in_child=_in_child)

@@ -100,8 +100,12 @@ class ItemCost:
         self.estimate = estimate
         recent = self._recent
         recent.append(seconds)
+        slow = seconds > 2 * self.inline_below
         if self.inline:
-            if estimate > (FIRST_ONLY_ABOVE if self.count == 1 else 2) * self.inline_below or self._slow_pattern():
+            # a pattern of slow items can only begin with a slow one: cheap items pay a comparison, not a look
+            if estimate > (FIRST_ONLY_ABOVE if self.count == 1 else 2) * self.inline_below or (
+                slow and self._slow_pattern()
+            ):
                 self.inline = False
             elif self.count > 2 and max(seconds, estimate) < self.inline_below / 2:  # far from the threshold
                 # about one in TIME_ONE_IN, not every TIME_ONE_IN-th: items slow one time in 2 or 4 are timed too
@@ -109,16 +113,18 @@ class ItemCost:
         elif estimate < self.inline_below and self._latest_mean() < self.inline_below:
             self.inline = True
 
+    # Worker threads add timings while the reader does: each reads a copy of the recent ones, taken in one call.
+
     def _slow_pattern(self) -> bool:
         """Whether slow items come back among the recent ones, costing more than twice the threshold on average."""
-        recent, slow = self._recent, 2 * self.inline_below
+        recent, slow = tuple(self._recent), 2 * self.inline_below
         if len(recent) < RECENT_FEWEST or sum(recent) <= slow * len(recent):
             return False
-        return sum(1 for seconds in recent if seconds > slow) >= SLOW_AMONG_RECENT
+        return sum(seconds > slow for seconds in recent) >= SLOW_AMONG_RECENT
 
     def _latest_mean(self) -> float:
         """The mean of the latest ``RECENT_FEWEST`` timings."""
-        latest = list(self._recent)[-RECENT_FEWEST:]
+        latest = tuple(self._recent)[-RECENT_FEWEST:]
         return sum(latest) / len(latest)
 
     @property

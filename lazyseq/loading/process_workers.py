@@ -426,15 +426,32 @@ class ProcessWorkers:
         if self.closed or _exiting():  # closed by another thread meanwhile, or by multiprocessing at exit: expected
             self.close()
             return
+        try:
+            said, message, held, suspects = self._death_of(k)
+        except (ValueError, OSError):  # a process, counter or pipe closed under it: by another thread closing, expected
+            if self._closed_meanwhile():
+                return
+            raise
+        if said is not None:  # a start_hook that raised, say: why it ended
+            self._receive(k, said, [])  # raises
+        self.close()
+        raise WorkerDied(message, held, suspects)
+
+    def _closed_meanwhile(self) -> bool:
+        """Whether close() was called, read anew (another thread may have called it since)."""
+        return self.closed
+
+    def _death_of(self, k: int) -> tuple[StartFailed | None, str, list, list]:
+        """What worker ``k`` said as it ended without starting (if it did), else what to say of its death: the message,
+        the tasks it held and those it was computing."""
         process = self._processes[k]
         process.join(STOP_SECONDS)  # the sentinel fires as it exits, a moment before its exit code is known
         if k not in self._started:
-            self._raise_start_failure(k)
+            said = self._start_failure(k)
+            if said is not None:
+                return said, "", [], []
         busy = self._busy[k]
-        try:
-            began, finished = self._progress[2 * k], self._progress[2 * k + 1]
-        except ValueError:  # closed by another thread meanwhile, which released the counters: expected
-            return
+        began, finished = self._progress[2 * k], self._progress[2 * k + 1]
         # the last task it began is what it was in, unless it finished it (its result not sent yet)
         suspects = [task for task, (_, number) in busy.items() if number == began] if finished < began else []
         doing = ""
@@ -455,21 +472,20 @@ class ProcessWorkers:
             f"{self._owner}: worker process {k} (pid {process.pid}) died with "
             f"{exit_description(process.exitcode)}{doing}"
         )
-        held = list(busy)
-        self.close()
-        raise WorkerDied(message, held, suspects)
+        return None, message, list(busy), suspects
 
-    def _raise_start_failure(self, k: int) -> None:
+    def _start_failure(self, k: int) -> StartFailed | None:
         """What worker ``k`` said before it ended without starting (a start_hook that raised), if it said it.
 
         A task sent to it as it ended finds its pipe closed before the reader
         has read its last message: that message says why, not the death.
         """
         if self._reader is None:
-            return
+            return None
         for j, message in self._reader.take(0.0):  # the workers are stopped next: the others' results do not matter
             if j == k and type(message) is StartFailed:
-                self._receive(j, message, [])  # raises, saying why
+                return message
+        return None
 
     def close(self) -> None:
         """Stop every worker: ask, then SIGTERM, then SIGKILL; release the slots."""

@@ -36,7 +36,11 @@ class SharedCounters:
     def __init__(self, count: int, *, fd: int | None = None) -> None:
         self.count = count
         self._fd = anonymous_file(count * _WIDTH, "lazyseq-progress") if fd is None else fd
-        self._map = mmap.mmap(self._fd, count * _WIDTH)
+        try:
+            self._map = mmap.mmap(self._fd, count * _WIDTH)
+        except BaseException:
+            close_quietly(self._fd)
+            raise
         self._values = memoryview(self._map).cast("q")
         self._release = weakref.finalize(self, _release, self._values, self._map, self._fd)
 
