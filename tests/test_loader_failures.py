@@ -416,6 +416,27 @@ def test_an_interrupt_raised_by_an_item_is_raised_at_its_read_and_the_iteration_
     assert multiprocessing.active_children() == []
 
 
+def exits_on_eight(x):
+    if x == 8:
+        raise SystemExit("item 8's own")
+    return x
+
+
+def test_a_system_exit_of_a_cheap_item_is_raised_at_its_own_read_and_no_item_is_lost():
+    # The reader computes cheap items a run at a time: the SystemExit of item 8 came out of the reads that started
+    # the runs holding it (3 and 6), whose items were lost.
+    with prefetch(lazyseq.smap(exits_on_eight, range(20)), nworkers=2) as ahead:
+        reads, got = iter(ahead), []
+        for _ in range(25):
+            try:
+                got.append(next(reads))
+            except SystemExit as raised:
+                got.append(str(raised))
+            except StopIteration:
+                break
+    assert got == [*range(8), "item 8's own", *range(9, 20)]
+
+
 @pytest.mark.parametrize("error", [KeyboardInterrupt, SystemExit])
 def test_an_interrupt_raised_in_a_worker_process_ends_the_batches_as_a_ctrl_c(error):
     calls = iter(range(10**9))

@@ -228,13 +228,14 @@ class Engine:
         """
         return self._compute(read, arg, self.cost, count)  # type: ignore[arg-type]  # as in compute_here
 
-    def compute_run_here(self, args: Iterable[Any]) -> tuple[list, Exception | None]:
+    def compute_run_here(self, args: Iterable[Any]) -> tuple[list, BaseException | None]:
         """``job(arg)`` for ``args`` in turn, in the reader's thread, until about ``RUN_SECONDS`` of work is done.
 
         The items are far cheaper than handing them over (:attr:`ItemCost.in_runs`):
-        their average is timed. An exception from ``job`` ends the run, and is
-        returned with the values computed before it (to be raised at the read of
-        its item); a KeyboardInterrupt or the like propagates at once.
+        their average is timed. An exception from ``job`` (a ``SystemExit``
+        too) ends the run, and is returned with the values computed before it
+        (to be raised at the read of its item); a KeyboardInterrupt, which
+        cannot be told from a Ctrl-C, propagates at once.
         """
         cost: ItemCost = self.cost  # type: ignore[assignment]  # as in compute_here
         job, values, error = self._job, [], None
@@ -244,7 +245,9 @@ class Engine:
             for arg in args:
                 try:
                     values.append(job(arg))
-                except Exception as failure:
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as failure:
                     error = failure
                     break
                 now = perf_counter()

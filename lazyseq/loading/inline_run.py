@@ -41,7 +41,7 @@ class InlineRun:
     __slots__ = ("_changes", "_engine", "_epochs", "_error", "_start", "_values", "_view")
 
     def __init__(
-        self, engine: Any, start: int, values: list[Any], error: Exception | None, view: Any, stamp: tuple[int, Any]
+        self, engine: Any, start: int, values: list[Any], error: BaseException | None, view: Any, stamp: tuple[int, Any]
     ) -> None:
         self._engine = engine
         self._start = start

@@ -294,7 +294,7 @@ class PrefetchView(View[T_co]):
         stamp = epoch_stamp(self._parent)  # before: an epoch set while the items are computed makes them old
         values, error = engine.compute_run_here(range(i, stop))
         if not values:  # item i failed
-            raise cast("Exception", error)
+            raise cast("BaseException", error)
         order.last = i + len(values) - 1  # as if read: the read after the run is the next in order
         value, values[0] = values[0], MISSING
         more = len(values) > 1 or error is not None
