@@ -699,3 +699,33 @@ def test_many_items_read_at_once_from_process_workers_over_data_alone_are_read_w
         batches = list(lazyseq.batch(lazyseq.shuffle(ahead, seed=0), 4))
         assert ahead.workers_running  # a function: computed in the worker processes
     np.testing.assert_array_equal(np.stack(batches), -expected)
+
+
+def test_closing_a_loader_that_a_worker_of_another_reads_costs_that_loader_nothing():
+    # The outer loader's worker waited on the inner loader's item as the inner one closed: the item's outcome was
+    # LoaderClosed, raised by a read of the outer loader, which nobody had closed.
+    computing, release = threading.Event(), threading.Event()
+
+    def held_at_one(x):
+        if x == 1 and not release.is_set():
+            computing.set()
+            release.wait(timeout=60)
+        return x
+
+    inner = prefetch(lazyseq.smap(held_at_one, range(10)), nworkers=1, inline_below=0)
+    outer = prefetch(lazyseq.smap(lambda x: x + 1, inner), nworkers=1, inline_below=0)
+    try:
+        assert outer[0] == 1
+        assert computing.wait(timeout=60)  # the outer worker reads item 1 from the inner loader, which computes it
+        engine = inner._engine
+        closing = threading.Thread(target=inner.close)  # the close waits for the inner worker to end its item
+        closing.start()
+        while not engine.closed:  # the outer worker's read of item 1 ends now: the inner loader is closed
+            closing.join(timeout=0.001)
+        release.set()
+        closing.join(timeout=60)
+        assert outer[1] == 2 and outer.batch(4)[0].tolist() == [1, 2, 3, 4]
+    finally:
+        release.set()
+        outer.close()
+        inner.close()

@@ -174,7 +174,7 @@ class PrefetchView(View[T_co]):
                     return value
                 self._run = None  # the workers compute ahead now, up to max_buffered: not the reader
                 try:
-                    done = self._read(engine, order, i)
+                    done = _again_if_closed_below(engine, i, self._read(engine, order, i))
                     break
                 except BaseException as error:
                     _read_failed(engine, error)
@@ -212,7 +212,8 @@ class PrefetchView(View[T_co]):
             try:
                 values: list = []
                 # ``i``, a local of this frame, names the failing item in the chain of views (views/errors.py)
-                for i, done in self._read_many(engine, self._order, [int(k) for k in idx]):  # noqa: B007
+                for i, outcome in self._read_many(engine, self._order, [int(k) for k in idx]):  # noqa: B007
+                    done = _again_if_closed_below(engine, i, outcome)
                     if done.status == "error":
                         values.clear()  # the traceback keeps this frame: not the items read (their slots)
                         raise raised_by_an_item(done.value)
@@ -449,6 +450,22 @@ class PrefetchIterator(Generic[T_co]):
                 f"{shuffles}: set the epoch it was saved at (set_epoch) and the same seeds before loading it"
             )
         self._position = position
+
+
+READS_AFTER_A_CLOSE_BELOW = 2  # times an item is read again after a loader below closed while a worker read it
+
+
+def _again_if_closed_below(engine: Engine, i: int, done: Done) -> Done:
+    """``done``, the outcome of item ``i``; read again if a loader below it was closed while a worker waited on it.
+
+    That item was not read (closing a loader that this one reads, say), and a
+    closed loader starts again when read.
+    """
+    for _ in range(READS_AFTER_A_CLOSE_BELOW):
+        if done.status != "error" or type(done.value) is not LoaderClosed:
+            break
+        done = engine.wait_for(i, i)
+    return done
 
 
 def reads_only_data(view: View) -> bool:
