@@ -307,8 +307,9 @@ def test_untimed_items_still_go_to_the_workers_when_they_get_slow():
 
 @pytest.fixture
 def long_runs(monkeypatch):
-    """Runs of cheap items as long as RUN_ITEMS, whatever the machine's speed."""
+    """Runs of cheap items as long as RUN_ITEMS, whatever the machine's speed (a busy one's hiccups included)."""
     monkeypatch.setattr("lazyseq.loading.item_cost.RUN_SECONDS", 60.0)
+    monkeypatch.setattr("lazyseq.loading.options.INLINE_BELOW", 1.0)  # no stall makes an item look worth the workers
 
 
 def test_cheap_items_read_in_order_are_computed_a_run_at_a_time(long_runs):
