@@ -16,6 +16,7 @@ from . import wire
 from .connection import Connection
 from .endpoints import check_endpoint
 from .failures import restore_failure
+from .frames import DONTWAIT
 from .shared_items import ReceivedPool, hello_fields
 
 __all__ = ["RemoteStream", "RemoteView", "connect"]
@@ -302,6 +303,11 @@ class RemoteStream(Iterator[Any]):
         self._received: deque[tuple[str, int, str, Any]] = deque()  # (server instance, seq, status, value)
         self._asked = 0  # items asked for and not received
         self._handed: deque[int] = deque(maxlen=RECENT)  # the items handed out last (their acks may be lost)
+        # Items handed out that the server has not said it knows of, each with the request that first acknowledged
+        # it. Every request acknowledges them all again, so that a connection broken under one loses none: items
+        # say which request the server acted on last ("acked"), and those it covers are known.
+        self._unconfirmed: dict[int, int] = {}
+        self._requests = 0  # requests sent: each one numbered
         self._server = connection.server  # the server instance that numbered the items in _handed
         self._ended = False
         self._gaps = connection.gaps()  # the heartbeats' gaps the server confirmed it lived through (see __next__)
@@ -327,7 +333,7 @@ class RemoteStream(Iterator[Any]):
                     if self._ended:
                         raise StopIteration
                     if not self._received and not self._asked:
-                        self._ask(self._ahead, [])
+                        self._ask(self._ahead)
                     while not self._received:
                         if self._ended:
                             raise StopIteration
@@ -345,16 +351,16 @@ class RemoteStream(Iterator[Any]):
                         self._received = kept
                         more = self._ahead - len(kept) - self._asked
                         if more > 0:
-                            self._ask(more, [])
+                            self._ask(more)
                 # A Ctrl-C comes between two calls: until the item leaves the queue, it is there to be read again (an
                 # acknowledgement sent twice counts once); from then on, the handler below puts it back.
                 entry = self._received[0]
                 server, seq, status, value = entry
                 if server == self._server:
-                    self._ask(1, [seq])  # delivered: acknowledged, and one more asked for
+                    self._ask(1, seq)  # delivered: acknowledged, and one more asked for
                     self._handed.append(seq)
                 else:  # sent by a server that is gone: nobody to acknowledge it to
-                    self._ask(1, [])
+                    self._ask(1)
                 del self._received[0]
                 taken = entry
         except KeyboardInterrupt:
@@ -374,11 +380,30 @@ class RemoteStream(Iterator[Any]):
             "copy would be another one sharing this one's items; connect to the server where the items are read"
         )
 
-    def _ask(self, more: int, acks: list[int]) -> None:
-        self._connection.send(b"next", {"more": more, "ack": acks, "server": self._server})
+    def _ask(self, more: int, handed: int | None = None) -> None:
+        """Ask for ``more`` items, acknowledging ``handed`` (just handed out) and every item not known to be known."""
+        self._connection.send(b"next", self._next_header(more, handed))
         # Counted once sent: a request cut short by a Ctrl-C may count items never asked for, and the stream would
         # wait for them for ever; one sent but not counted brings an item more than asked, which is kept.
         self._asked += more
+
+    def _next_header(self, more: int, handed: int | None = None, **more_fields: Any) -> dict[str, Any]:
+        self._requests += 1
+        if handed is not None:
+            self._unconfirmed.setdefault(handed, self._requests)
+        return {
+            "more": more,
+            "ack": list(self._unconfirmed),
+            "req": self._requests,
+            "server": self._server,
+            **more_fields,
+        }
+
+    def _known_up_to(self, header: dict) -> None:
+        """The server acted on the requests up to ``header["acked"]``: the items they acknowledged are known."""
+        acked = header.get("acked")
+        if type(acked) is int and self._unconfirmed:
+            self._unconfirmed = {seq: request for seq, request in self._unconfirmed.items() if request > acked}
 
     def _receive_one(self, waiting_for: str = "the next item of the stream") -> bytes:
         """Take in one message from the server; its kind."""
@@ -388,14 +413,7 @@ class RemoteStream(Iterator[Any]):
         elif kind == b"silent":  # what the server sent may be lost: it sends again what was not acknowledged
             have = [seq for server, seq, _, _ in self._received if server == self._server]
             # "asked": how many items it waits for, should a request have been lost (see Connection.send)
-            header = {
-                "more": 0,
-                "ack": list(self._handed),
-                "resend": have,
-                "asked": self._asked,
-                "server": self._server,
-            }
-            self._connection.send(b"next", header)
+            self._connection.send(b"next", self._next_header(0, resend=have, asked=self._asked))
         elif kind == b"forgotten":  # taken for dead: what it had not handed out went to others
             server = header.get("server") if isinstance(header, dict) else None
             self._received = deque(entry for entry in self._received if entry[0] != server)
@@ -403,17 +421,26 @@ class RemoteStream(Iterator[Any]):
             self._asked = 0
             # handed out: the server keeps them from going out again; those still held (of a server that went away)
             # count against ahead, and each one handed out asks for one more
-            self._ask(max(0, self._ahead - len(self._received)), list(self._handed))
+            self._ask(max(0, self._ahead - len(self._received)))
         elif kind == b"end":
             self._ended = True
             self._asked = 0
+            if isinstance(header, dict):
+                self._known_up_to(header)
         elif kind in (b"item", b"error") and isinstance(header, dict) and type(header.get("seq")) is int:
             seq, server = header["seq"], str(header.get("server", self._server))
             if server != self._server:  # a new server instance numbers its items anew
                 self._server = server
                 self._handed.clear()
-            elif seq in self._handed or any(seq == s and server == i for i, s, _, _ in self._received):
-                return kind  # sent again after a silence, but it had arrived
+                self._unconfirmed.clear()
+            else:
+                self._known_up_to(header)
+                if (
+                    seq in self._handed
+                    or seq in self._unconfirmed
+                    or any(seq == s and server == i for i, s, _, _ in self._received)
+                ):
+                    return kind  # sent again after a silence, but it had arrived
             self._asked = max(0, self._asked - 1)
             if kind == b"item":
                 try:
@@ -447,6 +474,13 @@ class RemoteStream(Iterator[Any]):
 
     def close(self) -> None:
         """Disconnect: items received and not handed out go back to the server for other consumers."""
+        if self._unconfirmed and self._lock.acquire(blocking=False):  # not while a read uses the socket
+            try:  # the items handed out that the server may not know of (a request lost with a broken connection)
+                self._connection.send(b"next", self._next_header(0), DONTWAIT)
+            except Exception:  # the server is gone, or cannot take it now: as with any message lost
+                pass
+            finally:
+                self._lock.release()
         self._connection.close()
 
     def __enter__(self) -> RemoteStream:

@@ -21,7 +21,8 @@ consumer -> server             server -> consumer
 ``get`` {req, index}           ``item`` {req, index, tree} + buffers, or ``error`` / ``failed``
 ``get`` {req, index, count}    the same for items ``index`` to ``index + count - 1``, one answer
                                each, as requests ``req`` to ``req + count - 1``
-``next`` {more, ack}           ``item`` {seq, tree} + buffers, ``error`` {seq, ...}, or ``end``
+``next`` {more, ack, req}      ``item`` {seq, tree, acked} + buffers, ``error`` or ``end``, each
+                               {acked}: the last ``req`` acted on (see :mod:`.stream_service`)
 ``sync``                       ``synced``: every message sent before it has been acted on
 ``ping`` {client, timeout}     ``pong`` {server}: from a second socket, the consumer's heartbeat
 ``bye``                        (nothing: what the server held for that consumer is freed)

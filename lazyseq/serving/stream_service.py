@@ -15,6 +15,12 @@ others), says hello again and asks anew. The acknowledgements it brings keep
 the items they name from going out again, unless another consumer got them
 meanwhile: such an item went out twice, which is logged.
 
+A consumer acknowledges again, with every request, each item it handed out
+that the server has not said it knows of: requests are numbered (``req``),
+and each item sent to it says the last one acted on (``acked``). A request
+lost with a broken connection (ZeroMQ reconnects at once) thus loses no
+acknowledgement.
+
 Items are numbered in the order they are drawn from the iterable (``seq``),
 and encoded at once into buffers the server owns, so an iterable that reuses
 its arrays (``load_buffers``) can go on. A server that comes back at the same
@@ -46,11 +52,12 @@ Send = Callable[[bytes, bytes, Any, list], None]
 
 
 class _Consumer:
-    __slots__ = ("wanted", "unacked")
+    __slots__ = ("wanted", "unacked", "request")
 
     def __init__(self) -> None:
         self.wanted = 0  # items asked for and not sent yet
         self.unacked: dict[int, tuple] = {}  # seq -> (kind, header, buffers): sent, not acknowledged
+        self.request = 0  # the last of its requests acted on: what the items sent to it say ("acked")
 
 
 class _Draw:
@@ -130,12 +137,15 @@ class StreamService:
             return
         for seq in acks:
             state.unacked.pop(seq, None)
+        request = header.get("req")
+        if type(request) is int and request > state.request:
+            state.request = request
         wanted, resent = state.wanted + more, 0
         if type(have) is list:  # the consumer heard nothing for a while: what it lacks is sent again
             have = {s for s in have if type(s) is int}
             for seq, (kind, item_header, buffers) in sorted(state.unacked.items()):
                 if seq not in have:
-                    self.send(consumer, kind, item_header, buffers)
+                    self._send_to(consumer, state, kind, item_header, buffers)
                     resent += 1
         asked = header.get("asked")  # after a silence: what it waits for (a request of it may have been lost)
         if type(asked) is int and asked >= 0:
@@ -223,13 +233,17 @@ class StreamService:
                 state = consumers[consumer] = consumers.pop(consumer)  # to the end of the line
                 state.unacked[seq] = (kind, header, buffers)
                 state.wanted -= 1
-                self.send(consumer, kind, header, buffers)
+                self._send_to(consumer, state, kind, header, buffers)
         if self.exhausted and not (returned or drawn) and not any(s.unacked for s in consumers.values()):
             for consumer, state in consumers.items():
                 if state.wanted:
-                    self.send(consumer, b"end", {}, [])
+                    self._send_to(consumer, state, b"end", {}, [])
                     state.wanted = 0
         self._draw_ahead()
+
+    def _send_to(self, consumer: bytes, state: _Consumer, kind: bytes, header: dict, buffers: list) -> None:
+        """Send to ``consumer``, saying which of its requests was acted on last (see the module's description)."""
+        self.send(consumer, kind, {**header, "acked": state.request}, buffers)
 
     def close(self) -> None:
         self._drawer.close()
