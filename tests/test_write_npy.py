@@ -532,6 +532,33 @@ def test_a_corrupt_shard_is_redone_on_resume_and_a_bad_header_reported_on_open(t
     )
 
 
+def test_a_shard_whose_header_says_its_values_begin_elsewhere_is_reported_on_open(tmp_path):
+    rows = np.arange(60, dtype=np.float32).reshape(20, 3)
+    lazyseq.write_npy(rows, tmp_path, rows_per_shard=10)
+    shard = tmp_path / "data-00001.npy"
+    data = bytearray(shard.read_bytes())
+    header = int.from_bytes(data[8:10], "little")
+    data[8:10] = (header - 30).to_bytes(2, "little")  # its values would be read 30 bytes early: the same size
+    shard.write_bytes(bytes(data))
+    assert open_error(tmp_path) == (
+        f"open_npy: {shard} has a header of {header - 20} bytes, but its {len(data)} bytes hold 120 bytes of values "
+        f"after a header of {header + 10}: its values would be read from the wrong place; call write_npy again with "
+        "the same arguments to redo it"
+    )
+
+
+@pytest.mark.parametrize(("damage", "raised"), [(b"{", b"z"), (b"'<f4'", b"',f4'")], ids=["TokenError", "SyntaxError"])
+def test_a_shard_whose_header_text_is_damaged_is_a_value_error_naming_it(tmp_path, damage, raised):
+    rows = np.arange(60, dtype=np.float32).reshape(20, 3)
+    lazyseq.write_npy(rows, tmp_path, rows_per_shard=10)
+    shard = tmp_path / "data-00001.npy"
+    shard.write_bytes(shard.read_bytes().replace(damage, raised, 1))
+    message = open_error(tmp_path)
+    assert message.startswith(f"open_npy: {shard} has a header that cannot be read (its header cannot be parsed: ")
+    with pytest.raises(ValueError, match=f"^open_npy: cannot memory-map {re.escape(str(shard))}: its header"):
+        lazyseq.open_npy(shard)
+
+
 def test_a_directory_written_by_version_1_with_crc32s_is_read_and_resumed(tmp_path, reference):
     lazyseq.write_npy(pipeline(N), tmp_path, rows_per_shard=10)
 

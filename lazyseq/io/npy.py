@@ -6,6 +6,7 @@ import glob
 import os
 import zipfile
 from collections.abc import Sequence
+from tokenize import TokenError
 from typing import Any
 
 import numpy as np
@@ -84,7 +85,7 @@ def open_npy(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -
     for path in files:
         _check_npy_magic(path)
         try:
-            array = np.load(path, mmap_mode="r")
+            array = _mapped(path)
         except ValueError as error:
             raise ValueError(f"open_npy: cannot memory-map {path}: {error}") from error
         if not isinstance(array, np.ndarray) or array.ndim == 0:
@@ -165,7 +166,7 @@ def _open_shard(directory: str, file: ShardFile, field: Field, rows: int, manife
                 return np.memmap(opened, field.dtype, "r", offset=len(header), shape=shape)
     try:
         _check_npy_magic(path)
-        array = np.load(path, mmap_mode="r")
+        array = _mapped(path)
     except ValueError as error:
         detail = str(error).removeprefix("open_npy: ")
         raise ValueError(f"open_npy: {path} has a header that cannot be read ({detail}); {redo}") from None
@@ -175,7 +176,21 @@ def _open_shard(directory: str, file: ShardFile, field: Field, rows: int, manife
             f"open_npy: {path} holds {array.dtype} values of shape {array.shape}{order}, but {manifest} says "
             f"{field.dtype} of shape {shape}: {redo} (with overwrite=True if {manifest} is what was changed)"
         )
+    start = getattr(array, "offset", None)  # where its header says the values begin (a memory map's)
+    if start is not None and start + array.nbytes != size:
+        raise ValueError(
+            f"open_npy: {path} has a header of {start} bytes, but its {size} bytes hold {array.nbytes} bytes of "
+            f"values after a header of {size - array.nbytes}: its values would be read from the wrong place; {redo}"
+        )
     return array
+
+
+def _mapped(path: str) -> np.ndarray:
+    """The ``.npy`` file ``path`` memory-mapped; a ``ValueError`` if its header cannot be read."""
+    try:
+        return np.load(path, mmap_mode="r")
+    except (SyntaxError, TokenError) as error:  # what numpy's reading of a damaged header may raise
+        raise ValueError(f"its header cannot be parsed: {type(error).__name__}: {error}") from None
 
 
 def _check_npy_magic(path: str) -> None:
