@@ -796,6 +796,29 @@ def test_an_acknowledgement_lost_with_a_broken_connection_is_sent_again(monkeypa
     assert lost == [[0]] and sorted(got + rest) == list(range(30))
 
 
+def test_sync_acknowledges_again_what_was_lost_with_a_broken_connection():
+    # sync() sent a bare 'sync': the acknowledgements lost before it stayed lost, and a consumer that died after
+    # sync() returned had its items go out again.
+    with lazyseq.serve(iter(range(20)), LOOPBACK) as server:
+        first = lazyseq.connect(server.address, ahead=2)
+        got = [next(first), next(first)]
+        send = first._connection.send
+
+        def losing_requests(kind, header, flags=0):
+            if kind != b"next":  # the requests of next() are lost with the connection from now on
+                send(kind, header, flags)
+
+        first._connection.send = losing_requests
+        got.append(next(first))  # item 2: its acknowledgement lost
+        first.sync()
+        assert first._unconfirmed == {}
+        first._connection.send = lambda *args, **kwargs: None  # it dies: nothing more reaches the server
+        first.close()
+        with lazyseq.connect(server.address) as second:
+            rest = list(second)
+    assert got == [0, 1, 2] and sorted(got + rest) == list(range(20))
+
+
 def test_consumers_of_a_stream_take_turns():
     gate = threading.Event()
 

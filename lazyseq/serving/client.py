@@ -388,16 +388,15 @@ class RemoteStream(Iterator[Any]):
         self._asked += more
 
     def _next_header(self, more: int, handed: int | None = None, **more_fields: Any) -> dict[str, Any]:
+        return {"more": more, **self._acks_header(handed), **more_fields}
+
+    def _acks_header(self, handed: int | None = None) -> dict[str, Any]:
+        """A request's number and acknowledgements: ``handed`` (just handed out), and every item not known to be
+        known."""
         self._requests += 1
         if handed is not None:
             self._unconfirmed.setdefault(handed, self._requests)
-        return {
-            "more": more,
-            "ack": list(self._unconfirmed),
-            "req": self._requests,
-            "server": self._server,
-            **more_fields,
-        }
+        return {"ack": list(self._unconfirmed), "req": self._requests, "server": self._server}
 
     def _known_up_to(self, header: dict) -> None:
         """The server acted on the requests up to ``header["acked"]``: the items they acknowledged are known."""
@@ -427,6 +426,9 @@ class RemoteStream(Iterator[Any]):
             self._asked = 0
             if isinstance(header, dict):
                 self._known_up_to(header)
+        elif kind == b"synced":
+            if isinstance(header, dict) and header.get("server") == self._server:
+                self._known_up_to(header)
         elif kind in (b"item", b"error") and isinstance(header, dict) and type(header.get("seq")) is int:
             seq, server = header["seq"], str(header.get("server", self._server))
             if server != self._server:  # a new server instance numbers its items anew
@@ -435,11 +437,10 @@ class RemoteStream(Iterator[Any]):
                 self._unconfirmed.clear()
             else:
                 self._known_up_to(header)
-                if (
-                    seq in self._handed
-                    or seq in self._unconfirmed
-                    or any(seq == s and server == i for i, s, _, _ in self._received)
-                ):
+                if seq in self._handed or seq in self._unconfirmed:  # handed out: the server did not hear so
+                    self._unconfirmed[seq] = self._requests + 1  # acknowledged again by the next request
+                    return kind
+                if any(seq == s and server == i for i, s, _, _ in self._received):
                     return kind  # sent again after a silence, but it had arrived
             self._asked = max(0, self._asked - 1)
             if kind == b"item":
@@ -457,7 +458,8 @@ class RemoteStream(Iterator[Any]):
     def sync(self) -> None:
         """Wait until the server has recorded every item handed out so far: none of them goes to anyone again."""
         with self._lock:
-            while not self._confirm():  # taken for dead: said hello again, then asks again
+            # again if taken for dead (it said hello again, and asked again), or an acknowledgement was lost
+            while not self._confirm() or self._unconfirmed:
                 pass
 
     def _confirm(self) -> bool:
@@ -466,7 +468,7 @@ class RemoteStream(Iterator[Any]):
         What was received and not handed out is then dropped (the server gave
         it to others), and this consumer says hello and asks anew.
         """
-        self._connection.send(b"sync", {})
+        self._connection.send(b"sync", self._acks_header())  # again: requests may have been lost with a connection
         while True:
             kind = self._receive_one("the server to confirm")
             if kind in (b"synced", b"forgotten"):

@@ -23,7 +23,7 @@ consumer -> server             server -> consumer
                                each, as requests ``req`` to ``req + count - 1``
 ``next`` {more, ack, req}      ``item`` {seq, tree, acked} + buffers, ``error`` or ``end``, each
                                {acked}: the last ``req`` acted on (see :mod:`.stream_service`)
-``sync``                       ``synced``: every message sent before it has been acted on
+``sync`` {ack, req}            ``synced`` {acked}: every message sent before it has been acted on
 ``ping`` {client, timeout}     ``pong`` {server}: from a second socket, the consumer's heartbeat
 ``bye``                        (nothing: what the server held for that consumer is freed)
 =============================  =================================================================
@@ -232,7 +232,11 @@ class ServerLoop:
             self._seen.pop(consumer, None)
             service.forget(consumer)
         elif kind == b"sync":  # a consumer the service took for dead is told so, and asks anew
-            self._send(consumer, b"synced" if service.knows(consumer) else b"forgotten", {"server": self._token}, [])
+            answer = service.sync(consumer, header)
+            if answer is None:
+                self._send(consumer, b"forgotten", {"server": self._token}, [])
+            else:
+                self._send(consumer, b"synced", {"server": self._token, **answer}, [])
         else:
             service.handle(consumer, kind, header)
 

@@ -110,9 +110,17 @@ class StreamService:
     def consumers(self) -> list[bytes]:
         return list(self._consumers)
 
-    def knows(self, consumer: bytes) -> bool:
-        """Whether ``consumer`` may go on as it was: not once taken for dead (it is then told ``forgotten``)."""
-        return consumer in self._consumers
+    def sync(self, consumer: bytes, header: Any) -> dict[str, Any] | None:
+        """Take in the acknowledgements ``sync`` brings; what ``synced`` tells ``consumer`` then (the last of its
+        requests acted on), or None (``forgotten``) once it was taken for dead."""
+        acks, request = _acknowledged(header)
+        state = self._consumers.get(consumer)
+        if state is None:
+            self._late_acks(consumer, acks)
+            return None
+        self._take_acks(consumer, state, acks, request)
+        self._hand_out()  # acknowledged items may have been all the stream waited for to end
+        return {"acked": state.request}
 
     def hello(self, consumer: bytes, header: Any, local: bool) -> dict[str, Any]:
         """A consumer said hello: it may ask for items (stream items always come through the socket)."""
@@ -124,9 +132,10 @@ class StreamService:
             raise wire.ProtocolError(f"a served stream answers 'next', not {kind!r}")
         if type(header) is not dict:
             raise wire.ProtocolError("'next' needs a header object")
-        more, acks = header.get("more", 0), header.get("ack", [])
-        if type(more) is not int or more < 0 or type(acks) is not list or not all(type(s) is int for s in acks):
-            raise wire.ProtocolError("'next' needs an integer 'more' >= 0 and a list of integers 'ack'")
+        more = header.get("more", 0)
+        if type(more) is not int or more < 0:
+            raise wire.ProtocolError("'next' needs an integer 'more' >= 0")
+        acks, request = _acknowledged(header)
         have = header.get("resend")
         if header.get("server", self.token) != self.token:  # numbers of another instance's items: not ours
             acks, have = [], None
@@ -135,11 +144,7 @@ class StreamService:
             self._late_acks(consumer, acks)
             self.send(consumer, b"forgotten", {"server": self.token}, [])
             return
-        for seq in acks:
-            state.unacked.pop(seq, None)
-        request = header.get("req")
-        if type(request) is int and request > state.request:
-            state.request = request
+        self._take_acks(consumer, state, acks, request)
         wanted, resent = state.wanted + more, 0
         if type(have) is list:  # the consumer heard nothing for a while: what it lacks is sent again
             have = {s for s in have if type(s) is int}
@@ -153,11 +158,22 @@ class StreamService:
         state.wanted = max(0, min(wanted, self._max_wanted - len(state.unacked)))
         self._hand_out()
 
+    def _take_acks(self, consumer: bytes, state: _Consumer, acks: list[int], request: int | None) -> None:
+        """The items ``consumer`` acknowledged (in its request number ``request``) are handed out for good."""
+        unknown = [seq for seq in acks if state.unacked.pop(seq, None) is None]
+        if unknown and (self._returned or len(self._consumers) > 1):
+            # handed out before this consumer was taken for dead (their acknowledgement lost with the connection)
+            self._late_acks(consumer, unknown)
+        if request is not None and request > state.request:
+            state.request = request
+
     def _late_acks(self, consumer: bytes, acks: list[int]) -> None:
         """Items that a consumer taken for dead handed out after all: not to be handed out again.
 
         One already handed to another consumer went out twice: logged, since
-        nothing can take it back.
+        nothing can take it back. (A consumer acknowledges again what it
+        handed out until it knows the server knows: an item acknowledged once
+        already is in nobody's hands, and nothing is done for it.)
         """
         if not acks:
             return
@@ -250,6 +266,15 @@ class StreamService:
         self._consumers.clear()
         self._drawn.clear()
         self._returned.clear()
+
+
+def _acknowledged(header: Any) -> tuple[list[int], int | None]:
+    """The items a request acknowledges (``ack``), and its number (``req``), if it gives one."""
+    acks = header.get("ack", []) if type(header) is dict else []
+    if type(acks) is not list or not all(type(seq) is int for seq in acks):
+        raise wire.ProtocolError("a request's 'ack' must be a list of integers")
+    request = header.get("req") if type(header) is dict else None
+    return acks, request if type(request) is int else None
 
 
 def _not_connected(consumer: bytes, kind: bytes, header: Any, buffers: list) -> None:

@@ -83,9 +83,10 @@ class ViewService:
 
     # -- requests --------------------------------------------------------------------
 
-    def knows(self, consumer: bytes) -> bool:
-        """Whether ``consumer`` may go on as it was: always (a read names what it wants, whoever asks)."""
-        return True
+    def sync(self, consumer: bytes, header: Any) -> dict[str, Any] | None:
+        """What ``synced`` tells ``consumer`` (None: ``forgotten``): nothing more, whoever asks (a read names what
+        it wants)."""
+        return {}
 
     def hello(self, consumer: bytes, header: Any, local: bool) -> dict[str, Any]:
         """A consumer (new, or back) said hello; what the welcome says besides what is served.
