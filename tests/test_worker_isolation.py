@@ -522,7 +522,7 @@ def test_a_forked_child_that_exits_normally_leaves_the_parents_workers_running(t
 
 FORKSERVER_IN_CHILD_SCRIPT = textwrap.dedent(
     """
-    import os
+    import os, sys
     import lazyseq
 
     def square(x):
@@ -535,64 +535,38 @@ FORKSERVER_IN_CHILD_SCRIPT = textwrap.dedent(
 
     if __name__ == "__main__":
         print("parent", squares(), flush=True)  # starts multiprocessing's forkserver, the parent's
+        parent_ended, parent_alive = os.pipe()
         child = os.fork()
         if child == 0:
             try:
-                print("child", squares(), flush=True)
-            finally:
-                os._exit(0)
-        os.waitpid(child, 0)
-        print("parent", squares(), flush=True)
-    """
-)
-
-
-FORKSERVER_CHILD_OUTLIVES_PARENT_SCRIPT = textwrap.dedent(
-    """
-    import os
-    import lazyseq
-
-    def square(x):
-        return x * x
-
-    def squares():
-        items = lazyseq.smap(square, range(6))
-        with lazyseq.prefetch(items, nworkers=2, method="process", start_method="forkserver") as ahead:
-            return list(ahead)
-
-    if __name__ == "__main__":
-        squares()  # starts multiprocessing's forkserver, the parent's
-        parent_ended, parent_alive = os.pipe()
-        if os.fork() == 0:
-            try:
                 os.close(parent_alive)
-                squares()  # a forkserver of its own
-                os.read(parent_ended, 1)  # the end of file: the parent has ended, its temporary folder removed
-                print("child", squares(), flush=True)
+                print("child", squares(), flush=True)  # a forkserver of its own
+                if sys.argv[1] == "outliving":
+                    os.read(parent_ended, 1)  # the end of file: the parent has ended, its temporary folder removed
+                    print("child", squares(), flush=True)
             finally:
                 os._exit(0)
+        if sys.argv[1] == "alongside":
+            os.waitpid(child, 0)
+            print("parent", squares(), flush=True)
     """
 )
 
 
-def test_a_forked_child_that_outlives_its_parent_starts_forkserver_workers(tmp_path):
-    # The child's forkserver had its socket in the parent's temporary folder, which the parent removes as it ends.
-    script = tmp_path / "forkserver_child_outlives.py"
-    script.write_text(FORKSERVER_CHILD_OUTLIVES_PARENT_SCRIPT)
-    temporary = {**os.environ, "TMPDIR": str(tmp_path)}  # the child's own folder, which its os._exit leaves
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=temporary)
-    assert (done.stdout, done.stderr) == ("child [0, 1, 4, 9, 16, 25]\n", "")  # to the end of both: the child's too
-
-
-def test_a_forked_child_starts_forkserver_workers_of_its_own(tmp_path):
+@pytest.mark.parametrize("child", ["alongside", "outliving"])
+def test_a_forked_child_starts_forkserver_workers_of_its_own(tmp_path, child):
     # The child inherited the parent's forkserver, which multiprocessing waits on as its own child: the workers
-    # could not start (ChildProcessError).
+    # could not start (ChildProcessError). Then its forkserver had its socket in the parent's temporary folder,
+    # which the parent removes as it ends.
     script = tmp_path / "forkserver_in_child.py"
     script.write_text(FORKSERVER_IN_CHILD_SCRIPT)
     temporary = {**os.environ, "TMPDIR": str(tmp_path)}  # the child's own folder, which its os._exit leaves
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=temporary)
+    done = subprocess.run(
+        [sys.executable, str(script), child], capture_output=True, text=True, timeout=120, env=temporary
+    )  # to the end of both outputs: the child's too
     squares = "[0, 1, 4, 9, 16, 25]"
-    assert (done.stdout, done.stderr) == (f"parent {squares}\nchild {squares}\nparent {squares}\n", "")
+    last = "parent" if child == "alongside" else "child"
+    assert (done.stdout, done.stderr) == (f"parent {squares}\nchild {squares}\n{last} {squares}\n", "")
 
 
 FORK_WHILE_WAITING_SCRIPT = textwrap.dedent(
