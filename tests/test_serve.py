@@ -819,6 +819,45 @@ def test_sync_acknowledges_again_what_was_lost_with_a_broken_connection():
     assert got == [0, 1, 2] and sorted(got + rest) == list(range(20))
 
 
+class ScriptedConnection:
+    """What a stream's consumer reads from a server: the messages given, in order; what it sends, kept."""
+
+    def __init__(self, messages):
+        self.messages, self.sent = list(messages), []
+        self.address, self.server, self.pid = "tcp://127.0.0.1:1", "token", os.getpid()
+
+    def send(self, kind, header, flags=0):
+        self.sent.append((kind, header))
+
+    def receive(self, waiting_for):
+        return self.messages.pop(0)
+
+    def gaps(self):
+        return 0
+
+    def close(self):
+        pass
+
+
+def test_an_item_handed_out_that_comes_back_is_acknowledged_again_not_handed_out_again():
+    # A consumer taken for dead came back: its acknowledgements had been lost, and the items it had handed out
+    # came back to it. It dropped them without a word, and the server waited for their acknowledgement for ever.
+    from lazyseq.serving.client import RemoteStream
+
+    def item(seq, acked):
+        return b"item", {"seq": seq, "server": "token", "acked": acked, "tree": seq * 10}, []
+
+    connection = ScriptedConnection([item(0, 0), item(0, 2), item(1, 2)])
+    stream = RemoteStream(connection, ahead=1)
+    assert next(stream) == 0  # asks (request 1), then acknowledges item 0 with request 2
+    # item 0 again, though request 2 was acted on (by a server that had taken this consumer for dead meanwhile):
+    # acknowledged again, not handed out again
+    assert next(stream) == 10
+    requests = [header for kind, header in connection.sent if kind == b"next"]
+    assert [(r["req"], r["ack"]) for r in requests] == [(1, []), (2, [0]), (3, [0, 1])]
+    assert stream._unconfirmed == {0: 3, 1: 3}
+
+
 def test_consumers_of_a_stream_take_turns():
     gate = threading.Event()
 
