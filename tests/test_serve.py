@@ -858,6 +858,38 @@ def test_an_item_handed_out_that_comes_back_is_acknowledged_again_not_handed_out
     assert stream._unconfirmed == {0: 3, 1: 3}
 
 
+def test_acknowledgements_keep_from_going_out_again_only_the_items_their_consumer_held():
+    # Any acknowledgement the server could not match took an item waiting to go out again away from everyone, and
+    # those a consumer kept from a server that went away took the new server's items of the same numbers.
+    from lazyseq.serving.stream_service import StreamService
+
+    service = StreamService(iter([]), max_buffered=2, max_wanted=8, send=lambda *message: None)
+    service.token = "new"
+    try:
+        service.hello(b"reader", {}, False)
+        service._returned.extend([(0, b"item", {}, [], b"gone"), (1, b"item", {}, [], b"gone")])
+        assert service.sync(b"reader", {"ack": [0], "req": 1, "server": "new"}) == {"acked": 1}  # not its item
+        assert service.sync(b"gone", {"ack": [0, 1], "req": 9, "server": "old"}) is None  # another server's items
+        assert [entry[0] for entry in service._returned] == [0, 1]
+        assert service.sync(b"gone", {"ack": [1], "req": 9, "server": "new"}) is None  # taken for dead, back
+        assert [entry[0] for entry in service._returned] == [0]  # item 1 it had handed out after all
+    finally:
+        service.close()
+
+
+def test_sync_with_a_server_that_came_back_anew_returns():
+    # Its acknowledgements were of the server that went away: the new one's 'synced' never confirmed them, and
+    # sync() asked again and again, tens of thousands of times a second.
+    from lazyseq.serving.client import RemoteStream
+
+    item = b"item", {"seq": 0, "server": "token", "acked": 0, "tree": 7}, []
+    connection = ScriptedConnection([item, (b"synced", {"server": "another token", "acked": 0}, [])])
+    stream = RemoteStream(connection, ahead=1)
+    assert next(stream) == 7 and stream._unconfirmed == {0: 2}
+    stream.sync()  # one 'sync' answered: a later message would be an IndexError of the script
+    assert stream._unconfirmed == {} and connection.messages == []
+
+
 def test_consumers_of_a_stream_take_turns():
     gate = threading.Event()
 

@@ -426,9 +426,14 @@ class RemoteStream(Iterator[Any]):
             self._asked = 0
             if isinstance(header, dict):
                 self._known_up_to(header)
-        elif kind == b"synced":
-            if isinstance(header, dict) and header.get("server") == self._server:
+        elif kind == b"synced" and isinstance(header, dict):
+            server = header.get("server")
+            if server == self._server:
                 self._known_up_to(header)
+            elif isinstance(server, str):  # a new server instance: what this consumer acknowledged is of another
+                self._server = server
+                self._handed.clear()
+                self._unconfirmed.clear()
         elif kind in (b"item", b"error") and isinstance(header, dict) and type(header.get("seq")) is int:
             seq, server = header["seq"], str(header.get("server", self._server))
             if server != self._server:  # a new server instance numbers its items anew

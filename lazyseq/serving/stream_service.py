@@ -13,7 +13,7 @@ for dead. If it comes back, its next request is answered ``forgotten``: it
 drops what it had received and not handed out (those items went back to the
 others), says hello again and asks anew. The acknowledgements it brings keep
 the items they name from going out again, unless another consumer got them
-meanwhile: such an item went out twice, which is logged.
+meanwhile: such an item went out twice, which is logged if that one holds it still.
 
 A consumer acknowledges again, with every request, each item it handed out
 that the server has not said it knows of: requests are numbered (``req``),
@@ -56,7 +56,8 @@ class _Consumer:
 
     def __init__(self) -> None:
         self.wanted = 0  # items asked for and not sent yet
-        self.unacked: dict[int, tuple] = {}  # seq -> (kind, header, buffers): sent, not acknowledged
+        # seq -> (kind, header, buffers, previous holder or None): sent, not acknowledged
+        self.unacked: dict[int, tuple] = {}
         self.request = 0  # the last of its requests acted on: what the items sent to it say ("acked")
 
 
@@ -96,7 +97,8 @@ class StreamService:
         self.send: Send = send if send is not None else _not_connected
         self._consumers: dict[bytes, _Consumer] = {}
         self._drawn: deque[tuple] = deque()  # (seq, kind, header, buffers) drawn, not handed out
-        self._returned: deque[tuple] = deque()  # handed to a consumer that left without acknowledging them
+        # (seq, kind, header, buffers, holder): handed to a consumer that left without acknowledging them
+        self._returned: deque[tuple] = deque()
         self._seq = 0  # the next item to ask the drawer for
         self.exhausted = False
         self.token = ""  # this server instance, in each item's header (set by the server)
@@ -114,6 +116,8 @@ class StreamService:
         """Take in the acknowledgements ``sync`` brings; what ``synced`` tells ``consumer`` then (the last of its
         requests acted on), or None (``forgotten``) once it was taken for dead."""
         acks, request = _acknowledged(header)
+        if type(header) is dict and header.get("server", self.token) != self.token:  # another instance's items
+            acks, request = [], None
         state = self._consumers.get(consumer)
         if state is None:
             self._late_acks(consumer, acks)
@@ -148,7 +152,7 @@ class StreamService:
         wanted, resent = state.wanted + more, 0
         if type(have) is list:  # the consumer heard nothing for a while: what it lacks is sent again
             have = {s for s in have if type(s) is int}
-            for seq, (kind, item_header, buffers) in sorted(state.unacked.items()):
+            for seq, (kind, item_header, buffers, _) in sorted(state.unacked.items()):
                 if seq not in have:
                     self._send_to(consumer, state, kind, item_header, buffers)
                     resent += 1
@@ -162,7 +166,8 @@ class StreamService:
         """The items ``consumer`` acknowledged (in its request number ``request``) are handed out for good."""
         unknown = [seq for seq in acks if state.unacked.pop(seq, None) is None]
         if unknown and (self._returned or len(self._consumers) > 1):
-            # handed out before this consumer was taken for dead (their acknowledgement lost with the connection)
+            # handed out before this consumer was taken for dead (their acknowledgement lost with the connection),
+            # or acknowledged again (it goes on until it knows the server knows): only its own items count
             self._late_acks(consumer, unknown)
         if request is not None and request > state.request:
             state.request = request
@@ -170,19 +175,20 @@ class StreamService:
     def _late_acks(self, consumer: bytes, acks: list[int]) -> None:
         """Items that a consumer taken for dead handed out after all: not to be handed out again.
 
-        One already handed to another consumer went out twice: logged, since
-        nothing can take it back. (A consumer acknowledges again what it
-        handed out until it knows the server knows: an item acknowledged once
-        already is in nobody's hands, and nothing is done for it.)
+        Only items that ``consumer`` held count. One already handed to another
+        consumer (and not acknowledged by it yet) went out twice: logged, since
+        nothing can take it back.
         """
         if not acks:
             return
         late = set(acks)
-        kept = [entry for entry in self._returned if entry[0] not in late]
+        kept = [entry for entry in self._returned if entry[0] not in late or entry[4] != consumer]
         if len(kept) < len(self._returned):
             self._returned = deque(kept)
         for other, state in self._consumers.items():
             for seq in late.intersection(state.unacked):
+                if state.unacked[seq][3] != consumer:
+                    continue
                 log.warning(
                     "item %d of the stream was handed out twice: consumer %s, taken for dead, had handed it out "
                     "before consumer %s got it",
@@ -195,7 +201,7 @@ class StreamService:
         """A consumer left or died: what it did not acknowledge goes to the next one that asks."""
         state = self._consumers.pop(consumer, None)
         if state is not None:
-            self._returned.extend((seq, *entry) for seq, entry in sorted(state.unacked.items()))
+            self._returned.extend((seq, *entry[:3], consumer) for seq, entry in sorted(state.unacked.items()))
             self._hand_out()
 
     def fds(self) -> list[int]:
@@ -245,9 +251,9 @@ class StreamService:
             for consumer in waiting:
                 if not (returned or drawn):
                     break
-                seq, kind, header, buffers = returned.popleft() if returned else drawn.popleft()
+                seq, kind, header, buffers, previous = returned.popleft() if returned else (*drawn.popleft(), None)
                 state = consumers[consumer] = consumers.pop(consumer)  # to the end of the line
-                state.unacked[seq] = (kind, header, buffers)
+                state.unacked[seq] = (kind, header, buffers, previous)
                 state.wanted -= 1
                 self._send_to(consumer, state, kind, header, buffers)
         if self.exhausted and not (returned or drawn) and not any(s.unacked for s in consumers.values()):
