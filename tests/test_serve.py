@@ -890,6 +890,38 @@ def test_sync_with_a_server_that_came_back_anew_returns():
     assert stream._unconfirmed == {} and connection.messages == []
 
 
+def test_closing_a_consumer_whose_acknowledgements_were_lost_waits_for_the_server_to_know_them():
+    # close() sent them once more with its goodbye, and a connection that broke then lost them again: the items
+    # went out again to the next consumer.
+    with lazyseq.serve(iter(range(20)), LOOPBACK) as server:
+        first = lazyseq.connect(server.address, ahead=2)
+        got = [next(first), next(first)]
+        send = first._connection.send
+
+        def losing_requests(kind, header, flags=0):
+            if kind != b"next":  # every request for items is lost from now on
+                send(kind, header, flags)
+
+        first._connection.send = losing_requests
+        got.append(next(first))
+        first.close()  # 'sync' carries them, and the server answers before the goodbye
+        assert first._unconfirmed == {}
+        with lazyseq.connect(server.address) as second:
+            rest = list(second)
+    assert got == [0, 1, 2] and sorted(got + rest) == list(range(20))
+
+
+def test_closing_a_consumer_of_a_server_that_is_gone_waits_a_moment_at_most(monkeypatch):
+    monkeypatch.setattr("lazyseq.serving.client.CONFIRM_ON_CLOSE", 0.2)
+    server = lazyseq.serve(iter(range(20)), LOOPBACK)
+    stream = lazyseq.connect(server.address, ahead=2, timeout=30)
+    assert next(stream) == 0  # handed out: the server is asked to confirm as the stream closes
+    server.close()
+    began = time.monotonic()
+    stream.close()  # no answer comes: it waits a moment, not its timeout (30 s), and is closed
+    assert time.monotonic() - began < 10 and stream._connection.closed
+
+
 def test_consumers_of_a_stream_take_turns():
     gate = threading.Event()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator
 from typing import Any, NamedTuple
@@ -22,6 +23,7 @@ from .shared_items import ReceivedPool, hello_fields
 __all__ = ["RemoteStream", "RemoteView", "connect"]
 
 RECENT = 256  # stream items remembered as handed out: sent again after a lost connection, they are dropped
+CONFIRM_ON_CLOSE = 1.0  # seconds a stream's close() waits for the server to know every item handed out
 
 
 class RemoteView(View[Any]):
@@ -406,7 +408,10 @@ class RemoteStream(Iterator[Any]):
 
     def _receive_one(self, waiting_for: str = "the next item of the stream") -> bytes:
         """Take in one message from the server; its kind."""
-        kind, header, buffers = self._connection.receive(waiting_for=waiting_for)
+        return self._take_in(*self._connection.receive(waiting_for=waiting_for))
+
+    def _take_in(self, kind: bytes, header: Any, buffers: list) -> bytes:
+        """Act on a message from the server; its kind."""
         if kind == b"restarted":  # a new server: it knows nothing of what was asked
             self._connection.send(b"next", {"more": self._asked, "ack": [], "server": self._server})
         elif kind == b"silent":  # what the server sent may be lost: it sends again what was not acknowledged
@@ -480,15 +485,32 @@ class RemoteStream(Iterator[Any]):
                 return kind == b"synced"
 
     def close(self) -> None:
-        """Disconnect: items received and not handed out go back to the server for other consumers."""
-        if self._unconfirmed and self._lock.acquire(blocking=False):  # not while a read uses the socket
-            try:  # the items handed out that the server may not know of (a request lost with a broken connection)
-                self._connection.send(b"next", self._next_header(0), DONTWAIT)
-            except Exception:  # the server is gone, or cannot take it now: as with any message lost
-                pass
-            finally:
-                self._lock.release()
-        self._connection.close()
+        """Disconnect: items received and not handed out go back to the server for other consumers.
+
+        Items handed out that the server may not know of yet (their requests
+        lost with a broken connection, or on their way) are acknowledged once
+        more, and the server's answer awaited for up to ``CONFIRM_ON_CLOSE``
+        seconds; :meth:`sync` waits as long as it takes.
+        """
+        try:
+            if self._unconfirmed and self._connection.pid == os.getpid() and self._lock.acquire(blocking=False):
+                try:  # (not while a read uses the socket, nor in a forked child: the socket is its parent's)
+                    self._confirm_within(CONFIRM_ON_CLOSE)
+                except Exception:  # the server is gone, or cannot take it now: as with any message lost
+                    pass
+                finally:
+                    self._lock.release()
+        finally:
+            self._connection.close()
+
+    def _confirm_within(self, seconds: float) -> None:
+        """Acknowledge again what the server may not know of, and wait up to ``seconds`` for its answer."""
+        self._connection.send(b"sync", self._acks_header(), DONTWAIT)
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            message = self._connection.receive_within(left, "the server to confirm, as the stream closes")
+            if message is None or self._take_in(*message) in (b"synced", b"forgotten"):
+                return
 
     def __enter__(self) -> RemoteStream:
         return self

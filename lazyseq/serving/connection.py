@@ -181,6 +181,13 @@ class Connection:
         with _InUse(self, "waiting for", waiting_for):
             return self._receive(waiting_for)
 
+    def receive_within(self, seconds: float, waiting_for: str) -> tuple[bytes, Any, list] | None:
+        """The next message from the server if one arrives within ``seconds``, else None."""
+        with _InUse(self, "waiting for", waiting_for):
+            if not self._socket.poll(max(0, int(seconds * 1000)), self._zmq.POLLIN):
+                return None
+            return self._receive(waiting_for)
+
     def _receive(self, waiting_for: str) -> tuple[bytes, Any, list]:
         poller, beat, again = self._poller, self.heartbeat, self._zmq.Again
         quiet_since = time.monotonic()
