@@ -922,6 +922,29 @@ def test_closing_a_consumer_of_a_server_that_is_gone_waits_a_moment_at_most(monk
     assert time.monotonic() - began < 10 and stream._connection.closed
 
 
+def test_an_item_handed_out_twice_is_logged_even_once_the_other_consumer_acknowledged_it(caplog):
+    # Only an item the other consumer still held was logged: it usually reads fast, and nothing was said.
+    from lazyseq.serving.stream_service import StreamService
+
+    sent = []
+    service = StreamService(iter([]), max_buffered=2, max_wanted=8, send=lambda *message: sent.append(message))
+    service.token = "token"
+    try:
+        service._returned.append((5, b"item", {"seq": 5}, [], b"gone"))  # a consumer taken for dead had item 5
+        service.hello(b"other", {}, False)
+        service.handle(b"other", b"next", {"more": 1, "ack": [], "req": 1, "server": "token"})
+        assert [(consumer, kind, header["seq"]) for consumer, kind, header, _ in sent] == [(b"other", b"item", 5)]
+        service.handle(b"other", b"next", {"more": 0, "ack": [5], "req": 2, "server": "token"})  # read, acknowledged
+        with caplog.at_level(logging.WARNING, logger="lazyseq.serve"):
+            service.handle(b"gone", b"next", {"more": 1, "ack": [5], "req": 9, "server": "token"})  # back
+        assert [record.getMessage() for record in caplog.records] == [
+            f"item 5 of the stream was handed out twice: consumer {b'gone'.hex()}, taken for dead, had handed it out "
+            "before another consumer got it"
+        ]
+    finally:
+        service.close()
+
+
 def test_consumers_of_a_stream_take_turns():
     gate = threading.Event()
 

@@ -13,7 +13,7 @@ for dead. If it comes back, its next request is answered ``forgotten``: it
 drops what it had received and not handed out (those items went back to the
 others), says hello again and asks anew. The acknowledgements it brings keep
 the items they name from going out again, unless another consumer got them
-meanwhile: such an item went out twice, which is logged if that one holds it still.
+meanwhile: such an item went out twice, which is logged.
 
 A consumer acknowledges again, with every request, each item it handed out
 that the server has not said it knows of: requests are numbered (``req``),
@@ -49,6 +49,8 @@ __all__ = ["StreamService"]
 log = logging.getLogger("lazyseq.serve")
 
 Send = Callable[[bytes, bytes, Any, list], None]
+
+TAKEN_OVER_KEPT = 4096  # items given to a consumer after another was taken for dead, remembered once acknowledged
 
 
 class _Consumer:
@@ -99,6 +101,8 @@ class StreamService:
         self._drawn: deque[tuple] = deque()  # (seq, kind, header, buffers) drawn, not handed out
         # (seq, kind, header, buffers, holder): handed to a consumer that left without acknowledging them
         self._returned: deque[tuple] = deque()
+        # seq -> the consumer taken for dead that had it: items acknowledged by the one they went to next, lately
+        self._taken_over: dict[int, bytes] = {}
         self._seq = 0  # the next item to ask the drawer for
         self.exhausted = False
         self.token = ""  # this server instance, in each item's header (set by the server)
@@ -164,7 +168,15 @@ class StreamService:
 
     def _take_acks(self, consumer: bytes, state: _Consumer, acks: list[int], request: int | None) -> None:
         """The items ``consumer`` acknowledged (in its request number ``request``) are handed out for good."""
-        unknown = [seq for seq in acks if state.unacked.pop(seq, None) is None]
+        unknown, unacked, taken_over = [], state.unacked, self._taken_over
+        for seq in acks:
+            entry = unacked.pop(seq, None)
+            if entry is None:
+                unknown.append(seq)
+            elif entry[3] is not None:  # it had another holder, which may say it handed it out too
+                taken_over[seq] = entry[3]
+                if len(taken_over) > TAKEN_OVER_KEPT:
+                    del taken_over[next(iter(taken_over))]
         if unknown and (self._returned or len(self._consumers) > 1):
             # handed out before this consumer was taken for dead (their acknowledgement lost with the connection),
             # or acknowledged again (it goes on until it knows the server knows): only its own items count
@@ -176,8 +188,9 @@ class StreamService:
         """Items that a consumer taken for dead handed out after all: not to be handed out again.
 
         Only items that ``consumer`` held count. One already handed to another
-        consumer (and not acknowledged by it yet) went out twice: logged, since
-        nothing can take it back.
+        consumer went out twice: logged, since nothing can take it back (of
+        those the other one acknowledged already, the last ``TAKEN_OVER_KEPT``
+        are remembered for it).
         """
         if not acks:
             return
@@ -185,17 +198,24 @@ class StreamService:
         kept = [entry for entry in self._returned if entry[0] not in late or entry[4] != consumer]
         if len(kept) < len(self._returned):
             self._returned = deque(kept)
-        for other, state in self._consumers.items():
-            for seq in late.intersection(state.unacked):
-                if state.unacked[seq][3] != consumer:
-                    continue
-                log.warning(
-                    "item %d of the stream was handed out twice: consumer %s, taken for dead, had handed it out "
-                    "before consumer %s got it",
-                    seq,
-                    consumer.hex(),
-                    other.hex(),
-                )
+        twice: list[tuple[int, bytes | None]] = [
+            (seq, other)
+            for other, state in self._consumers.items()
+            for seq in late.intersection(state.unacked)
+            if state.unacked[seq][3] == consumer
+        ]
+        twice += [
+            (seq, None) for seq in sorted(late.intersection(self._taken_over)) if self._taken_over[seq] == consumer
+        ]
+        for seq, other in twice:
+            self._taken_over.pop(seq, None)
+            log.warning(
+                "item %d of the stream was handed out twice: consumer %s, taken for dead, had handed it out before "
+                "%s got it",
+                seq,
+                consumer.hex(),
+                "another consumer" if other is None else f"consumer {other.hex()}",
+            )
 
     def forget(self, consumer: bytes) -> None:
         """A consumer left or died: what it did not acknowledge goes to the next one that asks."""
@@ -270,6 +290,7 @@ class StreamService:
     def close(self) -> None:
         self._drawer.close()
         self._consumers.clear()
+        self._taken_over.clear()
         self._drawn.clear()
         self._returned.clear()
 
