@@ -74,8 +74,11 @@ class ArraySource(View[Any]):
         array = self._array
         if not array.flags.writeable:
             return False  # refused item by item, with numpy's message
-        try:  # made of the array's dtype, as numpy's own assignment makes them (an object: each value as it is)
-            rows = np.asarray(values, dtype=array.dtype)
+        # Numpy values (an array's rows, given as the values) are cast array to array, as numpy assigns an array;
+        # other values are made of the array's dtype one by one, as numpy assigns a list (objects: each as it is).
+        numpy_values = not array.dtype.hasobject and all(isinstance(v, (np.ndarray, np.generic)) for v in values)
+        try:
+            rows = np.asarray(values) if numpy_values else np.asarray(values, dtype=array.dtype)
         except (ValueError, TypeError):  # rows of several shapes: each is written (or refused) alone
             return False
         if rows.shape != (len(idx), *array.shape[1:]):
