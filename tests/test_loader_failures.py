@@ -683,3 +683,41 @@ def test_a_start_that_fails_after_a_ctrl_c_raises_the_interrupt_alone(monkeypatc
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
     assert caught.value.__notes__ == ["while this stopped: EOFError: unexpected EOF"]
     assert not ahead.workers_running and multiprocessing.active_children() == []
+
+
+class DiesFirstElseWaits:
+    """A batch maker: the first worker process to call it dies; the other makes its batch once that one has ended."""
+
+    def __init__(self):
+        context = multiprocessing.get_context("fork")
+        self.first, self.dead, self.made = context.Lock(), context.Value("i", 0), context.Event()
+
+    def __call__(self):
+        if self.first.acquire(block=False):
+            self.dead.value = os.getpid()
+            os._exit(1)
+        while not self.dead.value:
+            time.sleep(0.001)
+        status = f"/proc/{self.dead.value}/status"
+        while os.path.exists(status) and "State:\tZ" not in open(status).read():  # its pipe closes as it ends
+            time.sleep(0.001)
+        self.made.set()
+        return np.zeros(4)
+
+
+def test_a_worker_that_died_before_the_first_batch_of_load_buffers_arrived_is_a_worker_died():
+    # The first batch sizes the shared-memory slots, which are then sent to every worker: writing to the dead one
+    # raised BrokenPipeError from the read.
+    maker = DiesFirstElseWaits()
+    with lazyseq.load_buffers(maker, nworkers=2, method="process", start_method="fork") as batches:
+        assert maker.made.wait(timeout=60)
+        time.sleep(0.2)  # (the batch and the death arrive before the first read: the batch was taken in first)
+        outcomes = []
+        for _ in range(5):
+            try:
+                outcomes.append(next(batches).tolist())
+            except lazyseq.WorkerDied:
+                outcomes.append("WorkerDied")
+            except StopIteration:
+                break
+    assert "WorkerDied" in outcomes and multiprocessing.active_children() == []

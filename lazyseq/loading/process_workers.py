@@ -419,8 +419,11 @@ class ProcessWorkers:
             count = max(ITEMS_AHEAD + 2, self._slot_budget // slot_bytes)
         self._slots = SharedSlots(count, slot_bytes, self._owner)
         for k, (conn, process) in enumerate(zip(self._conns, self._processes)):
-            self._send(k, UseSlots(count, slot_bytes))
-            send_handle(conn, self._slots.fd, process.pid)
+            try:
+                self._send(k, UseSlots(count, slot_bytes))
+                send_handle(conn, self._slots.fd, process.pid)
+            except OSError:  # it has ended (its pipe is broken): its death is reported as its end is read
+                pass
 
     def _died(self, k: int) -> None:
         if self.closed or _exiting():  # closed by another thread meanwhile, or by multiprocessing at exit: expected
