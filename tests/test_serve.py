@@ -796,29 +796,6 @@ def test_an_acknowledgement_lost_with_a_broken_connection_is_sent_again(monkeypa
     assert lost == [[0]] and sorted(got + rest) == list(range(30))
 
 
-def test_sync_acknowledges_again_what_was_lost_with_a_broken_connection():
-    # sync() sent a bare 'sync': the acknowledgements lost before it stayed lost, and a consumer that died after
-    # sync() returned had its items go out again.
-    with lazyseq.serve(iter(range(20)), LOOPBACK) as server:
-        first = lazyseq.connect(server.address, ahead=2)
-        got = [next(first), next(first)]
-        send = first._connection.send
-
-        def losing_requests(kind, header, flags=0):
-            if kind != b"next":  # the requests of next() are lost with the connection from now on
-                send(kind, header, flags)
-
-        first._connection.send = losing_requests
-        got.append(next(first))  # item 2: its acknowledgement lost
-        first.sync()
-        assert first._unconfirmed == {}
-        first._connection.send = lambda *args, **kwargs: None  # it dies: nothing more reaches the server
-        first.close()
-        with lazyseq.connect(server.address) as second:
-            rest = list(second)
-    assert got == [0, 1, 2] and sorted(got + rest) == list(range(20))
-
-
 class ScriptedConnection:
     """What a stream's consumer reads from a server: the messages given, in order; what it sends, kept."""
 
@@ -890,9 +867,10 @@ def test_sync_with_a_server_that_came_back_anew_returns():
     assert stream._unconfirmed == {} and connection.messages == []
 
 
-def test_closing_a_consumer_whose_acknowledgements_were_lost_waits_for_the_server_to_know_them():
-    # close() sent them once more with its goodbye, and a connection that broke then lost them again: the items
-    # went out again to the next consumer.
+@pytest.mark.parametrize("then", ["sync", "close"])
+def test_acknowledgements_lost_with_a_broken_connection_are_known_after_sync_or_close(then):
+    # sync() sent a bare 'sync', and close() sent them once more with its goodbye, which a connection that broke
+    # then lost again: the items went out again to the next consumer.
     with lazyseq.serve(iter(range(20)), LOOPBACK) as server:
         first = lazyseq.connect(server.address, ahead=2)
         got = [next(first), next(first)]
@@ -903,8 +881,12 @@ def test_closing_a_consumer_whose_acknowledgements_were_lost_waits_for_the_serve
                 send(kind, header, flags)
 
         first._connection.send = losing_requests
-        got.append(next(first))
-        first.close()  # 'sync' carries them, and the server answers before the goodbye
+        got.append(next(first))  # item 2: its acknowledgement lost
+        if then == "sync":
+            first.sync()
+            assert first._unconfirmed == {}
+            first._connection.send = lambda *args, **kwargs: None  # it dies: nothing more reaches the server
+        first.close()  # ('sync' carries them, and the server answers before the goodbye)
         assert first._unconfirmed == {}
         with lazyseq.connect(server.address) as second:
             rest = list(second)
