@@ -472,15 +472,26 @@ class RemoteStream(Iterator[Any]):
             while not self._confirm() or self._unconfirmed:
                 pass
 
-    def _confirm(self) -> bool:
+    def _confirm(self, within: float | None = None) -> bool:
         """Ask the server whether it still counts on this consumer: False if it had taken it for dead.
 
         What was received and not handed out is then dropped (the server gave
-        it to others), and this consumer says hello and asks anew.
+        it to others), and this consumer says hello and asks anew. The items
+        handed out that the server may not know of are acknowledged again.
+        ``within``: seconds to wait for the answer at most (then False too).
         """
-        self._connection.send(b"sync", self._acks_header())  # again: requests may have been lost with a connection
+        # again: requests may have been lost with a connection
+        self._connection.send(b"sync", self._acks_header(), 0 if within is None else DONTWAIT)
+        deadline = None if within is None else time.monotonic() + within
         while True:
-            kind = self._receive_one("the server to confirm")
+            if deadline is None:
+                kind = self._receive_one("the server to confirm")
+            else:
+                left = deadline - time.monotonic()
+                message = None if left <= 0 else self._connection.receive_within(left, "the server to confirm")
+                if message is None:
+                    return False
+                kind = self._take_in(*message)
             if kind in (b"synced", b"forgotten"):
                 return kind == b"synced"
 
@@ -495,22 +506,13 @@ class RemoteStream(Iterator[Any]):
         try:
             if self._unconfirmed and self._connection.pid == os.getpid() and self._lock.acquire(blocking=False):
                 try:  # (not while a read uses the socket, nor in a forked child: the socket is its parent's)
-                    self._confirm_within(CONFIRM_ON_CLOSE)
+                    self._confirm(within=CONFIRM_ON_CLOSE)
                 except Exception:  # the server is gone, or cannot take it now: as with any message lost
                     pass
                 finally:
                     self._lock.release()
         finally:
             self._connection.close()
-
-    def _confirm_within(self, seconds: float) -> None:
-        """Acknowledge again what the server may not know of, and wait up to ``seconds`` for its answer."""
-        self._connection.send(b"sync", self._acks_header(), DONTWAIT)
-        deadline = time.monotonic() + seconds
-        while (left := deadline - time.monotonic()) > 0:
-            message = self._connection.receive_within(left, "the server to confirm, as the stream closes")
-            if message is None or self._take_in(*message) in (b"synced", b"forgotten"):
-                return
 
     def __enter__(self) -> RemoteStream:
         return self
