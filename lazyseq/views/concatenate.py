@@ -44,7 +44,8 @@ class ConcatenateView(View[Any]):
                     f"{part.endless}"
                 )
         flat = [p for p in flat[:-1] if p._len] + flat[-1:] if flat else []
-        self._key_order = _key_order(flat)
+        self._specs = [part._item_spec() for part in flat]  # what each part's items are, where known
+        self._key_order = _key_order(flat, self._specs)
         self._parents = tuple(flat)
         starts = [0]
         for part in flat[:-1]:
@@ -105,7 +106,7 @@ class ConcatenateView(View[Any]):
         arrays: what a part that is an array gives, next to the others'."""
         if type(chunk) is not list or not chunk:
             return chunk
-        spec = self._parents[p]._item_spec()
+        spec = self._specs[p]
         return chunk_to_batch(chunk, spec) if spec is not None and spec[0] == "array" else chunk
 
     def _before_fork(self) -> None:
@@ -135,14 +136,14 @@ class ConcatenateView(View[Any]):
         return (ConcatenateView, (list(self._parents),))
 
 
-def _key_order(parts: list[View]) -> tuple | None:
+def _key_order(parts: list[View], specs: list[tuple | None]) -> tuple | None:
     """The first part's item spec where other parts' items are dicts alike with their keys in another order.
 
     Batches follow that order. Parts whose items differ in shape are
     concatenated as lists are: a batch that stacks items of different shapes
     says then which parts they come from.
     """
-    known = [spec for part in parts if part._len != 0 and (spec := part._item_spec()) is not None]
+    known = [spec for part, spec in zip(parts, specs) if part._len != 0 and spec is not None]
     if any(_shapes_differ(known[0], spec) for spec in known[1:]):
         return None
     return known[0] if any(spec != known[0] for spec in known[1:]) else None
