@@ -266,6 +266,22 @@ def test_a_padding_item_reached_through_a_switch_is_refused_too():
     assert list(items) == [0, 1, 7, -1] and b.tolist() == [0, 10, 7]
 
 
+def test_a_padding_item_of_a_batch_of_batches_taken_apart_twice_is_refused():
+    a = np.arange(7)
+    batches = lazyseq.batch(lazyseq.batch(a, 2, pad=-1), 2, pad=np.array([-2, -2]))  # [[0 1] [2 3]], [[4 5] [6 -1]]
+    items = lazyseq.unbatch(lazyseq.unbatch(batches, 2), 2)  # 0 1 2 3 4 5 6 -1
+    with pytest.raises(TypeError) as caught:
+        items[7] = 70  # it would read -1 still
+    assert str(caught.value) == (
+        "batch: element 1 of batch 3 is padding (pad=-1), not an item of the data: it cannot be assigned to"
+    )
+    with pytest.raises(TypeError):
+        items[6:8] = [60, 70]
+    assert a.tolist() == [0, 1, 2, 3, 4, 5, 6]
+    items[6] = 60  # an item of the data, beside the padding
+    assert list(items) == [0, 1, 2, 3, 4, 5, 60, -1] and a.tolist() == [0, 1, 2, 3, 4, 5, 60]
+
+
 def test_an_item_of_a_batch_made_by_a_collate_fn_is_refused():
     a = np.arange(4)
     reversed_pairs = lazyseq.unbatch(lazyseq.batch(a, 2, collate_fn=lambda xs: np.stack(xs[::-1])), 2)  # 1 0 3 2

@@ -95,14 +95,17 @@ class View(Fluent[T_co], Sequence[T_co]):
         for parent, j in self._sources(i):
             parent._check_writable(j)
 
-    def _check_element_writable(self, i: int, r: int) -> None:
+    def _check_element_writable(self, i: int, r: int, *within: int) -> None:
         """Raise what writing element ``r`` of item ``i`` alone would raise (see ``_set_element``), and write nothing.
 
-        Where elements cannot be written alone, the whole item is rewritten: all of it is checked.
+        ``within``: the write goes deeper, to element ``within[0]`` of that
+        element, and so on (an unbatch of an unbatch writes an element of a
+        batch of batches). Where elements cannot be written alone, the whole
+        item is rewritten: all of it is checked.
         """
         if self._items_like_parents and self._writes():
             ((parent, j),) = self._sources(i)
-            parent._check_element_writable(j, r)
+            parent._check_element_writable(j, r, *within)
         else:
             self._check_writable(i)
 

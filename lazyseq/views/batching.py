@@ -133,11 +133,14 @@ class BatchView(View[Any]):
         for j in self._held(i):
             self._parent._check_writable(j)
 
-    def _check_element_writable(self, i: int, r: int) -> None:
+    def _check_element_writable(self, i: int, r: int, *within: int) -> None:
         self._check_elements_are_items()
         span = self._held(i)
         if r < len(span):
-            self._parent._check_writable(span[r])
+            if within:  # an element of that item: padding of a batch below, perhaps
+                self._parent._check_element_writable(span[r], *within)
+            else:
+                self._parent._check_writable(span[r])
         elif self._pad is not None:  # it would read as the padding still
             raise self._padding_written(i, r)
 
@@ -277,6 +280,11 @@ class UnbatchView(View[Any]):
     def _check_writable(self, i: int) -> None:
         b, r = divmod(i, self._size)
         self._parent._check_element_writable(b, r)
+
+    def _check_element_writable(self, i: int, r: int, *within: int) -> None:
+        # Item i, changed, is written back whole as element r of batch b (see _set): what that write reaches.
+        b, q = divmod(i, self._size)
+        self._parent._check_element_writable(b, q, r, *within)
 
     def _set(self, i: int, value: Any) -> None:
         b, r = divmod(i, self._size)

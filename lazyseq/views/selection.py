@@ -55,8 +55,8 @@ class CaseView(View[Any]):
         self._values[self._branch(i)]._check_writable(i)
 
     # An item is one of a branch's: what is known of its elements (a batch's items, say) is that branch's.
-    def _check_element_writable(self, i: int, r: int) -> None:
-        self._values[self._branch(i)]._check_element_writable(i, r)
+    def _check_element_writable(self, i: int, r: int, *within: int) -> None:
+        self._values[self._branch(i)]._check_element_writable(i, r, *within)
 
     def _set_element(self, i: int, r: int, value: Any) -> bool:
         return self._values[self._branch(i)]._set_element(i, r, value)
