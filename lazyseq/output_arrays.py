@@ -30,6 +30,7 @@ from .nested import flatten
 __all__ = ["Output", "check_distinct", "check_out", "match_out", "new_output"]
 
 SHARED_MEMORY_WORK = 100_000  # steps np.shares_memory may take to tell whether two outputs overlap
+TOO_HARD = getattr(np, "exceptions", np).TooHardError  # what it raises beyond them (numpy < 1.25: np.TooHardError)
 
 
 @dataclass
@@ -246,7 +247,7 @@ def _overlap(first: np.ndarray, second: np.ndarray) -> bool:
     """
     try:
         return bool(np.shares_memory(first, second, max_work=SHARED_MEMORY_WORK))  # type: ignore[arg-type]  # stubs: -1, 0
-    except np.exceptions.TooHardError:
+    except TOO_HARD:
         return True
 
 

@@ -61,7 +61,8 @@ TAG = b"lazyseq/1"  # the first frame of every message: which protocol, which ve
 # The last frame of a message that a consumer stopped sending part-way (a Ctrl-C between two frames): dropped whole.
 CUT = b"lazyseq/cut"
 MAX_DEPTH = 64  # nesting deeper than this is refused, on both sides
-MAX_DIMENSIONS = 64  # numpy's own limit on an array's dimensions
+# numpy's own limit on an array's dimensions: a header announcing more is refused, not left to numpy's ValueError
+MAX_DIMENSIONS = 64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32
 MAX_INT_BITS = 4096  # larger ints are refused (JSON parsers stop at about 4,300 digits)
 MAX_COUNT = 256  # items one 'get' may ask for
 MAX_TIMEOUT = 86400.0  # seconds: the longest silence a consumer may ask the server to wait out (its hello's timeout)

@@ -78,11 +78,13 @@ def collate(sequences: Sequence[SequenceLike[Any]] | Mapping[Any, SequenceLike[A
 
     >>> import numpy as np
     >>> import lazyseq
-    >>> pairs = lazyseq.collate([np.array([0.5, 1.5, 2.5]), ['a', 'b', 'c']])
+    >>> samples = np.array([[0.5, 1.0], [1.5, 2.0], [2.5, 3.0]])
+    >>> pairs = lazyseq.collate([samples, ['a', 'b', 'c']])
     >>> pairs[1]
-    (np.float64(1.5), 'b')
+    (array([1.5, 2. ]), 'b')
     >>> lazyseq.batch(pairs, 2)[0]
-    (array([0.5, 1.5]), ['a', 'b'])
+    (array([[0.5, 1. ],
+           [1.5, 2. ]]), ['a', 'b'])
     >>> lazyseq.collate({"x": np.arange(4.0), "y": np.arange(4) % 2}).batch(2)[1]
     {'x': array([2., 3.]), 'y': array([0, 1])}
     """

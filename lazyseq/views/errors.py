@@ -52,10 +52,11 @@ def seterr(evaluation: ErrorMode | None = None) -> ErrorMode:
 
     >>> import lazyseq
     >>> previous = lazyseq.seterr("passthrough")
-    >>> lazyseq.smap(int, ["x"])[0]
-    Traceback (most recent call last):
-    ...
-    ValueError: invalid literal for int() with base 10: 'x'
+    >>> try:
+    ...     lazyseq.smap(int, ["x"])[0]
+    ... except ValueError as error:
+    ...     print(error, *error.__notes__, sep="\\n")
+    invalid literal for int() with base 10: 'x'
     while computing smap(int)[0]
     >>> lazyseq.seterr(previous)
     'passthrough'
