@@ -882,6 +882,49 @@ def test_acknowledgements_keep_from_going_out_again_only_the_items_their_consume
         service.close()
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("then", ["sync", "next"])
+def test_a_sync_lost_with_a_broken_connection_is_sent_again_after_a_silence(monkeypatch, then):
+    # sync() sent its request once and waited for the answer for ever; so did a read that first confirmed with the
+    # server (after a gap in the heartbeats): the server, alive and answering heartbeats, waited for a request.
+    request_send, lost = Connection.send, []
+
+    def send_request(connection, kind, header, flags=0):
+        if kind == b"sync" and not lost:
+            lost.append(header)
+            return None
+        return request_send(connection, kind, header, flags)
+
+    with lazyseq.serve(iter(range(6)), LOOPBACK) as server:
+        with lazyseq.connect(server.address, timeout=1, ahead=1) as stream:
+            got = [next(stream), next(stream)]
+            monkeypatch.setattr(Connection, "send", send_request)
+            if then == "sync":
+                stream.sync()
+                assert stream._unconfirmed == {}
+            else:
+                stream._gaps -= 1  # as after a gap in the heartbeats: the read asks the server first
+            got += list(stream)
+    assert got == [0, 1, 2, 3, 4, 5] and len(lost) == 1
+
+
+@pytest.mark.timeout(60)
+def test_a_hello_lost_with_a_broken_connection_is_said_again_after_a_silence(monkeypatch):
+    # connect() sent its hello once and waited for the welcome for ever (the heartbeats answered all along).
+    request_send, lost = Connection.send, []
+
+    def send_request(connection, kind, header, flags=0):
+        if kind == b"hello" and not lost:
+            lost.append(header)
+            return None
+        return request_send(connection, kind, header, flags)
+
+    monkeypatch.setattr(Connection, "send", send_request)
+    with lazyseq.serve(np.arange(5), LOOPBACK) as server, lazyseq.connect(server.address, timeout=1) as remote:
+        assert list(remote) == [0, 1, 2, 3, 4]
+    assert [header["hello"] for header in lost] == [1]
+
+
 def test_sync_with_a_server_that_came_back_anew_returns():
     # Its acknowledgements were of the server that went away: the new one's 'synced' never confirmed them, and
     # sync() asked again and again, tens of thousands of times a second.

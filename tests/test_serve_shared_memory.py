@@ -82,6 +82,27 @@ def test_a_consumer_on_the_server_machine_reads_its_items_from_shared_memory(poo
         assert remote[3].flags.writeable  # as a local loader's batches: the consumer's own while it holds them
 
 
+def test_only_the_answer_to_the_last_hello_counts(monkeypatch, pool_reads):
+    # A hello said again after a silence: the server made the consumer's pool anew for the second. A consumer that
+    # took the late answer to the first would read its items from a pool the server no longer writes into.
+    receive, late = Connection._receive, []
+
+    def first_welcome_late(connection, waiting_for):
+        if late and late[0] is not None:
+            message, late[0] = late[0], None
+            return message
+        message = receive(connection, waiting_for)
+        if message[0] == b"welcome" and not late:
+            late.append(message)
+            return b"silent", {}, []  # as if lost: the hello is said again, then its answer comes
+        return message
+
+    monkeypatch.setattr(Connection, "_receive", first_welcome_late)
+    with lazyseq.serve(BATCHES, LOOPBACK) as server, lazyseq.connect(server.address) as remote:
+        assert [batch.tolist() for batch in remote] == [batch.tolist() for batch in BATCHES]
+    assert late == [None] and len(pool_reads) == 10
+
+
 def test_items_of_unknown_size_get_a_pool_with_the_first_of_them(pool_reads):
     with lazyseq.serve(lazyseq.smap(numbers, range(10)), LOOPBACK) as server:
         with lazyseq.connect(server.address) as remote:

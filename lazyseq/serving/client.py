@@ -149,7 +149,10 @@ class RemoteView(View[Any]):
         answered = header.get("req")
         slot = self._slot_of.pop(answered, -1) if isinstance(answered, int) else -1  # ours again with the answer
         places = header.get("places") if kind == b"item" else None
-        if places is not None and (slot < 0 or header.get("slot") != slot):
+        pool = self._pool
+        if places is not None and (
+            slot < 0 or header.get("slot") != slot or pool is None or header.get("in") != pool.name
+        ):
             if slot >= 0:
                 self._give_back(slot)
             return  # written into a pool or slot no longer ours (a server gone since): asked again, not read
@@ -163,8 +166,7 @@ class RemoteView(View[Any]):
         if kind == b"item":
             try:
                 if places is not None:
-                    pool = self._pool
-                    assert pool is not None  # a slot was named: the pool is there (closed under the lock only)
+                    assert pool is not None  # checked above
                     try:
                         buffers = pool.buffers(slot, places)
                     except wire.ProtocolError:  # places outside the slot: nothing was leased
@@ -481,7 +483,8 @@ class RemoteStream(Iterator[Any]):
         ``within``: seconds to wait for the answer at most (then False too).
         """
         # again: requests may have been lost with a connection
-        self._connection.send(b"sync", self._acks_header(), 0 if within is None else DONTWAIT)
+        flags = 0 if within is None else DONTWAIT
+        self._connection.send(b"sync", self._acks_header(), flags)
         deadline = None if within is None else time.monotonic() + within
         while True:
             if deadline is None:
@@ -494,6 +497,11 @@ class RemoteStream(Iterator[Any]):
                 kind = self._take_in(*message)
             if kind in (b"synced", b"forgotten"):
                 return kind == b"synced"
+            if kind in (
+                b"silent",
+                b"restarted",
+            ):  # the 'sync' or its answer lost with a broken connection; a new server
+                self._connection.send(b"sync", self._acks_header(), flags)
 
     def close(self) -> None:
         """Disconnect: items received and not handed out go back to the server for other consumers.

@@ -79,6 +79,7 @@ class Connection:
         )
         self.server: str | None = None  # the server instance answering, from its welcome
         self._hello_fields: dict = {}
+        self._hellos = 0  # hellos sent
         self.heartbeat.start()
 
     @property
@@ -160,12 +161,21 @@ class Connection:
         """
         if fields is not None:
             self._hello_fields = fields
-        self.send(b"hello", {**self._hello_fields, "timeout": self.timeout})
+        said = self._say_hello()
         while True:
             kind, header, _ = self.receive(waiting_for="an answer to hello")
-            if kind == b"welcome":
-                self.server = header.get("server") if isinstance(header, dict) else None
+            if kind in (b"silent", b"restarted"):  # the hello or its answer lost with a broken connection; a new server
+                said = self._say_hello()
+            elif kind == b"welcome" and isinstance(header, dict) and header.get("hello") == said:
+                self.server = header.get("server")
                 return header
+            # else: the answer to an earlier hello, which the server has made anew since (a consumer's pool, say)
+
+    def _say_hello(self) -> int:
+        """Send a hello, numbered: only the answer to the last one sent is taken (see :meth:`hello`)."""
+        self._hellos += 1
+        self.send(b"hello", {**self._hello_fields, "timeout": self.timeout, "hello": self._hellos})
+        return self._hellos
 
     def receive(self, waiting_for: str) -> tuple[bytes, Any, list]:
         """The next message from the server: ``(kind, header, buffers)``.

@@ -17,7 +17,9 @@ Messages (frames: tag ``lazyseq/1``, kind, JSON header, buffers):
 =============================  =================================================================
 consumer -> server             server -> consumer
 =============================  =================================================================
-``hello``                      ``welcome``: what is served (view: length and label; stream)
+``hello`` {hello, timeout}     ``welcome`` {hello}: what is served (view: length and label;
+                               stream); ``hello`` numbers the consumer's hellos, and only the
+                               answer to its last one counts (the server makes its pool anew)
 ``get`` {req, index}           ``item`` {req, index, tree} + buffers, or ``error`` / ``failed``
 ``get`` {req, index, count}    the same for items ``index`` to ``index + count - 1``, one answer
                                each, as requests ``req`` to ``req + count - 1``
@@ -261,7 +263,9 @@ class ServerLoop:
             if kind == b"hello":
                 self._seen[consumer] = (now, _timeout(header))
                 extra = self._service.hello(consumer, header, _on_this_machine(self.address, received[0]))
-                self._send(consumer, b"welcome", {**self.info, **extra, "server": self._token}, [])
+                said = header.get("hello") if type(header) is dict else None  # which hello: see Connection.hello
+                welcome = {**self.info, **extra, "server": self._token, "hello": said if type(said) is int else None}
+                self._send(consumer, b"welcome", welcome, [])
                 return
             heard = self._seen.get(consumer)
             self._seen[consumer] = (now, heard[1] if heard else DEFAULT_CONSUMER_TIMEOUT)

@@ -15,7 +15,9 @@ namespace, a system without ``/proc``), it reads on over the socket.
 From then on, each request names a free slot of the pool for each item it
 asks for; the server copies the item's buffers into that slot and sends only
 the item's tree and where its buffers lie (``places``: ``[offset, size]``
-pairs, checked by the consumer against the slot's size). The consumer's
+pairs, checked by the consumer against the slot's size), naming the pool
+(``in``): a consumer reads only what was written into the pool it holds,
+and asks again for the rest. The consumer's
 arrays are views of a lease of the slot (see
 :class:`~lazyseq.loading.shared_slots.SharedSlots`): the slot is named in a
 request again only once nothing refers to the item. A slot named in a
@@ -149,8 +151,9 @@ def _announced(announcement: Any) -> tuple[int, int, str, int, int] | None:
 class ReceivedPool:
     """The consumer's side of the pool: free slots to name in requests, and the items written into them."""
 
-    def __init__(self, slots: SharedSlots) -> None:
+    def __init__(self, slots: SharedSlots, name: str) -> None:
         self._slots = slots
+        self.name = name  # the server names it in every answer written into it
 
     @classmethod
     def open(cls, announcement: Any) -> ReceivedPool | None:
@@ -176,7 +179,7 @@ class ReceivedPool:
             os.close(mine)
             return None
         try:
-            return cls(SharedSlots(count, slot_bytes, "connect", fd=mine))  # which takes the descriptor over
+            return cls(SharedSlots(count, slot_bytes, "connect", fd=mine), name)  # which takes the descriptor over
         except OSError:  # it could not be mapped (the descriptor is closed): the socket it is
             return None
 

@@ -311,7 +311,7 @@ class ViewService:
             if places is None:
                 self._answer(consumer, b"item", req, i, fields, buffers)
             else:
-                self._answer(consumer, b"item", req, i, {**fields, "slot": slot, "places": places})
+                self._answer(consumer, b"item", req, i, {**fields, "slot": slot, "places": places, "in": pool.name})
 
     def _answer(
         self, consumer: bytes, kind: bytes, req: int, i: int, fields: dict[str, Any], buffers: list | None = None
