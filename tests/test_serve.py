@@ -902,6 +902,9 @@ def test_a_sync_lost_with_a_broken_connection_is_sent_again_after_a_silence(monk
             if then == "sync":
                 stream.sync()
                 assert stream._unconfirmed == {}
+                # Asked again once the server was silent for 0.5 s; from then on it waits longer before it asks again
+                # (twice as long, at most its timeout of 1 s), less a tenth for the answer that came soon after.
+                assert stream._connection._patience.seconds == pytest.approx(0.9)
             else:
                 stream._gaps -= 1  # as after a gap in the heartbeats: the read asks the server first
             got += list(stream)

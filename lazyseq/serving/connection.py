@@ -80,6 +80,7 @@ class Connection:
         self.server: str | None = None  # the server instance answering, from its welcome
         self._hello_fields: dict = {}
         self._hellos = 0  # hellos sent
+        self._patience = Patience(2 * self.interval, self.timeout)
         self.heartbeat.start()
 
     @property
@@ -185,8 +186,9 @@ class Connection:
         wait, whichever is later. ``kind`` is ``b"restarted"`` when a new server
         instance answers at the address (what was asked of the old one is
         lost), and ``b"silent"`` when the server answers heartbeats but sent
-        nothing else for ``2 * interval`` (an answer may have been lost with a
-        connection that broke: the caller asks again).
+        nothing else for a while (an answer may have been lost with a
+        connection that broke: the caller asks again); how long, see
+        :class:`Patience`.
         """
         with _InUse(self, "waiting for", waiting_for):
             return self._receive(waiting_for)
@@ -208,6 +210,7 @@ class Connection:
             except again:
                 frames = None
             if frames is not None:
+                self._patience.heard_after(time.monotonic() - quiet_since)
                 try:
                     kind, header, buffers = self._parse(frames)
                 except wire.ProtocolError:
@@ -228,7 +231,8 @@ class Connection:
             if beat.server is not None and self.server is not None and beat.server != self.server:
                 self.server = beat.server
                 return b"restarted", {}, []
-            if now - quiet_since > 2 * self.interval and now - beat.last_answer < self.interval * 1.5:
+            if now - quiet_since > self._patience.seconds and now - beat.last_answer < self.interval * 1.5:
+                self._patience.lost_patience()
                 return b"silent", {}, []
             # Each wait gives the server its whole timeout: one that came back after an earlier ServerLost
             # is found again (the heartbeats start over), not reported lost at once.
@@ -269,6 +273,39 @@ class Connection:
             pass
         with interrupts_deferred(), self._using:  # a second Ctrl-C (the first one ended the read) as it closes
             self._finalizer()  # says goodbye first
+
+
+class Patience:
+    """How long a server that answers heartbeats may send nothing else before the consumer asks again.
+
+    At first ``2 * interval``: an answer lost with a connection that broke is
+    asked for again soon. But an answer may take longer than that to arrive
+    whole (a large item over a slow link, an item slow to compute), and asking
+    again then only queues a copy behind it. So each time the consumer runs out
+    of patience it waits twice as long the next time (``at_most`` at most),
+    and an answer that took ``t`` to come keeps it waiting ``2 * t`` at least;
+    answers that come quickly bring it back down, a tenth at a time.
+
+    >>> patience = Patience(0.5, at_most=10.0)
+    >>> patience.lost_patience(); patience.seconds
+    1.0
+    >>> patience.heard_after(3.0); patience.seconds
+    6.0
+    >>> for _ in range(40):
+    ...     patience.heard_after(0.0)
+    >>> patience.seconds
+    0.5
+    """
+
+    def __init__(self, least: float, at_most: float) -> None:
+        self.least, self.at_most = least, max(least, at_most)
+        self.seconds = least
+
+    def lost_patience(self) -> None:
+        self.seconds = min(self.seconds * 2, self.at_most)
+
+    def heard_after(self, waited: float) -> None:
+        self.seconds = min(max(self.least, self.seconds * 0.9, 2 * waited), self.at_most)
 
 
 class _InUse:
