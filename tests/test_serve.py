@@ -882,19 +882,26 @@ def test_acknowledgements_keep_from_going_out_again_only_the_items_their_consume
         service.close()
 
 
+def losing_the_first(kind, also=lambda header: True):
+    """A ``Connection.send`` that loses the first request of ``kind`` (for which ``also`` holds) as a connection that
+    broke would, and the list of the headers it lost."""
+    request_send, lost = Connection.send, []
+
+    def send_request(connection, sent_kind, header, flags=0):
+        if sent_kind == kind and not lost and also(header):
+            lost.append(header)
+            return None
+        return request_send(connection, sent_kind, header, flags)
+
+    return send_request, lost
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("then", ["sync", "next"])
 def test_a_sync_lost_with_a_broken_connection_is_sent_again_after_a_silence(monkeypatch, then):
     # sync() sent its request once and waited for the answer for ever; so did a read that first confirmed with the
     # server (after a gap in the heartbeats): the server, alive and answering heartbeats, waited for a request.
-    request_send, lost = Connection.send, []
-
-    def send_request(connection, kind, header, flags=0):
-        if kind == b"sync" and not lost:
-            lost.append(header)
-            return None
-        return request_send(connection, kind, header, flags)
-
+    send_request, lost = losing_the_first(b"sync")
     with lazyseq.serve(iter(range(6)), LOOPBACK) as server:
         with lazyseq.connect(server.address, timeout=1, ahead=1) as stream:
             got = [next(stream), next(stream)]
@@ -914,14 +921,7 @@ def test_a_sync_lost_with_a_broken_connection_is_sent_again_after_a_silence(monk
 @pytest.mark.timeout(60)
 def test_a_hello_lost_with_a_broken_connection_is_said_again_after_a_silence(monkeypatch):
     # connect() sent its hello once and waited for the welcome for ever (the heartbeats answered all along).
-    request_send, lost = Connection.send, []
-
-    def send_request(connection, kind, header, flags=0):
-        if kind == b"hello" and not lost:
-            lost.append(header)
-            return None
-        return request_send(connection, kind, header, flags)
-
+    send_request, lost = losing_the_first(b"hello")
     monkeypatch.setattr(Connection, "send", send_request)
     with lazyseq.serve(np.arange(5), LOOPBACK) as server, lazyseq.connect(server.address, timeout=1) as remote:
         assert list(remote) == [0, 1, 2, 3, 4]
@@ -1682,14 +1682,9 @@ def test_a_ctrl_c_while_a_request_is_sent_loses_nothing(monkeypatch, part_way):
 def test_a_stream_whose_request_was_lost_asks_again_after_a_silence(monkeypatch):
     # A 'next' lost on the way (a connection that broke as it was sent): the consumer waited for the item it had
     # asked for, and the server, alive and answering heartbeats, for a request: for ever.
-    request_send, lost = Connection.send, []
-
-    def send_request(connection, kind, header, flags=0):
-        if kind == b"next" and header.get("more") and not lost and threading.current_thread().name == "MainThread":
-            lost.append(header)
-            return None
-        return request_send(connection, kind, header, flags)
-
+    send_request, lost = losing_the_first(
+        b"next", lambda header: header.get("more") and threading.current_thread().name == "MainThread"
+    )
     with lazyseq.serve(iter(range(5)), LOOPBACK) as server:
         with lazyseq.connect(server.address, timeout=1, ahead=1) as stream:
             monkeypatch.setattr(Connection, "send", send_request)
