@@ -134,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             allowed_clients=clients,
             insecure=args.insecure,
         )
-    except (ValueError, TypeError, OSError) as error:
+    except (ValueError, TypeError, OSError, ImportError) as error:  # ImportError: pyzmq or Ray missing
         raise SystemExit(f"lazyseq.serve: {str(error).removeprefix('serve: ')}") from None
     try:  # an interrupt from the moment the server exists ends it quietly, even one that comes while printing
         signal.signal(signal.SIGTERM, lambda *_: server.close())

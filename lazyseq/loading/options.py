@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 from ..arguments import integer, seconds
+from ..extras import require
 from ..views.errors import LoaderFailure
 
 __all__ = [
@@ -100,6 +101,8 @@ class LoaderOptions:
             count = max(1, available_cores() + count)
         if method not in METHODS:
             raise ValueError(f"{owner}: method must be 'thread', 'process' or 'ray', got {method!r}")
+        if method == "ray" and count > 0:
+            require("ray", f"{owner}: method='ray'", "ray")
         if method == "process" and not hasattr(select, "poll"):  # Windows: no poll(), no descriptor passing
             raise NotImplementedError(f"{owner}: method='process' needs a POSIX system (Linux, macOS); use 'thread'")
         if start_method is not None:

@@ -9,6 +9,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
+from ..extras import require
 from ..loading.failures import LoaderError
 from ..views import errors
 from ..views.base import View
@@ -575,6 +576,7 @@ def connect(
     """
     from ..loading.options import positive
 
+    require("zmq", "connect", "server", "pyzmq")
     ahead = positive(ahead, "ahead", "connect")
     check_endpoint(address, "connect", binding=False)
     settings = {

@@ -12,6 +12,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from ..extras import require
 from ..loading.buffering import ITEMS_AHEAD, Buffering
 from ..loading.failures import LoaderError
 from ..loading.options import LoaderOptions, Method, StartHook, StartMethod
@@ -54,6 +55,7 @@ class Server:
         allowed_clients: Iterable[Any] | None,
         insecure: bool,
     ) -> None:
+        require("zmq", "serve", "server", "pyzmq")
         check_address(check_endpoint(address, "serve", binding=True), curve_keypair, insecure, allowed_clients)
         if options.method == "ray" and options.nworkers:  # now, not in the server's thread (it answers heartbeats)
             from ..loading.ray_workers import connect_to_ray
