@@ -904,6 +904,16 @@ def test_a_manifest_whose_layout_disagrees_with_its_records_is_refused(tmp_path,
     assert message in open_error(tmp_path)
 
 
+def test_a_manifest_recording_a_negative_shard_is_refused_without_giving_it_rows(tmp_path):
+    # The message said that the layout would "give shard -1 4 rows" (the last shard's, read from the end).
+    lazyseq.write_npy(np.arange(10.0), tmp_path, rows_per_shard=4, sync=False)
+    edit_manifest(tmp_path, lambda manifest: manifest["shards"][0].update(shard=-1))
+    assert open_error(tmp_path).endswith(
+        "records shard -1 with 4 rows, but its length (10) and rows_per_shard (4) make 3 shards: the manifest was "
+        "edited or damaged; call write_npy again with overwrite=True to rewrite the directory"
+    )
+
+
 @pytest.mark.parametrize("name", ["../outside-00000.npy", "/tmp/outside-00000.npy", "sub/data-00000.npy"])
 def test_a_manifest_naming_files_outside_its_directory_is_refused(tmp_path, name):
     directory = tmp_path / "written"

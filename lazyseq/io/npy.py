@@ -109,16 +109,15 @@ def _open_written(directory: str) -> View[Any]:
         raise type(error)(f"open_npy: {error}") from None
     layout = written.layout
     manifest = os.path.join(directory, MANIFEST)
-    extra = sorted(set(written.records) - set(range(layout.shard_count)))
-    wrong = [
-        k for k, record in written.records.items() if k < layout.shard_count and record.rows != len(layout.rows(k))
-    ]
+    shards = range(layout.shard_count)
+    extra = sorted(set(written.records) - set(shards))
+    wrong = [k for k, record in written.records.items() if k in shards and record.rows != len(layout.rows(k))]
     if extra or wrong:
         k = (extra or wrong)[0]
         raise ValueError(
             f"open_npy: {manifest} records shard {k} with {written.records[k].rows} rows, but its length "
             f"({layout.length}) and rows_per_shard ({layout.rows_per_shard}) make {layout.shard_count} shards"
-            + (f" and give shard {k} {len(layout.rows(k))} rows" if k < layout.shard_count else "")
+            + (f" and give shard {k} {len(layout.rows(k))} rows" if k in shards else "")
             + ": the manifest was edited or damaged; call write_npy again with overwrite=True to rewrite the directory"
         )
     make_room_for_files(layout.shard_count * len(layout.fields), f"open_npy: {directory}")
