@@ -196,6 +196,22 @@ def test_workers_closed_while_they_start_are_closed_once_started():
     assert workers.closed and started[1].closed
 
 
+def test_workers_started_as_a_ctrl_c_comes_are_closed(monkeypatch):
+    # A Ctrl-C after the workers started and before they were published left them running, with nobody to close them.
+    from lazyseq.loading.backends import DeferredWorkers
+
+    started = []
+    workers = DeferredWorkers(lambda: started.append(ManualBackend(abs)) or started[-1])
+
+    def interrupted():
+        raise KeyboardInterrupt  # as the signal handler would, between two steps of the publication
+
+    monkeypatch.setattr(workers, "_closed_meanwhile", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        workers.submit_many([(0, 0)])
+    assert started[0].closed and not workers.started
+
+
 @pytest.mark.parametrize("method", ["thread", "process"])
 def test_fds_become_readable_when_a_result_waits(method):
     options = LoaderOptions.check(

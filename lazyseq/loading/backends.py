@@ -144,11 +144,17 @@ class DeferredWorkers:
             return
         if self.workers is None:
             workers = self._start()
-            with self._publishing:
-                unwanted = self._closed_meanwhile() or self.workers is not None  # closed, or started by another thread
-                if not unwanted:
-                    self.unsent = workers.unsent
-                    self.workers = workers
+            try:
+                with self._publishing:
+                    unwanted = self._closed_meanwhile() or self.workers is not None  # closed, or started by another
+                    if not unwanted:
+                        self.unsent = workers.unsent
+                        self.workers = workers
+            except BaseException:  # a Ctrl-C before they were published: nobody else would close them
+                if self.workers is not workers:
+                    with interrupts_deferred():
+                        workers.close()
+                raise
             if unwanted:
                 with interrupts_deferred():  # all the way, whatever Ctrl-C says meanwhile (see .closing)
                     workers.close()
