@@ -307,11 +307,12 @@ class ViewService:
                 fields["pool"] = pool.announcement()
         for req in reqs:
             slot = reads.slots.pop(req, -1)
-            places = pool.write(slot, buffers) if pool is not None and slot >= 0 and buffers else None
-            if places is None:
-                self._answer(consumer, b"item", req, i, fields, buffers)
-            else:
-                self._answer(consumer, b"item", req, i, {**fields, "slot": slot, "places": places, "in": pool.name})
+            if pool is not None and slot >= 0 and buffers:
+                places = pool.write(slot, buffers)
+                if places is not None:  # (else too large for the slot)
+                    self._answer(consumer, b"item", req, i, {**fields, "slot": slot, "places": places, "in": pool.name})
+                    continue
+            self._answer(consumer, b"item", req, i, fields, buffers)
 
     def _answer(
         self, consumer: bytes, kind: bytes, req: int, i: int, fields: dict[str, Any], buffers: list | None = None
