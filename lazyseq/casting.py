@@ -6,8 +6,9 @@ float into narrower floats (inf where it is too large): :func:`keeps_values`
 tells whether the values at hand survive such a cast (and an integer cast to
 bool: only 0 and 1 do; integers cast to floats: inf where too large; and, for
 a cast numpy calls safe, datetimes and durations cast to a finer unit: wrapped
-around outside its range). Floats that lose precision to narrower ones are
-kept, as are integers to floats and times to a coarser unit.
+around outside its range, or an OverflowError from numpy 2.5 on). Floats that
+lose precision to narrower ones are kept, as are integers to floats and times
+to a coarser unit.
 
 numpy also calls safe a cast from numbers to strings ("3", "True"):
 :func:`same_kind_of_value` tells a cast that keeps numbers numbers, strings
@@ -53,8 +54,11 @@ def keeps_values(values: np.ndarray, dtype: np.dtype) -> bool:
         with np.errstate(over="ignore"):
             return bool(np.isfinite(values.astype(dtype)).all())
     if values.dtype.kind in "mM" and dtype.kind == values.dtype.kind and np.can_cast(values.dtype, dtype, "safe"):
-        with np.errstate(over="ignore"):  # a finer unit: a date outside its range wraps around
-            back = values.astype(dtype).astype(values.dtype)
+        try:
+            with np.errstate(over="ignore"):  # a finer unit: a date outside its range wraps around
+                back = values.astype(dtype).astype(values.dtype)
+        except OverflowError:  # numpy 2.5 on raises it instead
+            return False
         return bool(((back == values) | np.isnat(values)).all())
     return True
 

@@ -19,7 +19,7 @@ import os
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -73,9 +73,13 @@ class Output:
         return target
 
     def _widened(self, dtype: np.dtype, filled: int, batch_index: int) -> np.ndarray:
-        """The array as ``dtype``: in memory, a copy; at a path, the file written anew (its first ``filled`` rows)."""
+        """The array as ``dtype``, its first ``filled`` rows copied: in memory, a new array; at a path, the file anew."""
         if self.working is None or self.final is None:
-            return self.array.astype(dtype)
+            # not .astype of it all: the rows not yet written hold whatever np.empty left there, which numpy 2.5 on
+            # refuses to cast to a finer unit of time where it is out of that unit's range
+            wider = np.empty(self.array.shape, dtype)
+            wider[:filled] = self.array[:filled]
+            return wider
         if dtype.hasobject:
             raise TypeError(_objects_in_a_file(self.given, self.key, batch_index))
         wider, temporary = _hidden_npy(self.final, dtype, self.array.shape)
@@ -246,7 +250,8 @@ def _overlap(first: np.ndarray, second: np.ndarray) -> bool:
     (False, True)
     """
     try:
-        return bool(np.shares_memory(first, second, max_work=SHARED_MEMORY_WORK))  # type: ignore[arg-type]  # stubs: -1, 0
+        # Any: the stubs of numpy before 2.5 take only -1 and 0
+        return bool(np.shares_memory(first, second, max_work=cast(Any, SHARED_MEMORY_WORK)))
     except TOO_HARD:
         return True
 

@@ -11,7 +11,7 @@ def assorted_item(i):
         "x": np.arange(6, dtype=np.float32).reshape(2, 3) + i,
         "y": (np.int64(i), np.full((2, 2), i, np.uint8), np.array([True, i % 2 == 0])),
         "labels": [f"item {i}", i, i / 3, complex(i, -1), None, b"\x00raw" * i],
-        "when": np.array(["2026-01-01", "2026-11-23"], dtype="datetime64[D]") + i,
+        "when": np.array(["2026-01-01", "2026-11-23"], dtype="datetime64[D]") + np.timedelta64(i, "D"),
         "text": np.array(["ab", "c" * i]),
         "empty": np.zeros((0, 3), np.int16),
         "special": (float("nan"), float("inf"), -float("inf")),

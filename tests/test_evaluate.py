@@ -145,7 +145,9 @@ def test_widening_to_a_finer_unit_of_time_keeps_the_earlier_times_or_says_it_can
         "datetime64[ns] cannot hold (times outside the range of its unit): return one dtype, with .astype in fn"
     )
     near = np.array(["2020-01-01"], "datetime64[s]")
-    finer = lazyseq.evaluate(lambda b: near if b[0] == 0 else near.astype("datetime64[ns]") + 1, [0, 1], batch_size=1)
+    finer = lazyseq.evaluate(
+        lambda b: near if b[0] == 0 else near.astype("datetime64[ns]") + np.timedelta64(1, "ns"), [0, 1], batch_size=1
+    )
     assert finer.dtype == np.dtype("datetime64[ns]") and finer.tolist() == [1577836800000000000, 1577836800000000001]
 
 

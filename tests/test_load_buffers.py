@@ -355,9 +355,13 @@ def test_a_pool_that_cannot_be_made_closes_the_iterator(monkeypatch):
 
 
 FORK_INTERRUPTED = """
-import itertools, os, sys, time
+import itertools, os, sys, time, warnings
 import numpy as np, lazyseq
 from lazyseq.loading import shared_slots
+
+# Python 3.12 on warns of a fork in a process with threads, counted (3.13) once the fork hooks have run: here the
+# timer that raises the Ctrl-C again. The fork is what is tested.
+warnings.filterwarnings("ignore", r"This process \\(pid=\\d+\\) is multi-threaded, use of fork", DeprecationWarning)
 
 class InterruptedPoll:  # a Ctrl-C while the parent waits for the child's copies
     def register(self, *_):

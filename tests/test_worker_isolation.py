@@ -571,9 +571,12 @@ def test_a_forked_child_starts_forkserver_workers_of_its_own(tmp_path, child):
 
 FORK_WHILE_WAITING_SCRIPT = textwrap.dedent(
     """
-    import os, sys, threading, time
+    import os, sys, threading, time, warnings
     import numpy as np
     import lazyseq
+
+    # Python 3.12 on warns of a fork while other threads run, as this one forks on purpose
+    warnings.filterwarnings("ignore", r"This process \\(pid=\\d+\\) is multi-threaded, use of fork", DeprecationWarning)
 
     release = threading.Event()
 

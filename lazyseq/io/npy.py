@@ -190,6 +190,12 @@ def _mapped(path: str) -> np.ndarray:
         return np.load(path, mmap_mode="r")
     except (SyntaxError, TokenError) as error:  # what numpy's reading of a damaged header may raise
         raise ValueError(f"its header cannot be parsed: {type(error).__name__}: {error}") from None
+    except ValueError as error:
+        # numpy's "Cannot parse header: <all of it>", raised from the SyntaxError of a header that Python's tokenize
+        # reads but its parser does not (an unclosed "{" too, from Python 3.12 on, where tokenize raises no TokenError)
+        if isinstance(error.__cause__, SyntaxError):
+            raise ValueError(f"its header cannot be parsed: SyntaxError: {error.__cause__}") from None
+        raise
 
 
 def _check_npy_magic(path: str) -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ctypes
 import math
+from collections.abc import Callable
+from typing import cast
 
 import numpy as np
 
@@ -96,7 +98,7 @@ def address_of(array: np.ndarray) -> int:
     (8, True)
     """
     try:  # a writable, C-contiguous, non-empty array exports a buffer that ctypes can point to
-        return _addressof(_from_buffer(array))  # type: ignore[arg-type]  # an ndarray is a buffer
+        return _addressof(_from_buffer(array))
     except (TypeError, ValueError, BufferError):
         return array.ctypes.data
 
@@ -106,7 +108,8 @@ def one_array_in_slot(array: np.ndarray, offset: int) -> tuple[tuple, list]:
     return ONE_ARRAY, [(_portable(array.dtype), array.shape, offset)]
 
 
-_from_buffer = ctypes.c_char.from_buffer
+# an ndarray is a buffer, which the stubs of numpy before 2.5 say only for Python 3.12 on
+_from_buffer = cast("Callable[[np.ndarray], ctypes.c_char]", ctypes.c_char.from_buffer)
 _addressof = ctypes.addressof
 
 

@@ -22,7 +22,8 @@ would read the gaps. It stays private to this module.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import numpy as np
 
@@ -32,7 +33,8 @@ from .file_window import FileWindow
 __all__ = ["RowWindow"]
 
 _OUTSIDE = -(1 << 62)  # an offset far below any window: numpy raises IndexError for it, whatever is added
-_lowest = np.minimum.reduce
+# cast: numpy 2.5's stubs, read as for Python 3.11 (which numpy 2.5 does not run on), take no array alone here
+_lowest = cast("Callable[[np.ndarray], Any]", np.minimum.reduce)
 
 
 class _Interface:

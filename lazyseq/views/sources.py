@@ -170,10 +170,11 @@ def _reopened_source(
                     "name since (a memory map travels to other processes by file name); make the view again over "
                     "the new file, or keep the old one there while its loaders run"
                 )
-        raw = np.memmap(file, dtype=np.uint8, mode=mode, offset=first, shape=(length,))
-    array = np.ndarray.__new__(np.memmap, shape, dtype, buffer=raw, offset=start, strides=strides)
-    # what np.memmap sets on its views: the map remembers its file again (if sent on, or for a FileWindow)
-    array._mmap, array.filename = raw._mmap, raw.filename  # type: ignore[attr-defined]  # numpy's own attribute
+        raw: Any = np.memmap(file, dtype=np.uint8, mode=mode, offset=first, shape=(length,))
+    array: Any = np.ndarray.__new__(np.memmap, shape, dtype, buffer=raw, offset=start, strides=strides)
+    # what np.memmap sets on its views: the map remembers its file again (if sent on, or for a FileWindow); both Any
+    # above: numpy's stubs leave out _mmap, and make the others read-only (numpy 2.5 on)
+    array._mmap, array.filename = raw._mmap, raw.filename
     array.offset, array.mode = raw.offset, raw.mode
     return ArraySource(array)
 
