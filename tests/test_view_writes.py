@@ -221,6 +221,10 @@ def test_an_assignment_reads_pieces_held_in_tuples_before_writing():
         (np.int64, slice(0, 2), [1.5, "2"]),
         (np.int8, slice(0, 2), np.array([1.0, 1e10])),  # an array: cast array to array, as numpy assigns it
         (np.int32, [0, 2], np.array([2**40, 1])),
+        # numpy scalars of several dtypes: each converted on its own, not promoted together first (to float64, <U32)
+        (np.int64, slice(0, 2), [np.int64(2**60 + 1), np.float64(1.5)]),
+        ("<U4", slice(0, 2), [np.int64(1), np.float64(2.5)]),
+        (np.float64, slice(0, 2), [np.datetime64("2021-03-04"), np.timedelta64(5, "s")]),
     ],
 )
 def test_an_assignment_of_several_values_into_an_array_converts_them_as_numpy_does(dtype, key, values):

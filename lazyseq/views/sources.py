@@ -74,16 +74,23 @@ class ArraySource(View[Any]):
         array = self._array
         if not array.flags.writeable:
             return False  # refused item by item, with numpy's message
-        # Numpy values (an array's rows, given as the values) are cast array to array, as numpy assigns an array;
-        # other values are made of the array's dtype one by one, as numpy assigns a list (objects: each as it is).
-        numpy_values = not array.dtype.hasobject and all(isinstance(v, (np.ndarray, np.generic)) for v in values)
-        try:
-            rows = np.asarray(values) if numpy_values else np.asarray(values, dtype=array.dtype)
-        except (ValueError, TypeError):  # rows of several shapes: each is written (or refused) alone
-            return False
+        # Numpy values of one dtype (most likely an array's rows, given as the values) are cast array to array, as
+        # numpy assigns an array. Other values are made rows as numpy assigns a list: each value converted on its own
+        # (numpy scalars of several dtypes too, which np.asarray would first promote to one, losing digits).
+        first = values[0] if values else None
+        if isinstance(first, (np.ndarray, np.generic)) and all(
+            isinstance(v, (np.ndarray, np.generic)) and v.dtype == first.dtype for v in values
+        ):
+            rows = np.asarray(values)
+        else:
+            rows = np.empty((len(idx), *array.shape[1:]), dtype=array.dtype)
+            try:
+                rows[...] = values
+            except (ValueError, TypeError):  # rows of other shapes, values numpy cannot convert: each written alone
+                return False
         if rows.shape != (len(idx), *array.shape[1:]):
             return False
-        array[positions_array(idx)] = rows  # the same casts as one by one; of positions given twice, the last
+        array[positions_array(idx)] = rows  # of positions given twice, the last
         return True
 
     def _iter(self) -> Iterator[Any]:
