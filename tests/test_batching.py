@@ -19,6 +19,15 @@ def test_partial_last_batch_by_default():
     assert [batch.tolist() for batch in b] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
 
 
+def test_numbers_of_several_dtypes_are_promoted_together_as_np_stack_does():
+    # np.asarray promotes numpy scalars two at a time: int8 and uint16 made int32, and with float32, float64.
+    scalars = [np.int8(1), np.uint16(2), np.float32(0.5)]
+    assert lazyseq.default_collate(scalars).dtype == np.stack(scalars).dtype == np.float32
+    parts = [np.array([1], np.int8), np.array([2], np.uint16), np.array([0.5], np.float32)]
+    batch = lazyseq.concatenate(parts).batch(3)[0]
+    assert batch.dtype == np.float32 and batch.tolist() == [1.0, 2.0, 0.5]
+
+
 def test_drop_last():
     b = lazyseq.batch(range(10), 4, drop_last=True)
     assert len(b) == 2

@@ -328,6 +328,22 @@ def _stack(items: list) -> np.ndarray:
         raise
 
 
+def _promoted(scalars: list[Any]) -> np.dtype | None:
+    """The dtype that ``np.stack`` gives numpy scalars of several dtypes; None for one dtype, or other items.
+
+    ``np.asarray`` promotes them two at a time: int8, uint16 and float32
+    scalars make float64 there (int8 and uint16 make int32 first), float32
+    with ``np.stack``, as an array of each would.
+    """
+    kinds = {type(item) for item in scalars}
+    if len(kinds) == 1 or not all(issubclass(kind, np.generic) for kind in kinds):
+        return None
+    try:
+        return np.result_type(*{item.dtype for item in scalars})  # dtypes, not values (numpy 1 looks at values)
+    except TypeError:  # no dtype holds them all (strings and numbers): as np.asarray makes them
+        return None
+
+
 def default_collate(items: list[Any]) -> Any:
     """Assemble a list of items into one batch.
 
@@ -348,7 +364,7 @@ def default_collate(items: list[Any]) -> Any:
         return _stack(items)
     if isinstance(first, (Number, np.generic)):
         try:
-            batch = np.asarray(items)
+            batch = np.asarray(items, dtype=_promoted(items) if isinstance(first, np.generic) else None)
         except ValueError:  # an array among the numbers
             _stack([np.asarray(item) for item in items])  # raises MixedShapes, naming it
             raise
