@@ -247,6 +247,23 @@ def test_unbatch_writes_its_items_alone_whatever_the_rest_of_their_batch():
     assert s == [(9, "t"), (8, "t"), 3, 4]
 
 
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda a, b: lazyseq.collate([a, b]).__setitem__(0, (5, "x")),
+        lambda a, b: lazyseq.collate({"x": a, "y": b}).__setitem__(0, {"x": 5, "y": "x"}),
+        lambda a, b: lazyseq.unbatch(lazyseq.batch(lazyseq.collate([a, b]), 2), 2).__setitem__(0, (5, "x")),
+    ],
+    ids=["tuple", "dict", "unbatch"],
+)
+def test_an_item_of_fields_refused_part_way_is_put_back(write):
+    # Its first field stayed written (a[0] == 5), where a slice assignment of the same value wrote nothing.
+    a, b = np.arange(4), np.arange(4) * 10
+    with pytest.raises(ValueError, match="invalid literal for int"):
+        write(a, b)
+    assert a.tolist() == [0, 1, 2, 3] and b.tolist() == [0, 10, 20, 30]
+
+
 def test_a_padding_item_is_refused_as_a_read_only_one():
     a = np.arange(5)
     items = lazyseq.unbatch(lazyseq.batch(a, 2, pad=-1), 2)  # 0 1 2 3 4 -1

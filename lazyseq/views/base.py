@@ -422,16 +422,16 @@ class View(Fluent[T_co], Sequence[T_co]):
                 self._set(i, value)
             except BaseException:
                 for j in range(i + 1):  # item i too: it may hold several, written in part
-                    if before[j] is not _UNREADABLE:
+                    if before[j] is not UNREADABLE:
                         self._set(j, before[j])
                 raise
 
     def _readable_copy(self, i: int) -> Any:
-        """Item ``i`` with its arrays copied, or ``_UNREADABLE`` if reading it fails."""
+        """Item ``i`` with its arrays copied, or ``UNREADABLE`` if reading it fails."""
         try:
             return _own_arrays(self._get(i))
         except Exception:
-            return _UNREADABLE
+            return UNREADABLE
 
     def _set_many(self, idx: Positions, values: list[Any]) -> bool:
         """Write ``values`` as items ``idx`` at once, as ``_set`` would one by one; False where this view cannot.
@@ -521,4 +521,4 @@ def _own_arrays(item: Any) -> Any:
     return item
 
 
-_UNREADABLE = object()  # an item whose value before an assignment could not be read
+UNREADABLE = object()  # an item whose value before an assignment could not be read

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, overload
 
-from .base import View, lengths_must_match
+from .base import UNREADABLE, View, lengths_must_match
 from .chunks import Columns
 from .itemtypes import SequenceLike
 from .keys import Positions
@@ -44,8 +44,18 @@ class CollateView(View[Any]):
             value = [value[key] for key in self._keys]
         if len(value) != len(self._parents):
             raise ValueError(f"collate item {i} has {len(self._parents)} fields, cannot assign {len(value)} values")
-        for parent, field in zip(self._parents, value):
-            parent._set(i, field)
+        # A field refused as it is written (a string into integers) puts back the fields written before it, and
+        # its own (a field of several items may be written in part): a tuple is not half assigned.
+        written = []
+        try:
+            for parent, field in zip(self._parents, value):
+                written.append((parent, parent._readable_copy(i)))
+                parent._set(i, field)
+        except BaseException:
+            for parent, before in written:
+                if before is not UNREADABLE:
+                    parent._set(i, before)
+            raise
 
     def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         return tuple((p, i) for p in self._parents)
