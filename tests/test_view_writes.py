@@ -264,6 +264,22 @@ def test_an_item_of_fields_refused_part_way_is_put_back(write):
     assert a.tolist() == [0, 1, 2, 3] and b.tolist() == [0, 10, 20, 30]
 
 
+@pytest.mark.parametrize("k", [2, 3])
+def test_a_batch_of_list_items_with_strings_written_back_as_read_leaves_them_as_they_were(k):
+    # Read field by field ([array([1, 2]), ['a', 'b']]), it was written back as two items: [1, 2] and ['a', 'b'];
+    # with 3 items, refused. A refused assignment that put such a batch back corrupted the data the same way.
+    data = [[1, "a"], [2, "b"], [3, "c"]][:k]
+    batches = lazyseq.batch(data, k)
+    batches[0] = batches[0]
+    assert [[int(number), text] for number, text in data] == [[1, "a"], [2, "b"], [3, "c"]][:k]
+    numbers = np.zeros(k, int)
+    both = lazyseq.batch(lazyseq.concatenate([data, numbers]), k)
+    with pytest.raises(ValueError, match="invalid literal for int"):
+        both[:] = [[[5, "x"]] * k, ["y"] * k]  # the second batch is refused: the first is put back
+    assert [[int(number), text] for number, text in data] == [[1, "a"], [2, "b"], [3, "c"]][:k]
+    assert numbers.tolist() == [0] * k
+
+
 def test_a_padding_item_is_refused_as_a_read_only_one():
     a = np.arange(5)
     items = lazyseq.unbatch(lazyseq.batch(a, 2, pad=-1), 2)  # 0 1 2 3 4 -1

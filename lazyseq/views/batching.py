@@ -116,7 +116,7 @@ class BatchView(View[Any]):
         size = self._k if self._pad is not None else len(span)
         collated = self._collate_fn is None
         given_as_fields = collated and span and isinstance(value, (tuple, list, Mapping))  # else no item read for it
-        if given_as_fields and _fields_with_rows(value, self._parent._get(span[0])):
+        if given_as_fields and _fields_with_rows(value, self._parent._get(span[0]), size):
             # as the batch was read: its items' fields, each with a row per item
             count = _length_of(value, collated)
             if count is not None:  # (items with no fields: nothing to write)
@@ -351,21 +351,28 @@ def _is_by_field(batch: Any, collated: bool) -> bool:
 _FIELDS = (np.ndarray, list, tuple, Mapping)  # what the default collation makes of a field of several items
 
 
-def _fields_with_rows(value: Any, item: Any) -> bool:
-    """Whether ``value`` is a batch of items like ``item`` given field by field, as batches of them are read.
+def _fields_with_rows(value: Any, item: Any, count: int) -> bool:
+    """Whether ``value`` is a batch of ``count`` items like ``item`` given field by field, as batches of them are read.
 
     A dict for dicts; for tuples, a tuple of as many fields, each an array,
     a list or fields like the item's (not a tuple of items); for lists, a
-    list of as many arrays.
+    list of as many fields, arrays or lists of ``count`` values (numbers
+    collate to an array, strings to a list), with an array among them or
+    ``count`` other than the item's length (else a list of items it is:
+    lists as long as an item).
 
     >>> import numpy as np
     >>> fields = (np.arange(2), np.arange(2))
-    >>> _fields_with_rows(fields, (1, 2)), _fields_with_rows(((1, 2), (3, 4)), (1, 2)), _fields_with_rows(fields, 1)
-    (True, False, False)
-    >>> _fields_with_rows(({"x": 1}, {"x": 2}), {"x": 0}), _fields_with_rows(list(fields), [1, 2])
+    >>> _fields_with_rows(fields, (1, 2), 2), _fields_with_rows(((1, 2), (3, 4)), (1, 2), 2)
+    (True, False)
+    >>> _fields_with_rows(({"x": 1}, {"x": 2}), {"x": 0}, 2), _fields_with_rows(list(fields), [1, 2], 2)
     (False, True)
-    >>> _fields_with_rows((np.arange(2), (np.arange(2), ["a", "b"])), (0, (0.5, "a")))
+    >>> _fields_with_rows((np.arange(2), (np.arange(2), ["a", "b"])), (0, (0.5, "a")), 2)
     True
+    >>> _fields_with_rows([np.arange(2), ["a", "b"]], [1, "a"], 2), _fields_with_rows([[1, "a"], [2, "b"]], [1, "a"], 2)
+    (True, False)
+    >>> _fields_with_rows([np.arange(3), ["a", "b", "c"]], [1, "a"], 3), _fields_with_rows(fields, 1, 2)
+    (True, False)
     """
     if isinstance(item, Mapping):
         return isinstance(value, Mapping)
@@ -374,12 +381,17 @@ def _fields_with_rows(value: Any, item: Any) -> bool:
             isinstance(value, tuple)
             and len(value) == len(item)
             and all(
-                isinstance(field, (np.ndarray, list, Mapping)) or _fields_with_rows(field, part)
+                isinstance(field, (np.ndarray, list, Mapping)) or _fields_with_rows(field, part, count)
                 for field, part in zip(value, item)
             )
         )
     if type(item) is list:
-        return type(value) is list and len(value) == len(item) and all(isinstance(f, np.ndarray) for f in value)
+        if type(value) is not list or len(value) != len(item):
+            return False
+        arrays = [isinstance(field, np.ndarray) for field in value]
+        if not all(is_array or (type(field) is list and len(field) == count) for field, is_array in zip(value, arrays)):
+            return False
+        return any(arrays) or len(item) != count
     return False
 
 
