@@ -8,6 +8,7 @@ if tqdm is installed. ``True`` always shows one (tqdm is then required);
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import sys
 from typing import Any
@@ -66,7 +67,18 @@ def progress_bar(total: int | None, description: str, progress: bool | None, uni
         raise ImportError(
             "progress=True needs tqdm: pip install tqdm (or pass progress=False to turn the bar off)"
         ) from None
-    return ProgressBar(tqdm(total=total, desc=description, unit=unit, dynamic_ncols=True))
+    return ProgressBar(_without_monitor(tqdm)(total=total, desc=description, unit=unit, dynamic_ncols=True))
+
+
+@functools.cache
+def _without_monitor(bar_class: type) -> type:
+    """tqdm's ``bar_class`` that starts no monitor thread (our bars are updated at every step: they need none).
+
+    tqdm keeps that thread to the end of the program: worker processes forked
+    later would be forked from a process with a thread running (which Python
+    3.12 on warns of, as a child may deadlock on a lock the thread held).
+    """
+    return type(bar_class.__name__, (bar_class,), {"monitor_interval": 0})
 
 
 def check_progress(progress: Any, owner: str) -> None:

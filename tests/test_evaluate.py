@@ -282,6 +282,19 @@ def test_progress_bar(capfd):
     assert capfd.readouterr().err == ""
 
 
+def test_a_progress_bar_leaves_no_thread_running():
+    # tqdm's monitor thread, started with the first bar, ran to the end of the program: every worker process forked
+    # later was forked from a process with a thread running (a DeprecationWarning from Python 3.12 on).
+    pytest.importorskip("tqdm")
+    code = (
+        "import threading, lazyseq\n"
+        "lazyseq.evaluate(lambda b: b, list(range(10)), batch_size=5, progress=True)\n"
+        "print([thread.name for thread in threading.enumerate()])\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.stdout == "['MainThread']\n" and "2/2" in run.stderr
+
+
 @pytest.mark.parametrize(
     "fn, kind",
     [
