@@ -5,6 +5,7 @@ import itertools
 import multiprocessing
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -142,8 +143,13 @@ def test_an_exception_in_func_is_raised_for_that_batch_and_iteration_goes_on(met
             except lazyseq.EvaluationError as error:
                 outcomes.append(str(error))
                 assert type(error.__cause__) is ValueError
-    assert "failed to compute load_buffers batch 1" in outcomes[1] and outcomes[1].endswith("ValueError: no data")
-    assert outcomes[0] == outcomes[2] == outcomes[3] == (3,)
+    # Batches come in the order they are done: with threads, the reader computes cheap ones too, so which read gets
+    # the failed one depends on timing (and so does its number, counted as batches are given out).
+    failures = [outcome for outcome in outcomes if isinstance(outcome, str)]
+    assert len(failures) == 1 and re.fullmatch(
+        r"failed to compute load_buffers batch \d+: ValueError: no data", failures[0]
+    )
+    assert [outcome for outcome in outcomes if outcome != failures[0]] == [(3,)] * 3
 
 
 def test_closing_ends_iteration_and_stops_the_workers():
