@@ -364,7 +364,11 @@ def default_collate(items: list[Any]) -> Any:
         return _stack(items)
     if isinstance(first, (Number, np.generic)):
         try:
-            batch = np.asarray(items, dtype=_promoted(items) if isinstance(first, np.generic) else None)
+            batch = np.asarray(items)
+            if isinstance(first, np.generic) and batch.dtype != first.dtype:  # numpy scalars of several dtypes
+                promoted = _promoted(items)
+                if promoted is not None and promoted != batch.dtype:
+                    batch = np.asarray(items, dtype=promoted)
         except ValueError:  # an array among the numbers
             _stack([np.asarray(item) for item in items])  # raises MixedShapes, naming it
             raise
