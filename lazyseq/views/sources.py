@@ -21,6 +21,30 @@ __all__ = ["ArraySource", "SequenceSource", "as_view", "is_sequence_like", "view
 _BUILTIN_SEQUENCES = (list, tuple, str, bytes, bytearray)
 
 
+def _as_rows(values: list, dtype: np.dtype, shape: tuple) -> np.ndarray | None:
+    """``values`` made rows of ``dtype`` as numpy would assign them; None where they are to be written one by one.
+
+    Objects are kept each as it is. Numpy values of one dtype (most likely an
+    array's rows, given as the values) are cast array to array, as numpy
+    assigns an array. Other values are converted as numpy assigns a list: each
+    on its own (numpy scalars of several dtypes too, which ``np.asarray``
+    would first promote to one, losing digits).
+    """
+    try:
+        if dtype.hasobject:
+            return np.asarray(values, dtype=dtype)
+        first = values[0] if values else None
+        if isinstance(first, (np.ndarray, np.generic)) and all(
+            isinstance(v, (np.ndarray, np.generic)) and v.dtype == first.dtype for v in values
+        ):
+            return np.asarray(values)
+        rows = np.empty(shape, dtype)
+        rows[...] = values
+        return rows
+    except (ValueError, TypeError):  # rows of several shapes, values numpy cannot convert
+        return None
+
+
 class ArraySource(View[Any]):
     """The rows of an ``np.ndarray`` (or memory map): item ``i`` is ``array[i]``.
 
@@ -74,21 +98,8 @@ class ArraySource(View[Any]):
         array = self._array
         if not array.flags.writeable:
             return False  # refused item by item, with numpy's message
-        # Numpy values of one dtype (most likely an array's rows, given as the values) are cast array to array, as
-        # numpy assigns an array. Other values are made rows as numpy assigns a list: each value converted on its own
-        # (numpy scalars of several dtypes too, which np.asarray would first promote to one, losing digits).
-        first = values[0] if values else None
-        if isinstance(first, (np.ndarray, np.generic)) and all(
-            isinstance(v, (np.ndarray, np.generic)) and v.dtype == first.dtype for v in values
-        ):
-            rows = np.asarray(values)
-        else:
-            rows = np.empty((len(idx), *array.shape[1:]), dtype=array.dtype)
-            try:
-                rows[...] = values
-            except (ValueError, TypeError):  # rows of other shapes, values numpy cannot convert: each written alone
-                return False
-        if rows.shape != (len(idx), *array.shape[1:]):
+        rows = _as_rows(values, array.dtype, (len(idx), *array.shape[1:]))
+        if rows is None or rows.shape != (len(idx), *array.shape[1:]):
             return False
         array[positions_array(idx)] = rows  # of positions given twice, the last
         return True
