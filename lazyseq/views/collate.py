@@ -45,16 +45,18 @@ class CollateView(View[Any]):
         if len(value) != len(self._parents):
             raise ValueError(f"collate item {i} has {len(self._parents)} fields, cannot assign {len(value)} values")
         # A field refused as it is written (a string into integers) puts back the fields written before it, and
-        # its own (a field of several items may be written in part): a tuple is not half assigned.
-        written = []
+        # its own (a field of several items may be written in part): a tuple is not half assigned. All are read
+        # first, and put back last to first: fields may share their data.
+        before = [parent._readable_copy(i) for parent in self._parents]
+        written = 0
         try:
             for parent, field in zip(self._parents, value):
-                written.append((parent, parent._readable_copy(i)))
+                written += 1
                 parent._set(i, field)
         except BaseException:
-            for parent, before in written:
-                if before is not UNREADABLE:
-                    parent._set(i, before)
+            for parent, old in reversed(list(zip(self._parents[:written], before))):
+                if old is not UNREADABLE:
+                    parent._set(i, old)
             raise
 
     def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
