@@ -1,5 +1,7 @@
 """Assignment through views: what it writes, and that a refused one writes nothing."""
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -148,6 +150,17 @@ def test_values_written_into_an_array_of_objects_stay_as_they_are():
     assert a.tolist() == ["x", 5, None] and type(a[1]) is int
     lazyseq.view(a)[[0, 1]] = [1, 2.5]
     assert a.tolist() == [1, 2.5, None] and type(a[0]) is int
+    lazyseq.view(a)[0:2] = [np.int64(7), np.int64(8)]  # numpy scalars of one dtype too: not made Python ints
+    assert [type(x) for x in a[:2]] == [np.int64, np.int64]
+    lazyseq.view(a)[0:2] = [np.array([1, 2]), np.array([3])]  # arrays of several shapes: each stored as it is
+    assert [x.tolist() for x in a[:2]] == [[1, 2], [3]]
+
+
+def test_rows_of_one_dtype_and_several_shapes_are_written_one_by_one():
+    # Each one is broadcast into its row, as item by item; np.asarray of them all raised ValueError.
+    a = np.zeros((3, 2), int)
+    lazyseq.view(a)[0:2] = [np.array([1, 2]), np.array([3])]
+    assert a.tolist() == [[1, 2], [3, 3], [0, 0]]
 
 
 def test_a_value_refused_as_it_is_written_leaves_every_item_as_it_was():
@@ -262,6 +275,33 @@ def test_an_item_of_fields_refused_part_way_is_put_back(write):
     with pytest.raises(ValueError, match="invalid literal for int"):
         write(a, b)
     assert a.tolist() == [0, 1, 2, 3] and b.tolist() == [0, 10, 20, 30]
+    with pytest.raises(ValueError, match="invalid literal for int"):
+        write(a, a)  # fields over the same data: what the second read before the first was written is put back
+    assert a.tolist() == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    "items, k",
+    [([[7, (1, 2)], [4, (1, 2)]], 2), ([[7, [1, "a"]]], 1), ([[7, {"x": 1}], [4, {"x": 2}]], 2)],
+    ids=["tuple", "list", "dict"],
+)
+def test_a_batch_of_list_items_with_nested_fields_written_back_as_read_leaves_them_as_they_were(items, k):
+    # Written as items: [array([7, 4]), (array([1, 1]), array([2, 2]))], or refused ("has 1 items").
+    data = copy.deepcopy(items)
+    batches = lazyseq.batch(data, k)
+    batches[0] = batches[0]
+    assert plain(data) == items and type(plain(data)[0][1]) is type(items[0][1])
+
+
+def plain(value):
+    """``value`` with its numpy scalars as Python numbers (a batch written back holds the numpy ones)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {key: plain(v) for key, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(plain(v) for v in value)
+    return value
 
 
 @pytest.mark.parametrize("k", [2, 3])

@@ -356,10 +356,10 @@ def _fields_with_rows(value: Any, item: Any, count: int) -> bool:
 
     A dict for dicts; for tuples, a tuple of as many fields, each an array,
     a list or fields like the item's (not a tuple of items); for lists, a
-    list of as many fields, arrays or lists of ``count`` values (numbers
-    collate to an array, strings to a list), with an array among them or
-    ``count`` other than the item's length (else a list of items it is:
-    lists as long as an item).
+    list of as many fields, each an array, fields like the item's, or a list
+    of ``count`` values (numbers collate to an array, strings to a list), with
+    an array or such fields among them or ``count`` other than the item's
+    length (else a list of items it is: lists as long as an item).
 
     >>> import numpy as np
     >>> fields = (np.arange(2), np.arange(2))
@@ -373,6 +373,8 @@ def _fields_with_rows(value: Any, item: Any, count: int) -> bool:
     (True, False)
     >>> _fields_with_rows([np.arange(3), ["a", "b", "c"]], [1, "a"], 3), _fields_with_rows(fields, 1, 2)
     (True, False)
+    >>> _fields_with_rows([np.arange(1), [np.arange(1), ["a"]]], [7, [1, "a"]], 1)
+    True
     """
     if isinstance(item, Mapping):
         return isinstance(value, Mapping)
@@ -388,10 +390,15 @@ def _fields_with_rows(value: Any, item: Any, count: int) -> bool:
     if type(item) is list:
         if type(value) is not list or len(value) != len(item):
             return False
-        arrays = [isinstance(field, np.ndarray) for field in value]
-        if not all(is_array or (type(field) is list and len(field) == count) for field, is_array in zip(value, arrays)):
-            return False
-        return any(arrays) or len(item) != count
+        by_field = len(item) != count  # (a list of items holds lists as long as an item)
+        for field, part in zip(value, item):
+            if isinstance(field, np.ndarray) or (
+                isinstance(part, (tuple, list, Mapping)) and _fields_with_rows(field, part, count)
+            ):
+                by_field = True  # a field as batches hold it: no item is one
+            elif not (type(field) is list and len(field) == count):  # a field of other values, one per item
+                return False
+        return by_field
     return False
 
 
