@@ -498,10 +498,8 @@ class RemoteStream(Iterator[Any]):
                 kind = self._take_in(*message)
             if kind in (b"synced", b"forgotten"):
                 return kind == b"synced"
-            if kind in (
-                b"silent",
-                b"restarted",
-            ):  # the 'sync' or its answer lost with a broken connection; a new server
+            # The 'sync' or its answer lost with a broken connection, or a new server: asked again.
+            if kind in (b"silent", b"restarted"):
                 self._connection.send(b"sync", self._acks_header(), flags)
 
     def close(self) -> None:

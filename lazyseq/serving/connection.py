@@ -165,7 +165,7 @@ class Connection:
         said = self._say_hello()
         while True:
             kind, header, _ = self.receive(waiting_for="an answer to hello")
-            if kind in (b"silent", b"restarted"):  # the hello or its answer lost with a broken connection; a new server
+            if kind in (b"silent", b"restarted"):  # the hello or its answer lost with a connection; a new server
                 said = self._say_hello()
             elif kind == b"welcome" and isinstance(header, dict) and header.get("hello") == said:
                 self.server = header.get("server")
