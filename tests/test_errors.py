@@ -33,6 +33,25 @@ def test_error_names_item_and_chain_of_views():
     assert str(info.value.__cause__) == "bad value 4021"
 
 
+def first_of(piece):
+    return piece[0]
+
+
+@pytest.mark.parametrize("nworkers, method", [(0, "thread"), (2, "thread"), (2, "process")])
+def test_an_item_whose_code_reads_a_failing_view_names_one_chain_down_to_the_failure(nworkers, method):
+    # It was wrapped twice: "failed to compute smap(first_of)[1]: EvaluationError: failed to compute slice[0] -> ...".
+    pieces = lazyseq.split(lazyseq.smap(normalize, [1, 2, 4021, 4]), [2])  # items: views of the smap
+    with lazyseq.prefetch(lazyseq.smap(first_of, pieces), nworkers=nworkers, method=method, inline_below=0) as ahead:
+        with pytest.raises(lazyseq.EvaluationError) as info:
+            ahead[1]
+    assert str(info.value) == (
+        "failed to compute prefetch[1] -> smap(first_of)[1] -> slice[0] -> smap(normalize)[2]: ValueError: "
+        "bad value 4021"
+    )
+    if method == "thread":  # (from a worker process: the failure as it was restored there)
+        assert type(info.value.__cause__) is ValueError
+
+
 def exhausted_on_three(x):
     if x == 3:
         next(iter([]))  # a StopIteration, which Python makes a RuntimeError in the generator that iterates

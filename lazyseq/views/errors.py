@@ -81,7 +81,14 @@ def reraise(error: Exception) -> NoReturn:
         raise error
     where = chain or "an item"
     raised = item_failure(error)
-    raise EvaluationError(f"failed to compute {where}: {type(raised).__name__}: {message_of(raised)}") from error
+    if isinstance(raised, EvaluationError) and chain and str(raised).startswith(_FAILED):
+        # The item's own code read another view, whose item failed: one chain, down to the first failure.
+        cause = raised.__cause__ if raised.__cause__ is not None else error  # (none: a worker process's, restored)
+        raise EvaluationError(f"{_FAILED}{chain} -> {str(raised).removeprefix(_FAILED)}") from cause
+    raise EvaluationError(f"{_FAILED}{where}: {type(raised).__name__}: {message_of(raised)}") from error
+
+
+_FAILED = "failed to compute "
 
 
 def item_failure(error: BaseException) -> BaseException:
