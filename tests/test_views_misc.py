@@ -448,3 +448,24 @@ def test_batches_through_case_and_switch_keep_the_dtype_their_sequences_share():
     assert lazyseq.batch(lazyseq.case([0, 1], words, np.array(["c", "d"])), 2)[0].dtype == np.dtype(
         "<U1"
     )  # they differ
+
+
+def test_a_permutation_drawn_as_another_thread_sets_the_epoch_is_not_kept_for_that_epoch(monkeypatch):
+    # A read that drew epoch 1's permutation as set_epoch(0) ran stored it after: the whole epoch 0 came in epoch 1's
+    # order (a loader's workers reading as a validation pass set the epoch back, say).
+    shuffled = lazyseq.shuffle(range(12), seed=0)
+    epoch_0 = list(shuffled)
+    shuffled.set_epoch(1)
+    epoch_1 = list(shuffled)
+    assert epoch_1 != epoch_0
+    draw = np.random.default_rng
+
+    def drawn_as_the_epoch_is_set_back(seed):
+        monkeypatch.setattr(np.random, "default_rng", draw)
+        shuffled.set_epoch(0)  # another thread, between this read's look at the epoch and its keeping what it drew
+        return draw(seed)
+
+    shuffled.set_epoch(1)  # its permutation drawn anew at the next read
+    monkeypatch.setattr(np.random, "default_rng", drawn_as_the_epoch_is_set_back)
+    assert shuffled[0] == epoch_1[0]  # read as the epoch was set: of epoch 1
+    assert list(shuffled) == epoch_0

@@ -94,7 +94,7 @@ class ShuffleView(View[Any]):
 
     def __getstate__(self) -> dict:
         """Without the permutation drawn: a copy (sent to a worker process) draws it again, the same, if it reads."""
-        return {**self.__dict__, "_order": None}
+        return {**self.__dict__, "_drawn": None}
 
     def set_epoch(self, epoch: int) -> None:
         """Use the permutation of ``epoch`` from now on, here and in the shuffles this view reads from."""
@@ -105,19 +105,21 @@ class ShuffleView(View[Any]):
         self._epoch = integer(epoch, "shuffle: epoch", low=0)
         self._epoch_sets = getattr(self, "_epoch_sets", 0) + 1  # what loaders and caches look at (View._epochs)
         EPOCH_CHANGES[0] += 1
-        self._order: np.ndarray | None = None
+        self._drawn: tuple[int, np.ndarray] | None = None  # the permutation, with the epoch it was drawn for
 
     @property
     def permutation(self) -> np.ndarray:
         """The positions in the parent, in the order this view reads them."""
-        order = self._order
-        if order is None:
+        drawn, epoch = self._drawn, self._epoch
+        # With its epoch: a thread that drew it as another one set a new epoch stores the old epoch's permutation,
+        # which the next read draws again rather than use.
+        if drawn is None or drawn[0] != epoch:
             # intp (what numpy indexes with, no conversion per batch) up to 16M items; then half the memory
             dtype = np.intp if self._len <= COMPACT_ABOVE else np.int32 if self._len < 2**31 else np.int64
-            order = np.random.default_rng([self.seed, self._epoch]).permutation(self._len).astype(dtype, copy=False)
+            order = np.random.default_rng([self.seed, epoch]).permutation(self._len).astype(dtype, copy=False)
             order.flags.writeable = False
-            self._order = order
-        return order
+            drawn = self._drawn = (epoch, order)
+        return drawn[1]
 
     def _get(self, i: int) -> Any:
         return self._parent._get(self.permutation.item(i))
