@@ -296,10 +296,12 @@ def test_items_far_below_the_threshold_are_timed_one_in_four_at_random():
 def test_untimed_items_still_go_to_the_workers_when_they_get_slow():
     def slow_after_40(x):
         if x >= 40:
-            time.sleep(0.003)
+            time.sleep(0.02)
         return threading.current_thread().name
 
-    with lazyseq.prefetch(lazyseq.smap(slow_after_40, range(80)), nworkers=2) as ahead:
+    # A threshold well above a busy machine's stalls (which made cheap items look worth the workers), well below
+    # the slow items' time.
+    with lazyseq.prefetch(lazyseq.smap(slow_after_40, range(80)), nworkers=2, inline_below=0.005) as ahead:
         names = list(ahead)
     assert set(names[:40]) == {threading.current_thread().name}
     assert all(name.startswith("lazyseq-prefetch-") for name in names[60:])
