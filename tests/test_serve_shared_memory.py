@@ -7,8 +7,11 @@ import contextlib
 import gc
 import multiprocessing
 import os
+import subprocess
+import sys
 import tempfile
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -279,6 +282,27 @@ def test_the_pools_of_a_server_take_an_eighth_of_the_shared_memory_at_most(monke
             assert len(pool_reads) == 10
             assert [batch.tolist() for batch in second] == [batch.tolist() for batch in BATCHES]
             assert len(pool_reads) == 10  # no room for its pool: the socket
+
+
+VANISHING_CONSUMER = """
+import os, sys
+import lazyseq
+remote = lazyseq.connect(sys.argv[1], timeout=3.0)  # its pool is made as it says hello
+print(len(remote), flush=True)
+os._exit(0)  # no goodbye, no item asked for
+"""
+
+
+def test_the_server_lets_go_of_the_pool_of_a_consumer_that_died_before_asking_for_an_item():
+    with lazyseq.serve(BATCHES, LOOPBACK) as server:
+        ended = subprocess.run(
+            [sys.executable, "-c", VANISHING_CONSUMER, server.address], capture_output=True, timeout=60
+        )
+        assert (ended.stdout, len(served_pools())) == (b"10\n", 1)
+        deadline = time.monotonic() + 30
+        while served_pools() and time.monotonic() < deadline:  # taken for dead: silent past its timeout
+            time.sleep(0.01)
+        assert served_pools() == []
 
 
 def test_a_consumer_collected_without_close_lets_its_pool_go():

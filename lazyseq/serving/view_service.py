@@ -79,7 +79,7 @@ class ViewService:
 
     @property
     def consumers(self) -> list[bytes]:
-        return list(self._reads)
+        return list(self._reads.keys() | self._pools.keys())  # one that said hello and no more may hold a pool
 
     # -- requests --------------------------------------------------------------------
 
