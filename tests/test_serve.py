@@ -170,6 +170,15 @@ def test_wire_refuses_what_needs_code_to_rebuild(item, message):
         ({"a": [0, "<f8", [-1]]}, [b""], "not an array shape: [-1]"),
         ({"d": [[{"l": []}, 1]]}, [], "a dict key cannot be a list"),
         ({"f": "1e999"}, [], "not a special float: '1e999'"),
+        ({"c": [10**400, 0]}, [], "a complex number has parts too large: [1" + "0" * 55 + "..."),
+        ({"s": [0, "|S,|,1"]}, [b"x"], "not a dtype: '|S,|,1'"),  # numpy's SyntaxError, reading it as Python
+        ({"a": [0, "U0", [2**28]]}, [b""], "dtype 'U0' is not allowed: strings of no characters"),  # not 1 GiB
+        (
+            {"a": [0, "V0", [2**62, 4]]},
+            [b""],
+            "an array |V0 (4611686018427387904, 4) has more elements than numpy can count",
+        ),
+        ({"s": [0, "<U1"]}, [b"\xff\xff\xff\xff"], "buffer 0 holds characters beyond Unicode's last (0x10FFFF)"),
     ],
 )
 def test_wire_rejects_malformed_items(tree, buffers, message):
@@ -316,11 +325,21 @@ def test_a_batch_of_served_items_has_the_dtypes_a_local_batch_has(keys):
         ["dict", [None], [1]],
         ["dict", [None, None], ["a", "a"]],
         ["dict", [None], []],
+        ["dict", [None], [[1]]],  # a key that cannot be hashed
     ],
 )
 def test_a_description_of_items_that_is_not_one_is_a_protocol_error(node):
     with pytest.raises(wire.ProtocolError):
         wire.decode_spec(node)
+
+
+@pytest.mark.parametrize("length", [-1, 2**63, 1.0, "3"])
+def test_a_length_no_view_can_have_is_a_protocol_error(length):
+    from lazyseq.serving.client import RemoteView
+
+    with pytest.raises(wire.ProtocolError) as caught:  # 2**63: len() would raise OverflowError
+        RemoteView(None, {"kind": "view", "length": length}, 1, {})
+    assert str(caught.value) == f"the server sent an invalid length {length!r}"
 
 
 def test_a_mapping_is_refused_as_a_source():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from collections import deque
@@ -48,7 +49,7 @@ class RemoteView(View[Any]):
 
     def __init__(self, connection: Connection, info: dict[str, Any], ahead: int, settings: dict[str, Any]) -> None:
         length = info.get("length")
-        if length is not None and (type(length) is not int or length < 0):
+        if length is not None and (type(length) is not int or not 0 <= length <= sys.maxsize):  # len() says no above
             raise wire.ProtocolError(f"the server sent an invalid length {length!r}")
         self._len = length
         self._length_unknown = info.get("may_end") is True  # it ends where reading it finds its end (uniter)

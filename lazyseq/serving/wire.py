@@ -67,6 +67,7 @@ MAX_INT_BITS = 4096  # larger ints are refused (JSON parsers stop at about 4,300
 MAX_COUNT = 256  # items one 'get' may ask for
 MAX_TIMEOUT = 86400.0  # seconds: the longest silence a consumer may ask the server to wait out (its hello's timeout)
 _MAX_DTYPE_CHARS = 32
+_MAX_ELEMENTS = 2**63 - 1  # numpy counts an array's elements in a signed 64-bit integer
 
 
 class ProtocolError(ValueError):
@@ -234,7 +235,10 @@ def _decode(node: Any, buffers: Sequence, used: list, depth: int) -> Any:
         parts = [_decode(part, buffers, used, depth) for part in _fields(body, tag, 2)]  # numbers: no deeper
         if not all(type(part) in (int, float) for part in parts):
             raise ProtocolError(f"a complex number has parts that are not numbers: {_short(body)}")
-        return complex(*parts)
+        try:
+            return complex(*parts)
+        except OverflowError:  # an int too large for a float
+            raise ProtocolError(f"a complex number has parts too large: {_short(body)}") from None
     if tag == "f":
         if body not in ("nan", "inf", "-inf"):
             raise ProtocolError(f"not a special float: {_short(body)}")
@@ -268,6 +272,8 @@ def _array(buffers: Sequence, used: list, k: Any, dtype_name: Any, shape: Any) -
     _check_shape(shape)
     buffer = memoryview(_buffer(buffers, used, k))
     count = math.prod(shape)
+    if count > _MAX_ELEMENTS:  # bytes of no size ("V0") may announce any count: numpy's would wrap around
+        raise ProtocolError(f"an array {dtype} {tuple(shape)} has more elements than numpy can count")
     if buffer.nbytes != count * dtype.itemsize:
         raise ProtocolError(
             f"buffer {k} holds {buffer.nbytes} bytes, an array {dtype} {tuple(shape)} needs {count * dtype.itemsize}"
@@ -275,9 +281,12 @@ def _array(buffers: Sequence, used: list, k: Any, dtype_name: Any, shape: Any) -
     if not dtype.itemsize:  # np.frombuffer refuses values of no bytes ("V0"): there is nothing to read
         return np.empty(shape, dtype)
     try:
-        return np.frombuffer(buffer, dtype).reshape(shape)
+        array = np.frombuffer(buffer, dtype).reshape(shape)
     except (TypeError, ValueError) as error:  # numpy refuses something the checks above let through
         raise ProtocolError(f"buffer {k} cannot be read as an array {dtype} {tuple(shape)}: {error}") from None
+    if dtype.kind == "U" and count and np.frombuffer(buffer, dtype.byteorder.replace("|", "=") + "u4").max() > 0x10FFFF:
+        raise ProtocolError(f"buffer {k} holds characters beyond Unicode's last (0x10FFFF)")  # numpy cannot read them
+    return array
 
 
 def _plain_dtype(name: Any) -> np.dtype:
@@ -285,10 +294,12 @@ def _plain_dtype(name: Any) -> np.dtype:
         raise ProtocolError(f"not a dtype: {_short(name)}")
     try:
         dtype = np.dtype(name)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, SyntaxError):  # numpy reads some names as Python literals
         raise ProtocolError(f"not a dtype: {name!r}") from None
     if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
         raise ProtocolError(f"dtype {name!r} is not allowed: only plain data travels")
+    if not dtype.itemsize and dtype.kind in "SU":  # no array has it: numpy makes strings of one character instead
+        raise ProtocolError(f"dtype {name!r} is not allowed: strings of no characters")
     return dtype
 
 
@@ -336,7 +347,7 @@ def decode_spec(node: Any, depth: int = 0) -> tuple | None:
         return ("tuple", tuple(decode_spec(s, depth + 1) for s in node[1]))
     if type(node) is list and len(node) == 3 and node[0] == "dict" and type(node[1]) is list and type(node[2]) is list:
         keys = node[2]
-        if len(keys) == len(node[1]) == len(set(keys)) and all(type(key) is str for key in keys):
+        if all(type(key) is str for key in keys) and len(keys) == len(node[1]) == len(set(keys)):
             return ("dict", tuple(decode_spec(s, depth + 1) for s in node[1]), tuple(keys))
     raise ProtocolError(f"not a description of items: {_short(node)}")
 
