@@ -136,3 +136,43 @@ def test_many_shards_raise_the_limit_on_open_files_or_say_it_is_too_low(tmp_path
         r"\(its hard limit; \d+ are open\): raise it \(ulimit -Hn\), or write fewer, larger shards",
         third,
     )
+
+
+def write_npy_header(path, header, body=b""):
+    """A version 1.0 ``.npy`` file of ``header`` (the text of its dict), padded as numpy pads it."""
+    header += " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
+    path.write_bytes(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode() + body)
+
+
+OPEN_IN_A_CHILD = """
+import sys, lazyseq
+try:
+    lazyseq.open_npy(sys.argv[1])
+except ValueError as error:
+    print(error)
+"""
+
+
+@pytest.mark.parametrize(
+    ("header", "message"),
+    [
+        # numpy maps values of no bytes in -1 rows, and the process dies (SIGFPE)
+        (
+            "{'descr': '|V0', 'fortran_order': False, 'shape': (-1,), }",
+            "its header gives a negative length: shape (-1,)",
+        ),
+        (
+            "{'descr': '<c8', 'fortran_order': False, 'shape': (2**64,), }",
+            "its header cannot be parsed: OverflowError: ",
+        ),
+        ("{'descr': (), 'fortran_order': False, 'shape': (1,), }", "its header cannot be parsed: IndexError: "),
+        ("{'descr': '>i2', 'fortran_order': True, b'shape': (3,), }", "its header cannot be parsed: TypeError: "),
+    ],
+    ids=["no bytes in -1 rows", "too many rows", "no dtype", "a bytes key"],
+)
+def test_a_damaged_header_is_a_value_error_naming_the_file(tmp_path, header, message):
+    path = tmp_path / "damaged.npy"
+    write_npy_header(path, header.replace("2**64", str(2**64)), b"x" * 16)
+    opened = subprocess.run([sys.executable, "-c", OPEN_IN_A_CHILD, path], capture_output=True, text=True, timeout=60)
+    assert (opened.returncode, opened.stderr) == (0, "")
+    assert opened.stdout.startswith(f"open_npy: cannot memory-map {path}: {message}")

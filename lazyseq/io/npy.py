@@ -187,8 +187,10 @@ def _open_shard(directory: str, file: ShardFile, field: Field, rows: int, manife
 def _mapped(path: str) -> np.ndarray:
     """The ``.npy`` file ``path`` memory-mapped; a ``ValueError`` if its header cannot be read."""
     try:
+        _check_header(path)
         return np.load(path, mmap_mode="r")
-    except (SyntaxError, TokenError) as error:  # what numpy's reading of a damaged header may raise
+    except (SyntaxError, TokenError, TypeError, IndexError, KeyError, OverflowError) as error:
+        # What numpy's reading of a damaged header may raise: its values read as Python literals, then used as they are
         raise ValueError(f"its header cannot be parsed: {type(error).__name__}: {error}") from None
     except ValueError as error:
         # numpy's "Cannot parse header: <all of it>", raised from the SyntaxError of a header that Python's tokenize
@@ -196,6 +198,18 @@ def _mapped(path: str) -> np.ndarray:
         if isinstance(error.__cause__, SyntaxError):
             raise ValueError(f"its header cannot be parsed: SyntaxError: {error.__cause__}") from None
         raise
+
+
+def _check_header(path: str) -> None:
+    """A ``ValueError`` for a header with a negative length, which numpy reads and then maps: values of no bytes
+    ("V0") in as many rows kill the process (numpy divides by their size)."""
+    file_format = np.lib.format
+    with open(path, "rb") as file:
+        version = file_format.read_magic(file)
+        read = file_format.read_array_header_1_0 if version == (1, 0) else file_format.read_array_header_2_0
+        shape, _, _ = read(file)
+    if any(n < 0 for n in shape):
+        raise ValueError(f"its header gives a negative length: shape {shape}")
 
 
 def _check_npy_magic(path: str) -> None:
