@@ -901,6 +901,11 @@ def test_empty_items_are_refused_before_anything_is_written(tmp_path, item, kind
             "rows: the manifest was edited or damaged; call write_npy again with overwrite=True to rewrite the "
             "directory",
         ),
+        (  # more rows than len() counts
+            {"length": 2**70, "rows_per_shard": 2**70},
+            f"records shard 1 with 4 rows, but its length ({2**70}) and rows_per_shard ({2**70}) make 1 shards: the "
+            "manifest was edited or damaged",
+        ),
         ({"length": -1}, "is not a write_npy manifest: ValueError: length -1 and rows_per_shard 4 must be at least 1"),
         ({"rows_per_shard": 0}, "is not a write_npy manifest: ValueError: length 10 and rows_per_shard 0 must be at "),
     ],
@@ -909,6 +914,25 @@ def test_a_manifest_whose_layout_disagrees_with_its_records_is_refused(tmp_path,
     lazyseq.write_npy(np.arange(10.0), tmp_path, rows_per_shard=4, sync=False)
     edit_manifest(tmp_path, lambda manifest: manifest.update(change))
     assert message in open_error(tmp_path)
+
+
+def test_a_manifest_missing_shards_of_its_length_is_refused_at_once(tmp_path):
+    # 2.5e11 shards: the first missing is found before a set of them, or room for their files, is made
+    lazyseq.write_npy(np.arange(12.0), tmp_path, rows_per_shard=4, sync=False)
+    edit_manifest(tmp_path, lambda manifest: manifest.update(length=10**12))
+    assert open_error(tmp_path).endswith(
+        "has no record of shard 3, of the 250000000000 shards that its length (1000000000000) and rows_per_shard "
+        "(4) make: the manifest was edited or damaged; call write_npy again with overwrite=True to rewrite the "
+        "directory"
+    )
+
+
+def test_a_manifest_nested_too_deep_for_json_is_refused(tmp_path):
+    lazyseq.write_npy(np.arange(10.0), tmp_path, rows_per_shard=4, sync=False)
+    (tmp_path / "manifest.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert open_error(tmp_path).startswith(
+        f"open_npy: {tmp_path / 'manifest.json'} is not a write_npy manifest: RecursionError: "
+    )
 
 
 def test_a_manifest_recording_a_negative_shard_is_refused_without_giving_it_rows(tmp_path):

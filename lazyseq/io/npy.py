@@ -110,15 +110,22 @@ def _open_written(directory: str) -> View[Any]:
     layout = written.layout
     manifest = os.path.join(directory, MANIFEST)
     shards = range(layout.shard_count)
-    extra = sorted(set(written.records) - set(shards))
-    wrong = [k for k, record in written.records.items() if k in shards and record.rows != len(layout.rows(k))]
+    damaged = ": the manifest was edited or damaged; call write_npy again with overwrite=True to rewrite the directory"
+    extra = sorted(k for k in written.records if k not in shards)
+    wrong = [k for k, record in written.records.items() if k in shards and record.rows != layout.row_count(k)]
     if extra or wrong:
         k = (extra or wrong)[0]
         raise ValueError(
             f"open_npy: {manifest} records shard {k} with {written.records[k].rows} rows, but its length "
             f"({layout.length}) and rows_per_shard ({layout.rows_per_shard}) make {layout.shard_count} shards"
-            + (f" and give shard {k} {len(layout.rows(k))} rows" if k in shards else "")
-            + ": the manifest was edited or damaged; call write_npy again with overwrite=True to rewrite the directory"
+            + (f" and give shard {k} {layout.row_count(k)} rows" if k in shards else "")
+            + damaged
+        )
+    if len(written.records) < layout.shard_count:  # found before making room for every shard's files
+        k = next(k for k in shards if k not in written.records)
+        raise ValueError(
+            f"open_npy: {manifest} has no record of shard {k}, of the {layout.shard_count} shards that its length "
+            f"({layout.length}) and rows_per_shard ({layout.rows_per_shard}) make" + damaged
         )
     make_room_for_files(layout.shard_count * len(layout.fields), f"open_npy: {directory}")
     fields: list[View] = []

@@ -89,7 +89,7 @@ def read_manifest(directory: str) -> Written:
         with open(path, encoding="utf-8") as file:
             data = json.load(file)
         return _written(data, data["shards"], complete=True)
-    except (ValueError, KeyError, TypeError, OverflowError, IsADirectoryError) as error:
+    except (ValueError, KeyError, TypeError, OverflowError, RecursionError, IsADirectoryError) as error:
         raise ValueError(f"{path} is not a write_npy manifest: {type(error).__name__}: {error}") from None
 
 

@@ -164,6 +164,11 @@ class Layout:
         start = shard * self.rows_per_shard
         return range(start, min(start + self.rows_per_shard, self.length))
 
+    def row_count(self, shard: int) -> int:
+        """How many items shard ``shard`` holds (``len(rows(shard))``, which Python refuses above ``sys.maxsize``)."""
+        rows = self.rows(shard)
+        return rows.stop - rows.start
+
     @property
     def block_rows(self) -> int:
         """How many rows of a shard are computed at once: one vectorized read of about ``BLOCK_BYTES``."""
