@@ -41,6 +41,14 @@ SMOOTHING = 0.25
 LOCK_SECONDS = 0.05  # how often the thread, waiting for the consumer to finish reading, checks for close()
 
 
+class _NotALength(ValueError):
+    """Bytes where a message's length should be that are not one; ``frames``: the messages before them."""
+
+    def __init__(self, message: str, frames: list) -> None:
+        super().__init__(message)
+        self.frames = frames
+
+
 class Unreadable(Exception):
     """A worker sent bytes that are not a message (``__cause__`` says why)."""
 
@@ -235,11 +243,16 @@ class MessageReader:
             return False
         if not chunk:
             return False
-        pending = self._unread[k]
+        pending, broken = self._unread[k], None
         if not pending and len(chunk) > 4 and _SIZE.unpack_from(chunk)[0] == len(chunk) - 4:
             frames = [chunk[4:]]  # the most common case: the read holds one message, nothing came before
         else:
-            frames = self._split(chunk, pending)
+            try:
+                frames = self._split(chunk, pending)
+            except _NotALength as error:  # the messages before it are read, and nothing more of this pipe can be
+                pending.clear()
+                frames, broken = error.frames, Unreadable(f"the messages of worker process {k} could not be read")
+                broken.__cause__ = error
         decode = self._decode
         for raw in frames:
             try:
@@ -248,11 +261,16 @@ class MessageReader:
                 message = Unreadable(f"a message from worker process {k} could not be read")
                 message.__cause__ = error
             self._inbox.append((k, message))
+        if broken is not None:
+            self._inbox.append((k, broken))
         return True
 
     @staticmethod
     def _split(chunk: bytes, pending: bytearray) -> list:
-        """The complete messages in ``pending`` followed by ``chunk``; what is left of the last one stays in ``pending``."""
+        """The complete messages in ``pending`` followed by ``chunk``; what is left of the last one stays in ``pending``.
+
+        :class:`_NotALength` where a length is not one.
+        """
         data: bytes | bytearray = chunk  # whole messages, nothing came before
         if pending:
             pending += chunk
@@ -265,6 +283,8 @@ class MessageReader:
                 if end - start < 12:
                     break
                 (size,), header = _LONG_SIZE.unpack_from(data, start + 4), 12
+            elif size < 0:  # read as it is, it would move back, or nowhere (-4): for ever
+                raise _NotALength(f"a message's length reads {size} bytes", frames)
             if end - start < header + size:
                 break
             frames.append(data[start + header : start + header + size])
