@@ -1144,6 +1144,12 @@ def test_garbage_is_logged_and_the_server_goes_on(caplog):
         assert [kind for _, kind, _ in answers] == [b"refused"] * 6 + [b"synced"]  # told, where it speaks lazyseq
         assert json.loads(answers[1][2]) == {"message": "unknown request b'launch'"}
         rogue.send_multipart([wire.TAG, b"get", b"[" * 200_000])  # over the size limit: cut off by ZeroMQ
+        rogue = context.socket(zmq.DEALER)  # the other one, cut off, is closed with the context
+        rogue.setsockopt(zmq.LINGER, 0)
+        rogue.connect(server.address)
+        rogue.send_multipart([wire.TAG, b"get", b"{}", *[b""] * 100_000])  # frames read past the fifth are dropped
+        rogue.send_multipart([wire.TAG, b"sync", b"{}"])
+        assert [kind for _, kind, _ in (rogue.recv_multipart(), rogue.recv_multipart())] == [b"refused", b"synced"]
         with lazyseq.connect(server.address) as remote:
             assert list(remote) == list(range(10))
         rogue.close()
@@ -1157,6 +1163,7 @@ def test_garbage_is_logged_and_the_server_goes_on(caplog):
         "a 'get' request carries no buffers",
         "'get' needs a 'count' from 1 to 256, if any",
         "'get' needs a 'count' from 1 to 256, if any",
+        "a 'get' request carries no buffers",
     ]
 
 

@@ -36,3 +36,11 @@ def test_messages_keep_their_frames_and_their_boundaries(pair):
 def test_nothing_to_receive_without_waiting_is_again(pair):
     with pytest.raises(zmq.Again):
         receive_frames(pair[1], DONTWAIT)
+
+
+def test_frames_past_the_most_kept_are_read_and_dropped(pair):
+    a, b = pair
+    send_frames(a, [b"%d" % k for k in range(10_000)])
+    send_frames(a, [b"next"])
+    assert [f.bytes for f in receive_frames(b, 0, 3)] == [b"0", b"1", b"2"]  # not 10,000 frames held by Python
+    assert [f.bytes for f in receive_frames(b, 0, 3)] == [b"next"]

@@ -37,11 +37,16 @@ def send_frames(socket: Any, frames: Sequence[Any], flags: int = 0, *, copy: boo
     send(frames[-1], flags, copy=copy)
 
 
-def receive_frames(socket: Any, flags: int) -> list[Any]:
-    """The frames (``zmq.Frame``, not copied) of the next message; ``zmq.Again`` with ``DONTWAIT`` if none is there."""
+def receive_frames(socket: Any, flags: int, most: int | None = None) -> list[Any]:
+    """The frames (``zmq.Frame``, not copied) of the next message; ``zmq.Again`` with ``DONTWAIT`` if none is there.
+
+    Past ``most`` frames, the rest of the message is read and dropped: a
+    message of millions of frames costs time, not memory held by Python.
+    """
     frame = socket.recv(flags, copy=False)
     frames = [frame]
     while frame.more:  # the rest of a message arrives with its first frame
         frame = socket.recv(flags, copy=False)
-        frames.append(frame)
+        if most is None or len(frames) < most:
+            frames.append(frame)
     return frames

@@ -62,6 +62,7 @@ __all__ = ["ReadUpTo", "ServerLoop"]
 log = logging.getLogger("lazyseq.serve")
 
 MAX_REQUEST_BYTES = 1 << 16  # consumers send small JSON requests: anything larger is refused by ZeroMQ
+MAX_REQUEST_FRAMES = 5  # a request has 4 (with the consumer's identity), or 5 when cut short: more are dropped
 MAX_REQUESTS_AT_ONCE = 64  # then results get their turn
 SWEEP_SECONDS = 0.1  # how often the thread looks for consumers gone silent
 DEFAULT_CONSUMER_TIMEOUT = 10.0
@@ -182,7 +183,7 @@ class ServerLoop:
                     began = time.monotonic()
                     for _ in range(MAX_REQUESTS_AT_ONCE):  # then results get their turn
                         try:
-                            frames = receive_frames(router, DONTWAIT)
+                            frames = receive_frames(router, DONTWAIT, MAX_REQUEST_FRAMES)
                         except zmq.Again:
                             read_up_to.drained(time.monotonic())
                             break
