@@ -275,7 +275,8 @@ class MessageReader:
         if pending:
             pending += chunk
             data = pending
-        start, end, frames = 0, len(data), []
+        start, end = 0, len(data)
+        frames: list[bytes | bytearray] = []
         while end - start >= 4:
             (size,) = _SIZE.unpack_from(data, start)
             header = 4
