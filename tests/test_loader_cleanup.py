@@ -24,7 +24,11 @@ def lazyseq_threads():
 
 
 def shm_entries():
-    return sorted(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else []
+    """lazyseq's entries in /dev/shm (where no memfd, its pools are files named lazyseq-*): other programs on the
+    machine make and remove their own there at any time."""
+    if not os.path.isdir("/dev/shm"):
+        return []
+    return sorted(name for name in os.listdir("/dev/shm") if name.startswith("lazyseq-"))
 
 
 def open_fds():

@@ -588,7 +588,8 @@ def test_a_ctrl_c_taken_by_another_thread_while_workers_are_spawned_is_raised_af
     from lazyseq.loading import closing
 
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    other = threading.Thread(target=threading.Event().wait, args=(30,), daemon=True)
+    done = threading.Event()
+    other = threading.Thread(target=done.wait, args=(30,), daemon=True)
     other.start()
     try:
         with pytest.raises(KeyboardInterrupt):
@@ -599,6 +600,8 @@ def test_a_ctrl_c_taken_by_another_thread_while_workers_are_spawned_is_raised_af
                     time.sleep(0.001)
     finally:
         signal.signal(signal.SIGINT, previous)
+        done.set()  # a thread left waiting makes every later fork() in this process warn (Python 3.12 on)
+        other.join()
 
 
 def test_workers_that_cannot_start_are_a_loader_error_not_the_items(monkeypatch):

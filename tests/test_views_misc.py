@@ -236,6 +236,15 @@ def test_a_zero_dimensional_integer_array_is_an_index():
         lazyseq.view(values)[np.array(1.0)]
 
 
+@pytest.mark.parametrize("key", [np.True_, np.array(True)], ids=["scalar", "0-d array"])
+def test_a_numpy_boolean_is_no_index_whatever_the_numpy(key):
+    # numpy before 2.3 read it as 1, with a DeprecationWarning; from 2.3 on, it refuses it
+    with pytest.raises(TypeError) as caught:
+        lazyseq.view([10, 20, 30])[key]
+    assert str(caught.value) == f"sequence indices must be integers, slices or integer arrays, not {type(key).__name__}"
+    assert lazyseq.view([10, 20, 30])[True] == 20  # a Python bool is an int, as for a list
+
+
 def test_add_cache_forgets_the_items_of_another_epoch():
     cached = lazyseq.arange(10).shuffle(seed=0).add_cache(10)
     assert list(cached) == list(lazyseq.shuffle(range(10), 0, 0))

@@ -319,6 +319,8 @@ class View(Fluent[T_co], Sequence[T_co]):
         if isinstance(key, list) or (isinstance(key, np.ndarray) and key.ndim):
             return key
         try:  # a 0-d integer array is an integer, as for a list and numpy
+            if isinstance(key, (np.generic, np.ndarray)) and key.dtype.kind == "b":
+                raise TypeError  # numpy before 2.3 reads a numpy boolean as 0 or 1, with a warning; later, refuses it
             return operator.index(key)
         except TypeError:
             raise TypeError(
