@@ -176,3 +176,31 @@ def test_a_damaged_header_is_a_value_error_naming_the_file(tmp_path, header, mes
     opened = subprocess.run([sys.executable, "-c", OPEN_IN_A_CHILD, path], capture_output=True, text=True, timeout=60)
     assert (opened.returncode, opened.stderr) == (0, "")
     assert opened.stdout.startswith(f"open_npy: cannot memory-map {path}: {message}")
+
+
+OPEN_IN_LITTLE_MEMORY = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+import lazyseq
+try:
+    lazyseq.open_npy(sys.argv[1])
+except ValueError as error:
+    print(error)
+"""
+
+
+@pytest.mark.parametrize(
+    ("version", "message"),
+    [
+        ((2, 0), "its header says it is 4294933792 bytes long, more than the file holds"),
+        ((4, 0), "we only support format version (1,0), (2,0), and (3,0)"),  # numpy's, before reading any header
+    ],
+)
+def test_a_header_length_beyond_the_file_is_refused_before_it_is_read(tmp_path, version, message):
+    path = tmp_path / "damaged.npy"  # 28 bytes saying their header is 4 GiB long: not read, allocated, first
+    path.write_bytes(b"\x93NUMPY" + bytes(version) + (0xFFFF7D20).to_bytes(4, "little") + b"{" + b" " * 14 + b"\n")
+    opened = subprocess.run(
+        [sys.executable, "-c", OPEN_IN_LITTLE_MEMORY, path], capture_output=True, text=True, timeout=60
+    )
+    assert (opened.returncode, opened.stderr) == (0, "")
+    assert opened.stdout.startswith(f"open_npy: cannot memory-map {path}: {message}")

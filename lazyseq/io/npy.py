@@ -21,6 +21,7 @@ from .shard_layout import Field, ShardFile
 
 __all__ = ["open_npy"]
 
+_NPY_VERSIONS = ((1, 0), (2, 0), (3, 0))  # the .npy formats numpy reads
 _NPY_MAGIC = b"\x93NUMPY"  # how every .npy file starts
 _ZIP_MAGIC = b"PK\x03\x04"  # an .npz archive is a zip file
 
@@ -208,11 +209,19 @@ def _mapped(path: str) -> np.ndarray:
 
 
 def _check_header(path: str) -> None:
-    """A ``ValueError`` for a header with a negative length, which numpy reads and then maps: values of no bytes
-    ("V0") in as many rows kill the process (numpy divides by their size)."""
+    """A ``ValueError`` for a header that numpy would read at great cost or map at its peril: one longer than the
+    file (numpy reads as many bytes as it says first), or with a negative length (values of no bytes, "V0", in as
+    many rows kill the process: numpy divides by their size)."""
     file_format = np.lib.format
     with open(path, "rb") as file:
         version = file_format.read_magic(file)
+        if version not in _NPY_VERSIONS:
+            return  # numpy says which it reads
+        size_bytes = 2 if version == (1, 0) else 4
+        announced = int.from_bytes(file.read(size_bytes), "little")
+        if announced > os.fstat(file.fileno()).st_size - file.tell():
+            raise ValueError(f"its header says it is {announced} bytes long, more than the file holds")
+        file.seek(-size_bytes, os.SEEK_CUR)
         read = file_format.read_array_header_1_0 if version == (1, 0) else file_format.read_array_header_2_0
         shape, _, _ = read(file)
     if any(n < 0 for n in shape):
