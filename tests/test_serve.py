@@ -179,6 +179,7 @@ def test_wire_refuses_what_needs_code_to_rebuild(item, message):
             "an array |V0 (4611686018427387904, 4) has more elements than numpy can count",
         ),
         ({"s": [0, "<U1"]}, [b"\xff\xff\xff\xff"], "buffer 0 holds characters beyond Unicode's last (0x10FFFF)"),
+        ({"a": [0, "|V0", [0, 2**70]]}, [b""], f"not an array shape: [0, {2**70}]"),  # no elements, too long a side
     ],
 )
 def test_wire_rejects_malformed_items(tree, buffers, message):
@@ -326,6 +327,7 @@ def test_a_batch_of_served_items_has_the_dtypes_a_local_batch_has(keys):
         ["dict", [None, None], ["a", "a"]],
         ["dict", [None], []],
         ["dict", [None], [[1]]],  # a key that cannot be hashed
+        ["array", "<f8", [2**40, 2**40]],  # more elements than numpy counts
     ],
 )
 def test_a_description_of_items_that_is_not_one_is_a_protocol_error(node):

@@ -192,7 +192,12 @@ def decode(tree: Any, buffers: Sequence) -> Any:
     the buffer is).
     """
     used = [False] * len(buffers)
-    value = _decode(tree, buffers, used, 0)
+    try:
+        value = _decode(tree, buffers, used, 0)
+    except (ValueError, TypeError, OverflowError, SystemError) as error:  # but ProtocolError: a check missed
+        if isinstance(error, ProtocolError):
+            raise
+        raise ProtocolError(f"the item cannot be read: {type(error).__name__}: {error}") from None
     if not all(used):
         raise ProtocolError(f"{used.count(False)} buffer(s) of the message are not part of the item")
     return value
@@ -304,7 +309,11 @@ def _plain_dtype(name: Any) -> np.dtype:
 
 
 def _check_shape(shape: Any) -> None:
-    if type(shape) is not list or len(shape) > MAX_DIMENSIONS or not all(type(n) is int and n >= 0 for n in shape):
+    if (
+        type(shape) is not list
+        or len(shape) > MAX_DIMENSIONS
+        or not all(type(n) is int and 0 <= n <= _MAX_ELEMENTS for n in shape)
+    ):
         raise ProtocolError(f"not an array shape: {_short(shape)}")
 
 
@@ -342,6 +351,8 @@ def decode_spec(node: Any, depth: int = 0) -> tuple | None:
         raise ProtocolError(f"the items' description is nested more than {MAX_DEPTH} levels deep")
     if type(node) is list and len(node) == 3 and node[0] == "array":
         _check_shape(node[2])
+        if math.prod(node[2]) > _MAX_ELEMENTS:
+            raise ProtocolError("the items' description gives arrays of more elements than numpy can count")
         return ("array", _plain_dtype(node[1]), tuple(node[2]))
     if type(node) is list and len(node) == 2 and node[0] == "tuple" and type(node[1]) is list:
         return ("tuple", tuple(decode_spec(s, depth + 1) for s in node[1]))
