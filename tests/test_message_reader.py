@@ -131,9 +131,13 @@ def test_bytes_that_are_not_a_message_are_reported_and_reading_goes_on(workers):
     assert ready == (0, Ready(0, 123))
 
 
-@pytest.mark.parametrize("length", [-4, -5, -(2**31)])  # -4: read as it was, it moved nowhere, for ever
-def test_a_negative_length_is_reported_and_nothing_after_it_is_read(workers, length):
-    workers.send(0, framed(Ready(0, 1)) + length.to_bytes(4, "big", signed=True) + framed(Ready(0, 2)))
+@pytest.mark.parametrize(
+    "length",
+    [-4, -5, -(2**31), 2**63],  # -4: read as it was, it moved nowhere, for ever; 2**63: waited for, for ever
+)
+def test_a_length_that_is_not_one_is_reported_and_nothing_after_it_is_read(workers, length):
+    written = length.to_bytes(4, "big", signed=True) if length < 0 else b"\xff" * 4 + length.to_bytes(8, "big")
+    workers.send(0, framed(Ready(0, 1)) + written + framed(Ready(0, 2)))
     taken = []
     while len(taken) < 2:
         taken += workers.reader.take(1.0)
@@ -145,7 +149,9 @@ def test_a_negative_length_is_reported_and_nothing_after_it_is_read(workers, len
         "the messages of worker process 0 could not be read",
     )
     assert str(error.__cause__) == f"a message's length reads {length} bytes"
-    assert workers.reader.take(0) == []
+    workers.send(0, framed(Ready(0, 3)))
+    workers.exit(0)
+    assert workers.reader.take(10.0) == [(0, EXITED)]  # the pipe is read no further
 
 
 def test_messages_are_unpacked_by_whichever_thread_reads_them(monkeypatch):

@@ -32,6 +32,7 @@ from .result_signal import ResultSignal
 
 __all__ = ["EXITED", "AwayTime", "MessageReader", "Unreadable"]
 
+LONGEST_MESSAGE = 1 << 48  # bytes: no result of a worker is longer (256 TiB); a longer length is not one
 _SIZE, _LONG_SIZE = messages.FRAME_SIZE, messages.LONG_FRAME_SIZE  # a message's length (-1: a long one follows)
 READ_BYTES = 1 << 16  # below malloc's mmap threshold: a larger read buffer costs more than it saves
 EXITED = "exited"  # what ``take`` gives for a worker whose process ended
@@ -263,6 +264,7 @@ class MessageReader:
             self._inbox.append((k, message))
         if broken is not None:
             self._inbox.append((k, broken))
+            return False  # read no further: what follows cannot be told apart into messages
         return True
 
     @staticmethod
@@ -284,6 +286,8 @@ class MessageReader:
                 if end - start < 12:
                     break
                 (size,), header = _LONG_SIZE.unpack_from(data, start + 4), 12
+                if size > LONGEST_MESSAGE:  # it would be waited for, and kept growing, for ever
+                    raise _NotALength(f"a message's length reads {size} bytes", frames)
             elif size < 0:  # read as it is, it would move back, or nowhere (-4): for ever
                 raise _NotALength(f"a message's length reads {size} bytes", frames)
             if end - start < header + size:
