@@ -238,8 +238,8 @@ def test_an_assignment_reads_pieces_held_in_tuples_before_writing():
         (np.int64, slice(0, 2), [np.int64(2**60 + 1), np.float64(1.5)]),
         ("<U4", slice(0, 2), [np.int64(1), np.float64(2.5)]),
         (np.float64, slice(0, 2), [np.datetime64("2021-03-04"), np.timedelta64(5, "s")]),
-        # numpy scalars of one dtype, as a list: cut short as numpy does, where an array of them is refused
-        ("<U3", slice(0, 2), [np.datetime64("2021-03-04"), np.datetime64("2022-01-01")]),
+        # an array of dates: refused as numpy refuses it, not cut short into strings value by value
+        ("<U3", slice(0, 2), np.array([np.datetime64("2021-03-04"), np.datetime64("2022-01-01")])),
     ],
 )
 def test_an_assignment_of_several_values_into_an_array_converts_them_as_numpy_does(dtype, key, values):

@@ -26,10 +26,11 @@ def _as_rows(values: list, dtype: np.dtype, shape: tuple) -> np.ndarray | None:
 
     Objects are kept each as it is. Numpy values of one dtype (most likely an
     array's rows, given as the values) are cast array to array, as numpy
-    assigns an array, unless that cast is refused where one value at a time
-    is not (dates cut short into strings). Other values are converted as
-    numpy assigns a list: each on its own (numpy scalars of several dtypes
-    too, which ``np.asarray`` would first promote to one, losing digits).
+    assigns an array (a list of them too: where numpy converts a list one
+    value at a time, 300 into int8 or dates into short strings, the two
+    differ). Other values are converted as numpy assigns a list: each on its
+    own (numpy scalars of several dtypes too, which ``np.asarray`` would
+    first promote to one, losing digits).
     """
     try:
         if dtype.hasobject:
@@ -38,7 +39,7 @@ def _as_rows(values: list, dtype: np.dtype, shape: tuple) -> np.ndarray | None:
         if isinstance(first, (np.ndarray, np.generic)) and all(
             isinstance(v, (np.ndarray, np.generic)) and v.dtype == first.dtype for v in values
         ):
-            return np.asarray(values).astype(dtype, copy=False)
+            return np.asarray(values)
         rows = np.empty(shape, dtype)
         rows[...] = values
         return rows
