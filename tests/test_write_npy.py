@@ -927,6 +927,16 @@ def test_a_manifest_missing_shards_of_its_length_is_refused_at_once(tmp_path):
     )
 
 
+def test_a_manifest_whose_dtype_numpy_reads_as_python_is_refused(tmp_path):
+    lazyseq.write_npy(np.arange(10.0), tmp_path, rows_per_shard=4, sync=False)
+    edit_manifest(tmp_path, lambda manifest: manifest["fields"][0].update(dtype="|S,|,1"))  # numpy's SyntaxError
+    assert open_error(tmp_path).startswith(
+        f"open_npy: {tmp_path / 'manifest.json'} is not a write_npy manifest: ValueError: '|S,|,1' is not a dtype ("
+    )
+    with pytest.raises(ValueError, match=re.escape("is not a write_npy manifest: ValueError: '|S,|,1' is not a dtype")):
+        lazyseq.write_npy(np.arange(10.0), tmp_path, rows_per_shard=4, sync=False)
+
+
 def test_a_manifest_nested_too_deep_for_json_is_refused(tmp_path):
     lazyseq.write_npy(np.arange(10.0), tmp_path, rows_per_shard=4, sync=False)
     (tmp_path / "manifest.json").write_text("[" * 100_000 + "]" * 100_000)

@@ -67,7 +67,11 @@ class Field:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Field:
-        return cls(str(data["name"]), np.dtype(data["dtype"]), tuple(int(n) for n in data["row_shape"]))
+        try:
+            dtype = np.dtype(data["dtype"])
+        except SyntaxError as error:  # numpy reads some dtype names as Python literals
+            raise ValueError(f"{data['dtype']!r} is not a dtype ({error})") from None
+        return cls(str(data["name"]), dtype, tuple(int(n) for n in data["row_shape"]))
 
 
 @dataclass(frozen=True)
