@@ -1150,6 +1150,7 @@ def test_garbage_is_logged_and_the_server_goes_on(caplog):
         rogue.setsockopt(zmq.LINGER, 0)
         rogue.connect(server.address)
         rogue.send_multipart([wire.TAG, b"get", b"{}", *[b""] * 100_000])  # frames read past the fifth are dropped
+        rogue.send_multipart([wire.TAG, b"get", b"{}", *[b""] * 100_000, wire.CUT])  # cut short: dropped silently
         rogue.send_multipart([wire.TAG, b"sync", b"{}"])
         assert [kind for _, kind, _ in (rogue.recv_multipart(), rogue.recv_multipart())] == [b"refused", b"synced"]
         with lazyseq.connect(server.address) as remote:

@@ -40,8 +40,10 @@ def send_frames(socket: Any, frames: Sequence[Any], flags: int = 0, *, copy: boo
 def receive_frames(socket: Any, flags: int, most: int | None = None) -> list[Any]:
     """The frames (``zmq.Frame``, not copied) of the next message; ``zmq.Again`` with ``DONTWAIT`` if none is there.
 
-    Past ``most`` frames, the rest of the message is read and dropped: a
-    message of millions of frames costs time, not memory held by Python.
+    Past ``most`` frames, the rest of the message is read and dropped, but
+    for its last frame, kept last (it may say that the message was cut
+    short): a message of millions of frames costs time, not memory held by
+    Python.
     """
     frame = socket.recv(flags, copy=False)
     frames = [frame]
@@ -49,4 +51,6 @@ def receive_frames(socket: Any, flags: int, most: int | None = None) -> list[Any
         frame = socket.recv(flags, copy=False)
         if most is None or len(frames) < most:
             frames.append(frame)
+        else:
+            frames[-1] = frame
     return frames

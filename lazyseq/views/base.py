@@ -319,7 +319,7 @@ class View(Fluent[T_co], Sequence[T_co]):
         if isinstance(key, list) or (isinstance(key, np.ndarray) and key.ndim):
             return key
         try:  # a 0-d integer array is an integer, as for a list and numpy
-            if isinstance(key, (np.generic, np.ndarray)) and key.dtype.kind == "b":
+            if type(key) is np.bool_ or (type(key) is np.ndarray and key.dtype.kind == "b"):
                 raise TypeError  # numpy before 2.3 reads a numpy boolean as 0 or 1, with a warning; later, refuses it
             return operator.index(key)
         except TypeError:
