@@ -287,7 +287,7 @@ def test_the_pools_of_a_server_take_an_eighth_of_the_shared_memory_at_most(monke
 VANISHING_CONSUMER = """
 import os, sys
 import lazyseq
-remote = lazyseq.connect(sys.argv[1], timeout=3.0)  # its pool is made as it says hello
+remote = lazyseq.connect(sys.argv[1], timeout=10.0)  # its pool is made as it says hello
 print(len(remote), flush=True)
 os._exit(0)  # no goodbye, no item asked for
 """
