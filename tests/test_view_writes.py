@@ -255,6 +255,14 @@ def test_an_assignment_of_several_values_into_an_array_converts_them_as_numpy_do
     assert written.tolist() == expected.tolist()
 
 
+@pytest.mark.skipif(np.lib.NumpyVersion(np.__version__) < "2.0.0", reason="numpy 1 crashes casting these")
+@pytest.mark.parametrize("key", [slice(None), [1, 0]])
+def test_bytes_that_are_no_dates_are_refused_as_numpy_refuses_them(key):
+    # numpy's own indexed assignment of these returns with its error set: a SystemError, where a slice's is refused
+    with pytest.raises(ValueError, match='^Error parsing datetime string "x" at position 0$'):
+        lazyseq.view(np.zeros(2, "M8[D]"))[key] = np.array([b"x", b"a"])
+
+
 def test_unbatch_writes_its_items_alone_whatever_the_rest_of_their_batch():
     s = [1, 2, 3, 4]
     items = lazyseq.unbatch(lazyseq.batch(s, 2), 2)

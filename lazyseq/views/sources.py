@@ -39,11 +39,13 @@ def _as_rows(values: list, dtype: np.dtype, shape: tuple) -> np.ndarray | None:
         if isinstance(first, (np.ndarray, np.generic)) and all(
             isinstance(v, (np.ndarray, np.generic)) and v.dtype == first.dtype for v in values
         ):
-            return np.asarray(values)
+            # Cast here, not in the assignment: numpy's indexed assignment of some casts it refuses (bytes into
+            # dates) returns with the error set, a SystemError. A cast refused otherwise raises as numpy's would.
+            return np.asarray(values).astype(dtype, copy=False)
         rows = np.empty(shape, dtype)
         rows[...] = values
         return rows
-    except (ValueError, TypeError, RuntimeError, OverflowError):  # several shapes, values numpy cannot convert
+    except (ValueError, TypeError):  # rows of several shapes, values numpy cannot convert: one by one
         return None
 
 
