@@ -277,8 +277,6 @@ def _array(buffers: Sequence, used: list, k: Any, dtype_name: Any, shape: Any) -
     _check_shape(shape)
     buffer = memoryview(_buffer(buffers, used, k))
     count = math.prod(shape)
-    if count > _MAX_ELEMENTS:  # bytes of no size ("V0") may announce any count: numpy's would wrap around
-        raise ProtocolError(f"an array {dtype} {tuple(shape)} has more elements than numpy can count")
     if buffer.nbytes != count * dtype.itemsize:
         raise ProtocolError(
             f"buffer {k} holds {buffer.nbytes} bytes, an array {dtype} {tuple(shape)} needs {count * dtype.itemsize}"
@@ -309,10 +307,12 @@ def _plain_dtype(name: Any) -> np.dtype:
 
 
 def _check_shape(shape: Any) -> None:
+    """A ``ProtocolError`` unless ``shape`` is one numpy can make (values of no bytes, "V0", may announce any)."""
     if (
         type(shape) is not list
         or len(shape) > MAX_DIMENSIONS
         or not all(type(n) is int and 0 <= n <= _MAX_ELEMENTS for n in shape)
+        or math.prod(shape) > _MAX_ELEMENTS
     ):
         raise ProtocolError(f"not an array shape: {_short(shape)}")
 
@@ -351,8 +351,6 @@ def decode_spec(node: Any, depth: int = 0) -> tuple | None:
         raise ProtocolError(f"the items' description is nested more than {MAX_DEPTH} levels deep")
     if type(node) is list and len(node) == 3 and node[0] == "array":
         _check_shape(node[2])
-        if math.prod(node[2]) > _MAX_ELEMENTS:
-            raise ProtocolError("the items' description gives arrays of more elements than numpy can count")
         return ("array", _plain_dtype(node[1]), tuple(node[2]))
     if type(node) is list and len(node) == 2 and node[0] == "tuple" and type(node[1]) is list:
         return ("tuple", tuple(decode_spec(s, depth + 1) for s in node[1]))
