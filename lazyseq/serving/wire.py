@@ -274,9 +274,8 @@ def _buffer(buffers: Sequence, used: list, k: Any) -> Any:
 
 def _array(buffers: Sequence, used: list, k: Any, dtype_name: Any, shape: Any) -> np.ndarray:
     dtype = _plain_dtype(dtype_name)
-    _check_shape(shape)
+    count = _element_count(shape)
     buffer = memoryview(_buffer(buffers, used, k))
-    count = math.prod(shape)
     if buffer.nbytes != count * dtype.itemsize:
         raise ProtocolError(
             f"buffer {k} holds {buffer.nbytes} bytes, an array {dtype} {tuple(shape)} needs {count * dtype.itemsize}"
@@ -306,15 +305,17 @@ def _plain_dtype(name: Any) -> np.dtype:
     return dtype
 
 
-def _check_shape(shape: Any) -> None:
-    """A ``ProtocolError`` unless ``shape`` is one numpy can make (values of no bytes, "V0", may announce any)."""
+def _element_count(shape: Any) -> int:
+    """The number of elements of an array of ``shape``; a ``ProtocolError`` unless numpy can make one (values of no
+    bytes, "V0", may announce any)."""
     if (
         type(shape) is not list
         or len(shape) > MAX_DIMENSIONS
         or not all(type(n) is int and 0 <= n <= _MAX_ELEMENTS for n in shape)
-        or math.prod(shape) > _MAX_ELEMENTS
+        or (count := math.prod(shape)) > _MAX_ELEMENTS
     ):
         raise ProtocolError(f"not an array shape: {_short(shape)}")
+    return count
 
 
 # -- what the items of a served view are -----------------------------------------------------
@@ -350,7 +351,7 @@ def decode_spec(node: Any, depth: int = 0) -> tuple | None:
     if depth > MAX_DEPTH:
         raise ProtocolError(f"the items' description is nested more than {MAX_DEPTH} levels deep")
     if type(node) is list and len(node) == 3 and node[0] == "array":
-        _check_shape(node[2])
+        _element_count(node[2])
         return ("array", _plain_dtype(node[1]), tuple(node[2]))
     if type(node) is list and len(node) == 2 and node[0] == "tuple" and type(node[1]) is list:
         return ("tuple", tuple(decode_spec(s, depth + 1) for s in node[1]))
