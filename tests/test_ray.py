@@ -25,9 +25,11 @@ ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402  # only where Ray is installed
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
 
+from lazyseq.loading import ray_workers  # noqa: E402
 from lazyseq.loading.backends import Done  # noqa: E402
 from lazyseq.loading.options import LoaderOptions  # noqa: E402
 from lazyseq.loading.ray_workers import RayWorkers  # noqa: E402
+from lazyseq.loading.result_signal import ResultSignal  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
 EXAMPLES = TESTS.parent / "examples"
@@ -222,7 +224,8 @@ class SpinAfterFirst:
         return i
 
 
-def test_close_cancels_the_tasks_in_flight_and_leaves_no_thread(gate):
+def test_close_cancels_the_tasks_in_flight_and_leaves_no_thread(gate, monkeypatch):
+    monkeypatch.setattr(ray_workers, "CANCEL_AFTER_SECONDS", 0.0)  # tasks running for any time
     ahead = lazyseq.prefetch(lazyseq.smap(SpinAfterFirst(gate), range(10)), nworkers=2, method="ray")
     assert ahead[0] == 0
     in_flight = [entry.ref for entry in ahead._engine.workers.workers.running.values()]
@@ -236,6 +239,17 @@ def test_close_cancels_the_tasks_in_flight_and_leaves_no_thread(gate):
     assert lazyseq_threads() == []
 
 
+def test_close_lets_tasks_sent_less_than_a_second_ago_finish(cluster, monkeypatch):
+    # Ray 2.60 aborted the process now and then when close() cancelled a task as its results arrived.
+    monkeypatch.setattr(ray_workers, "CANCEL_AFTER_SECONDS", 3600.0)  # however slow the machine
+    ahead = lazyseq.prefetch(lazyseq.smap(square, range(10)), nworkers=2, method="ray")
+    assert ahead[0] == 0
+    in_flight = [entry.ref for entry in ahead._engine.workers.workers.running.values()]
+    ahead.close()
+    assert in_flight and [ray.get(ref, timeout=60)[0][0] for ref in in_flight] == ["ok"] * len(in_flight)
+    assert not ahead.workers_running
+
+
 def test_a_descriptor_becomes_readable_when_a_result_arrives(cluster):
     workers = RayWorkers(square, LoaderOptions.check("serve", 1, "ray"), 0, "item", None)
     try:
@@ -246,6 +260,42 @@ def test_a_descriptor_becomes_readable_when_a_result_arrives(cluster):
         assert select.select(fds, [], [], 0)[0] == []  # emptied by poll
     finally:
         workers.close()
+
+
+def test_ray_threads_run_no_code_of_lazyseq(cluster, monkeypatch):
+    # Ray ran lazyseq's completion callbacks in the thread that handles a task's reply, which then waited for the
+    # GIL halfway through; a loader closed meanwhile cancelled that task, and Ray 2.60 aborted the process.
+    signalled_from = []
+    notify = ResultSignal.notify
+
+    def record(signal):
+        signalled_from.append(threading.current_thread().name)
+        notify(signal)
+
+    monkeypatch.setattr(ResultSignal, "notify", record)
+    workers = RayWorkers(square, LoaderOptions.check("serve", 2, "ray"), 0, "item", None)
+    try:
+        fds = workers.fds()
+        workers.submit_many([(i, i) for i in range(6)])
+        got: list = []
+        while len(got) < 6:
+            select.select(fds, [], [], 60)
+            got += workers.poll(0)
+        assert sorted(done.value for done in got) == [0, 1, 4, 9, 16, 25]
+    finally:
+        workers.close()
+    assert signalled_from and set(signalled_from) == {"lazyseq-serve-ray-watch"}
+    assert lazyseq_threads() == []
+
+
+def test_a_view_served_from_ray_tasks(cluster):
+    pytest.importorskip("zmq")
+    local = lazyseq.smap(square, np.arange(60.0))
+    with lazyseq.serve(local, "tcp://127.0.0.1:0", nworkers=2, method="ray") as server:
+        with lazyseq.connect(server.address, ahead=4) as remote:
+            assert list(remote) == list(local)
+            assert list(remote[[7, 3]]) == [49.0, 9.0]
+    assert lazyseq_threads() == []
 
 
 def test_options_that_do_not_apply_to_ray_are_refused():

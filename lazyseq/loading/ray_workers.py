@@ -18,24 +18,22 @@ exception in the pipeline comes back as a value, with the worker's traceback
 text; a Ray task that cannot complete (its worker crashed every time) closes
 the loader with :class:`~lazyseq.WorkerDied`.
 
-Each result is watched through its ``concurrent.futures.Future`` (Ray
-completes it from a thread of its own): checking for results costs under a
-microsecond, and :meth:`RayWorkers.fds` is a pipe those completions write to.
-A reader with nothing to take waits with ``ray.wait``: in the main thread of
-a Ray task, Ray lends the task's CPU to others meanwhile (waiting on the
-futures, it would not, and a loader in tasks that hold every CPU would never
-run). Ray lends nothing from an actor (Ray Train workers, Tune trials).
+Results are looked for with ``ray.wait`` (a few microseconds): no code of
+lazyseq runs in Ray's own threads, see :mod:`.ray_watch` for why, and for
+the thread that writes to the pipe of :meth:`RayWorkers.fds`. A reader with
+nothing to take waits with ``ray.wait`` too: in the main thread of a Ray
+task, Ray lends the task's CPU to others meanwhile (a loader in tasks that
+hold every CPU would otherwise never run). Ray lends nothing from an actor
+(Ray Train workers, Tune trials).
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import pickle
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence, Sized
-from concurrent.futures import Future
-from time import perf_counter
+from time import monotonic, perf_counter
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -49,6 +47,7 @@ from .failures import LoaderError, WorkerDied, capture, describe_items, restore
 from .item_cost import ItemCost
 from .messages import CapturedError
 from .options import LoaderOptions, UnpicklablePipeline, serialize
+from .ray_watch import CompletionWatch
 from .result_signal import ResultSignal
 from .seeding import seed_this_worker
 from .structure import flatten, rebuild
@@ -57,6 +56,7 @@ from .task_queue import Backlog
 __all__ = ["RayWorkers", "connect_to_ray"]
 
 RETRIES = 3  # runs of a Ray task after the first, when its worker or node dies
+CANCEL_AFTER_SECONDS = 1.0  # close() cancels the Ray tasks sent this long ago at least; younger ones finish
 PIPELINES_KEPT = 4  # pipelines a Ray worker process keeps loaded (those of the loaders it served last)
 
 Outcome = tuple[str, Any, Any]  # ("ok", value, seconds), ("error", CapturedError, where), ("load_failed", ...)
@@ -81,11 +81,12 @@ def _load_hint(type_name: str) -> str:
 
 
 class InFlight(NamedTuple):
-    """A Ray task sent: the reference to its results, the loader's tasks it computes and their arguments."""
+    """A Ray task sent: the reference to its results, the loader's tasks it computes, their arguments, and when."""
 
     ref: ray.ObjectRef
     tasks: list[Hashable]
     args: list
+    sent: float  # time.monotonic()
 
 
 def _session() -> tuple[str | None, str | None, str | None]:
@@ -139,10 +140,11 @@ class RayWorkers:
         self._sent = 0  # Ray tasks sent so far: the next one's number
         self._backlog = Backlog()  # not sent yet, in order
         self.unsent = self._backlog.waiting
-        self.running: dict[Future, InFlight] = {}  # in flight, in the order sent
+        self.running: dict[ray.ObjectRef, InFlight] = {}  # in flight, in the order sent
         # the tasks of a run whose worker died every time, sent again one per Ray task: only the one at fault fails
         self._alone: list[tuple[Hashable, Any]] = []
-        self._signal = ResultSignal()  # written to from Ray's thread as each Ray task completes
+        self._signal = ResultSignal()  # readable as Ray tasks complete, once fds() was asked for
+        self._watch: CompletionWatch | None = None  # the thread that writes to it
 
     def submit_many(self, tasks: Sequence[tuple[Hashable, Any]]) -> None:
         """Queue ``(task, arg)`` pairs, and send what fits in ``nworkers`` Ray tasks in flight."""
@@ -173,9 +175,9 @@ class RayWorkers:
     def _send(self, tasks: list[Hashable], args: list) -> None:
         """One Ray task computing ``tasks``, in order."""
         ref = self._remote.remote((self._job,), args, self._seed, self._sent, seterr())
-        future = ref.future()
-        self.running[future] = InFlight(ref, tasks, args)
-        future.add_done_callback(functools.partial(_wake, self._signal))
+        self.running[ref] = InFlight(ref, tasks, args, monotonic())
+        if self._watch is not None:
+            self._watch.watch([ref])
         self._sent += 1
 
     def has_room(self, count: int) -> bool:
@@ -194,7 +196,11 @@ class RayWorkers:
 
     def fds(self) -> list[int]:
         """A pipe that a byte is written to as each Ray task completes (made at the first call)."""
-        return self._signal.fds()
+        fds = self._signal.fds()
+        if self._watch is None and not self.closed:
+            self._watch = CompletionWatch(self._signal, f"lazyseq-{self._owner}-ray-watch")
+            self._watch.watch(list(self.running))
+        return fds
 
     def poll(self, timeout: float) -> list[Done]:
         """The results that have arrived, waiting up to ``timeout`` seconds for one; then the next tasks go out."""
@@ -204,15 +210,14 @@ class RayWorkers:
         self._check_session()
         self._signal.clear()  # before looking: a Ray task completing after this writes again
         self._dispatch()
-        running = self.running
-        if running:
-            done = [future for future in running if future.done()]
-            if not done and not found and timeout > 0:
-                # ray.wait, not the futures: inside a Ray task, Ray lends the task's CPU to others while it waits
-                ready = set(ray.wait([entry.ref for entry in running.values()], timeout=timeout, fetch_local=False)[0])
-                done = [future for future, entry in running.items() if entry.ref in ready]  # in the order sent
-            for future in done:
-                self._receive(future, found)
+        refs = list(self.running)  # in the order sent
+        if refs:
+            arrived = _completed(refs)
+            if not arrived and not found and timeout > 0:  # inside a Ray task, Ray lends its CPU to others meanwhile
+                arrived = set(ray.wait(refs, num_returns=1, timeout=timeout, fetch_local=False)[0])
+            for ref in refs:
+                if ref in arrived:
+                    self._receive(ref, found)
         self._dispatch()
         return found
 
@@ -226,12 +231,20 @@ class RayWorkers:
             "ray.init()); read again to start them in the current one"
         )
 
-    def _receive(self, future: Future, found: list[Done]) -> None:
-        entry = self.running.pop(future, None)
+    def _receive(self, ref: ray.ObjectRef, found: list[Done]) -> None:
+        """Take the results of the Ray task ``ref`` (it has completed) into ``found``."""
+        outcomes: list[Outcome] = []
+        error: Exception | None = None
+        try:  # before it leaves ``running``: cut short by an interrupt, it is taken at the next poll
+            outcomes = ray.get(ref)
+        except Exception as raised:  # a Ray task that failed as a whole: Ray's exception says how
+            error = raised
+        entry = self.running.pop(ref, None)
         if entry is None:  # closed by another thread meanwhile: nobody waits for it
             return
-        _, tasks, args = entry
-        error = future.exception()
+        if self._watch is not None:
+            self._watch.forget(ref)
+        tasks, args = entry.tasks, entry.args
         if isinstance(error, TaskCancelledError):
             found.extend(Done(task, "skipped", None) for task in tasks)
             return
@@ -267,7 +280,6 @@ class RayWorkers:
                 f"{self._owner}: Ray could not compute {self._task_name} {describe_items(zip(tasks, args))}: "
                 f"{type(error).__name__}: {error}"
             ) from error
-        outcomes: list[Outcome] = future.result()
         if outcomes[0][0] == "load_failed":  # no task can run where the pipeline cannot be loaded
             _, captured, where = outcomes[0]
             self.close()
@@ -285,21 +297,37 @@ class RayWorkers:
                 found.append(Done(task, "error", restore(value, detail)))  # detail: where it was raised
 
     def close(self) -> None:
-        """Cancel the Ray tasks in flight (a running one gets KeyboardInterrupt) and forget the others."""
+        """Cancel the Ray tasks in flight for a second or more (a running one gets KeyboardInterrupt); forget all."""
         if self.closed:
             return
         self.closed = True
         running, self.running = self.running, {}
         self._backlog.clear()
         self._alone.clear()
-        if ray.is_initialized():  # at interpreter exit, Ray may have shut down first
-            for entry in running.values():
-                try:
-                    ray.cancel(entry.ref)
-                except Exception:  # finished already, or its owner is going away
-                    pass
+        # Ray 2.60 may abort the process when it cancels a Ray task as its results arrive, which a short one is
+        # likely to do: those sent less than CANCEL_AFTER_SECONDS ago finish, and their results are dropped.
+        sent_before = monotonic() - CANCEL_AFTER_SECONDS
+        refs = [ref for ref, entry in running.items() if entry.sent <= sent_before]
+        if refs and ray.is_initialized():  # at interpreter exit, Ray may have shut down first
+            try:
+                completed = _completed(refs)
+            except Exception:  # its owner is going away
+                completed = set(refs)
+            for ref in refs:
+                if ref not in completed:
+                    try:
+                        ray.cancel(ref)
+                    except Exception:  # finished already, or its owner is going away
+                        pass
         del self._job  # the pipeline leaves the object store once no Ray task refers to it
+        if self._watch is not None:
+            self._watch.close()
         self._signal.close()
+
+
+def _completed(refs: list[ray.ObjectRef]) -> set[ray.ObjectRef]:
+    """Those of ``refs`` whose Ray task has completed, without waiting."""
+    return set(ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)[0])
 
 
 def _function_not_loaded(cause: BaseException | None) -> bool:
@@ -311,11 +339,6 @@ def _function_not_loaded(cause: BaseException | None) -> bool:
     False
     """
     return isinstance(cause, RuntimeError) and "failed to import on the worker" in str(cause)  # Ray's own words
-
-
-def _wake(signal: ResultSignal, _: Future) -> None:
-    """In Ray's thread, as a Ray task completes: a byte for the pipe of :meth:`RayWorkers.fds`, if it exists."""
-    signal.notify()
 
 
 def _writable(value: Any) -> Any:

@@ -1,0 +1,81 @@
+"""A thread that makes a :class:`~.result_signal.ResultSignal` readable as Ray tasks complete.
+
+A reader that waits on sockets too (a data server) needs a file descriptor
+that becomes readable when a Ray task's results arrive. Ray could call a
+Python function as each task completes (``ObjectRef.future()``), but it
+would call it in the thread that handles the task's reply, which then waits
+for the GIL halfway through: ``ray.cancel`` of that task meanwhile (a loader
+closed while its consumer's thread holds the GIL) aborts the whole process in
+Ray 2.60 ("Tried to complete task that was not pending"). So nothing of
+lazyseq runs in Ray's threads: this thread waits with ``ray.wait``, which
+needs no GIL from them, and writes to the signal. It is started by the first
+``fds()`` call, so loaders that never ask have no such thread.
+
+It waits ``WAIT_SECONDS`` at most at a time, then looks again at the tasks to
+watch: a task sent while it waits is watched from its next look on.
+
+>>> signal = ResultSignal()
+>>> watch = CompletionWatch(signal, "lazyseq-example-ray-watch")  # waits for references to watch
+>>> watch.close()
+>>> signal.close()
+"""
+
+from __future__ import annotations
+
+import threading
+
+import ray
+
+from .result_signal import ResultSignal
+
+__all__ = ["CompletionWatch"]
+
+WAIT_SECONDS = 0.005  # the longest a task sent while the thread waits goes unwatched
+
+
+class CompletionWatch:
+    """Writes to ``signal`` as each of the references given to :meth:`watch` becomes ready."""
+
+    def __init__(self, signal: ResultSignal, name: str) -> None:
+        self._signal = signal
+        self._refs: dict[ray.ObjectRef, None] = {}  # watched, in the order given
+        self._changed = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def watch(self, refs: list[ray.ObjectRef]) -> None:
+        with self._changed:
+            self._refs.update(dict.fromkeys(refs))
+            self._changed.notify()
+
+    def forget(self, ref: ray.ObjectRef) -> None:
+        """Stop watching ``ref`` (its results were taken)."""
+        with self._changed:
+            self._refs.pop(ref, None)
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            self._changed.notify()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                while not self._refs and not self._closed:
+                    self._changed.wait()
+                if self._closed:
+                    return
+                refs = list(self._refs)
+            try:
+                ready = ray.wait(refs, num_returns=1, timeout=WAIT_SECONDS, fetch_local=False)[0]
+            except Exception:  # Ray shut down under it: the reader looks, and says so
+                self._signal.notify()
+                return
+            if ready:
+                with self._changed:
+                    for ref in ready:
+                        self._refs.pop(ref, None)
+                self._signal.notify()
