@@ -29,6 +29,7 @@ hold every CPU would otherwise never run). Ray lends nothing from an actor
 
 from __future__ import annotations
 
+import functools
 import os
 import pickle
 from collections import OrderedDict
@@ -43,6 +44,7 @@ from ray.exceptions import NodeDiedError, RayTaskError, TaskCancelledError, Work
 from ..views.errors import ErrorMode, seterr
 from .backends import Done
 from .buffering import run_length
+from .closing import interrupts_deferred, wait_unless_hurried
 from .failures import LoaderError, WorkerDied, capture, describe_items, restore
 from .item_cost import ItemCost
 from .messages import CapturedError
@@ -56,7 +58,7 @@ from .task_queue import Backlog
 __all__ = ["RayWorkers", "connect_to_ray"]
 
 RETRIES = 3  # runs of a Ray task after the first, when its worker or node dies
-CANCEL_AFTER_SECONDS = 1.0  # close() cancels the Ray tasks sent this long ago at least; younger ones finish
+CANCEL_AFTER_SECONDS = 1.0  # close() cancels a Ray task that has not completed this long after it was sent
 PIPELINES_KEPT = 4  # pipelines a Ray worker process keeps loaded (those of the loaders it served last)
 
 Outcome = tuple[str, Any, Any]  # ("ok", value, seconds), ("error", CapturedError, where), ("load_failed", ...)
@@ -297,37 +299,52 @@ class RayWorkers:
                 found.append(Done(task, "error", restore(value, detail)))  # detail: where it was raised
 
     def close(self) -> None:
-        """Cancel the Ray tasks in flight for a second or more (a running one gets KeyboardInterrupt); forget all."""
+        """Cancel the Ray tasks in flight (a running one gets KeyboardInterrupt), once a second old; forget the others."""
         if self.closed:
             return
-        self.closed = True
-        running, self.running = self.running, {}
-        self._backlog.clear()
-        self._alone.clear()
-        # Ray 2.60 may abort the process when it cancels a Ray task as its results arrive, which a short one is
-        # likely to do: those sent less than CANCEL_AFTER_SECONDS ago finish, and their results are dropped.
-        sent_before = monotonic() - CANCEL_AFTER_SECONDS
-        refs = [ref for ref, entry in running.items() if entry.sent <= sent_before]
-        if refs and ray.is_initialized():  # at interpreter exit, Ray may have shut down first
+        with interrupts_deferred():  # a Ctrl-C cuts the wait short (see .closing), and is raised once all is released
+            self.closed = True
+            running, self.running = self.running, {}
+            self._backlog.clear()
+            self._alone.clear()
+            if running and ray.is_initialized():  # at interpreter exit, Ray may have shut down first
+                _cancel(running)
+            del self._job  # the pipeline leaves the object store once no Ray task refers to it
+            if self._watch is not None:
+                self._watch.close()
+            self._signal.close()
+
+
+def _cancel(running: dict[ray.ObjectRef, InFlight]) -> None:
+    """Cancel the Ray tasks of ``running`` that have not completed ``CANCEL_AFTER_SECONDS`` after they were sent.
+
+    Ray 2.60 may abort the process when it cancels a Ray task as its results
+    arrive, which a young one is likely to do: it gets until that age to
+    complete (unless a Ctrl-C hurries the close).
+    """
+    refs = list(running)
+    youngest = max(entry.sent for entry in running.values())
+    try:
+        wait_unless_hurried(functools.partial(_all_completed, refs), youngest + CANCEL_AFTER_SECONDS - monotonic())
+        completed = _completed(refs)
+    except Exception:  # its owner is going away
+        return
+    for ref in refs:
+        if ref not in completed:
             try:
-                completed = _completed(refs)
-            except Exception:  # its owner is going away
-                completed = set(refs)
-            for ref in refs:
-                if ref not in completed:
-                    try:
-                        ray.cancel(ref)
-                    except Exception:  # finished already, or its owner is going away
-                        pass
-        del self._job  # the pipeline leaves the object store once no Ray task refers to it
-        if self._watch is not None:
-            self._watch.close()
-        self._signal.close()
+                ray.cancel(ref)
+            except Exception:  # finished already, or its owner is going away
+                pass
 
 
 def _completed(refs: list[ray.ObjectRef]) -> set[ray.ObjectRef]:
     """Those of ``refs`` whose Ray task has completed, without waiting."""
     return set(ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)[0])
+
+
+def _all_completed(refs: list[ray.ObjectRef], timeout: float) -> bool:
+    """Whether every Ray task of ``refs`` completes within ``timeout`` seconds."""
+    return len(ray.wait(refs, num_returns=len(refs), timeout=timeout, fetch_local=False)[0]) == len(refs)
 
 
 def _function_not_loaded(cause: BaseException | None) -> bool:
