@@ -289,6 +289,33 @@ def test_ray_threads_run_no_code_of_lazyseq(cluster, monkeypatch):
     assert lazyseq_threads() == []
 
 
+def spin(x):
+    """Python for a minute (a cancel interrupts it)."""
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        pass
+    return x
+
+
+def test_the_watch_of_a_descriptor_ends_with_the_ray_session(cluster, monkeypatch):
+    # After ray.shutdown(), its thread's next ray.wait started a Ray of its own, and the user's ray.init() then hung.
+    workers = RayWorkers(spin, LoaderOptions.check("serve", 1, "ray"), 0, "item", None)
+    try:
+        fds = workers.fds()
+        workers.submit_many([("slow", 1)])
+        (slow,) = workers.running
+        session = ray_workers._session()
+        with monkeypatch.context() as patch:
+            patch.setattr(ray_workers, "_session", lambda: (session[0], session[1], "another job"))
+            assert select.select(fds, [], [], 30)[0] == fds  # the reader is woken, and learns it
+            with pytest.raises(lazyseq.LoaderError, match="the Ray session its tasks ran in has ended"):
+                workers.poll(0)
+        assert "lazyseq-serve-ray-watch" not in lazyseq_threads()
+    finally:
+        workers.close()
+        ray.cancel(slow)  # left running by the close, in what it took for another session
+
+
 def test_a_view_served_from_ray_tasks(cluster):
     pytest.importorskip("zmq")
     local = lazyseq.smap(square, np.arange(60.0))
@@ -385,8 +412,6 @@ class PassOn(StallOn):
 def test_a_loader_whose_ray_session_ended_says_so_and_starts_anew(cluster, monkeypatch):
     # After ray.shutdown() and another ray.init(), its tasks (of the old session) never finished: the next read
     # waited for ever, or failed every item with Ray's "owner is unknown" as the item's error.
-    from lazyseq.loading import ray_workers
-
     with lazyseq.prefetch(lazyseq.smap(double, range(20)), nworkers=2, method="ray") as ahead:
         assert ahead[0] == 0
         session = ray_workers._session()

@@ -14,8 +14,9 @@ needs no GIL from them, and writes to the signal. It is started by the first
 It waits ``WAIT_SECONDS`` at most at a time, then looks again at the tasks to
 watch: a task sent while it waits is watched from its next look on.
 
+>>> import ray
 >>> signal = ResultSignal()
->>> watch = CompletionWatch(signal, "lazyseq-example-ray-watch")  # waits for references to watch
+>>> watch = CompletionWatch(signal, "lazyseq-example-ray-watch", ray.is_initialized)  # waits for references
 >>> watch.close()
 >>> signal.close()
 """
@@ -23,6 +24,7 @@ watch: a task sent while it waits is watched from its next look on.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import ray
 
@@ -36,8 +38,9 @@ WAIT_SECONDS = 0.005  # the longest a task sent while the thread waits goes unwa
 class CompletionWatch:
     """Writes to ``signal`` as each of the references given to :meth:`watch` becomes ready."""
 
-    def __init__(self, signal: ResultSignal, name: str) -> None:
+    def __init__(self, signal: ResultSignal, name: str, session_lasts: Callable[[], bool]) -> None:
         self._signal = signal
+        self._session_lasts = session_lasts  # False once the Ray session of the references ended
         self._refs: dict[ray.ObjectRef, None] = {}  # watched, in the order given
         self._changed = threading.Condition()
         self._closed = False
@@ -70,8 +73,10 @@ class CompletionWatch:
                     return
                 refs = list(self._refs)
             try:
+                if not self._session_lasts():  # ray.wait would start a new Ray: the reader looks, and says so
+                    raise RuntimeError("the Ray session ended")
                 ready = ray.wait(refs, num_returns=1, timeout=WAIT_SECONDS, fetch_local=False)[0]
-            except Exception:  # Ray shut down under it: the reader looks, and says so
+            except Exception:  # Ray shut down, perhaps under the wait
                 self._signal.notify()
                 return
             if ready:

@@ -200,7 +200,7 @@ class RayWorkers:
         """A pipe that a byte is written to as each Ray task completes (made at the first call)."""
         fds = self._signal.fds()
         if self._watch is None and not self.closed:
-            self._watch = CompletionWatch(self._signal, f"lazyseq-{self._owner}-ray-watch")
+            self._watch = CompletionWatch(self._signal, f"lazyseq-{self._owner}-ray-watch", self._session_lasts)
             self._watch.watch(list(self.running))
         return fds
 
@@ -223,9 +223,13 @@ class RayWorkers:
         self._dispatch()
         return found
 
+    def _session_lasts(self) -> bool:
+        """Whether the Ray session the tasks were sent in is this process's still."""
+        return ray.is_initialized() and _session() == self._session
+
     def _check_session(self) -> None:
         """``LoaderError`` (the workers closed) if the Ray session they ran in ended: its tasks never finish."""
-        if ray.is_initialized() and _session() == self._session:
+        if self._session_lasts():
             return
         self.close()
         raise LoaderError(
@@ -307,7 +311,7 @@ class RayWorkers:
             running, self.running = self.running, {}
             self._backlog.clear()
             self._alone.clear()
-            if running and ray.is_initialized():  # at interpreter exit, Ray may have shut down first
+            if running and self._session_lasts():  # at interpreter exit, Ray may have shut down first
                 _cancel(running)
             del self._job  # the pipeline leaves the object store once no Ray task refers to it
             if self._watch is not None:
