@@ -11,8 +11,10 @@ lazyseq runs in Ray's threads: this thread waits with ``ray.wait``, which
 needs no GIL from them, and writes to the signal. It is started by the first
 ``fds()`` call, so loaders that never ask have no such thread.
 
-It waits ``WAIT_SECONDS`` at most at a time, then looks again at the tasks to
-watch: a task sent while it waits is watched from its next look on.
+It looks every ``WAIT_SECONDS``, and at once when a task is sent, without
+waiting in Ray: a ``ray.wait`` under way when Ray shuts down never returns.
+It stops looking once the Ray session of its tasks has ended (a ``ray.wait``
+without Ray starts a new one).
 
 >>> import ray
 >>> signal = ResultSignal()
@@ -32,7 +34,8 @@ from .result_signal import ResultSignal
 
 __all__ = ["CompletionWatch"]
 
-WAIT_SECONDS = 0.005  # the longest a task sent while the thread waits goes unwatched
+WAIT_SECONDS = 0.005  # the longest a completed task goes unnoticed
+JOIN_SECONDS = 1.0  # how long close() waits for the thread: one stuck in Ray (shut down under it) is left behind
 
 
 class CompletionWatch:
@@ -62,7 +65,7 @@ class CompletionWatch:
             self._closed = True
             self._changed.notify()
         if self._thread is not threading.current_thread():
-            self._thread.join()
+            self._thread.join(JOIN_SECONDS)
 
     def _run(self) -> None:
         while True:
@@ -75,12 +78,14 @@ class CompletionWatch:
             try:
                 if not self._session_lasts():  # ray.wait would start a new Ray: the reader looks, and says so
                     raise RuntimeError("the Ray session ended")
-                ready = ray.wait(refs, num_returns=1, timeout=WAIT_SECONDS, fetch_local=False)[0]
-            except Exception:  # Ray shut down, perhaps under the wait
+                ready = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)[0]
+            except Exception:  # Ray shut down under it
                 self._signal.notify()
                 return
+            with self._changed:
+                for ref in ready:
+                    self._refs.pop(ref, None)
+                if not ready and not self._closed:
+                    self._changed.wait(WAIT_SECONDS)  # or until a task is sent, or close()
             if ready:
-                with self._changed:
-                    for ref in ready:
-                        self._refs.pop(ref, None)
                 self._signal.notify()
