@@ -9,6 +9,7 @@ import functools
 import importlib.util
 import os
 import select
+import signal
 import sys
 import threading
 import time
@@ -314,6 +315,37 @@ def test_the_watch_of_a_descriptor_ends_with_the_ray_session(cluster, monkeypatc
     finally:
         workers.close()
         ray.cancel(slow)  # left running by the close, in what it took for another session
+
+
+def test_a_close_cut_short_by_the_programs_own_interrupt_handler_still_releases_everything(cluster, monkeypatch):
+    # The handler's KeyboardInterrupt, raised in close()'s wait for young tasks, left them running, and the watch's
+    # thread and pipe open for good (the loader counted as closed).
+    def own_handler(signum, frame):
+        raise KeyboardInterrupt("the program's own handler")
+
+    wait = ray_workers._all_completed
+
+    def interrupted_wait(refs, timeout):
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+        return wait(refs, timeout)
+
+    monkeypatch.setattr(ray_workers, "_all_completed", interrupted_wait)
+    previous = signal.signal(signal.SIGINT, own_handler)
+    try:
+        workers = RayWorkers(spin, LoaderOptions.check("serve", 2, "ray"), 0, "item", None)
+        (fd,) = workers.fds()
+        workers.submit_many([("a", 1), ("b", 2)])
+        in_flight = list(workers.running)
+        with pytest.raises(KeyboardInterrupt, match="own handler"):
+            workers.close()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    for ref in in_flight:
+        with pytest.raises(ray.exceptions.TaskCancelledError):
+            ray.get(ref, timeout=60)
+    assert lazyseq_threads() == []
+    with pytest.raises(OSError):
+        os.fstat(fd)
 
 
 def test_a_view_served_from_ray_tasks(cluster):

@@ -63,6 +63,7 @@ class CompletionWatch:
     def close(self) -> None:
         with self._changed:
             self._closed = True
+            self._refs.clear()  # the results of the tasks go once nothing else refers to them
             self._changed.notify()
         if self._thread is not threading.current_thread():
             self._thread.join(JOIN_SECONDS)
@@ -78,7 +79,7 @@ class CompletionWatch:
             try:
                 if not self._session_lasts():  # ray.wait would start a new Ray: the reader looks, and says so
                     raise RuntimeError("the Ray session ended")
-                ready = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)[0]
+                ready = ray.wait(refs, num_returns=len(refs), timeout=0)[0]  # results here (others are fetched)
             except Exception:  # Ray shut down under it
                 self._signal.notify()
                 return

@@ -202,6 +202,8 @@ class RayWorkers:
         if self._watch is None and not self.closed:
             self._watch = CompletionWatch(self._signal, f"lazyseq-{self._owner}-ray-watch", self._session_lasts)
             self._watch.watch(list(self.running))
+            if self.closed:  # by another thread meanwhile
+                self._watch.close()
         return fds
 
     def poll(self, timeout: float) -> list[Done]:
@@ -214,9 +216,9 @@ class RayWorkers:
         self._dispatch()
         refs = list(self.running)  # in the order sent
         if refs:
-            arrived = _completed(refs)
+            arrived = _completed(refs, here=True)
             if not arrived and not found and timeout > 0:  # inside a Ray task, Ray lends its CPU to others meanwhile
-                arrived = set(ray.wait(refs, num_returns=1, timeout=timeout, fetch_local=False)[0])
+                arrived = set(ray.wait(refs, num_returns=1, timeout=timeout)[0])
             for ref in refs:
                 if ref in arrived:
                     self._receive(ref, found)
@@ -303,7 +305,7 @@ class RayWorkers:
                 found.append(Done(task, "error", restore(value, detail)))  # detail: where it was raised
 
     def close(self) -> None:
-        """Cancel the Ray tasks in flight (a running one gets KeyboardInterrupt), once a second old; forget the others."""
+        """Forget every task; cancel those in flight (a running one gets KeyboardInterrupt) once a second old."""
         if self.closed:
             return
         with interrupts_deferred():  # a Ctrl-C cuts the wait short (see .closing), and is raised once all is released
@@ -311,39 +313,45 @@ class RayWorkers:
             running, self.running = self.running, {}
             self._backlog.clear()
             self._alone.clear()
-            if running and self._session_lasts():  # at interpreter exit, Ray may have shut down first
-                _cancel(running)
-            del self._job  # the pipeline leaves the object store once no Ray task refers to it
-            if self._watch is not None:
-                self._watch.close()
-            self._signal.close()
+            try:
+                if running and self._session_lasts():  # at interpreter exit, Ray may have shut down first
+                    _cancel(running)
+            finally:  # even when a program's own SIGINT handler raises in the wait
+                del self._job  # the pipeline leaves the object store once no Ray task refers to it
+                if self._watch is not None:
+                    self._watch.close()
+                self._signal.close()
 
 
 def _cancel(running: dict[ray.ObjectRef, InFlight]) -> None:
-    """Cancel the Ray tasks of ``running`` that have not completed ``CANCEL_AFTER_SECONDS`` after they were sent.
+    """Cancel the Ray tasks of ``running``, once the youngest is ``CANCEL_AFTER_SECONDS`` old, that have not completed.
 
     Ray 2.60 may abort the process when it cancels a Ray task as its results
-    arrive, which a young one is likely to do: it gets until that age to
-    complete (unless a Ctrl-C hurries the close).
+    arrive, which a young one is likely to do: they get until then to
+    complete (unless a Ctrl-C hurries the close). Interrupted, the wait
+    cancels them all.
     """
     refs = list(running)
     youngest = max(entry.sent for entry in running.values())
+    completed: set[ray.ObjectRef] = set()
     try:
         wait_unless_hurried(functools.partial(_all_completed, refs), youngest + CANCEL_AFTER_SECONDS - monotonic())
         completed = _completed(refs)
     except Exception:  # its owner is going away
-        return
-    for ref in refs:
-        if ref not in completed:
-            try:
-                ray.cancel(ref)
-            except Exception:  # finished already, or its owner is going away
-                pass
+        pass
+    finally:
+        for ref in refs:
+            if ref not in completed:
+                try:
+                    ray.cancel(ref)
+                except Exception:  # finished already, or its owner is going away
+                    pass
 
 
-def _completed(refs: list[ray.ObjectRef]) -> set[ray.ObjectRef]:
-    """Those of ``refs`` whose Ray task has completed, without waiting."""
-    return set(ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)[0])
+def _completed(refs: list[ray.ObjectRef], here: bool = False) -> set[ray.ObjectRef]:
+    """Those of ``refs`` whose Ray task has completed, without waiting; ``here``: whose results are in this node's
+    object store (the others are fetched meanwhile, by Ray's threads)."""
+    return set(ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=here)[0])
 
 
 def _all_completed(refs: list[ray.ObjectRef], timeout: float) -> bool:
