@@ -202,8 +202,8 @@ class RayWorkers:
         if self._watch is None and not self.closed:
             self._watch = CompletionWatch(self._signal, f"lazyseq-{self._owner}-ray-watch", self._session_lasts)
             self._watch.watch(list(self.running))
-            if self.closed:  # by another thread meanwhile
-                self._watch.close()
+        if self.closed and self._watch is not None:  # by another thread, perhaps before it saw the watch
+            self._watch.close()
         return fds
 
     def poll(self, timeout: float) -> list[Done]:
