@@ -290,17 +290,9 @@ def test_ray_threads_run_no_code_of_lazyseq(cluster, monkeypatch):
     assert lazyseq_threads() == []
 
 
-def spin(x):
-    """Python for a minute (a cancel interrupts it)."""
-    end = time.monotonic() + 60
-    while time.monotonic() < end:
-        pass
-    return x
-
-
-def test_the_watch_of_a_descriptor_ends_with_the_ray_session(cluster, monkeypatch):
+def test_the_watch_of_a_descriptor_ends_with_the_ray_session(gate, monkeypatch):
     # After ray.shutdown(), its thread's next ray.wait started a Ray of its own, and the user's ray.init() then hung.
-    workers = RayWorkers(spin, LoaderOptions.check("serve", 1, "ray"), 0, "item", None)
+    workers = RayWorkers(SpinAfterFirst(gate), LoaderOptions.check("serve", 1, "ray"), 0, "item", None)
     try:
         fds = workers.fds()
         workers.submit_many([("slow", 1)])
@@ -314,10 +306,11 @@ def test_the_watch_of_a_descriptor_ends_with_the_ray_session(cluster, monkeypatc
         assert "lazyseq-serve-ray-watch" not in lazyseq_threads()
     finally:
         workers.close()
+        ray.get(gate.arrived.remote(1), timeout=60)  # running: Ray drops a cancel that comes before
         ray.cancel(slow)  # left running by the close, in what it took for another session
 
 
-def test_a_close_cut_short_by_the_programs_own_interrupt_handler_still_releases_everything(cluster, monkeypatch):
+def test_a_close_cut_short_by_the_programs_own_interrupt_handler_still_releases_everything(gate, monkeypatch):
     # The handler's KeyboardInterrupt, raised in close()'s wait for young tasks, left them running, and the watch's
     # thread and pipe open for good (the loader counted as closed).
     def own_handler(signum, frame):
@@ -332,10 +325,11 @@ def test_a_close_cut_short_by_the_programs_own_interrupt_handler_still_releases_
     monkeypatch.setattr(ray_workers, "_all_completed", interrupted_wait)
     previous = signal.signal(signal.SIGINT, own_handler)
     try:
-        workers = RayWorkers(spin, LoaderOptions.check("serve", 2, "ray"), 0, "item", None)
+        workers = RayWorkers(SpinAfterFirst(gate), LoaderOptions.check("serve", 2, "ray"), 0, "item", None)
         (fd,) = workers.fds()
         workers.submit_many([("a", 1), ("b", 2)])
         in_flight = list(workers.running)
+        ray.get(gate.arrived.remote(2), timeout=60)  # both running (Ray drops a cancel that comes before)
         with pytest.raises(KeyboardInterrupt, match="own handler"):
             workers.close()
     finally:
