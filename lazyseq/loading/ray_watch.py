@@ -7,7 +7,7 @@ would call it in the thread that handles the task's reply, which then waits
 for the GIL halfway through: ``ray.cancel`` of that task meanwhile (a loader
 closed while its consumer's thread holds the GIL) aborts the whole process in
 Ray 2.60 ("Tried to complete task that was not pending"). So nothing of
-lazyseq runs in Ray's threads: this thread waits with ``ray.wait``, which
+lazyseq runs in Ray's threads: this thread asks Ray with ``ray.wait``, which
 needs no GIL from them, and writes to the signal. It is started by the first
 ``fds()`` call, so loaders that never ask have no such thread.
 

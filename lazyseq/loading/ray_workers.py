@@ -58,7 +58,7 @@ from .task_queue import Backlog
 __all__ = ["RayWorkers", "connect_to_ray"]
 
 RETRIES = 3  # runs of a Ray task after the first, when its worker or node dies
-CANCEL_AFTER_SECONDS = 1.0  # close() cancels a Ray task that has not completed this long after it was sent
+CANCEL_AFTER_SECONDS = 1.0  # close() waits until the youngest Ray task in flight is this old, then cancels
 PIPELINES_KEPT = 4  # pipelines a Ray worker process keeps loaded (those of the loaders it served last)
 
 Outcome = tuple[str, Any, Any]  # ("ok", value, seconds), ("error", CapturedError, where), ("load_failed", ...)

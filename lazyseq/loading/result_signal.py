@@ -2,8 +2,9 @@
 
 Worker threads, and the thread that watches Ray tasks (see
 :mod:`.ray_watch`), hand results over without a file descriptor of their
-own; a reader that waits on sockets too (a data server) needs one. The pipe is made at the first :meth:`ResultSignal.fds`
-call, so loaders that never ask pay one attribute check per result.
+own; a reader that waits on sockets too (a data server) needs one. The pipe
+is made at the first :meth:`ResultSignal.fds` call, so loaders that never
+ask pay one attribute check per result.
 
 >>> import select
 >>> signal = ResultSignal()
