@@ -32,7 +32,7 @@ import ray
 
 from .result_signal import ResultSignal
 
-__all__ = ["CompletionWatch"]
+__all__ = ["CompletionWatch", "completed"]
 
 WAIT_SECONDS = 0.005  # the longest a completed task goes unnoticed
 JOIN_SECONDS = 1.0  # how long close() waits for the thread: one stuck in Ray (shut down under it) is left behind
@@ -79,7 +79,7 @@ class CompletionWatch:
             try:
                 if not self._session_lasts():  # ray.wait would start a new Ray: the reader looks, and says so
                     raise RuntimeError("the Ray session ended")
-                ready = ray.wait(refs, num_returns=len(refs), timeout=0)[0]  # results here (others are fetched)
+                ready = completed(refs, here=True)
             except Exception:  # Ray shut down under it
                 self._signal.notify()
                 return
@@ -90,3 +90,12 @@ class CompletionWatch:
                     self._changed.wait(WAIT_SECONDS)  # or until a task is sent, or close()
             if ready:
                 self._signal.notify()
+
+
+def completed(refs: list[ray.ObjectRef], timeout: float = 0.0, *, here: bool = False) -> set[ray.ObjectRef]:
+    """Those of ``refs`` whose Ray task has completed, waiting up to ``timeout`` seconds for all of them.
+
+    ``here``: only those whose results are in this node's object store (the
+    others are fetched meanwhile, by Ray's threads).
+    """
+    return set(ray.wait(refs, num_returns=len(refs), timeout=timeout, fetch_local=here)[0])

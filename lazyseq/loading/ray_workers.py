@@ -49,7 +49,7 @@ from .failures import LoaderError, WorkerDied, capture, describe_items, restore
 from .item_cost import ItemCost
 from .messages import CapturedError
 from .options import LoaderOptions, UnpicklablePipeline, serialize
-from .ray_watch import CompletionWatch
+from .ray_watch import CompletionWatch, completed
 from .result_signal import ResultSignal
 from .seeding import seed_this_worker
 from .structure import flatten, rebuild
@@ -216,7 +216,7 @@ class RayWorkers:
         self._dispatch()
         refs = list(self.running)  # in the order sent
         if refs:
-            arrived = _completed(refs, here=True)
+            arrived = completed(refs, here=True)
             if not arrived and not found and timeout > 0:  # inside a Ray task, Ray lends its CPU to others meanwhile
                 arrived = set(ray.wait(refs, num_returns=1, timeout=timeout)[0])
             for ref in refs:
@@ -333,30 +333,24 @@ def _cancel(running: dict[ray.ObjectRef, InFlight]) -> None:
     """
     refs = list(running)
     youngest = max(entry.sent for entry in running.values())
-    completed: set[ray.ObjectRef] = set()
+    done: set[ray.ObjectRef] = set()
     try:
         wait_unless_hurried(functools.partial(_all_completed, refs), youngest + CANCEL_AFTER_SECONDS - monotonic())
-        completed = _completed(refs)
+        done = completed(refs)
     except Exception:  # its owner is going away
         pass
     finally:
         for ref in refs:
-            if ref not in completed:
+            if ref not in done:
                 try:
                     ray.cancel(ref)
                 except Exception:  # finished already, or its owner is going away
                     pass
 
 
-def _completed(refs: list[ray.ObjectRef], here: bool = False) -> set[ray.ObjectRef]:
-    """Those of ``refs`` whose Ray task has completed, without waiting; ``here``: whose results are in this node's
-    object store (the others are fetched meanwhile, by Ray's threads)."""
-    return set(ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=here)[0])
-
-
 def _all_completed(refs: list[ray.ObjectRef], timeout: float) -> bool:
     """Whether every Ray task of ``refs`` completes within ``timeout`` seconds."""
-    return len(ray.wait(refs, num_returns=len(refs), timeout=timeout, fetch_local=False)[0]) == len(refs)
+    return len(completed(refs, timeout)) == len(refs)
 
 
 def _function_not_loaded(cause: BaseException | None) -> bool:
