@@ -4,6 +4,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -172,24 +173,76 @@ def open_error_in_a_child(path):
         ),
         (
             "{'descr': '<c8', 'fortran_order': False, 'shape': (2**64,), }",
-            "its header cannot be parsed: OverflowError: ",
+            f"its header gives <c8 values of shape ({2**64},), {2**67} bytes, but 16 follow it",
+        ),
+        # numpy maps values of no bytes in any shape, and a batch read then copies nothing 2**41 times
+        (
+            "{'descr': '|V0', 'fortran_order': False, 'shape': (3, 2**40), }",
+            "its values have no bytes (dtype |V0): there is nothing in them to read",
+        ),
+        (
+            "{'descr': '<f8', 'fortran_order': False, 'shape': (4,), }",
+            "its header gives <f8 values of shape (4,), 32 bytes, but 16 follow it",
         ),
         ("{'descr': (), 'fortran_order': False, 'shape': (1,), }", "its header cannot be parsed: IndexError: "),
         ("{'descr': '>i2', 'fortran_order': True, b'shape': (3,), }", "its header cannot be parsed: TypeError: "),
     ],
-    ids=["no bytes in -1 rows", "too many rows", "no dtype", "a bytes key"],
+    ids=["no bytes in -1 rows", "too many rows", "no bytes in many rows", "short of values", "no dtype", "a bytes key"],
 )
 def test_a_damaged_header_is_a_value_error_naming_the_file(tmp_path, header, message):
     path = tmp_path / "damaged.npy"
-    write_npy_header(path, header.replace("2**64", str(2**64)), b"x" * 16)
+    write_npy_header(path, header.replace("2**64", str(2**64)).replace("2**40", str(2**40)), b"x" * 16)
     assert open_error_in_a_child(path).startswith(f"open_npy: cannot memory-map {path}: {message}")
+
+
+def test_a_file_of_python_objects_is_refused_naming_it(tmp_path):
+    path = tmp_path / "objects.npy"
+    np.save(path, np.array([1, "a"], dtype=object), allow_pickle=True)
+    with pytest.raises(ValueError) as raised:
+        lazyseq.open_npy(path)
+    assert str(raised.value) == (
+        f"open_npy: cannot memory-map {path}: it holds Python objects (dtype object), pickled: they cannot be "
+        "memory-mapped"
+    )
+
+
+def test_files_in_fortran_order_of_format_3_or_empty_read_as_numpy_reads_them(tmp_path):
+    arrays = {
+        "fortran": np.asfortranarray(np.arange(12.0).reshape(4, 3)),
+        "format_3": np.zeros(3, dtype=[("\u00e9\u20ac", "<f4")]),  # a field name beyond latin-1: format 3.0
+        "empty": np.zeros((0, 2)),
+    }
+    for name, array in arrays.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # numpy's note that format 3.0 needs numpy 1.17
+            np.save(tmp_path / f"{name}.npy", array)
+        data = lazyseq.open_npy(tmp_path / f"{name}.npy")
+        assert isinstance(data.source, np.memmap)
+        assert (data.source.dtype, data.source.shape) == (array.dtype, array.shape)
+        np.testing.assert_array_equal(data.source, array)
+        assert len(data) == len(array)
+        for row, expected in zip(data, array):
+            np.testing.assert_array_equal(row, expected)
+
+
+def test_each_file_is_opened_once(chunks, monkeypatch):
+    folder, expected = chunks
+    opened = []
+    real_open = open
+    monkeypatch.setattr(
+        "builtins.open", lambda file, *args, **kwargs: opened.append(file) or real_open(file, *args, **kwargs)
+    )
+    data = lazyseq.open_npy(str(folder / "data_*.npy"))
+    monkeypatch.undo()
+    assert sorted(map(str, opened)) == [str(folder / f"data_{k}.npy") for k in range(3)]
+    np.testing.assert_array_equal(data[:9], expected)
 
 
 @pytest.mark.parametrize(
     ("version", "message"),
     [
         ((2, 0), "its header says it is 4294933792 bytes long, more than the file holds"),
-        ((4, 0), "we only support format version (1,0), (2,0), and (3,0)"),  # numpy's, before reading any header
+        ((4, 0), "its format version is 4.0; numpy reads 1.0, 2.0, 3.0"),
     ],
 )
 def test_a_header_length_beyond_the_file_is_refused_before_it_is_read(tmp_path, version, message):

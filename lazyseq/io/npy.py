@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import glob
+import math
 import os
 import zipfile
 from collections.abc import Sequence
 from tokenize import TokenError
-from typing import Any
+from typing import Any, BinaryIO, Literal
 
 import numpy as np
 
@@ -84,11 +85,10 @@ def open_npy(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -
     make_room_for_files(len(files), "open_npy")
     parts: list[ArraySource] = []
     for path in files:
-        _check_npy_magic(path)
         try:
             array = _mapped(path)
-        except ValueError as error:
-            raise ValueError(f"open_npy: cannot memory-map {path}: {error}") from error
+        except _HeaderError as error:
+            raise ValueError(f"open_npy: cannot memory-map {path}: {error}") from None
         if not isinstance(array, np.ndarray) or array.ndim == 0:
             raise ValueError(f"open_npy: {path} does not hold an array with at least one dimension")
         if parts:
@@ -172,7 +172,6 @@ def _open_shard(directory: str, file: ShardFile, field: Field, rows: int, manife
             if opened.read(len(header)) == header:  # as write_npy writes it: nothing left to check
                 return np.memmap(opened, field.dtype, "r", offset=len(header), shape=shape)
     try:
-        _check_npy_magic(path)
         array = _mapped(path)
     except ValueError as error:
         detail = str(error).removeprefix("open_npy: ")
@@ -193,45 +192,73 @@ def _open_shard(directory: str, file: ShardFile, field: Field, rows: int, manife
 
 
 def _mapped(path: str) -> np.ndarray:
-    """The ``.npy`` file ``path`` memory-mapped; a ``ValueError`` if its header cannot be read."""
-    try:
-        _check_header(path)
-        return np.load(path, mmap_mode="r")
-    except (SyntaxError, TokenError, TypeError, IndexError, KeyError, OverflowError) as error:
-        # What numpy's reading of a damaged header may raise: its values read as Python literals, then used as they are
-        raise ValueError(f"its header cannot be parsed: {type(error).__name__}: {error}") from None
-    except ValueError as error:
-        # numpy's "Cannot parse header: <all of it>", raised from the SyntaxError of a header that Python's tokenize
-        # reads but its parser does not (an unclosed "{" too, from Python 3.12 on, where tokenize raises no TokenError)
-        if isinstance(error.__cause__, SyntaxError):
-            raise ValueError(f"its header cannot be parsed: SyntaxError: {error.__cause__}") from None
-        raise
-
-
-def _check_header(path: str) -> None:
-    """A ``ValueError`` for a header that numpy would read at great cost or map at its peril: one longer than the
-    file (numpy reads as many bytes as it says first), or with a negative length (values of no bytes, "V0", in as
-    many rows kill the process: numpy divides by their size)."""
-    file_format = np.lib.format
+    """The ``.npy`` file ``path`` memory-mapped (read-only), opened once; a ``ValueError`` if it is not a ``.npy``
+    file (the whole message) or if its header cannot be read or mapped (what is wrong, for the caller to word)."""
     with open(path, "rb") as file:
-        version = file_format.read_magic(file)
-        if version not in _NPY_VERSIONS:
-            return  # numpy says which it reads
-        size_bytes = 2 if version == (1, 0) else 4
-        announced = int.from_bytes(file.read(size_bytes), "little")
-        if announced > os.fstat(file.fileno()).st_size - file.tell():
-            raise ValueError(f"its header says it is {announced} bytes long, more than the file holds")
-        file.seek(-size_bytes, os.SEEK_CUR)
-        read = file_format.read_array_header_1_0 if version == (1, 0) else file_format.read_array_header_2_0
-        shape, _, _ = read(file)
+        _check_npy_magic(path, file.read(len(_NPY_MAGIC)))
+        file.seek(0)
+        try:
+            version, shape, fortran_order, dtype = _read_header(file)
+        except (SyntaxError, TokenError, TypeError, IndexError, KeyError, OverflowError) as error:
+            # What numpy's reading of a damaged header may raise: its values read as Python literals, then used as
+            # they are
+            raise _HeaderError(f"its header cannot be parsed: {type(error).__name__}: {error}") from None
+        except ValueError as error:
+            # numpy's "Cannot parse header: <all of it>", raised from the SyntaxError of a header that Python's
+            # tokenize reads but its parser does not (an unclosed "{" too, from Python 3.12 on, where tokenize raises
+            # no TokenError)
+            if isinstance(error.__cause__, SyntaxError):
+                raise _HeaderError(f"its header cannot be parsed: SyntaxError: {error.__cause__}") from None
+            raise _HeaderError(str(error)) from None
+        if version == (3, 0) or not math.prod(shape):  # a header in UTF-8, or no values: np.memmap maps none
+            try:
+                return np.load(path, mmap_mode="r")
+            except ValueError as error:
+                raise _HeaderError(str(error)) from None
+        order: Literal["C", "F"] = "F" if fortran_order else "C"
+        try:
+            return np.memmap(file, dtype, "r", offset=file.tell(), shape=shape, order=order)
+        except ValueError as error:  # what np.memmap refuses that the header's checks let through
+            raise _HeaderError(str(error)) from None
+
+
+class _HeaderError(ValueError):
+    """A header that cannot be read, or values it describes that cannot be mapped: what is wrong, without the file."""
+
+
+def _read_header(file: BinaryIO) -> tuple[tuple[int, int], tuple[int, ...], bool, np.dtype]:
+    """The format version, shape, order and dtype of the ``.npy`` file open at its start. A ``ValueError`` for a
+    header that numpy would read at great cost or map at its peril: one longer than the file (numpy reads as many
+    bytes as it says first), or with a negative length (values of no bytes, "V0", in as many rows kill the process:
+    numpy divides by their size), or values that cannot be mapped: Python objects, values of no bytes (numpy maps
+    them, then spends as long copying nothing as it would that many values), more values than the file holds."""
+    file_format = np.lib.format
+    version = file_format.read_magic(file)
+    if version not in _NPY_VERSIONS:
+        shown = ", ".join(f"{major}.{minor}" for major, minor in _NPY_VERSIONS)
+        raise ValueError(f"its format version is {version[0]}.{version[1]}; numpy reads {shown}")
+    size_bytes = 2 if version == (1, 0) else 4
+    announced = int.from_bytes(file.read(size_bytes), "little")
+    if announced > os.fstat(file.fileno()).st_size - file.tell():
+        raise ValueError(f"its header says it is {announced} bytes long, more than the file holds")
+    file.seek(-size_bytes, os.SEEK_CUR)
+    read = file_format.read_array_header_1_0 if version == (1, 0) else file_format.read_array_header_2_0
+    shape, fortran_order, dtype = read(file)
     if any(n < 0 for n in shape):
         raise ValueError(f"its header gives a negative length: shape {shape}")
+    if dtype.hasobject:
+        raise ValueError(f"it holds Python objects (dtype {dtype}), pickled: they cannot be memory-mapped")
+    if not dtype.itemsize:
+        raise ValueError(f"its values have no bytes (dtype {dtype.str}): there is nothing in them to read")
+    needed, held = math.prod(shape) * dtype.itemsize, os.fstat(file.fileno()).st_size - file.tell()
+    if needed > held:
+        raise ValueError(f"its header gives {dtype.str} values of shape {shape}, {needed} bytes, but {held} follow it")
+    return version, shape, fortran_order, dtype
 
 
-def _check_npy_magic(path: str) -> None:
-    """A ``ValueError`` saying what ``path`` is if it is not a ``.npy`` file (numpy would try to unpickle it)."""
-    with open(path, "rb") as file:
-        start = file.read(len(_NPY_MAGIC))
+def _check_npy_magic(path: str, start: bytes) -> None:
+    """A ``ValueError`` saying what ``path`` is if it is not a ``.npy`` file (numpy would try to unpickle it):
+    ``start``, its first bytes, tell."""
     if start == _NPY_MAGIC:
         return
     if start.startswith(_ZIP_MAGIC):
