@@ -298,6 +298,12 @@ def test_the_default_collation_of_mixed_items():
         "failed to compute batch[0]: TypeError: cannot collate item 1 (int) with item 0 (tuple); "
         "batch(..., collate_fn=list) gives such items as a list"
     )
+    with pytest.raises(lazyseq.EvaluationError) as caught:  # a number then a tuple of an array said numpy's words
+        lazyseq.batch([np.int64(1), (np.zeros(2), 3j)], 2)[0]
+    assert str(caught.value) == (
+        "failed to compute batch[0]: TypeError: cannot collate item 1 (tuple) with item 0 (int64); "
+        "batch(..., collate_fn=list) gives such items as a list"
+    )
     with pytest.raises(lazyseq.EvaluationError) as caught:
         lazyseq.batch([1, np.zeros(2)], 2)[0]
     assert str(caught.value) == (

@@ -140,6 +140,22 @@ def test_a_view_of_unknown_length_is_not_infinite():
         items[0]
 
 
+def test_the_truth_of_a_view_of_unknown_length_whose_first_item_fails_is_that_failure():
+    class Values:  # iterable again and again, of no known length
+        def __iter__(self):
+            return iter([0, 1])
+
+    def inverse(x):
+        return 1 / x
+
+    inverses = lazyseq.smap(inverse, lazyseq.uniter(Values()))
+    for read in (lambda: inverses[0], lambda: bool(inverses)):  # bool() let the ZeroDivisionError out as it was
+        with pytest.raises(lazyseq.EvaluationError) as caught:
+            read()
+        assert str(caught.value).endswith(".<locals>.inverse)[0]: ZeroDivisionError: division by zero")
+    assert bool(lazyseq.uniter(Values())) is True and bool(lazyseq.uniter(iter([]))) is False
+
+
 def test_deep_and_shared_pipelines_without_a_length_are_told_at_once():
     # one call per path: 20 levels over a shared parent took seconds, 400 levels overflowed the recursion limit
     shared = lazyseq.cycle([1, 2])

@@ -236,6 +236,17 @@ def test_a_zero_dimensional_integer_array_is_an_index():
         lazyseq.view(values)[np.array(1.0)]
 
 
+@pytest.mark.parametrize("key", [[[0], [1, 2]], [0, [1, 2]]], ids=["lists of two lengths", "a list beside a number"])
+def test_an_unevenly_nested_index_list_is_an_index_error(key):
+    # numpy's ValueError ("inhomogeneous shape") came out, where a nested list of one length is an IndexError
+    with pytest.raises(IndexError) as caught:
+        lazyseq.view(np.arange(5))[key]
+    assert str(caught.value) == "array: an index array must be 1-D, got a list nested unevenly"
+    with pytest.raises(IndexError) as caught:
+        lazyseq.gather(np.arange(5), key)
+    assert str(caught.value) == "gather: an index array must be 1-D, got a list nested unevenly"
+
+
 @pytest.mark.parametrize("key", [np.True_, np.array(True)], ids=["scalar", "0-d array"])
 def test_a_numpy_boolean_is_no_index_whatever_the_numpy(key):
     # numpy before 2.3 read it as 1, with a DeprecationWarning; from 2.3 on, it refuses it

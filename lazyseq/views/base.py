@@ -226,6 +226,8 @@ class View(Fluent[T_co], Sequence[T_co]):
             self._get(0)
         except EndOfData:
             return False
+        except Exception as error:  # its first item failed: as reading it would say
+            errors.reraise(error)
         return True
 
     @property

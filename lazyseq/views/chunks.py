@@ -369,7 +369,10 @@ def default_collate(items: list[Any]) -> Any:
                 promoted = _promoted(items)
                 if promoted is not None and promoted != batch.dtype:
                     batch = np.asarray(items, dtype=promoted)
-        except ValueError:  # an array among the numbers
+        except ValueError:  # an array or a structure among the numbers
+            for k, item in enumerate(items):
+                if not isinstance(item, (Number, np.generic, np.ndarray)):
+                    raise _not_like_the_first(items, k) from None
             _stack([np.asarray(item) for item in items])  # raises MixedShapes, naming it
             raise
         kind = batch.dtype.kind
@@ -392,10 +395,7 @@ def default_collate(items: list[Any]) -> Any:
         width = len(first)
         for k, item in enumerate(items):
             if not isinstance(item, (tuple, list)):
-                raise TypeError(
-                    f"cannot collate item {k} ({type(item).__name__}) with item 0 ({type(first).__name__}); "
-                    "batch(..., collate_fn=list) gives such items as a list"
-                )
+                raise _not_like_the_first(items, k)
             if len(item) != width:
                 raise ValueError(f"cannot collate items of different lengths: {width} and {len(item)}")
         columns = [default_collate(list(column)) for column in zip(*items)]
@@ -403,3 +403,11 @@ def default_collate(items: list[Any]) -> Any:
             return type(first)(*columns)
         return tuple(columns) if isinstance(first, tuple) else columns
     return list(items)
+
+
+def _not_like_the_first(items: list[Any], k: int) -> TypeError:
+    """The error for item ``k`` of ``items``, whose kind (a number, a tuple...) cannot be collated with item 0's."""
+    return TypeError(
+        f"cannot collate item {k} ({type(items[k]).__name__}) with item 0 ({type(items[0]).__name__}); "
+        "batch(..., collate_fn=list) gives such items as a list"
+    )

@@ -145,7 +145,10 @@ def array_key(
     ``label`` names the view in errors about the key's type, ``target`` (default ``label``) what it indexes.
     """
     target = label if target is None else target
-    keys = np.asarray(key)
+    try:
+        keys = np.asarray(key)
+    except ValueError:  # numpy's "inhomogeneous shape": lists in the list, of several lengths or beside numbers
+        raise IndexError(f"{label}: an index array must be 1-D, got a list nested unevenly") from None
     if keys.ndim != 1:
         raise IndexError(f"{label}: an index array must be 1-D, got shape {keys.shape}")
     if keys.dtype == bool:
