@@ -295,6 +295,39 @@ def test_a_second_ctrl_c_while_worker_threads_finish_their_items_ends_the_wait(c
     assert interrupts == [True] and busy  # the close did not wait for the items to end
 
 
+def test_a_ctrl_c_while_the_garbage_collector_closes_a_loader_is_raised_once_it_has_closed(clean, monkeypatch):
+    # Raised by the close that the loader's finalizer ran, it was printed ("Exception ignored in: <finalize
+    # object>") and dropped: the program went on as if no Ctrl-C had come.
+    release = threading.Event()
+
+    def blocks(i):
+        if i >= 1:
+            release.wait(timeout=60)
+        return i
+
+    real_join, interrupts, unraisable = threading.Thread.join, [], []
+
+    def interrupted_join(thread, timeout=None):
+        if thread.name.startswith("lazyseq-") and not interrupts:
+            interrupts.append(True)
+            signal.raise_signal(signal.SIGINT)
+        return real_join(thread, timeout)
+
+    ahead = prefetch(lazyseq.smap(blocks, range(8)), nworkers=2, inline_below=0)
+    assert ahead[0] == 0
+    monkeypatch.setattr(threading.Thread, "join", interrupted_join)
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    with pytest.raises(KeyboardInterrupt):
+        del ahead  # the last reference: the finalizer closes the loader, and the Ctrl-C ends its wait for the items
+        threading.Event().wait(timeout=60)  # the interrupt comes here, in the main thread, once the close returned
+    monkeypatch.undo()
+    assert interrupts == [True] and unraisable == []
+    busy = lazyseq_threads()
+    release.set()
+    for thread in busy:
+        thread.join(timeout=10)
+
+
 @pytest.mark.parametrize("method", ["thread", "process"])
 def test_a_ctrl_c_while_workers_start_leaves_none_running(clean, monkeypatch, method):
     # Raised just after start() had started a worker (after the fork, for a process), before the loader counted
@@ -315,6 +348,60 @@ def test_a_ctrl_c_while_workers_start_leaves_none_running(clean, monkeypatch, me
         with prefetch(lazyseq.smap(square, range(20)), nworkers=3, method=method, inline_below=0, **options) as ahead:
             list(ahead)
     assert starts == [f"lazyseq-prefetch-{k}" for k in range(3)]  # every worker started, then all were stopped
+
+
+def rows(i):
+    return np.full(64, i)
+
+
+@pytest.mark.parametrize("made", ["lazyseq-progress", "lazyseq-slots", "lazyseq-prefetch-reader"])
+def test_a_ctrl_c_just_as_worker_processes_get_a_descriptor_leaves_none_open(clean, monkeypatch, made):
+    # Raised as the descriptor was made, before the workers held it: nothing closed it (the memory of the workers'
+    # counters, of the slots made at the first result, the pipe that wakes the thread reading the workers)
+    real_memfd_create, real_thread_init, interrupts = os.memfd_create, threading.Thread.__init__, []
+
+    def interrupt(name):
+        if name == made and not interrupts:
+            interrupts.append(name)
+            signal.raise_signal(signal.SIGINT)
+
+    def memfd_create(name, *args):
+        fd = real_memfd_create(name, *args)
+        interrupt(name)
+        return fd
+
+    def thread_init(thread, *args, **kwargs):  # the reader's pipe is made just before its thread
+        real_thread_init(thread, *args, **kwargs)
+        interrupt(thread.name)
+
+    monkeypatch.setattr(os, "memfd_create", memfd_create)
+    monkeypatch.setattr(threading.Thread, "__init__", thread_init)
+    with pytest.raises(KeyboardInterrupt):
+        with prefetch(lazyseq.smap(rows, range(20)), nworkers=2, method="process", start_method="fork") as ahead:
+            list(ahead)
+    monkeypatch.undo()
+    assert interrupts == [made] and multiprocessing.active_children() == []
+
+
+def test_workers_started_just_as_a_ctrl_c_comes_are_published_for_close_to_close_them():
+    # A Ctrl-C as the start returned, before they were published: they were left running, with nobody to close them
+    from lazyseq.loading.backends import DeferredWorkers
+    from lazyseq.loading.options import LoaderOptions
+    from lazyseq.loading.thread_workers import ThreadWorkers
+
+    started = []
+
+    def start():
+        started.append(ThreadWorkers(abs, LoaderOptions.check("example", 1)))
+        signal.raise_signal(signal.SIGINT)
+        return started[-1]
+
+    workers = DeferredWorkers(start)
+    with pytest.raises(KeyboardInterrupt):
+        workers.submit_many([("task", -1)])
+    assert workers.workers is started[0] and not started[0].closed
+    workers.close()
+    assert started[0].closed
 
 
 @pytest.mark.parametrize("method", ["thread", "process"])

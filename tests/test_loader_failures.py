@@ -684,7 +684,9 @@ def test_a_start_that_fails_after_a_ctrl_c_raises_the_interrupt_alone(monkeypatc
     finally:
         signal.signal(signal.SIGINT, previous)
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
-    assert caught.value.__notes__ == ["while this stopped: EOFError: unexpected EOF"]
+    assert caught.value.__notes__ == [
+        "while this stopped: LoaderError: prefetch: worker process 0 could not start: EOFError: unexpected EOF"
+    ]
     assert not ahead.workers_running and multiprocessing.active_children() == []
 
 

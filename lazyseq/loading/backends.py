@@ -39,6 +39,7 @@ to it only through :class:`WorkerBackend`:
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Hashable, Sequence, Sized
 from typing import Any, Literal, NamedTuple, Protocol
@@ -122,8 +123,11 @@ class DeferredWorkers:
     >>> workers.close()
     """
 
-    def __init__(self, start: Callable[[], WorkerBackend]) -> None:
+    def __init__(self, start: Callable[[], WorkerBackend], *, interruptible_start: bool = False) -> None:
         self._start = start
+        # Whether a Ctrl-C may cut the start short (Ray's, which may wait seconds for a cluster, holding nothing that
+        # needs closing meanwhile); otherwise it is raised once the workers are published, for close() to close them
+        self._interruptible_start = interruptible_start
         self.workers: WorkerBackend | None = None
         self._closed = False
         # Held to publish the workers once started (not while they start: a close() meanwhile returns at once, and the
@@ -143,23 +147,26 @@ class DeferredWorkers:
         if not tasks or self._closed:
             return
         if self.workers is None:
-            workers = self._start()
-            try:
-                with self._publishing:
-                    unwanted = self._closed_meanwhile() or self.workers is not None  # closed, or started by another
-                    if not unwanted:
-                        self.unsent = workers.unsent
-                        self.workers = workers
-            except BaseException:  # a Ctrl-C before they were published: nobody else would close them
-                if self.workers is not workers:
-                    with interrupts_deferred():
+            with contextlib.nullcontext() if self._interruptible_start else interrupts_deferred():
+                workers = self._start()
+                try:
+                    with self._publishing:
+                        unwanted = self._closed_meanwhile() or self.workers is not None  # closed, or started by another
+                        if not unwanted:
+                            self.unsent = workers.unsent
+                            self.workers = workers
+                except (
+                    BaseException
+                ):  # an error (a Ctrl-C, for Ray) before they were published: nobody else would close them
+                    if self.workers is not workers:
+                        with interrupts_deferred():
+                            workers.close()
+                    raise
+                if unwanted:
+                    with interrupts_deferred():  # all the way, whatever Ctrl-C says meanwhile (see .closing)
                         workers.close()
-                raise
-            if unwanted:
-                with interrupts_deferred():  # all the way, whatever Ctrl-C says meanwhile (see .closing)
-                    workers.close()
-                if self._closed_meanwhile():
-                    return
+                    if self._closed_meanwhile():
+                        return
         assert self.workers is not None
         self.workers.submit_many(tasks)
 

@@ -12,6 +12,9 @@ raises ``KeyboardInterrupt``), an interrupt is noted rather than raised
 threads are left to end their item on their own), and ``KeyboardInterrupt``
 is raised once everything is released. A program that installed its own
 SIGINT handler keeps it: the close is then interrupted as the handler says.
+Where Python would print and drop that ``KeyboardInterrupt`` (a close run by
+the garbage collector, a fork hook), it is raised again in the main thread a
+moment later (:class:`Finalizer`, :func:`interrupt_later`).
 
 >>> with interrupts_deferred():
 ...     wait_unless_hurried(lambda seconds: True, 1.0)  # a wait that ends at once
@@ -20,23 +23,28 @@ True
 
 from __future__ import annotations
 
+import _thread
 import signal
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 __all__ = [
+    "Finalizer",
     "blocked_for_children",
     "daemon_thread_at_exit",
     "ignore_interrupts",
     "interrupts_deferred",
+    "interrupt_later",
     "interrupts_held",
     "wait_unless_hurried",
 ]
 
 SLICE_SECONDS = 0.05  # a wait looks for a second Ctrl-C this often
+INTERRUPT_AGAIN_SECONDS = 0.2  # a Ctrl-C caught where it would be dropped is raised again this long after
 
 # True once a Ctrl-C came while workers close: a plain flag, not an Event, whose lock a second Ctrl-C could find
 # held by the handler it interrupts (or by the clear() it lands in), and wait on for ever
@@ -169,3 +177,76 @@ def daemon_thread_at_exit() -> bool:
     using: what fails there then is no error to report.
     """
     return threading.current_thread().daemon and not threading.main_thread().is_alive()
+
+
+class Finalizer:
+    """``close(*args)`` run once: when called, or when ``owner`` is garbage collected or the program exits.
+
+    Called, it raises what ``close`` raises. Run by the garbage collector, a
+    ``KeyboardInterrupt`` that ``close`` raises (a Ctrl-C that came as it
+    waited, deferred until everything was released) would be printed as
+    "Exception ignored" and dropped: it is raised again in the main thread
+    once the collection has returned (:func:`interrupt_later`).
+
+    >>> class Owner:
+    ...     pass
+    >>> owner = Owner()
+    >>> release = Finalizer(owner, print, "released")
+    >>> del owner
+    released
+    >>> release.alive
+    False
+    """
+
+    __slots__ = ("_finalize", "__weakref__")
+
+    def __init__(self, owner: object, close: Callable[..., None], *args: Any) -> None:
+        self._finalize = weakref.finalize(owner, _close_when_collected, close, *args)
+
+    def __call__(self) -> None:
+        """Run the close now, if it has not run; its errors, a ``KeyboardInterrupt`` included, are raised here."""
+        detached = self._finalize.detach()  # counted as run from here on: nothing runs it a second time
+        if detached is not None:
+            _, _, (close, *args), _ = detached
+            close(*args)
+
+    @property
+    def alive(self) -> bool:
+        """Whether the close has yet to run."""
+        return self._finalize.alive
+
+
+def _close_when_collected(close: Callable[..., None], *args: Any) -> None:
+    """``close(*args)`` for the garbage collector (or the program's exit): a Ctrl-C is raised again afterwards."""
+    try:
+        close(*args)
+    except KeyboardInterrupt:
+        interrupt_later()
+
+
+def interrupt_later() -> None:
+    """Raise a ``KeyboardInterrupt`` caught where it would be printed and dropped (a finalizer, a fork hook) again.
+
+    It is raised in the main thread ``INTERRUPT_AGAIN_SECONDS`` later, once
+    the code that caught it has returned, as a Ctrl-C pressed then would be:
+    SIGINT is sent to the main thread (which ends a wait it is in, and is
+    handled as its handler then says). Nothing is raised if the program is
+    already ending.
+    """
+    again = threading.Timer(INTERRUPT_AGAIN_SECONDS, _interrupt_main)
+    again.daemon = True
+    try:
+        again.start()
+    except RuntimeError:  # no thread can start as the interpreter ends: nobody left to interrupt
+        pass
+
+
+def _interrupt_main() -> None:
+    """A SIGINT for the main thread, if it still runs the program (where threads cannot be signalled, a flag)."""
+    main = threading.main_thread()
+    if not main.is_alive():
+        return
+    if hasattr(signal, "pthread_kill") and main.ident is not None:
+        signal.pthread_kill(main.ident, signal.SIGINT)  # what a Ctrl-C does: a blocking call returns (EINTR)
+    else:
+        _thread.interrupt_main()  # raised at the main thread's next Python instruction, not during a wait

@@ -28,7 +28,6 @@ from __future__ import annotations
 import functools
 import os
 import threading
-import weakref
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from time import perf_counter
 from typing import Any
@@ -36,7 +35,7 @@ from typing import Any
 from . import item_cost
 from .backends import DeferredWorkers, Done, WorkerBackend, start_workers
 from .buffering import Buffering
-from .closing import daemon_thread_at_exit, interrupts_deferred
+from .closing import Finalizer, daemon_thread_at_exit, interrupts_deferred
 from .failures import LoaderClosed
 from .fork_safety import fork_generation
 from .item_cost import FIRST_ONLY_ABOVE, ItemCost, start_if_slow
@@ -109,13 +108,13 @@ class Engine:
             self.cost,
             slot_budget,
         )
-        self.workers = DeferredWorkers(launch)
+        self.workers = DeferredWorkers(launch, interruptible_start=options.method == "ray")
         self._job = job
         self.ready: dict[Hashable, Done] = {}  # in order of arrival
         self.pending: set[Hashable] = set()  # sent to the workers
         self.cancelled: set[Hashable] = set()  # pending, no longer wanted
         self._sent: list = []  # tasks sent from the timer thread of compute_here, not recorded yet
-        self._finalizer = weakref.finalize(self, _close_in, os.getpid(), self._generation, self.workers.close)
+        self._finalizer = Finalizer(self, _close_in, os.getpid(), self._generation, self.workers.close)
 
     # -- state -------------------------------------------------------------------
 

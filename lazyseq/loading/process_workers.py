@@ -170,7 +170,8 @@ class ProcessWorkers:
         # not answered yet; the workers count the tasks they begin and finish in _progress (see worker_process._serve)
         self._busy: list[dict] = []
         self._sent_counts = [0] * options.nworkers
-        self._progress = SharedCounters(2 * options.nworkers)
+        with interrupts_deferred():  # a Ctrl-C as they are made: raised once they are (released when collected)
+            self._progress = SharedCounters(2 * options.nworkers)
         self._backlog = Backlog()  # (task, arg) not sent yet, in order
         self.unsent = self._backlog.waiting
         self._started: set[int] = set()  # workers that said they are ready
@@ -214,12 +215,13 @@ class ProcessWorkers:
             self.close()
             raise
         try:
-            self._reader = MessageReader(
-                [conn.fileno() for conn in self._conns],
-                [p.sentinel for p in self._processes],
-                name=f"lazyseq-{owner}-reader",
-                decode=self._decode,
-            )
+            with interrupts_deferred():  # a Ctrl-C as its pipe is made: raised once the reader is ours to close
+                self._reader = MessageReader(
+                    [conn.fileno() for conn in self._conns],
+                    [p.sentinel for p in self._processes],
+                    name=f"lazyseq-{owner}-reader",
+                    decode=self._decode,
+                )
         except BaseException:
             self.close()
             raise
@@ -417,7 +419,8 @@ class ProcessWorkers:
         count = self._slot_count
         if self._slot_budget and count * slot_bytes > self._slot_budget:  # as many as the budget allows
             count = max(ITEMS_AHEAD + 2, self._slot_budget // slot_bytes)
-        self._slots = SharedSlots(count, slot_bytes, self._owner)
+        with interrupts_deferred():  # a Ctrl-C as the pool is made: raised once it is ours to close
+            self._slots = SharedSlots(count, slot_bytes, self._owner)
         for k, (conn, process) in enumerate(zip(self._conns, self._processes)):
             try:
                 self._send(k, UseSlots(count, slot_bytes))

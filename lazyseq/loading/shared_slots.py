@@ -27,7 +27,6 @@ slots is left alone, since in the parent those slots may hold batches again.
 
 from __future__ import annotations
 
-import _thread
 import contextlib
 import functools
 import mmap
@@ -43,6 +42,7 @@ from collections import deque
 import numpy as np
 
 from ..fixed_maps import copy_in_place
+from .closing import interrupt_later
 from .failures import NoSharedMemory
 
 __all__ = ["SharedSlots", "WorkerSlots", "available_shared_memory", "slot_bytes_for"]
@@ -270,7 +270,6 @@ class WorkerSlots:
 _pools: weakref.WeakSet[SharedSlots] = weakref.WeakSet()  # the pools of this process (closing one twice: no-op)
 _forking = threading.local()  # the sockets of a fork under way in this thread, whose child copies leased slots
 COPY_SECONDS = 5.0  # how long a parent waits for its forked child to copy the slots it inherited arrays in
-INTERRUPT_AGAIN_SECONDS = 0.2  # a Ctrl-C caught in a fork hook is raised again this long after (its hook has returned)
 
 
 def _before_fork() -> None:
@@ -280,7 +279,7 @@ def _before_fork() -> None:
         if any(pool.has_leases() for pool in list(_pools)):
             _forking.ends = socket.socketpair()
     except KeyboardInterrupt:
-        _interrupt_later()
+        interrupt_later()
 
 
 def _after_fork_in_parent() -> None:
@@ -300,16 +299,9 @@ def _after_fork_in_parent() -> None:
         done.register(waiting, select.POLLIN)
         done.poll(COPY_SECONDS * 1000)  # a byte, or the end: a child that ended before
     except KeyboardInterrupt:
-        _interrupt_later()
+        interrupt_later()
     finally:
         waiting.close()
-
-
-def _interrupt_later() -> None:
-    """A Ctrl-C raised in a fork hook, where it would be printed and dropped: raised again once the hook returned."""
-    again = threading.Timer(INTERRUPT_AGAIN_SECONDS, _thread.interrupt_main)
-    again.daemon = True
-    again.start()
 
 
 def _let_go_of_inherited_pools() -> None:
@@ -336,7 +328,7 @@ def _let_go_of_inherited_pools() -> None:
             if mask is not None:
                 signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a Ctrl-C held back is raised here
         except KeyboardInterrupt:
-            _interrupt_later()
+            interrupt_later()
 
 
 os.register_at_fork(

@@ -16,11 +16,10 @@ from __future__ import annotations
 import os
 import threading
 import time
-import weakref
 from typing import Any
 
 from ..arguments import seconds
-from ..loading.closing import interrupts_deferred, interrupts_held
+from ..loading.closing import Finalizer, interrupts_deferred, interrupts_held
 from ..loading.failures import LoaderError
 from . import wire
 from .endpoints import is_ipv6
@@ -74,7 +73,7 @@ class Connection:
         self.heartbeat = _Heartbeat(self, self.interval)
         self.closed = False
         self.pid = os.getpid()
-        self._finalizer = weakref.finalize(
+        self._finalizer = Finalizer(
             self, _close, self.pid, socket, self.heartbeat, context, (self._wake_fd, self._waker_fd), self._using
         )
         self.server: str | None = None  # the server instance answering, from its welcome

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..extras import require
 from ..loading.buffering import ITEMS_AHEAD, Buffering
+from ..loading.closing import Finalizer
 from ..loading.failures import LoaderError
 from ..loading.options import LoaderOptions, Method, StartHook, StartMethod
 from ..views.sources import as_view, is_sequence_like
@@ -78,7 +79,7 @@ class Server:
         self._info = self._loop.info
         self.closed = False
         self._stopped = threading.Event()
-        self._finalizer = weakref.finalize(self, _stop_in, os.getpid(), self._loop.stop)
+        self._finalizer = Finalizer(self, _stop_in, os.getpid(), self._loop.stop)
 
     @staticmethod
     def _service_for(source: Any, options: LoaderOptions, max_buffered: Buffering) -> ViewService | StreamService:

@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from ..loading.closing import interrupts_deferred
 from ..loading.shared_slots import PAGE, SharedSlots, available_shared_memory, slot_bytes_for
 from ..machine import this_machine
 from ..views.chunks import aligned  # each buffer of an item starts where a loader's arrays would in its slot
@@ -158,6 +159,11 @@ class ReceivedPool:
     @classmethod
     def open(cls, announcement: Any) -> ReceivedPool | None:
         """The pool that ``announcement`` describes, or None where it cannot be opened here or is not that pool."""
+        with interrupts_deferred():  # a Ctrl-C as it is opened: raised once its descriptor is the pool's (or closed)
+            return cls._open(announcement)
+
+    @classmethod
+    def _open(cls, announcement: Any) -> ReceivedPool | None:
         fields = _announced(announcement)
         if fields is None:
             return None
