@@ -390,9 +390,9 @@ class PrefetchIterator(Generic[T_co]):
         n = self._view._len
         if n is not None and i >= n:
             raise StopIteration
-        self._position = i + 1  # a failed item is skipped if iteration goes on
         view = self._view
         try:
+            self._position = i + 1  # a failed item is skipped if iteration goes on; an interrupted one is not
             run = view._run  # what view._get(i) looks at first, one call less (an error is raised there)
             if run is not None:
                 value = run.take(i, view._engine, raising=False)
