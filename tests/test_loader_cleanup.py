@@ -5,6 +5,7 @@ import gc
 import multiprocessing
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -15,7 +16,9 @@ import pytest
 from loader_helpers import load_buffers, prefetch, square
 
 import lazyseq
+import lazyseq.loading.closing
 import lazyseq.loading.engine
+import lazyseq.loading.prefetch
 import lazyseq.loading.process_workers
 
 
@@ -354,16 +357,35 @@ def rows(i):
     return np.full(64, i)
 
 
-@pytest.mark.parametrize("made", ["lazyseq-progress", "lazyseq-slots", "lazyseq-prefetch-reader"])
+@pytest.mark.parametrize(
+    "made", ["lazyseq-progress", "lazyseq-slots", "lazyseq-prefetch-reader", "a slot's descriptor", "twice"]
+)
 def test_a_ctrl_c_just_as_worker_processes_get_a_descriptor_leaves_none_open(clean, monkeypatch, made):
     # Raised as the descriptor was made, before the workers held it: nothing closed it (the memory of the workers'
-    # counters, of the slots made at the first result, the pipe that wakes the thread reading the workers)
+    # counters, of the slots made at the first result, the pipe that wakes the thread reading the workers, the
+    # duplicate of the slots' descriptor sent to a worker); pressed again as the workers closed on their own after
+    # the first, the close stopped there, counted as done.
     real_memfd_create, real_thread_init, interrupts = os.memfd_create, threading.Thread.__init__, []
+    real_wait = lazyseq.loading.process_workers.wait
 
     def interrupt(name):
-        if name == made and not interrupts:
+        if name == made.replace("twice", "lazyseq-slots") and not interrupts:
             interrupts.append(name)
             signal.raise_signal(signal.SIGINT)
+
+    def fromfd(fd, family, kind, proto=0):  # as socket.fromfd does, for multiprocessing to send the descriptor
+        duplicate = os.dup(fd)
+        interrupt("a slot's descriptor")
+        return socket.socket(family, kind, proto, duplicate)
+
+    def wait(things, timeout=None):  # the close's wait for the workers to stop
+        if made == "twice" and interrupts == ["lazyseq-slots"]:
+            interrupts.append("again")
+            signal.raise_signal(signal.SIGINT)
+        return real_wait(things, timeout)
+
+    monkeypatch.setattr(socket, "fromfd", fromfd)
+    monkeypatch.setattr(lazyseq.loading.process_workers, "wait", wait)
 
     def memfd_create(name, *args):
         fd = real_memfd_create(name, *args)
@@ -380,7 +402,55 @@ def test_a_ctrl_c_just_as_worker_processes_get_a_descriptor_leaves_none_open(cle
         with prefetch(lazyseq.smap(rows, range(20)), nworkers=2, method="process", start_method="fork") as ahead:
             list(ahead)
     monkeypatch.undo()
-    assert interrupts == [made] and multiprocessing.active_children() == []
+    assert interrupts == (["lazyseq-slots", "again"] if made == "twice" else [made])
+    assert multiprocessing.active_children() == []
+
+
+def test_a_ctrl_c_as_a_prefetch_view_closes_still_closes_its_workers(clean, monkeypatch):
+    # Raised once the view had let go of its engine and before it closed it: the workers ran on, and a second
+    # close() had nothing left to close.
+    real_read_order, interrupts = lazyseq.loading.prefetch.ReadOrder, []
+
+    def read_order(*args):  # the view makes a new one after letting go of the engine
+        if not interrupts:
+            interrupts.append(True)
+            signal.raise_signal(signal.SIGINT)
+        return real_read_order(*args)
+
+    ahead = prefetch(lazyseq.smap(square, range(20)), nworkers=2, method="process", start_method="fork")
+    assert ahead[3] == 9
+    workers = ahead._engine.workers
+    monkeypatch.setattr(lazyseq.loading.prefetch, "ReadOrder", read_order)
+    with pytest.raises(KeyboardInterrupt):
+        ahead.close()
+    assert interrupts == [True] and workers.closed and multiprocessing.active_children() == []
+
+
+def test_a_ctrl_c_in_a_collected_close_is_left_to_the_programs_own_handler(monkeypatch):
+    # Under the program's own SIGINT handler, what it raised was taken for a Ctrl-C that lazyseq deferred, and
+    # raised again: the handler ran twice for one Ctrl-C (a "press again to quit" handler quit).
+    later, unraisable = [], []
+
+    class Owner:
+        pass
+
+    def close():
+        raise KeyboardInterrupt  # as the program's handler raised it, or, under Python's, as lazyseq deferred it
+
+    monkeypatch.setattr(lazyseq.loading.closing, "interrupt_later", lambda: later.append(True))
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
+    try:
+        owner = Owner()
+        lazyseq.loading.closing.Finalizer(owner, close)
+        del owner  # collected: its close runs
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert later == [] and [type(hook.exc_value) for hook in unraisable] == [KeyboardInterrupt]
+    owner = Owner()
+    lazyseq.loading.closing.Finalizer(owner, close)
+    del owner  # under Python's handler: raised again later, not printed
+    assert later == [True] and len(unraisable) == 1
 
 
 def test_workers_started_just_as_a_ctrl_c_comes_are_published_for_close_to_close_them():

@@ -1788,3 +1788,42 @@ def test_a_ctrl_c_while_a_consumer_closes_is_raised_once_all_is_released(monkeyp
         with pytest.raises(KeyboardInterrupt):
             stream.close()
         assert stream._connection._context.closed and "lazyseq-connect-heartbeat" not in lazyseq_threads()
+
+
+def test_a_ctrl_c_while_the_garbage_collector_closes_a_consumer_is_raised_once_all_is_released(monkeypatch):
+    # The close run for a consumer dropped unclosed deferred nothing: it stopped at the Ctrl-C, and left the
+    # heartbeat thread, ZeroMQ's context and the pipes that wake the threads; the interrupt was printed and dropped.
+    from lazyseq.serving import connection
+
+    stop = connection._Heartbeat.stop
+
+    def interrupted(heartbeat):
+        signal.raise_signal(signal.SIGINT)  # a Ctrl-C as the heartbeat thread stops
+        stop(heartbeat)
+
+    def described(fd):
+        try:
+            return os.readlink(f"/proc/self/fd/{fd}")
+        except FileNotFoundError:
+            return None
+
+    with lazyseq.serve(iter(range(10)), LOOPBACK) as server:
+        stream = lazyseq.connect(server.address)
+        assert next(stream) == 0
+        context, heartbeat = stream._connection._context, stream._connection.heartbeat
+        pipes = {
+            fd: described(fd)
+            for fd in (
+                stream._connection._wake_fd,
+                stream._connection._waker_fd,
+                heartbeat._wake_fd,
+                heartbeat._waker_fd,
+            )
+        }
+        monkeypatch.setattr(connection._Heartbeat, "stop", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            del stream  # the last reference: the finalizer closes the connection
+            threading.Event().wait(timeout=60)  # the interrupt comes here, once the close returned
+        monkeypatch.undo()
+        assert context.closed and not heartbeat.is_alive()
+        assert all(described(fd) != pipe for fd, pipe in pipes.items())  # closed (or another's since)

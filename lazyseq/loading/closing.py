@@ -217,7 +217,14 @@ class Finalizer:
 
 
 def _close_when_collected(close: Callable[..., None], *args: Any) -> None:
-    """``close(*args)`` for the garbage collector (or the program's exit): a Ctrl-C is raised again afterwards."""
+    """``close(*args)`` for the garbage collector (or the program's exit): a Ctrl-C is raised again afterwards.
+
+    Only where Python's own handler takes SIGINT: a handler of the program's
+    has seen that Ctrl-C already, and whatever it raised goes as Python says.
+    """
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        close(*args)
+        return
     try:
         close(*args)
     except KeyboardInterrupt:

@@ -20,6 +20,7 @@ from ..views.shuffle import EpochWatch, ShuffleView
 from ..views.sources import as_view
 from .backends import Done
 from .buffering import ITEMS_AHEAD, SLOT_BUDGET, Buffering
+from .closing import interrupts_deferred
 from .engine import Engine
 from .failures import LoaderClosed, LoaderError, WorkerDied, is_an_items_own, raised_by_an_item
 from .fork_safety import ForkLocalLock
@@ -116,13 +117,14 @@ class PrefetchView(View[T_co]):
         stopping a stuck loader), that read raises :class:`~lazyseq.LoaderError`
         (``LoaderClosed``): closing does not wait for it.
         """
-        engine, self._engine = self._engine, None  # not under the lock: a read may hold it while it waits
-        self._deaths = {}
-        self._run = None
-        # Nothing keeps the stopped engine (and what it had read ahead) while the view lives on.
-        self._send_ahead, self._order = _nothing, ReadOrder(self._len, self._order.capacity)
-        if engine is not None:
-            engine.close()
+        with interrupts_deferred():  # a Ctrl-C meanwhile is raised once the engine is closed (see .closing)
+            engine, self._engine = self._engine, None  # not under the lock: a read may hold it while it waits
+            self._deaths = {}
+            self._run = None
+            # Nothing keeps the stopped engine (and what it had read ahead) while the view lives on.
+            self._send_ahead, self._order = _nothing, ReadOrder(self._len, self._order.capacity)
+            if engine is not None:
+                engine.close()
 
     def set_epoch(self, epoch: int) -> None:
         """Give the pipeline's shuffles ``epoch``; the workers stop, and start again on it at the next read.

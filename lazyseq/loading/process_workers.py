@@ -419,14 +419,16 @@ class ProcessWorkers:
         count = self._slot_count
         if self._slot_budget and count * slot_bytes > self._slot_budget:  # as many as the budget allows
             count = max(ITEMS_AHEAD + 2, self._slot_budget // slot_bytes)
-        with interrupts_deferred():  # a Ctrl-C as the pool is made: raised once it is ours to close
+        # A Ctrl-C as the pool is made and handed over (a duplicate of its descriptor each time) is raised once
+        # every worker has it, and the pool is ours to close
+        with interrupts_deferred():
             self._slots = SharedSlots(count, slot_bytes, self._owner)
-        for k, (conn, process) in enumerate(zip(self._conns, self._processes)):
-            try:
-                self._send(k, UseSlots(count, slot_bytes))
-                send_handle(conn, self._slots.fd, process.pid)
-            except OSError:  # it has ended (its pipe is broken): its death is reported as its end is read
-                pass
+            for k, (conn, process) in enumerate(zip(self._conns, self._processes)):
+                try:
+                    self._send(k, UseSlots(count, slot_bytes))
+                    send_handle(conn, self._slots.fd, process.pid)
+                except OSError:  # it has ended (its pipe is broken): its death is reported as its end is read
+                    pass
 
     def _died(self, k: int) -> None:
         if self.closed or _exiting():  # closed by another thread meanwhile, or by multiprocessing at exit: expected
@@ -495,39 +497,41 @@ class ProcessWorkers:
 
     def close(self) -> None:
         """Stop every worker: ask, then SIGTERM, then SIGKILL; release the slots."""
-        if self.closed:
-            return
-        self.closed = True
-        if self._reader is not None:
-            self._reader.close()
-        for k in range(len(self._conns)):
-            try:
-                self._send(k, Stop())
-            except OSError:  # the worker is gone already
-                pass
-        running = [p.sentinel for p in self._processes if p.is_alive()]
+        # A second Ctrl-C (or the first, in a close the workers began on their own) waits for the end (see .closing)
+        with interrupts_deferred():
+            if self.closed:
+                return
+            self.closed = True
+            if self._reader is not None:
+                self._reader.close()
+            for k in range(len(self._conns)):
+                try:
+                    self._send(k, Stop())
+                except OSError:  # the worker is gone already
+                    pass
+            running = [p.sentinel for p in self._processes if p.is_alive()]
 
-        def ended(timeout: float) -> bool:
-            for sentinel in wait(running, timeout):
-                running.remove(sentinel)
-            return not running
+            def ended(timeout: float) -> bool:
+                for sentinel in wait(running, timeout):
+                    running.remove(sentinel)
+                return not running
 
-        if running:
-            wait_unless_hurried(ended, STOP_SECONDS)  # a second Ctrl-C: terminated at once (see .closing)
-        for process in self._processes:
-            if process.is_alive():
-                process.terminate()
-                wait_unless_hurried(functools.partial(_joined, process), STOP_SECONDS)
-            if process.is_alive():
-                process.kill()
-                process.join()
-            if not _exiting():  # multiprocessing's exit handler joins the children it listed: one closed breaks it
-                process.close()
-        for conn in self._conns:
-            conn.close()
-        if self._slots is not None:
-            self._slots.close()
-        self._progress.close()
+            if running:
+                wait_unless_hurried(ended, STOP_SECONDS)  # a second Ctrl-C: terminated at once (see .closing)
+            for process in self._processes:
+                if process.is_alive():
+                    process.terminate()
+                    wait_unless_hurried(functools.partial(_joined, process), STOP_SECONDS)
+                if process.is_alive():
+                    process.kill()
+                    process.join()
+                if not _exiting():  # multiprocessing's exit handler joins the children it listed: one closed breaks it
+                    process.close()
+            for conn in self._conns:
+                conn.close()
+            if self._slots is not None:
+                self._slots.close()
+            self._progress.close()
 
 
 def _joined(process: multiprocessing.process.BaseProcess, timeout: float) -> bool:

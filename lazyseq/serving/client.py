@@ -235,13 +235,15 @@ class RemoteView(View[Any]):
 
         Items already read stay readable, those read from shared memory too.
         """
-        self._connection.close()  # a read waiting in another thread wakes up, and raises
-        if self._lock.acquire(blocking=False):  # else a read is in progress: the pool goes with this view
-            try:
-                if self._connection.pid == os.getpid():  # (a forked child's copy was closed as it was forked)
-                    self._drop_pool()
-            finally:
-                self._lock.release()
+        try:
+            self._connection.close()  # a read waiting in another thread wakes up, and raises
+        finally:  # a Ctrl-C raised once the connection is released: the pool too
+            if self._lock.acquire(blocking=False):  # else a read is in progress: the pool goes with this view
+                try:
+                    if self._connection.pid == os.getpid():  # (a forked child's copy was closed as it was forked)
+                        self._drop_pool()
+                finally:
+                    self._lock.release()
 
     def __enter__(self) -> RemoteView:
         return self

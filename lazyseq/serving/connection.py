@@ -425,7 +425,8 @@ def _close(pid: int, socket: Any, heartbeat: _Heartbeat, context: Any, wake_fds:
     if not using.acquire(blocking=False):  # at exit, a (daemon) thread waits on the socket: closing it under that
         return  # wait would break it with a ZeroMQ error; the process ends, and takes the socket with it
     try:
-        _release(socket, heartbeat, context, wake_fds)
+        with interrupts_deferred():  # all the way, whatever Ctrl-C says meanwhile (see lazyseq.loading.closing)
+            _release(socket, heartbeat, context, wake_fds)
     finally:
         using.release()
 
