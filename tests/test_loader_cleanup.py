@@ -269,38 +269,10 @@ def test_a_second_ctrl_c_while_worker_processes_stop_still_stops_them_all(clean,
     assert interrupts == [True] and multiprocessing.active_children() == []
 
 
-def test_a_second_ctrl_c_while_worker_threads_finish_their_items_ends_the_wait(clean, monkeypatch):
-    release = threading.Event()
-
-    def blocks(i):
-        if i >= 1:
-            release.wait(timeout=60)
-        return i
-
-    real_join, interrupts = threading.Thread.join, []
-
-    def interrupted_join(thread, timeout=None):
-        if thread.name.startswith("lazyseq-") and not interrupts:
-            interrupts.append(True)
-            signal.raise_signal(signal.SIGINT)
-        return real_join(thread, timeout)
-
-    ahead = prefetch(lazyseq.smap(blocks, range(8)), nworkers=2, inline_below=0)
-    assert ahead[0] == 0
-    monkeypatch.setattr(threading.Thread, "join", interrupted_join)
-    with pytest.raises(KeyboardInterrupt):
-        ahead.close()  # without the second Ctrl-C: up to 10 s, until the items end
-    monkeypatch.undo()
-    busy = lazyseq_threads()
-    release.set()  # the threads end their items on their own, and exit
-    for thread in busy:
-        thread.join(timeout=10)
-    assert interrupts == [True] and busy  # the close did not wait for the items to end
-
-
-def test_a_ctrl_c_while_the_garbage_collector_closes_a_loader_is_raised_once_it_has_closed(clean, monkeypatch):
-    # Raised by the close that the loader's finalizer ran, it was printed ("Exception ignored in: <finalize
-    # object>") and dropped: the program went on as if no Ctrl-C had come.
+@pytest.mark.parametrize("closed_by", ["close()", "the garbage collector"])
+def test_a_second_ctrl_c_while_worker_threads_finish_their_items_ends_the_wait(clean, monkeypatch, closed_by):
+    # Closed by the garbage collector (the loader dropped unclosed), the interrupt was printed ("Exception ignored
+    # in: <finalize object>") and dropped: the program went on as if no Ctrl-C had come.
     release = threading.Event()
 
     def blocks(i):
@@ -321,14 +293,17 @@ def test_a_ctrl_c_while_the_garbage_collector_closes_a_loader_is_raised_once_it_
     monkeypatch.setattr(threading.Thread, "join", interrupted_join)
     monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
     with pytest.raises(KeyboardInterrupt):
-        del ahead  # the last reference: the finalizer closes the loader, and the Ctrl-C ends its wait for the items
-        threading.Event().wait(timeout=60)  # the interrupt comes here, in the main thread, once the close returned
+        if closed_by == "close()":
+            ahead.close()  # without the second Ctrl-C: up to 10 s, until the items end
+        else:
+            del ahead  # the last reference: the finalizer closes the loader
+            threading.Event().wait(timeout=60)  # the interrupt comes here, in the main thread, once the close returned
     monkeypatch.undo()
-    assert interrupts == [True] and unraisable == []
     busy = lazyseq_threads()
-    release.set()
+    release.set()  # the threads end their items on their own, and exit
     for thread in busy:
         thread.join(timeout=10)
+    assert interrupts == [True] and busy and unraisable == []  # the close did not wait for the items to end
 
 
 @pytest.mark.parametrize("method", ["thread", "process"])
