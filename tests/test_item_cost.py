@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import lazyseq
-from lazyseq.loading.item_cost import ItemCost
+from lazyseq.loading.item_cost import ItemCost, start_if_slow
 
 
 def computed_by(x):
@@ -398,3 +398,16 @@ def test_an_epoch_set_while_a_run_is_computed_makes_its_items_old(long_runs):
         first = [next(reads) for _ in range(4)]  # the read of item 3 computed items 3 to 13
         rest = list(reads)
     assert first == epoch0[:4] and rest == epoch1[4:]
+
+
+def test_the_block_runs_where_no_thread_can_start(monkeypatch):
+    # Python 3.12 on starts no thread once the program exits: a daemon thread of the program's reading then got
+    # "RuntimeError: can't create new thread at interpreter shutdown" from its read, and printed it at exit
+    def refused(thread):
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    monkeypatch.setattr(threading.Timer, "start", refused)
+    ran, started = [], []
+    with start_if_slow(0.0, lambda: started.append(True)):
+        ran.append(True)
+    assert ran == [True] and started == []

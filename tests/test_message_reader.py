@@ -120,6 +120,22 @@ def test_a_consumer_away_between_reads_finds_them_read_by_the_thread(workers, mo
     assert arrived == [(1, Task(4, 4, 0)), (1, TaskFailed(5, -1, None)), (1, EXITED)]
 
 
+def test_a_thread_that_cannot_start_leaves_the_consumer_reading(workers, monkeypatch):
+    # Python 3.12+ starts no thread once the interpreter exits: a daemon thread of the user's, reading a process
+    # loader then, got "RuntimeError: can't create new thread at interpreter shutdown" and printed it at exit
+    def refused(thread):
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    monkeypatch.setattr(threading.Thread, "start", refused)
+    in_background(monkeypatch, workers.reader)
+    workers.send(1, framed(Task(4, 4, 0)))
+    workers.exit(1)
+    taken = []
+    while len(taken) < 2:
+        taken += workers.reader.take(10.0)
+    assert taken == [(1, Task(4, 4, 0)), (1, EXITED)]
+
+
 def test_bytes_that_are_not_a_message_are_reported_and_reading_goes_on(workers):
     workers.send(0, (3).to_bytes(4, "big") + b"zzz" + framed(Ready(0, 123)))
     taken = []

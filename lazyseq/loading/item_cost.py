@@ -158,7 +158,9 @@ def start_if_slow(seconds: float, start: Callable[[], None]) -> Iterator[None]:
     """Call ``start()`` from another thread if the block is still running after ``seconds``.
 
     The block is done, and ``start()`` too if it was called, when the ``with``
-    statement ends; an exception from ``start()`` is raised there.
+    statement ends; an exception from ``start()`` is raised there. Where no
+    thread can start (as the program exits, from Python 3.12 on), the block
+    runs without one.
 
     >>> import time
     >>> started = []
@@ -182,7 +184,11 @@ def start_if_slow(seconds: float, start: Callable[[], None]) -> Iterator[None]:
     timer = threading.Timer(seconds, run)
     timer.daemon = True
     timer.name = "lazyseq-start-if-slow"
-    timer.start()
+    try:
+        timer.start()
+    except RuntimeError:  # "can't create new thread at interpreter shutdown", say: the block runs on its own
+        yield
+        return
     try:
         yield
     finally:

@@ -182,7 +182,10 @@ class MessageReader:
         if background:
             self._background.set()
             if self._thread.ident is None and not self._stopping.is_set():
-                self._thread.start()
+                try:
+                    self._thread.start()
+                except RuntimeError:  # none starts as the program exits (Python 3.12 on), or none can: a daemon
+                    self._background.clear()  # thread of the program's reading then reads the pipes itself
         else:
             self._background.clear()
             self._wake()  # out of its poll, into its wait
