@@ -304,13 +304,19 @@ def test_the_default_collation_of_mixed_items():
         "failed to compute batch[0]: TypeError: cannot collate item 1 (tuple) with item 0 (int64); "
         "batch(..., collate_fn=list) gives such items as a list"
     )
-    with pytest.raises(lazyseq.EvaluationError) as caught:
-        lazyseq.batch([1, np.zeros(2)], 2)[0]
-    assert str(caught.value) == (
-        "failed to compute batch[0]: ValueError: cannot stack items of different shapes into one array: item 0 "
-        "(sequence[0]) has shape (), item 1 (sequence[1]) has shape (2,); batch(..., collate_fn=list) gives such "
-        "items as a list"
-    )
+
+    class Column:  # what makes an array (a torch tensor, a pandas Series), after a number: told by its shape
+        def __array__(self, dtype=None, copy=None):
+            return np.zeros(2)
+
+    for array in (np.zeros(2), Column()):
+        with pytest.raises(lazyseq.EvaluationError) as caught:
+            lazyseq.batch([1, array], 2)[0]
+        assert str(caught.value) == (
+            "failed to compute batch[0]: ValueError: cannot stack items of different shapes into one array: item 0 "
+            "(sequence[0]) has shape (), item 1 (sequence[1]) has shape (2,); batch(..., collate_fn=list) gives such "
+            "items as a list"
+        )
 
 
 @pytest.mark.parametrize("items", [[np.str_("a"), 1], [1, np.str_("a")], [1, None], [None, 1]], ids=repr)

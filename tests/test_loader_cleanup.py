@@ -428,6 +428,20 @@ def test_a_ctrl_c_in_a_collected_close_is_left_to_the_programs_own_handler(monke
     assert later == [True] and len(unraisable) == 1
 
 
+def test_no_ctrl_c_is_raised_again_through_the_programs_own_handler(monkeypatch):
+    # A fork hook that caught a KeyboardInterrupt its handler raised had it raised again: the handler ran twice
+    timers = []
+    monkeypatch.setattr(threading.Timer, "start", lambda timer: timers.append(timer))
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
+    try:
+        lazyseq.loading.closing.interrupt_later()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert timers == []
+    lazyseq.loading.closing.interrupt_later()  # under Python's handler: raised again later
+    assert len(timers) == 1
+
+
 def test_workers_started_just_as_a_ctrl_c_comes_are_published_for_close_to_close_them():
     # A Ctrl-C as the start returned, before they were published: they were left running, with nobody to close them
     from lazyseq.loading.backends import DeferredWorkers
@@ -449,10 +463,11 @@ def test_workers_started_just_as_a_ctrl_c_comes_are_published_for_close_to_close
     assert started[0].closed
 
 
+@pytest.mark.parametrize("closed_by", ["close()", "the garbage collector"])
 @pytest.mark.parametrize("method", ["thread", "process"])
-def test_a_ctrl_c_as_a_close_begins_still_stops_the_workers(clean, monkeypatch, method):
+def test_a_ctrl_c_as_a_close_begins_still_stops_the_workers(clean, monkeypatch, method, closed_by):
     # The engine's finalizer counts as run the moment it is called: an interrupt before its workers' close deferred
-    # interrupts left them running, with nothing left to close them.
+    # interrupts left them running, with nothing left to close them (run by the garbage collector too).
     real_close_in = lazyseq.loading.engine._close_in
 
     def interrupted_close_in(*args):
@@ -466,7 +481,11 @@ def test_a_ctrl_c_as_a_close_begins_still_stops_the_workers(clean, monkeypatch, 
     workers = ahead._engine.workers
     try:
         with pytest.raises(KeyboardInterrupt):
-            ahead.close()
+            if closed_by == "close()":
+                ahead.close()
+            else:
+                del ahead  # the last reference: the finalizer closes the loader
+                threading.Event().wait(timeout=60)  # the interrupt comes here, once the close returned
         assert workers.closed and multiprocessing.active_children() == []
         for thread in lazyseq_threads():  # told to stop: the Ctrl-C hurried the wait for them, not their end
             thread.join(timeout=10)

@@ -47,6 +47,11 @@ def open_npy(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -
     the files' arrays (numpy scalars for 1-D files), or the tuples or dicts
     that ``write_npy`` wrote.
 
+    A file that numpy would not map, or would map at great cost, is refused
+    with a ``ValueError`` naming it and saying why: Python objects (pickled),
+    values of no bytes (``|V0``: they hold nothing to read), a header that
+    cannot be parsed, or a shape larger than the file.
+
     Each file mapped keeps one open file descriptor while the view lives
     (numpy's memory maps do): where the files outnumber what the process may
     open, its soft limit (``ulimit -n``) is raised towards its hard limit,
@@ -248,11 +253,13 @@ def _read_header(file: BinaryIO) -> tuple[tuple[int, int], tuple[int, ...], bool
         raise ValueError(f"its header gives a negative length: shape {shape}")
     if dtype.hasobject:
         raise ValueError(f"it holds Python objects (dtype {dtype}), pickled: they cannot be memory-mapped")
+    # as the header gives it: "<f8", and the fields of a structured dtype (whose .str is "|V10", say)
+    shown = dtype.str if dtype.names is None and dtype.subdtype is None else str(dtype)
     if not dtype.itemsize:
-        raise ValueError(f"its values have no bytes (dtype {dtype.str}): there is nothing in them to read")
+        raise ValueError(f"its values have no bytes (dtype {shown}): there is nothing in them to read")
     needed, held = math.prod(shape) * dtype.itemsize, os.fstat(file.fileno()).st_size - file.tell()
     if needed > held:
-        raise ValueError(f"its header gives {dtype.str} values of shape {shape}, {needed} bytes, but {held} follow it")
+        raise ValueError(f"its header gives {shown} values of shape {shape}, {needed} bytes, but {held} follow it")
     return version, shape, fortran_order, dtype
 
 

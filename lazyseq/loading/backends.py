@@ -155,9 +155,8 @@ class DeferredWorkers:
                         if not unwanted:
                             self.unsent = workers.unsent
                             self.workers = workers
-                except (
-                    BaseException
-                ):  # an error (a Ctrl-C, for Ray) before they were published: nobody else would close them
+                # An error (a Ctrl-C, for Ray) before they were published: nobody else would close them
+                except BaseException:
                     if self.workers is not workers:
                         with interrupts_deferred():
                             workers.close()

@@ -54,9 +54,7 @@ _hurry = [False]
 @contextmanager
 def interrupts_deferred() -> Iterator[None]:
     """Within the block, a Ctrl-C hurries the waits and is raised at its end (main thread, default handler only)."""
-    if threading.current_thread() is not threading.main_thread() or (
-        signal.getsignal(signal.SIGINT) is not signal.default_int_handler
-    ):
+    if threading.current_thread() is not threading.main_thread() or not _python_takes_sigint():
         yield  # no interrupt to defer here, or one within a deferral already, or the program's own handler
         return
     interrupted = []
@@ -205,10 +203,11 @@ class Finalizer:
 
     def __call__(self) -> None:
         """Run the close now, if it has not run; its errors, a ``KeyboardInterrupt`` included, are raised here."""
-        detached = self._finalize.detach()  # counted as run from here on: nothing runs it a second time
-        if detached is not None:
-            _, _, (close, *args), _ = detached
-            close(*args)
+        with interrupts_deferred():  # counted as run from the next line on: it runs to its end, whatever Ctrl-C says
+            detached = self._finalize.detach()
+            if detached is not None:
+                _, _, (close, *args), _ = detached
+                close(*args)
 
     @property
     def alive(self) -> bool:
@@ -222,11 +221,12 @@ def _close_when_collected(close: Callable[..., None], *args: Any) -> None:
     Only where Python's own handler takes SIGINT: a handler of the program's
     has seen that Ctrl-C already, and whatever it raised goes as Python says.
     """
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    if not _python_takes_sigint():
         close(*args)
         return
     try:
-        close(*args)
+        with interrupts_deferred():  # counted as run as it starts: it runs to its end, whatever Ctrl-C says
+            close(*args)
     except KeyboardInterrupt:
         interrupt_later()
 
@@ -238,8 +238,11 @@ def interrupt_later() -> None:
     the code that caught it has returned, as a Ctrl-C pressed then would be:
     SIGINT is sent to the main thread (which ends a wait it is in, and is
     handled as its handler then says). Nothing is raised if the program is
-    already ending.
+    already ending, or if a handler of the program's takes SIGINT (it has
+    seen that Ctrl-C, and raised what was caught).
     """
+    if not _python_takes_sigint():
+        return
     again = threading.Timer(INTERRUPT_AGAIN_SECONDS, _interrupt_main)
     again.daemon = True
     try:
@@ -251,9 +254,14 @@ def interrupt_later() -> None:
 def _interrupt_main() -> None:
     """A SIGINT for the main thread, if it still runs the program (where threads cannot be signalled, a flag)."""
     main = threading.main_thread()
-    if not main.is_alive():
+    if not main.is_alive() or not _python_takes_sigint():  # ending, or SIGINT no longer Python's to raise
         return
     if hasattr(signal, "pthread_kill") and main.ident is not None:
         signal.pthread_kill(main.ident, signal.SIGINT)  # what a Ctrl-C does: a blocking call returns (EINTR)
     else:
         _thread.interrupt_main()  # raised at the main thread's next Python instruction, not during a wait
+
+
+def _python_takes_sigint() -> bool:
+    """Whether Python's own handler takes SIGINT (raising ``KeyboardInterrupt``), not the program's or none."""
+    return signal.getsignal(signal.SIGINT) is signal.default_int_handler

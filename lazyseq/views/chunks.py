@@ -369,9 +369,9 @@ def default_collate(items: list[Any]) -> Any:
                 promoted = _promoted(items)
                 if promoted is not None and promoted != batch.dtype:
                     batch = np.asarray(items, dtype=promoted)
-        except ValueError:  # an array or a structure among the numbers
+        except ValueError:  # an array (or what makes one) or a structure among the numbers
             for k, item in enumerate(items):
-                if not isinstance(item, (Number, np.generic, np.ndarray)):
+                if isinstance(item, (tuple, list, Mapping)):
                     raise _not_like_the_first(items, k) from None
             _stack([np.asarray(item) for item in items])  # raises MixedShapes, naming it
             raise
