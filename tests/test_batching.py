@@ -222,7 +222,9 @@ def test_unbatch_checks_that_each_batch_holds_batch_size_items():
     with pytest.raises(lazyseq.EvaluationError) as caught:  # was item 7, silently: batches of 3 read as of 2
         lazyseq.unbatch(lazyseq.batch(np.arange(10), 3), 2)[5]
     assert str(caught.value).endswith("ValueError: unbatch: batch 2 holds 3 items, not 2 (batch_size=2)")
-    with pytest.raises(lazyseq.EvaluationError, match="TypeError: unbatch: batch 0 is a int64, not a batch of items"):
+    with pytest.raises(
+        lazyseq.EvaluationError, match="TypeError: unbatch: batch 0 is of type int64, not a batch of items"
+    ):
         lazyseq.unbatch(np.arange(10), 2)[0]
 
 
@@ -317,6 +319,36 @@ def test_the_default_collation_of_mixed_items():
             "(sequence[0]) has shape (), item 1 (sequence[1]) has shape (2,); batch(..., collate_fn=list) gives such "
             "items as a list"
         )
+
+
+@pytest.mark.parametrize(
+    "items, kind",
+    [
+        ([np.zeros(2), None], "NoneType"),
+        ([np.array(1.0), None], "NoneType"),
+        ([np.zeros(2), "ab"], "str"),
+        ([np.zeros(2), {"a": 1}], "dict"),
+        ([np.zeros(2), np.str_("ab")], "str_"),
+    ],
+    ids=repr,
+)
+def test_an_array_then_what_is_no_array_is_named_by_its_type(items, kind):
+    # None after an array said "item 1 has shape ()"; after a 0-d array, it made an array of objects
+    with pytest.raises(TypeError) as caught:
+        lazyseq.default_collate(items)
+    assert str(caught.value) == (
+        f"cannot collate item 1 ({kind}) with item 0 (ndarray); batch(..., collate_fn=list) gives such items as a list"
+    )
+    assert lazyseq.default_collate([np.zeros(2), [1, 2]]).tolist() == [[0, 0], [1, 2]]  # a list of numbers is an array
+
+
+def test_items_of_different_lengths_name_the_item_and_the_way_out():
+    with pytest.raises(lazyseq.EvaluationError) as caught:
+        lazyseq.batch([["ab", "cd"], ["ef", "gh"], ["ij", "kl", "mn"]], 3)[0]
+    assert str(caught.value) == (
+        "failed to compute batch[0]: ValueError: cannot collate items of different lengths field by field: item 0 has "
+        "2 fields, item 2 has 3; batch(..., collate_fn=list) gives such items as a list"
+    )
 
 
 @pytest.mark.parametrize("items", [[np.str_("a"), 1], [1, np.str_("a")], [1, None], [None, 1]], ids=repr)

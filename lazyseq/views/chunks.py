@@ -317,15 +317,27 @@ class MixedShapes(ValueError):
 def _stack(items: list) -> np.ndarray:
     try:
         batch = np.stack(items)
-        if isinstance(batch, np.ma.MaskedArray):  # masked items: np.stack drops their masks
-            return np.ma.stack(items)
-        return batch
     except ValueError:
+        _check_array_like(items)
         shape = items[0].shape
         for k, item in enumerate(items):
             if np.shape(item) != shape:
                 raise MixedShapes((0, k), (shape, np.shape(item))) from None
         raise
+    if batch.dtype == object and items[0].dtype != object:  # None or a string among 0-d arrays
+        _check_array_like(items)
+    if isinstance(batch, np.ma.MaskedArray):  # masked items: np.stack drops their masks
+        return np.ma.stack(items)
+    return batch
+
+
+def _check_array_like(items: list) -> None:
+    """``TypeError`` naming the first item that is no array, number or sequence of them (None, a string, a dict)."""
+    for k, item in enumerate(items):
+        if not isinstance(item, (np.ndarray, np.generic, Number, list, tuple)) and not hasattr(item, "__array__"):
+            raise _not_like_the_first(items, k) from None
+        if isinstance(item, np.generic) and item.dtype.kind in "USV":
+            raise _not_like_the_first(items, k) from None
 
 
 def _promoted(scalars: list[Any]) -> np.dtype | None:
@@ -397,7 +409,10 @@ def default_collate(items: list[Any]) -> Any:
             if not isinstance(item, (tuple, list)):
                 raise _not_like_the_first(items, k)
             if len(item) != width:
-                raise ValueError(f"cannot collate items of different lengths: {width} and {len(item)}")
+                raise ValueError(
+                    f"cannot collate items of different lengths field by field: item 0 has {width} fields, item {k} "
+                    f"has {len(item)}; batch(..., collate_fn=list) gives such items as a list"
+                )
         columns = [default_collate(list(column)) for column in zip(*items)]
         if hasattr(first, "_fields"):  # namedtuple
             return type(first)(*columns)
