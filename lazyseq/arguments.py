@@ -11,11 +11,12 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-__all__ = ["MAX_LENGTH", "flag", "indexable_length", "integer", "seconds"]
+__all__ = ["MAX_LENGTH", "flag", "function", "indexable_length", "integer", "seconds"]
 
 _EXPECTED = {None: "an integer", 0: "a non-negative integer", 1: "a positive integer"}
 MAX_LENGTH = 2**63 - 1  # len() and slicing need the length to fit in an index-sized (signed 64-bit) integer
@@ -66,6 +67,25 @@ def integer(value: Any, what: str, low: int | None = None, expected: str | None 
     if low is not None and n < low:
         raise ValueError(f"{what} must be {expected}, got {n}")
     return n
+
+
+def function(value: Any, what: str, if_a_sequence: str = "") -> Callable:
+    """``value`` if it is callable; else a ``TypeError`` naming ``what``, and saying ``if_a_sequence`` for a sequence
+    (an array, a view: most likely an argument given in the place of the function).
+
+    >>> function(len, "smap: f")
+    <built-in function len>
+    >>> function([1, 2], "smap: f", "the function comes first: smap(f, sequence)")
+    Traceback (most recent call last):
+    ...
+    TypeError: smap: f must be callable, got list; the function comes first: smap(f, sequence)
+    """
+    if callable(value):
+        return value
+    message = f"{what} must be callable, got {type(value).__name__}"
+    if if_a_sequence and hasattr(value, "__getitem__") and hasattr(value, "__len__") and not isinstance(value, str):
+        message += f"; {if_a_sequence}"
+    raise TypeError(message)
 
 
 def flag(value: Any, what: str, or_none: bool = False) -> Any:

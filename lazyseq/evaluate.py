@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .arguments import integer
+from .arguments import function, integer
 from .loading.buffering import BATCHES_AHEAD, Buffering
 from .loading.failures import WorkerDied
 from .loading.options import LoaderOptions, Method
@@ -110,10 +110,9 @@ def evaluate(
     >>> lazyseq.evaluate(lambda b: np.array([len(w) for w in b]), ["a", "bb", "ccc"], collate_fn=list)
     array([1, 2, 3])
     """
-    if not callable(fn):
-        raise TypeError(f"evaluate: fn must be callable, got {type(fn).__name__}")
-    if collate_fn is not None and not callable(collate_fn):
-        raise TypeError(f"evaluate: collate_fn must be callable, got {type(collate_fn).__name__}")
+    function(fn, "evaluate: fn", "the function comes first: evaluate(fn, sequence)")
+    if collate_fn is not None:
+        function(collate_fn, "evaluate: collate_fn")
     batch_size = integer(batch_size, "evaluate: batch_size", low=1)
     options = LoaderOptions.check("evaluate", nworkers, method)  # checked whether workers are asked for or not
     ahead = Buffering.resolve(max_buffered, options, BATCHES_AHEAD)

@@ -283,3 +283,37 @@ def test_misused_functions_name_themselves_and_the_argument(call, error, message
     with pytest.raises(error) as caught:
         call()
     assert type(caught.value) is error and str(caught.value).startswith(message)
+
+
+def test_a_sequence_given_where_a_function_goes_says_which_comes_first():
+    # smap(data, f) said "object of type 'type' has no len()"; load_buffers(view) named the view's class alone
+    data = np.arange(4)
+    cases = [
+        (
+            lambda: lazyseq.smap(data, str),
+            "smap: f must be callable, got ndarray; the function comes first: smap(f, sequence)",
+        ),
+        (
+            lambda: lazyseq.starmap([(1, 2)], max),
+            "starmap: f must be callable, got list; the function comes first: starmap(f, sequence)",
+        ),
+        (
+            lambda: lazyseq.view(data).smap(data),
+            "smap: f must be callable, got ndarray; the function comes first: smap(f, sequence)",
+        ),
+        (
+            lambda: lazyseq.evaluate(lazyseq.view(data), len),
+            "evaluate: fn must be callable, got ArraySource; the function comes first: evaluate(fn, sequence)",
+        ),
+        (
+            lambda: lazyseq.load_buffers(lazyseq.view(data)),
+            "load_buffers: func must be callable, got ArraySource; load_buffers calls a function that returns a "
+            "batch; prefetch loads a sequence",
+        ),
+        (lambda: lazyseq.smap(3, data), "smap: f must be callable, got int"),
+        (lambda: lazyseq.smap("upper", data), "smap: f must be callable, got str"),
+    ]
+    for call, message in cases:
+        with pytest.raises(TypeError) as caught:
+            call()
+        assert str(caught.value) == message

@@ -8,7 +8,7 @@ from typing import Any, Generic, NoReturn
 
 import numpy as np
 
-from ..arguments import flag
+from ..arguments import flag, function
 from ..nested import in_order_of, map_leaves
 from ..views.errors import REMOTE_CHAIN, EvaluationError, seterr
 from ..views.itemtypes import T
@@ -31,8 +31,9 @@ class BufferLoader(Iterator[T], Generic[T]):
     """
 
     def __init__(self, func: Callable[[], T], max_cached: int | None, options: LoaderOptions, copy: bool) -> None:
-        if not callable(func):
-            raise TypeError(f"load_buffers: func must be callable, got {type(func).__name__}")
+        function(
+            func, "load_buffers: func", "load_buffers calls a function that returns a batch; prefetch loads a sequence"
+        )
         # by default, one batch in progress per worker besides the one being read: every worker busy
         default = max(BATCHES_CACHED, options.nworkers + 1)
         self._max_cached = Buffering.resolve(max_cached, options, default, "max_cached")

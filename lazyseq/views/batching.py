@@ -8,7 +8,7 @@ from typing import Any, overload
 
 import numpy as np
 
-from ..arguments import flag, indexable_length, integer
+from ..arguments import flag, function, indexable_length, integer
 from .base import View
 from .chunks import Columns, MixedShapes, chunk_rows, chunk_to_batch, holds_objects, pad_chunk, writing_into
 from .errors import EndOfData, describe_origin
@@ -29,8 +29,8 @@ class BatchView(View[Any]):
         drop_last = flag(drop_last, "batch: drop_last")
         if drop_last and pad is not None:
             raise ValueError("batch: drop_last and pad cannot be used together")
-        if collate_fn is not None and not callable(collate_fn):
-            raise TypeError(f"batch: collate_fn must be callable, got {type(collate_fn).__name__}")
+        if collate_fn is not None:
+            function(collate_fn, "batch: collate_fn")
         self._parent = parent
         self._parents = (parent,)
         self._k = k
@@ -251,7 +251,7 @@ class UnbatchView(View[Any]):
         try:
             held = _length_of(batch, self._collated)
         except TypeError:
-            raise TypeError(f"unbatch: batch {b} is a {type(batch).__name__}, not a batch of items") from None
+            raise TypeError(f"unbatch: batch {b} is of type {type(batch).__name__}, not a batch of items") from None
         return self._checked_count(held, b)
 
     def _checked_count(self, held: int | None, b: int) -> int:

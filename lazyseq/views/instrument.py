@@ -15,7 +15,7 @@ from typing import Any, overload
 
 import numpy as np
 
-from ..arguments import integer
+from ..arguments import function, integer
 from .base import View
 from .chunks import chunk_rows
 from .itemtypes import SequenceLike, T
@@ -42,8 +42,7 @@ class DebugView(View[T]):
     def __init__(
         self, parent: View[Any], func: Callable[[int, Any], Any], max_calls: int | None, max_rate: float | None
     ) -> None:
-        if not callable(func):
-            raise TypeError(f"debug: func must be callable, got {type(func).__name__}")
+        function(func, "debug: func")
         if max_calls is not None:
             max_calls = integer(max_calls, "debug: max_calls", low=0, expected="a non-negative integer or None")
         if max_rate is not None and not max_rate > 0:

@@ -7,6 +7,7 @@ from typing import Any, overload
 
 import numpy as np
 
+from ..arguments import function
 from .base import View, lengths_must_match
 from .chunks import chunk_rows
 from .itemtypes import R, S, SequenceLike, T, Ts, U
@@ -31,8 +32,6 @@ class MapView(View[Any]):
     kind = "smap"
 
     def __init__(self, f: Callable, parents: tuple[View, ...], star: bool = False) -> None:
-        if not callable(f):
-            raise TypeError(f"{'starmap' if star else 'smap'}: f must be callable, got {type(f).__name__}")
         if not parents:
             raise TypeError("smap needs at least one sequence")
         self._len = lengths_must_match("smap", parents)
@@ -111,6 +110,7 @@ def smap(f: Callable[..., R], *sequences: SequenceLike[Any]) -> View[R]:
     >>> lazyseq.smap(max, [1, 5], [4, 2])[1]
     5
     """
+    _check_function(f, star=False)  # before the sequences: smap(data, f) names the argument out of place
     return MapView(f, tuple(as_view(s) for s in sequences))
 
 
@@ -135,4 +135,10 @@ def starmap(f: Callable[..., R], sequence: SequenceLike[Any] | np.ndarray) -> Vi
     >>> list(lazyseq.starmap(pow, [(2, 3), (3, 2)]))
     [8, 9]
     """
+    _check_function(f, star=True)
     return MapView(f, (as_view(sequence),), star=True)
+
+
+def _check_function(f: Any, star: bool) -> None:
+    name = "starmap" if star else "smap"
+    function(f, f"{name}: f", f"the function comes first: {name}(f, sequence)")
