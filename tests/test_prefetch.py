@@ -110,6 +110,9 @@ def test_repr_shows_the_workers_and_the_pipeline():
     )
     explicit = prefetch(lazyseq.smap(square, range(4)), nworkers=2, method="process", max_buffered=10)
     assert repr(explicit).startswith("prefetch(2 processes, max_buffered=10)  [len 4]")
+    for method, one in [("thread", "1 thread"), ("process", "1 process")]:  # said "1 processes"
+        with prefetch([1], nworkers=1, method=method, max_buffered=3) as single:
+            assert repr(single).startswith(f"prefetch({one}, max_buffered=3)  [len 1]")
 
 
 @pytest.mark.parametrize("method, start_method", WORKERS)

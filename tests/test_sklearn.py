@@ -207,7 +207,7 @@ def test_fit_errors_about_what_partial_fit_takes():
 def test_fit_errors_about_batches():
     with pytest.raises(ValueError, match=r"batch 0 is a tuple of 4 items; it must be \(X, y\), \(X, y, sample_w"):
         fit(Recorder(), [(X, LABELS, WEIGHTS, WEIGHTS)], progress=False)
-    with pytest.raises(TypeError, match="batch 0 is a dict; it must be"):
+    with pytest.raises(TypeError, match="batch 0 is of type dict; it must be"):
         fit(Recorder(), [{"x": X, "y": LABELS}], progress=False)
     with pytest.raises(ValueError, match=r"batch 0 has X of shape \(4,\), one sample.*view.batch\(64\)"):
         fit(GaussianNB(), labelled(LABELS), classes=CLASSES, progress=False)

@@ -243,6 +243,36 @@ def test_spawned_workers_of_a_script_fed_on_stdin_say_why_they_cannot_start(star
     assert fork.stdout.strip() == "[0, 2, 4, 6, 8, 10, 12, 14, 16, 18]"
 
 
+UNGUARDED_SCRIPT = textwrap.dedent(
+    """
+    import lazyseq
+
+    def double(x):
+        return 2 * x
+
+    try:  # no `if __name__ == "__main__":`: each spawned worker runs this again
+        with lazyseq.prefetch(lazyseq.smap(double, range(10)), nworkers=1, method="process",
+                              start_method=START_METHOD) as ahead:
+            print(list(ahead))
+    except lazyseq.WorkerDied as error:
+        print(type(error).__name__, str(error).split("; ", 1)[1])
+    """
+)
+
+
+@pytest.mark.parametrize("start_method", [m for m in START_METHODS if m != "fork"])
+def test_workers_that_die_running_a_script_without_a_main_guard_say_what_it_needs(tmp_path, start_method):
+    # The message ended at "went to the standard error of this process"
+    script = tmp_path / "unguarded.py"
+    script.write_text(UNGUARDED_SCRIPT.replace("START_METHOD", repr(start_method)))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == (
+        "WorkerDied what it printed (the cause, usually a traceback) went to the standard error of this process; "
+        'each worker runs the main script again as it starts: a script makes its loaders under `if __name__ == "__main__":`'
+    )
+
+
 READING_STDIN_SCRIPT = textwrap.dedent(
     """
     import sys, threading, time

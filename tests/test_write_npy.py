@@ -746,6 +746,13 @@ def test_items_that_change_shape_or_dtype_are_named(tmp_path):
         f"write_npy: shard 2 of {tmp_path / 'a'} failed at item 23: ValueError: rows of shape (4,), but item 0 has "
         "rows of shape (3,)"
     )
+    with pytest.raises(lazyseq.EvaluationError) as info:  # a batch view's short last batch: said what to do
+        lazyseq.write_npy(lazyseq.batch(np.zeros((10, 3)), 4), tmp_path / "short")
+    assert str(info.value) == (
+        f"write_npy: shard 0 of {tmp_path / 'short'} failed at item 2: ValueError: rows of shape (2, 3), but item 0 "
+        "has rows of shape (4, 3); a short last batch? batch(..., drop_last=True) leaves it out (or write the samples "
+        "unbatched)"
+    )
 
     def widens(i):
         return np.zeros(3, np.int8 if i < 15 else np.float32)

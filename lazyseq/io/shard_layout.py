@@ -233,6 +233,7 @@ class Layout:
             if array.shape != (len(rows), *field.row_shape):
                 raise ValueError(
                     f"{what}:{name} rows of shape {array.shape[1:]}, but item 0 has rows of shape {field.row_shape}"
+                    + _short_batch_hint(array.shape[1:], field.row_shape)
                 )
             if array.dtype != field.dtype:
                 if not _holds(field.dtype, array):
@@ -483,3 +484,10 @@ def _holds(dtype: np.dtype, values: np.ndarray) -> bool:
         and np.can_cast(values.dtype, dtype, "safe")
         and keeps_values(values, dtype)
     )
+
+
+def _short_batch_hint(shape: tuple[int, ...], first: tuple[int, ...]) -> str:
+    """What to do when rows of ``shape`` look like a short last batch after batches of rows of ``first``."""
+    if len(shape) == len(first) >= 1 and shape[1:] == first[1:] and shape[0] < first[0]:
+        return "; a short last batch? batch(..., drop_last=True) leaves it out (or write the samples unbatched)"
+    return ""

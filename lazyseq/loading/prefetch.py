@@ -364,8 +364,14 @@ class PrefetchView(View[T_co]):
         options = self._options
         if not options.nworkers:
             return "prefetch(synchronous)"
-        kind = {"thread": "threads", "process": "processes", "ray": "Ray tasks"}[options.method]
-        return f"prefetch({options.nworkers} {kind}, max_buffered={self._max_buffered})"
+        one, many = {
+            "thread": ("thread", "threads"),
+            "process": ("process", "processes"),
+            "ray": ("Ray task", "Ray tasks"),
+        }[options.method]
+        return (
+            f"prefetch({options.nworkers} {one if options.nworkers == 1 else many}, max_buffered={self._max_buffered})"
+        )
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (PrefetchView, (self._parent, self._options, self._max_buffered, self._shm_size, self._task_name))

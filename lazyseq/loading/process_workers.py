@@ -96,6 +96,11 @@ def check_main_module(start_method: str, owner: str) -> None:
         )
 
 
+def _main_is_a_script() -> bool:
+    """Whether the main module comes from a file (a script, or ``-m``), which ``spawn`` and ``forkserver`` run again."""
+    return getattr(sys.modules.get("__main__"), "__file__", None) is not None
+
+
 def _exiting() -> bool:
     """Whether multiprocessing's exit handler has begun (it stops every child process it knows of)."""
     return bool(getattr(multiprocessing.util, "_exiting", False))  # set first thing by util._exit_function
@@ -152,6 +157,7 @@ class ProcessWorkers:
         context = multiprocessing.get_context(options.start_method)
         # a forked worker seeds torch under a timer if torch was imported (see .seeding): what a death by it means
         self._seeds_torch_timed = context.get_start_method() == "fork" and "torch" in sys.modules
+        self._runs_script = context.get_start_method() != "fork" and _main_is_a_script()  # again, in each worker
         # Every worker seeds numpy's global generator first thing; numpy imports numpy.random at first use, which
         # takes 15-25 ms. Imported here, once for the program, forked workers find it imported.
         import numpy.random  # noqa: F401
@@ -473,6 +479,11 @@ class ProcessWorkers:
                 " while starting, before it could compute anything; what it printed (the cause, usually a "
                 "traceback) went to the standard error of this process"
             )
+            if self._runs_script:
+                doing += (
+                    "; each worker runs the main script again as it starts: a script makes its loaders under "
+                    '`if __name__ == "__main__":`'
+                )
             seeding = seeding_death(process.exitcode) if self._seeds_torch_timed else None
             if seeding is not None:
                 doing = f" while starting: {seeding}"

@@ -32,7 +32,7 @@ def fields(batch: Any, where: str, layout: FeatureLayout | None = None) -> tuple
             return layout.features(batch[0], y, where), y, rows_of(batch[2])
         raise ValueError(f"{where} is a {type(batch).__name__} of {len(batch)} items; it must be {ITEM_SHAPES}")
     if batch is None or isinstance(batch, (Mapping, str, bytes, numbers.Number)) or getattr(batch, "ndim", None) == 0:
-        raise TypeError(f"{where} is a {type(batch).__name__}; it must be {ITEM_SHAPES}")
+        raise TypeError(f"{where} is of type {type(batch).__name__}; it must be {ITEM_SHAPES}")
     return batch, None, None
 
 
