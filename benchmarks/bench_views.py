@@ -11,7 +11,9 @@ contenders taking turns (see :func:`measure`). Three things are measured:
 2. reading one item through ``smap(f, gather(concatenate(chunks), idx))``,
    beyond the cost of calling ``f`` on the item directly;
 3. seqtools' "fast minibatch sampling" example: random minibatches of 64 rows
-   from 18,000 x 248 float64 samples in four memory-mapped ``.npy`` files.
+   from 18,000 x 248 float64 samples in four memory-mapped ``.npy`` files;
+   one view read batch after batch, and (the README's ``sample()``) a new
+   view made for each batch.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from importlib.metadata import version
 
@@ -256,6 +258,17 @@ def time_minibatches(paths: list[str], labels: np.ndarray, settings: Settings) -
                 "numpy": lambda: numpy_batches(maps, epoch, BATCH),
             },
         ),
+        "a new view per batch -> (X, y)": (  # the README's sample(): gather(...).batch(64)[0] for each batch
+            settings.batches,
+            {
+                "lazyseq": lambda: one_view_per_batch(lazyseq.collate([data, labels]), order),
+                "seqtools": lambda: (
+                    stack_fields(seqtools.gather(seqtools.collate([seqtools.concatenate(maps), labels]), picks))
+                    for picks in batches_of(order)
+                ),
+                "numpy": lambda: numpy_batches(maps, order, BATCH, labels),
+            },
+        ),
         "collate + gather + batch -> (X, y)": (
             settings.batches,
             {
@@ -275,6 +288,15 @@ def time_minibatches(paths: list[str], labels: np.ndarray, settings: Settings) -
         timings = measure({c: (exhaust(make), batches) for c, make in contenders.items()}, settings.repeats)
         results += report_minibatches(name, timings)
     return results
+
+
+def batches_of(order: np.ndarray) -> Iterator[np.ndarray]:
+    return (order[first : first + BATCH] for first in range(0, len(order), BATCH))
+
+
+def one_view_per_batch(pairs: lazyseq.View, order: np.ndarray) -> Iterator:
+    """A sampler that makes a view for each batch, ``pairs.gather(picks).batch(BATCH)[0]``, as the README's."""
+    return (pairs.gather(picks).batch(BATCH)[0] for picks in batches_of(order))
 
 
 def report_minibatches(name: str, timings: dict[str, Timing]) -> list[Result]:

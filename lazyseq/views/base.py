@@ -14,6 +14,7 @@ handled here, once, for every view.
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Self, TypeVar, overload
@@ -26,11 +27,29 @@ from .fluent import Fluent
 from .itemtypes import T_co
 from .keys import Positions, array_key, out_of_range
 
-__all__ = ["View", "lengths_must_match"]
+__all__ = ["View", "lengths_must_match", "remembered_spec"]
 
 # What a list used as a key holds: positions (ints or numpy integers) or a mask (bools or numpy booleans).
 # A type variable, not a union: a list[np.int64] or a list[bool] is no list[int | np.integer] (lists are invariant).
 _Key = TypeVar("_Key", bound=int | np.integer[Any] | np.bool_)
+
+
+def remembered_spec(find: Callable[[Any], tuple | None]) -> Callable[[Any], tuple | None]:
+    """``_item_spec`` found once, when known: what a view's items are follows from the views it was made over.
+
+    A view made for each batch (``data.gather(picks).batch(64)[0]``) then asks its parent once, not the whole chain.
+    """
+
+    @functools.wraps(find)
+    def item_spec(self: Any) -> tuple | None:
+        spec = self.__dict__.get("_known_spec")
+        if spec is None:
+            spec = find(self)
+            if spec is not None:
+                self._known_spec = spec
+        return spec
+
+    return item_spec
 
 
 class View(Fluent[T_co], Sequence[T_co]):
@@ -198,6 +217,7 @@ class View(Fluent[T_co], Sequence[T_co]):
 
     _items_like_parents = False  # True for views that only select or reorder their parents' items
 
+    @remembered_spec
     def _item_spec(self) -> tuple[Any, ...] | None:
         """What an item is, where that is known without reading one (see :mod:`lazyseq.views.display`).
 

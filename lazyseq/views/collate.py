@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, overload
 
-from .base import UNREADABLE, View, lengths_must_match
+from .base import UNREADABLE, View, lengths_must_match, remembered_spec
 from .chunks import Columns
 from .itemtypes import SequenceLike
 from .keys import Positions
@@ -62,6 +62,7 @@ class CollateView(View[Any]):
     def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         return tuple((p, i) for p in self._parents)
 
+    @remembered_spec
     def _item_spec(self) -> tuple | None:
         specs = tuple(p._item_spec() for p in self._parents)
         if all(s is None for s in specs):

@@ -93,6 +93,8 @@ def compose(outer: Positions, inner: Positions) -> Positions:
     if type(outer) is range:
         if not len(inner):
             return _EMPTY
+        if outer.start == 0 and outer.step == 1 and not inner.dtype.hasobject:  # view[:n]: the same positions
+            return inner
         # ``inner`` holds indexes of ``outer``, so every result lies between its ends.
         if not inner.dtype.hasobject and _fit(outer.start, outer.step, outer[-1]):
             return outer.start + outer.step * inner
@@ -164,6 +166,10 @@ def array_key(
         positions = np.flatnonzero(keys)
     elif len(keys) == 0 or keys.dtype.kind == "i" or (keys.dtype.kind == "u" and keys.max() <= _HIGH):
         positions = keys.astype(np.intp, copy=True)
+        # One pass for the common case, every position in range: read as unsigned, a negative one is too large too
+        if length is not None and not (positions.view(np.uintp) >= length).any():
+            positions.flags.writeable = False
+            return positions
         negative = positions < 0
         if negative.any():
             if length is None:
