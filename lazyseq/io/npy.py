@@ -31,7 +31,8 @@ def open_npy(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -
     """Memory-map ``.npy`` files (read-only) and view their rows one file after the other.
 
     ``paths`` is a list of files, or one glob pattern (matches are sorted by
-    name; a path that names an existing file is that file, whatever
+    name, as strings: ``10.npy`` comes before ``2.npy``, so number files with
+    leading zeros or list them; a path that names an existing file is that file, whatever
     characters it holds). Every file must hold the same dtype and the same shape beyond the
     first axis; a file that does not is named in a ``ValueError``. Nothing is
     read into memory until items are accessed.
