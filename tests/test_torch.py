@@ -747,6 +747,17 @@ def test_predict_passes_tuples_and_dicts_as_arguments():
     np.testing.assert_allclose(doubled, 2 * predict(model, x))
 
 
+def test_predict_over_labelled_items_says_to_give_the_inputs_alone():
+    # The model's own TypeError ("takes 2 positional arguments but 3 were given") said nothing of predict
+    layer = torch.nn.Linear(2, 1, dtype=torch.float64)
+    with pytest.raises(TypeError) as caught:
+        predict(layer, lazyseq.collate([np.zeros((6, 2)), np.arange(6)]), batch_size=4)
+    assert caught.value.__notes__[0] == (
+        "predict gives the model the 2 fields of a batch of tuples as 2 arguments; for (inputs, labels) items, "
+        "predict on the inputs alone"
+    )
+
+
 def test_evaluate_with_a_torch_model():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 4, dtype=torch.float64), torch.nn.ReLU())

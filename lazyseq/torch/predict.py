@@ -77,7 +77,15 @@ def predict(
         if isinstance(inputs, Mapping):
             return model(**inputs)
         if isinstance(inputs, (tuple, list)):
-            return model(*inputs)
+            try:
+                return model(*inputs)
+            except TypeError as error:
+                if "positional argument" in str(error):
+                    error.add_note(
+                        f"predict gives the model the {len(inputs)} fields of a batch of tuples as "
+                        f"{len(inputs)} arguments; for (inputs, labels) items, predict on the inputs alone"
+                    )
+                raise
         return model(inputs)
 
     was_training = model.training
