@@ -873,15 +873,15 @@ def test_an_item_handed_out_that_comes_back_is_acknowledged_again_not_handed_out
     def item(seq, acked):
         return b"item", {"seq": seq, "server": "token", "acked": acked, "tree": seq * 10}, []
 
-    connection = ScriptedConnection([item(0, 0), item(0, 2), item(1, 2)])
+    connection = ScriptedConnection([item(0, 0), item(0, 3), item(1, 3)])
     stream = RemoteStream(connection, ahead=1)
-    assert next(stream) == 0  # asks (request 1), then acknowledges item 0 with request 2
-    # item 0 again, though request 2 was acted on (by a server that had taken this consumer for dead meanwhile):
-    # acknowledged again, not handed out again
+    assert next(stream) == 0  # asks (request 1), then for one more as it hands item 0 out (request 2)
+    # back for the next item: item 0 is acknowledged (request 3); it comes again, though request 3 was acted on (by a
+    # server that had taken this consumer for dead meanwhile): acknowledged again, not handed out again
     assert next(stream) == 10
     requests = [header for kind, header in connection.sent if kind == b"next"]
-    assert [(r["req"], r["ack"]) for r in requests] == [(1, []), (2, [0]), (3, [0, 1])]
-    assert stream._unconfirmed == {0: 3, 1: 3}
+    assert [(r["req"], r["ack"]) for r in requests] == [(1, []), (2, []), (3, [0]), (4, [0])]
+    assert stream._unconfirmed == {0: 4} and stream._owed == [1]  # item 1: once its caller comes back
 
 
 def test_acknowledgements_keep_from_going_out_again_only_the_items_their_consumer_held():
@@ -957,7 +957,7 @@ def test_sync_with_a_server_that_came_back_anew_returns():
     item = b"item", {"seq": 0, "server": "token", "acked": 0, "tree": 7}, []
     connection = ScriptedConnection([item, (b"synced", {"server": "another token", "acked": 0}, [])])
     stream = RemoteStream(connection, ahead=1)
-    assert next(stream) == 7 and stream._unconfirmed == {0: 2}
+    assert next(stream) == 7 and stream._owed == [0]
     stream.sync()  # one 'sync' answered: a later message would be an IndexError of the script
     assert stream._unconfirmed == {} and connection.messages == []
 
@@ -1020,6 +1020,119 @@ def test_an_item_handed_out_twice_is_logged_even_once_the_other_consumer_acknowl
         ]
     finally:
         service.close()
+
+
+def test_a_consumer_that_gets_its_own_items_back_hands_them_out_once_and_no_warning_says_twice(caplog):
+    # Taken for dead, then back: its items went back to it, and acknowledging them again (as every request does
+    # until the server confirms) logged each as handed out twice.
+    from lazyseq.serving.stream_service import StreamService
+
+    service = StreamService(iter([]), max_buffered=2, max_wanted=8, send=lambda *message: None)
+    service.token = "token"
+    try:
+        service._returned.append((3, b"item", {"seq": 3}, [], b"back"))  # it held item 3 when taken for dead
+        service.hello(b"back", {}, False)
+        service.hello(b"other", {}, False)
+        with caplog.at_level(logging.WARNING, logger="lazyseq.serve"):
+            service.handle(b"back", b"next", {"more": 1, "ack": [], "req": 1, "server": "token"})  # item 3 again
+            service.handle(b"back", b"next", {"more": 0, "ack": [3], "req": 2, "server": "token"})
+            service.handle(b"back", b"next", {"more": 0, "ack": [3], "req": 3, "server": "token"})  # once more
+        assert caplog.records == []
+    finally:
+        service.close()
+
+
+KILLED_AS_IT_HANDS_OUT = """
+import os, signal, sys, time, lazyseq
+from lazyseq.serving.client import RemoteStream
+ask = RemoteStream._ask
+
+def ask_then_die(self, more, *rest):
+    ask(self, more, *rest)
+    if more == 1 and self._received and self._received[0][1] == 10:  # as item 10 is handed out
+        time.sleep(0.05)  # descheduled here: what was sent has left
+        os.kill(os.getpid(), signal.SIGKILL)
+
+RemoteStream._ask = ask_then_die
+stream = lazyseq.connect(sys.argv[1], timeout=0.5, ahead=4)
+for item in stream:
+    print(item, flush=True)
+"""
+
+
+def test_a_consumer_killed_as_it_hands_an_item_out_leaves_it_to_another():
+    # The item was acknowledged before next() returned it: killed in between, nobody ever got it.
+    with lazyseq.serve(iter(range(30)), LOOPBACK) as server:
+        done = subprocess.run(
+            [sys.executable, "-c", KILLED_AS_IT_HANDS_OUT, server.address], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == -signal.SIGKILL, done.stderr
+        first = [int(line) for line in done.stdout.split()]
+        with lazyseq.connect(server.address, timeout=5) as second:
+            rest = list(second)  # items 10 to 14 last, once the server has taken the killed one for dead
+    assert first == list(range(10)) and sorted(rest) == list(range(10, 30))
+
+
+WORKING_ON_AN_ITEM = """
+import sys, lazyseq
+stream = lazyseq.connect(sys.argv[1], timeout=0.5, ahead=4)
+for _ in range(5):
+    print(next(stream), flush=True)
+sys.stdin.read()  # working on item 4 until killed
+"""
+
+
+def test_the_item_a_consumer_was_working_on_when_killed_goes_to_another():
+    # Acknowledged as it was handed out: a consumer killed halfway through its work on it took it along.
+    with lazyseq.serve(iter(range(20)), LOOPBACK) as server:
+        working = subprocess.Popen(
+            [sys.executable, "-c", WORKING_ON_AN_ITEM, server.address],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            first = [int(working.stdout.readline()) for _ in range(5)]
+        finally:
+            working.kill()
+            working.wait()
+            working.stdout.close()
+            working.stdin.close()
+        with lazyseq.connect(server.address, timeout=5) as second:
+            rest = list(second)
+    assert first == [0, 1, 2, 3, 4] and sorted(rest) == list(range(4, 20))
+
+
+CTRL_C_AS_IT_HANDS_OUT = """
+import os, signal, sys, lazyseq
+from lazyseq.serving.connection import Connection
+send = Connection.send
+
+def send_then_ctrl_c(self, kind, header, flags=0):
+    send(self, kind, header, flags)
+    if kind == b"next" and header.get("more") == 1 and len(printed) == 10:  # as item 10 is handed out
+        os.kill(os.getpid(), signal.SIGINT)
+
+Connection.send = send_then_ctrl_c
+printed = []
+with lazyseq.connect(sys.argv[1], timeout=1.0, ahead=4) as stream:
+    for item in stream:
+        print(item, flush=True)
+        printed.append(item)
+"""
+
+
+def test_a_ctrl_c_that_ends_the_program_as_an_item_is_handed_out_loses_nothing():
+    # Its acknowledgement had gone; the interrupt kept the item for the next read, which never came: lost.
+    with lazyseq.serve(iter(range(30)), LOOPBACK) as server:
+        done = subprocess.run(
+            [sys.executable, "-c", CTRL_C_AS_IT_HANDS_OUT, server.address], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == -signal.SIGINT and done.stderr.strip().endswith("KeyboardInterrupt"), done.stderr
+        first = [int(line) for line in done.stdout.split()]
+        with lazyseq.connect(server.address, timeout=5) as second:
+            rest = list(second)
+    assert first == list(range(10)) and sorted(rest) == list(range(10, 30))
 
 
 def test_consumers_of_a_stream_take_turns():

@@ -294,9 +294,10 @@ class RemoteStream(Iterator[Any]):
     """The items of a stream served by :func:`~lazyseq.serve`; each one goes to exactly one consumer.
 
     ``ahead`` items are asked for ahead of use. An item counts as delivered
-    once this consumer has handed it to its caller and told the server
-    (:meth:`sync` waits until the server knows); items received but not
-    handed out when the consumer dies go to another consumer.
+    once its caller is done with it: it comes back for the next item, calls
+    :meth:`sync` (which waits until the server knows) or closes the
+    consumer. Items received and not delivered when the consumer dies (the
+    one its caller was working on too) go to another consumer.
 
     >>> import lazyseq
     >>> with lazyseq.serve(iter(["a", "b", "c"]), "tcp://127.0.0.1:0") as server:
@@ -311,7 +312,10 @@ class RemoteStream(Iterator[Any]):
         self._received: deque[tuple[str, int, str, Any]] = deque()  # (server instance, seq, status, value)
         self._asked = 0  # items asked for and not received
         self._handed: deque[int] = deque(maxlen=RECENT)  # the items handed out last (their acks may be lost)
-        # Items handed out that the server has not said it knows of, each with the request that first acknowledged
+        # Items handed out whose acknowledgement waits for the caller to come back (the next read, sync() or close()):
+        # the one it was working on when its process died goes to another consumer
+        self._owed: list[int] = []
+        # Items acknowledged that the server has not said it knows of, each with the request that first acknowledged
         # it. Every request acknowledges them all again, so that a connection broken under one loses none: items
         # say which request the server acted on last ("acked"), and those it covers are known.
         self._unconfirmed: dict[int, int] = {}
@@ -337,6 +341,8 @@ class RemoteStream(Iterator[Any]):
         taken = None
         try:
             with self._lock:
+                if self._acknowledge_owed() and not self._received and self._asked:
+                    self._ask(0)  # the items will take a while: the server knows now that those before are done
                 while True:
                     if self._ended:
                         raise StopIteration
@@ -360,20 +366,22 @@ class RemoteStream(Iterator[Any]):
                         more = self._ahead - len(kept) - self._asked
                         if more > 0:
                             self._ask(more)
-                # A Ctrl-C comes between two calls: until the item leaves the queue, it is there to be read again (an
-                # acknowledgement sent twice counts once); from then on, the handler below puts it back.
+                # A Ctrl-C comes between two calls: until the item leaves the queue, it is there to be read again;
+                # from then on, the handler below puts it back. Either way it is not acknowledged yet.
                 entry = self._received[0]
                 server, seq, status, value = entry
-                if server == self._server:
-                    self._ask(1, seq)  # delivered: acknowledged, and one more asked for
-                    self._handed.append(seq)
-                else:  # sent by a server that is gone: nobody to acknowledge it to
-                    self._ask(1)
+                self._ask(1)  # one more asked for, acknowledging what the caller had before
                 del self._received[0]
                 taken = entry
+                if server == self._server:  # (else sent by a server that is gone: nobody to acknowledge it to)
+                    self._owed.append(seq)
+                    self._handed.append(seq)
         except KeyboardInterrupt:
             if taken is not None:  # interrupted as the lock was let go: the caller has not got the item
                 self._received.appendleft(taken)
+                for handed in (self._owed, self._handed):
+                    if taken[1] in handed:
+                        handed.remove(taken[1])
             raise
         if status == "error":
             try:
@@ -388,22 +396,31 @@ class RemoteStream(Iterator[Any]):
             "copy would be another one sharing this one's items; connect to the server where the items are read"
         )
 
-    def _ask(self, more: int, handed: int | None = None) -> None:
-        """Ask for ``more`` items, acknowledging ``handed`` (just handed out) and every item not known to be known."""
-        self._connection.send(b"next", self._next_header(more, handed))
+    def _acknowledge_owed(self) -> bool:
+        """The caller came back: the items handed out before are done with, and acknowledged by the next request.
+
+        Whether there were any.
+        """
+        if not self._owed:
+            return False
+        for seq in self._owed:
+            self._unconfirmed.setdefault(seq, self._requests + 1)
+        self._owed.clear()
+        return True
+
+    def _ask(self, more: int) -> None:
+        """Ask for ``more`` items, acknowledging every item handed out and not known to be known."""
+        self._connection.send(b"next", self._next_header(more))
         # Counted once sent: a request cut short by a Ctrl-C may count items never asked for, and the stream would
         # wait for them for ever; one sent but not counted brings an item more than asked, which is kept.
         self._asked += more
 
-    def _next_header(self, more: int, handed: int | None = None, **more_fields: Any) -> dict[str, Any]:
-        return {"more": more, **self._acks_header(handed), **more_fields}
+    def _next_header(self, more: int, **more_fields: Any) -> dict[str, Any]:
+        return {"more": more, **self._acks_header(), **more_fields}
 
-    def _acks_header(self, handed: int | None = None) -> dict[str, Any]:
-        """A request's number and acknowledgements: ``handed`` (just handed out), and every item not known to be
-        known."""
+    def _acks_header(self) -> dict[str, Any]:
+        """A request's number and acknowledgements: every item handed out and done with, not known to be known."""
         self._requests += 1
-        if handed is not None:
-            self._unconfirmed.setdefault(handed, self._requests)
         return {"ack": list(self._unconfirmed), "req": self._requests, "server": self._server}
 
     def _known_up_to(self, header: dict) -> None:
@@ -421,7 +438,7 @@ class RemoteStream(Iterator[Any]):
         if kind == b"restarted":  # a new server: it knows nothing of what was asked
             self._connection.send(b"next", {"more": self._asked, "ack": [], "server": self._server})
         elif kind == b"silent":  # what the server sent may be lost: it sends again what was not acknowledged
-            have = [seq for server, seq, _, _ in self._received if server == self._server]
+            have = [seq for server, seq, _, _ in self._received if server == self._server] + self._owed
             # "asked": how many items it waits for, should a request have been lost (see Connection.send)
             self._connection.send(b"next", self._next_header(0, resend=have, asked=self._asked))
         elif kind == b"forgotten":  # taken for dead: what it had not handed out went to others
@@ -474,6 +491,7 @@ class RemoteStream(Iterator[Any]):
     def sync(self) -> None:
         """Wait until the server has recorded every item handed out so far: none of them goes to anyone again."""
         with self._lock:
+            self._acknowledge_owed()
             # again if taken for dead (it said hello again, and asked again), or an acknowledgement was lost
             while not self._confirm() or self._unconfirmed:
                 pass
@@ -514,8 +532,9 @@ class RemoteStream(Iterator[Any]):
         seconds; :meth:`sync` waits as long as it takes.
         """
         try:
-            if self._unconfirmed and self._connection.pid == os.getpid() and self._lock.acquire(blocking=False):
+            if (self._owed or self._unconfirmed) and self._connection.pid == os.getpid() and self._lock.acquire(False):
                 try:  # (not while a read uses the socket, nor in a forked child: the socket is its parent's)
+                    self._acknowledge_owed()
                     self._confirm(within=CONFIRM_ON_CLOSE)
                 except Exception:  # the server is gone, or cannot take it now: as with any message lost
                     pass

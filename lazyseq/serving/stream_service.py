@@ -173,7 +173,7 @@ class StreamService:
             entry = unacked.pop(seq, None)
             if entry is None:
                 unknown.append(seq)
-            elif entry[3] is not None:  # it had another holder, which may say it handed it out too
+            elif entry[3] is not None and entry[3] != consumer:  # another holder, which may say it handed it out too
                 taken_over[seq] = entry[3]
                 if len(taken_over) > TAKEN_OVER_KEPT:
                     del taken_over[next(iter(taken_over))]
@@ -201,6 +201,7 @@ class StreamService:
         twice: list[tuple[int, bytes | None]] = [
             (seq, other)
             for other, state in self._consumers.items()
+            if other != consumer  # (its own items, back with it: handed out once)
             for seq in late.intersection(state.unacked)
             if state.unacked[seq][3] == consumer
         ]
