@@ -858,6 +858,9 @@ class ScriptedConnection:
     def receive(self, waiting_for):
         return self.messages.pop(0)
 
+    def receive_within(self, seconds, waiting_for):
+        return self.messages.pop(0) if self.messages else None
+
     def gaps(self):
         return 0
 
@@ -873,15 +876,31 @@ def test_an_item_handed_out_that_comes_back_is_acknowledged_again_not_handed_out
     def item(seq, acked):
         return b"item", {"seq": seq, "server": "token", "acked": acked, "tree": seq * 10}, []
 
-    connection = ScriptedConnection([item(0, 0), item(0, 3), item(1, 3)])
+    connection = ScriptedConnection([item(0, 0), item(0, 2), item(1, 2)])
     stream = RemoteStream(connection, ahead=1)
     assert next(stream) == 0  # asks (request 1), then for one more as it hands item 0 out (request 2)
-    # back for the next item: item 0 is acknowledged (request 3); it comes again, though request 3 was acted on (by a
-    # server that had taken this consumer for dead meanwhile): acknowledged again, not handed out again
+    # back for the next item, which is on its way: item 0, acknowledged by no request yet, comes again (from a server
+    # that had taken this consumer for dead meanwhile): acknowledged (request 3), not handed out again
     assert next(stream) == 10
     requests = [header for kind, header in connection.sent if kind == b"next"]
-    assert [(r["req"], r["ack"]) for r in requests] == [(1, []), (2, []), (3, [0]), (4, [0])]
-    assert stream._unconfirmed == {0: 4} and stream._owed == [1]  # item 1: once its caller comes back
+    assert [(r["req"], r["ack"]) for r in requests] == [(1, []), (2, []), (3, [0])]
+    assert stream._unconfirmed == {0: 3} and stream._owed == [1]  # item 1: once its caller comes back
+
+
+def test_a_consumer_that_waits_for_its_next_item_acknowledges_the_last_one_meanwhile():
+    # Acknowledged with the request sent as the next item is handed out: a consumer killed while it waits for a slow
+    # item would leave the one it was done with to go out again.
+    from lazyseq.serving.client import RemoteStream
+
+    class Slow(ScriptedConnection):
+        def receive_within(self, seconds, waiting_for):
+            return None  # nothing within ACK_WHILE_WAITING
+
+    connection = Slow([(b"item", {"seq": s, "server": "token", "acked": s, "tree": s}, []) for s in (0, 1)])
+    stream = RemoteStream(connection, ahead=1)
+    assert [next(stream), next(stream)] == [0, 1]
+    requests = [header for kind, header in connection.sent if kind == b"next"]
+    assert [(r["req"], r["more"], r["ack"]) for r in requests] == [(1, 1, []), (2, 1, []), (3, 0, [0]), (4, 1, [0])]
 
 
 def test_acknowledgements_keep_from_going_out_again_only_the_items_their_consumer_held():
