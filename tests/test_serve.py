@@ -354,6 +354,98 @@ def test_a_mapping_is_refused_as_a_source():
     assert lazyseq_threads() == []
 
 
+def test_a_pipeline_that_workers_cannot_get_is_refused_by_serve():
+    # Accepted, then every read waited for ever while the server logged the same traceback at each request sent again
+    lock = threading.Lock()
+
+    def locked(x):
+        with lock:
+            return x
+
+    with pytest.raises(TypeError) as caught:
+        lazyseq.serve(lazyseq.smap(locked, range(4)), LOOPBACK, nworkers=2, method="process", start_method="spawn")
+    assert type(caught.value).__name__ == "UnpicklablePipeline"
+    assert str(caught.value) == (
+        "serve: cannot send the smap(test_a_pipeline_that_workers_cannot_get_is_refused_by_serve.<locals>.locked) "
+        "view to worker processes: TypeError: cannot pickle '_thread.lock' object; use method='thread', or make it "
+        "picklable"
+    )
+    assert lazyseq_threads() == []
+
+
+def test_workers_that_cannot_start_fail_the_read_rather_than_leave_it_waiting(monkeypatch):
+    from lazyseq.loading.engine import Engine
+    from lazyseq.loading.options import UnpicklablePipeline
+
+    def cannot_start(engine, tasks):
+        raise UnpicklablePipeline("serve: cannot send it")
+
+    monkeypatch.setattr(Engine, "submit", cannot_start)
+    with lazyseq.serve(np.arange(4), LOOPBACK) as server, lazyseq.connect(server.address, timeout=5) as remote:
+        with pytest.raises(lazyseq.LoaderError) as caught:
+            remote[0]
+        assert str(caught.value) == (
+            f"the server at {server.address} could not compute item 0: the server's workers failed: "
+            "UnpicklablePipeline: serve: cannot send it"
+        )
+
+
+def test_an_iterator_that_gives_nothing_to_serve_is_refused():
+    # A generator served twice split its items between the servers (or failed with "generator already executing");
+    # one that had ended was served as an empty stream.
+    def count():
+        yield from range(3)
+
+    items = count()
+    with lazyseq.serve(items, LOOPBACK) as server:
+        with pytest.raises(ValueError) as caught:
+            lazyseq.serve(items, LOOPBACK)
+        assert str(caught.value) == (
+            f"serve: this iterator is served already, at {server.address}: two servers would split its items; "
+            "connect every consumer to that one"
+        )
+        with lazyseq.connect(server.address) as stream:
+            assert list(stream) == [0, 1, 2]
+    with pytest.raises(ValueError) as caught:
+        lazyseq.serve(items, LOOPBACK)
+    assert str(caught.value) == (
+        "serve: the generator has ended (or was closed): it has nothing left to serve; make a new one"
+    )
+    with pytest.raises(TypeError) as caught:
+        lazyseq.serve(count, LOOPBACK)
+    assert str(caught.value) == (
+        "serve: source must be a view, a sequence or an iterable, got function; call it: serve(f())"
+    )
+
+
+def test_a_stream_read_as_a_view_and_a_server_given_as_an_address_say_what_to_do():
+    with lazyseq.serve(iter(range(3)), LOOPBACK) as server:
+        with pytest.raises(ValueError) as caught:
+            lazyseq.connect(server)
+        assert str(caught.value) == (
+            f"connect: address must look like 'tcp://127.0.0.1:5557', got {server!r}; pass its .address, "
+            f"{server.address!r}"
+        )
+        with pytest.raises(ValueError) as caught:
+            lazyseq.connect("tcp://127.0.0.1:0")
+        assert str(caught.value) == (
+            "connect: the port of 'tcp://127.0.0.1:0' must be a number from 1 to 65535, got '0' (port 0 lets a "
+            "server pick one: connect to the address it gives)"
+        )
+        with lazyseq.connect(server.address) as stream:
+            stream_is = f"the server at {server.address} serves a stream (an iterable), not a view"
+            with pytest.raises(TypeError) as caught:
+                stream[0]
+            assert str(caught.value) == f"{stream_is}: its items are read in turn (next(), a for loop), not by index"
+            with pytest.raises(AttributeError) as caught:
+                stream.batch(2)
+            assert str(caught.value) == (
+                f"'RemoteStream' object has no attribute 'batch': {stream_is}; lazyseq.uniter(stream) views its "
+                "items in the order they come"
+            )
+            assert list(stream) == [0, 1, 2]
+
+
 def ipv6_loopback_available() -> bool:
     import socket
 

@@ -135,6 +135,12 @@ class LoaderOptions:
             return True
         return self.method == "process" and multiprocessing.get_context(self.start_method).get_start_method() != "fork"
 
+    def check_sendable(self, job: Any) -> None:
+        """:class:`UnpicklablePipeline` now, not once reading starts, where workers get ``job`` pickled and cannot."""
+        if self.nworkers and self.pickles_pipeline:
+            to = "Ray's workers" if self.method == "ray" else "worker processes"
+            serialize_work(job, self.start_hook, self.owner, to)
+
 
 class WithoutIndex:
     """A start hook that takes no argument (seqtools' kind), called with the worker's index left out."""

@@ -27,7 +27,7 @@ from .fork_safety import ForkLocalLock
 from .inline_run import MISSING, InlineRun, epoch_stamp
 from .item_cost import RUN_ITEMS, ItemCost
 from .jobs import ReadItem
-from .options import LoaderOptions, Method, StartHook, StartMethod, serialize_work
+from .options import LoaderOptions, Method, StartHook, StartMethod
 from .shared_slots import slot_bytes_for
 from .structure import bytes_of_spec
 
@@ -68,9 +68,7 @@ class PrefetchView(View[T_co]):
                 "over; use method='thread', or read the iterable with load_buffers",
                 stacklevel=3,
             )
-        if options.nworkers and options.pickles_pipeline:  # fail now, not when reading starts
-            to = "Ray's workers" if options.method == "ray" else "worker processes"
-            serialize_work(ReadItem(parent), options.start_hook, options.owner, to)
+        options.check_sendable(ReadItem(parent))
         self._lock = ForkLocalLock()  # a forked child reads with its own
         self._engine: Engine | None = None
         self._order = ReadOrder(self._len, max_buffered.capacity(None))  # each start of the workers begins a new one

@@ -336,6 +336,20 @@ class RemoteStream(Iterator[Any]):
     def __iter__(self) -> RemoteStream:
         return self
 
+    def __getitem__(self, key: Any) -> Any:
+        raise TypeError(f"{self._not_a_view()}: its items are read in turn (next(), a for loop), not by index")
+
+    def __getattr__(self, name: str) -> Any:
+        if not name.startswith("_") and hasattr(View, name):  # view.smap(...) on what connect() gave: a stream
+            raise AttributeError(
+                f"{type(self).__name__!r} object has no attribute {name!r}: {self._not_a_view()}; "
+                "lazyseq.uniter(stream) views its items in the order they come"
+            )
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _not_a_view(self) -> str:
+        return f"the server at {self.address} serves a stream (an iterable), not a view"
+
     def __next__(self) -> Any:
         if self._connection.pid != os.getpid():
             raise LoaderError(

@@ -24,7 +24,9 @@ def check_endpoint(address: object, owner: str, *, binding: bool) -> str:
     ValueError: serve: the port of 'tcp://127.0.0.1:70000' must be a number from 0 to 65535 (0: any free port), got '70000'
     """
     if not isinstance(address, str) or "://" not in address:
-        raise ValueError(f"{owner}: address must look like 'tcp://127.0.0.1:5557', got {address!r}")
+        served = getattr(address, "address", None)  # a Server itself
+        hint = f"; pass its .address, {served!r}" if isinstance(served, str) else ""
+        raise ValueError(f"{owner}: address must look like 'tcp://127.0.0.1:5557', got {address!r}{hint}")
     transport, _, rest = address.partition("://")
     if transport not in ("tcp", "ipc", "inproc"):
         raise ValueError(
@@ -43,7 +45,8 @@ def check_endpoint(address: object, owner: str, *, binding: bool) -> str:
             port.isascii() and port.isdigit() and low <= int(port) <= _HIGHEST_PORT
         ):
             which = "from 0 to 65535 (0: any free port)" if binding else "from 1 to 65535"
-            raise ValueError(f"{owner}: the port of {address!r} must be a number {which}, got {port!r}")
+            hint = " (port 0 lets a server pick one: connect to the address it gives)" if port == "0" else ""
+            raise ValueError(f"{owner}: the port of {address!r} must be a number {which}, got {port!r}{hint}")
     return address
 
 

@@ -6,6 +6,7 @@ The work is done by :class:`.server_loop.ServerLoop`, in a thread of its own;
 
 from __future__ import annotations
 
+import inspect
 import os
 import threading
 import weakref
@@ -75,6 +76,7 @@ class Server:
                 "or serve in a with block)"
             ) from None
         self.address: str = self._loop.address
+        self._source = source  # what it serves
         _open_servers[self.address] = self
         self._info = self._loop.info
         self.closed = False
@@ -96,8 +98,10 @@ class Server:
                     "serve: an iterable is served as it comes, by one reader; nworkers only applies to a view "
                     "(give the iterable its own workers, e.g. with load_buffers)"
                 )
+            _check_servable(source)
             return StreamService(source, max_buffered.capacity(None), MAX_WANTED)  # no workers: a number
-        raise TypeError(f"serve: source must be a view, a sequence or an iterable, got {type(source).__name__}")
+        hint = "; call it: serve(f())" if callable(source) else ""
+        raise TypeError(f"serve: source must be a view, a sequence or an iterable, got {type(source).__name__}{hint}")
 
     # -- lifetime -------------------------------------------------------------------------
 
@@ -143,6 +147,18 @@ def _stop_in(pid: int, stop: Callable[[], None]) -> None:
     """Stop the server, but only in the process that started it (a forked child inherits the finalizer)."""
     if os.getpid() == pid:
         stop()
+
+
+def _check_servable(source: Iterable) -> None:
+    """``ValueError`` for an iterator that gives nothing to serve: a generator used up, or one a server serves."""
+    if inspect.isgenerator(source) and inspect.getgeneratorstate(source) == inspect.GEN_CLOSED:
+        raise ValueError("serve: the generator has ended (or was closed): it has nothing left to serve; make a new one")
+    for server in list(_open_servers.values()):
+        if not server.closed and server._source is source:
+            raise ValueError(
+                f"serve: this iterator is served already, at {server.address}: two servers would split its items; "
+                "connect every consumer to that one"
+            )
 
 
 def serve(

@@ -17,11 +17,12 @@ from ..loading.backends import Done
 from ..loading.buffering import SLOT_BUDGET, Buffering
 from ..loading.closing import daemon_thread_at_exit
 from ..loading.engine import Engine
-from ..loading.failures import LoaderError, WorkerDied
+from ..loading.failures import WorkerDied
 from ..loading.jobs import ReadItem
 from ..loading.options import LoaderOptions
 from ..loading.structure import bytes_of_spec
 from ..views.base import View
+from ..views.errors import LoaderFailure
 from . import wire
 from .failures import failure_header
 from .shared_items import ServedPool, item_bytes, same_machine
@@ -56,6 +57,7 @@ class ViewService:
         self.view = view
         if not options.nworkers:  # one thread computes, so that the server's own thread goes on answering
             options = dataclasses.replace(options, nworkers=1, method="thread")
+        options.check_sendable(ReadItem(view))  # refused by serve(), not by every read
         self.options = options
         self.max_buffered = max_buffered
         self.send: Send = send if send is not None else _not_connected
@@ -203,7 +205,7 @@ class ViewService:
     def _submit(self, engine: Engine, tasks: list) -> None:
         try:
             engine.submit(tasks)
-        except LoaderError as error:
+        except LoaderFailure as error:  # workers that died, or that could not start
             self._engine_failed(error)
 
     @staticmethod
@@ -259,7 +261,7 @@ class ViewService:
             return
         try:
             engine.collect(0.0)
-        except LoaderError as error:
+        except LoaderFailure as error:
             self._engine_failed(error)
             if self._ask_again:
                 self._resubmit_waiting()
@@ -327,7 +329,7 @@ class ViewService:
                 reads.slots.pop(req, None)
         self.send(consumer, kind, {"req": req, "index": i, "server": self.token, **fields}, buffers or [])
 
-    def _engine_failed(self, error: LoaderError) -> None:
+    def _engine_failed(self, error: LoaderFailure) -> None:
         """The workers cannot go on; which waiting requests hear why, and which are asked of new workers.
 
         A worker that died names the items that may have ended it (a worker
