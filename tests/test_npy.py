@@ -68,6 +68,12 @@ def test_a_file_that_is_not_npy_is_named_without_suggesting_pickle(tmp_path):
     with pytest.raises(ValueError) as info:
         lazyseq.open_npy([empty])
     assert str(info.value) == f"open_npy: {empty} is not a .npy file (it is empty)"
+    lazyseq.write_npy(np.zeros((3, 2)), tmp_path / "written")
+    with pytest.raises(ValueError) as info:  # its manifest, for the directory
+        lazyseq.open_npy(tmp_path / "written" / "manifest.json")
+    assert str(info.value).endswith(
+        f"; to read what write_npy wrote, open its directory: open_npy({str(tmp_path / 'written')!r}))"
+    )
 
 
 def test_an_npz_archive_says_how_to_open_its_arrays(tmp_path):

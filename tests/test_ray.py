@@ -458,6 +458,17 @@ def test_write_npy_on_ray_writes_the_same_bytes(cluster, tmp_path):
     assert contents(tmp_path / "ray") == contents(tmp_path / "reference")
 
 
+def test_write_npy_on_ray_with_fewer_shards_than_workers_says_so(cluster, tmp_path):
+    # Each Ray worker writes whole shards: one shard kept one worker busy and the other idle, without a word.
+    with pytest.warns(UserWarning) as caught:
+        lazyseq.write_npy(pipeline(57), tmp_path, nworkers=2, method="ray")
+    assert [str(w.message) for w in caught] == [
+        "write_npy: 1 shard to write for 2 Ray workers, each of which writes whole shards: 1 will have nothing to do; "
+        "a smaller rows_per_shard (or bytes_per_shard) gives each one a shard"
+    ]
+    assert caught[0].filename == __file__
+
+
 def test_write_npy_on_ray_writes_a_relative_directory_where_the_caller_is(cluster, tmp_path, monkeypatch):
     # The Ray workers resolved it from their own directory (where the cluster started): the shards went there,
     # and the caller's directory got a manifest listing files it did not have.

@@ -261,7 +261,10 @@ def test_validation_errors_before_training():
     assert not hasattr(model, "classes_")
     for endless, says in [
         (lazyseq.cycle(labelled(LABELS)), "cycle view is infinite"),
-        (lazyseq.uniter(iter(labelled(LABELS)[:50])), "uniter view has no known length"),
+        (
+            lazyseq.uniter(iter(labelled(LABELS)[:50])),
+            "uniter view has no known length; uniter(iterable, size=n) gives an iterable of n items its length",
+        ),
     ]:  # refused after validate_every steps of training
         with pytest.raises(TypeError) as info:
             fit(model, labelled(LABELS).batch(BATCH), classes=[0, 1, 2], validation=endless, progress=False)

@@ -682,9 +682,11 @@ def test_other_parameters_are_refused_unless_overwrite(tmp_path):
     with pytest.raises(FileExistsError) as info:
         lazyseq.write_npy(pipeline(N), tmp_path, rows_per_shard=20)
     assert str(info.value) == (
-        f"write_npy: {tmp_path} holds shards written with other parameters (rows_per_shard: 20, was 10): pass "
-        "overwrite=True to replace them, or choose another directory"
+        f"write_npy: {tmp_path} holds shards written with other parameters (rows_per_shard: 20, was 10: "
+        "rows_per_shard=10 goes on with them): pass overwrite=True to replace them, or choose another directory"
     )
+    with pytest.raises(FileExistsError, match=r"\(rows_per_shard: 57, was 10: rows_per_shard=10 goes on with them\)"):
+        lazyseq.write_npy(pipeline(N), tmp_path)  # sized from bytes_per_shard: one shard
     with pytest.raises(FileExistsError, match=r"\(items: arrays, were tuples of 2; length: 30, was 57\)"):
         lazyseq.write_npy(rows(30), tmp_path, rows_per_shard=10)
     with pytest.raises(FileExistsError, match=r"\(dtype of field 'f0': float32, was float64\)"):
@@ -835,6 +837,12 @@ def test_numbers_among_strings_and_times_out_of_a_finer_units_range_are_refused(
     ]:
         with pytest.raises(lazyseq.EvaluationError, match=re.escape(message)):
             lazyseq.write_npy(lazyseq.smap(_as_it_is, items), tmp_path / name, rows_per_shard=rows_per_shard)
+    with pytest.raises(lazyseq.EvaluationError) as caught:  # longer strings: how to give them all one width
+        lazyseq.write_npy(lazyseq.smap(np.str_, ["a", "bb"]), tmp_path / "widths", rows_per_shard=rows_per_shard)
+    assert str(caught.value).endswith(
+        "ValueError: <U2 values, which do not fit the <U1 of item 0: give every item one width that holds the longest "
+        "(.astype('U20'), say)"
+    )
     written = lazyseq.write_npy(
         lazyseq.smap(_as_it_is, dates[:2]), tmp_path / "in-range", rows_per_shard=rows_per_shard
     )

@@ -286,6 +286,8 @@ def _check_npy_magic(path: str, start: bytes) -> None:
             f"array into memory with np.load({path!r})[{example!r}] and view it with lazyseq.view()"
         )
     what = "it is empty" if not start else f"bad magic: it starts with {start!r}, a .npy file with {_NPY_MAGIC!r}"
+    if os.path.basename(path) == "manifest.json":  # of a directory write_npy wrote
+        what += f"; to read what write_npy wrote, open its directory: open_npy({os.path.dirname(path) or '.'!r})"
     raise ValueError(f"open_npy: {path} is not a .npy file ({what})")
 
 

@@ -237,9 +237,11 @@ class Layout:
                 )
             if array.dtype != field.dtype:
                 if not _holds(field.dtype, array):
+                    fix = "make every item the same dtype (.astype in the pipeline)"
+                    if field.dtype.kind in "US" and array.dtype.kind == field.dtype.kind:  # a longer string
+                        fix = f"give every item one width that holds the longest (.astype('{field.dtype.kind}20'), say)"
                     raise ValueError(
-                        f"{what}:{name} {array.dtype} values, which do not fit the {field.dtype} of item 0: "
-                        "make every item the same dtype (.astype in the pipeline)"
+                        f"{what}:{name} {array.dtype} values, which do not fit the {field.dtype} of item 0: {fix}"
                     )
                 array = array.astype(field.dtype)
             arrays.append(array)
@@ -367,7 +369,11 @@ class Layout:
             changes.append(f"length: {self.length}, was {other.length}")
         whole = self.rows_per_shard == self.length and other.rows_per_shard == other.length  # one shard each
         if self.rows_per_shard != other.rows_per_shard and not whole:  # (a larger rows_per_shard is the length)
-            changes.append(f"rows_per_shard: {self.rows_per_shard}, was {other.rows_per_shard}")
+            # (rows_per_shard=None sizes shards from bytes_per_shard: a number the caller may never have given)
+            changes.append(
+                f"rows_per_shard: {self.rows_per_shard}, was {other.rows_per_shard}: "
+                f"rows_per_shard={other.rows_per_shard} goes on with them"
+            )
         return changes
 
 

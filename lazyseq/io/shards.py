@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import time
+import warnings
 from collections.abc import Collection, Iterator, Sequence
 from typing import Any, NoReturn
 
@@ -283,6 +284,13 @@ def _write(
     # Pieces of a shard are written at their places in its files, by the workers of one machine (Ray's may not be).
     sharing = options.nworkers if options.method != "ray" and hasattr(os, "pwrite") else 0
     tasks = plan(layout, sharing, kept=trusted)
+    if options.method == "ray" and 1 <= len(tasks) < options.nworkers:
+        warnings.warn(
+            f"write_npy: {len(tasks)} shard{'s' if len(tasks) > 1 else ''} to write for {options.nworkers} Ray "
+            f"workers, each of which writes whole shards: {options.nworkers - len(tasks)} will have nothing to do; "
+            "a smaller rows_per_shard (or bytes_per_shard) gives each one a shard",
+            stacklevel=3,
+        )
     token = os.urandom(4).hex()  # the temporary files of the shards written in pieces
     writes = ShardWrites(
         items, layout, directory, trusted, sync=writers_sync, checked=checked or (), tasks=tasks, token=token

@@ -294,7 +294,8 @@ class View(Fluent[T_co], Sequence[T_co]):
 
     def _need_length(self, what: str) -> int:
         if self._len is None:
-            raise TypeError(f"{what} needs a length, but {self._label()} view {self.endless}")
+            hint = "; uniter(iterable, size=n) gives an iterable of n items its length" if self._may_end() else ""
+            raise TypeError(f"{what} needs a length, but {self._label()} view {self.endless}{hint}")
         return self._len
 
     # -- reading ---------------------------------------------------------------
