@@ -390,6 +390,23 @@ def test_workers_that_cannot_start_fail_the_read_rather_than_leave_it_waiting(mo
         )
 
 
+def test_a_request_the_server_fails_on_is_refused_rather_than_left_waiting(monkeypatch, caplog):
+    # A server's error on a request was logged alone: the consumer, its heartbeats answered, waited for ever.
+    from lazyseq.serving.view_service import ViewService
+
+    def fails(service, consumer, kind, header):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(ViewService, "handle", fails)
+    with lazyseq.serve(np.arange(4), LOOPBACK) as server, lazyseq.connect(server.address, timeout=5) as remote:
+        with caplog.at_level(logging.CRITICAL, logger="lazyseq.serve"), pytest.raises(lazyseq.LoaderError) as caught:
+            remote[0]
+        assert str(caught.value) == (
+            f"connect: the server at {server.address} refused a request while this client was waiting for item 0: "
+            "the server failed on it (RuntimeError: a bug; see its log)"
+        )
+
+
 def test_an_iterator_that_gives_nothing_to_serve_is_refused():
     # A generator served twice split its items between the servers (or failed with "generator already executing");
     # one that had ended was served as an empty stream.
@@ -1181,7 +1198,8 @@ def test_a_consumer_killed_as_it_hands_an_item_out_leaves_it_to_another():
         first = [int(line) for line in done.stdout.split()]
         with lazyseq.connect(server.address, timeout=5) as second:
             rest = list(second)  # items 10 to 14 last, once the server has taken the killed one for dead
-    assert first == list(range(10)) and sorted(rest) == list(range(10, 30))
+    # (item 9 too, should its acknowledgement, sent as item 10 was handed out, have been on its way still)
+    assert first == list(range(10)) and sorted(rest) in (list(range(10, 30)), list(range(9, 30)))
 
 
 WORKING_ON_AN_ITEM = """
@@ -1211,7 +1229,8 @@ def test_the_item_a_consumer_was_working_on_when_killed_goes_to_another():
             working.stdin.close()
         with lazyseq.connect(server.address, timeout=5) as second:
             rest = list(second)
-    assert first == [0, 1, 2, 3, 4] and sorted(rest) == list(range(4, 20))
+    # item 3 too, at times: its acknowledgement, sent as item 4 was handed out, may have been on its way still
+    assert first == [0, 1, 2, 3, 4] and sorted(rest) in (list(range(4, 20)), list(range(3, 20)))
 
 
 CTRL_C_AS_IT_HANDS_OUT = """

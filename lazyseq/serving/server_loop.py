@@ -273,10 +273,16 @@ class ServerLoop:
             self._act_on(consumer, kind, header)
         except wire.ProtocolError as error:
             log.warning("rejected a message from %s: %s", consumer.hex(), error)
-            if len(received) >= 3 and received[1].bytes == wire.TAG:  # a lazyseq client: told, not left waiting
-                self._send(consumer, b"refused", {"message": str(error)[:500]}, [])
-        except Exception:  # a bug, not the consumer's doing: logged, and the server goes on
+            self._refuse(consumer, received, str(error))
+        except Exception as error:  # a bug, not the consumer's doing: logged, and the server goes on
             log.exception("the server at %s failed on a message from %s", self.address, consumer.hex())
+            self._refuse(consumer, received, f"the server failed on it ({type(error).__name__}: {error}; see its log)")
+
+    def _refuse(self, consumer: bytes, received: list, message: str) -> None:
+        """Tell a lazyseq client that its request was not acted on: it raises, rather than wait for an answer that
+        never comes (its heartbeats go on)."""
+        if len(received) >= 3 and received[1].bytes == wire.TAG:
+            self._send(consumer, b"refused", {"message": message[:500]}, [])
 
     def _heartbeat(self, sender: bytes, header: Any) -> None:
         if type(header) is not dict or type(header.get("client")) is not str:
