@@ -485,15 +485,11 @@ class RemoteStream(Iterator[Any]):
             if server == self._server:
                 self._known_up_to(header)
             elif isinstance(server, str):  # a new server instance: what this consumer acknowledged is of another
-                self._server = server
-                self._handed.clear()
-                self._unconfirmed.clear()
+                self._serving_anew(server)
         elif kind in (b"item", b"error") and isinstance(header, dict) and type(header.get("seq")) is int:
             seq, server = header["seq"], str(header.get("server", self._server))
             if server != self._server:  # a new server instance numbers its items anew
-                self._server = server
-                self._handed.clear()
-                self._unconfirmed.clear()
+                self._serving_anew(server)
             else:
                 self._known_up_to(header)
                 if seq in self._handed or seq in self._unconfirmed:  # handed out: the server did not hear so
@@ -513,6 +509,14 @@ class RemoteStream(Iterator[Any]):
                 setattr(failure, errors.REMOTE_CHAIN, f"stream[{seq}]" + (f" -> {chain}" if chain else ""))
                 self._received.append((server, seq, "error", failure))
         return kind
+
+    def _serving_anew(self, server: str) -> None:
+        """A new server instance, ``server``, numbers its items anew: what was handed out, or is to be acknowledged,
+        was the last one's."""
+        self._server = server
+        self._handed.clear()
+        self._unconfirmed.clear()
+        self._owed.clear()
 
     def sync(self) -> None:
         """Wait until the server has recorded every item handed out so far: none of them goes to anyone again."""
