@@ -970,6 +970,9 @@ class ScriptedConnection:
     def receive_within(self, seconds, waiting_for):
         return self.messages.pop(0) if self.messages else None
 
+    def say_at_goodbye(self, fields):
+        self.goodbye = fields
+
     def gaps(self):
         return 0
 
@@ -1146,6 +1149,89 @@ def test_an_item_handed_out_twice_is_logged_even_once_the_other_consumer_acknowl
             f"item 5 of the stream was handed out twice: consumer {b'gone'.hex()}, taken for dead, had handed it out "
             "before another consumer got it"
         ]
+    finally:
+        service.close()
+
+
+def test_a_with_block_left_on_an_error_leaves_the_item_in_hand_to_another_consumer():
+    # close() acknowledged it on the way out: the caller had not finished it, and nobody else got it
+    with lazyseq.serve(iter(range(10)), LOOPBACK) as server:
+        with pytest.raises(RuntimeError), lazyseq.connect(server.address, ahead=2) as first:
+            for item in first:
+                if item == 3:
+                    raise RuntimeError("failed on item 3")
+        with lazyseq.connect(server.address) as second:
+            assert list(second) == [3, 4, 5, 6, 7, 8, 9]
+
+
+def test_a_consumer_left_unclosed_counts_the_items_it_handed_out_as_done():
+    # Collected without close(), it said goodbye without its acknowledgements: the item its caller had finished went
+    # to the next consumer too.
+    with lazyseq.serve(iter(range(10)), LOOPBACK) as server:
+
+        def read_three():
+            first = lazyseq.connect(server.address, ahead=2)
+            return [next(first) for _ in range(3)]
+
+        assert read_three() == [0, 1, 2]
+        gc.collect()
+        with lazyseq.connect(server.address) as second:
+            assert list(second) == [3, 4, 5, 6, 7, 8, 9]
+
+
+def test_a_consumer_closed_from_another_thread_during_a_read_acknowledges_what_was_done():
+    # close() could not take the lock from the read, and said goodbye without the acknowledgements
+    gate = threading.Event()
+
+    def items():
+        yield from range(3)
+        gate.wait(30)
+        yield from range(3, 6)
+
+    with lazyseq.serve(items(), LOOPBACK) as server:
+        first = lazyseq.connect(server.address, ahead=1)
+        assert [next(first), next(first), next(first)] == [0, 1, 2]
+        failed = []
+        reader = threading.Thread(target=lambda: failed.append(pytest.raises(lazyseq.LoaderError, next, first)))
+        reader.start()  # waits for item 3, item 2 done with
+        while not first._lock.locked():
+            time.sleep(0.001)
+        first.close()
+        reader.join()
+        gate.set()
+        with lazyseq.connect(server.address) as second:
+            assert list(second) == [3, 4, 5]
+    assert len(failed) == 1
+
+
+@pytest.mark.parametrize("then", ["hands it out", "leaves"])
+def test_an_item_sent_to_another_consumer_is_out_twice_only_once_that_one_hands_it_out(caplog, then):
+    # A consumer taken for dead said it handed out an item that the server had sent to another one, which had not
+    # handed it out: logged as out twice at once, and again at each request that acknowledged it again.
+    from lazyseq.serving.stream_service import StreamService
+
+    sent = []
+    service = StreamService(iter([]), max_buffered=2, max_wanted=8, send=lambda *message: sent.append(message))
+    service.token = "token"
+    try:
+        service._returned.append((5, b"item", {"seq": 5}, [], b"gone"))  # a consumer taken for dead had item 5
+        service.hello(b"other", {}, False)
+        service.handle(b"other", b"next", {"more": 1, "ack": [], "req": 1, "server": "token"})  # sent item 5
+        service.hello(b"third", {}, False)
+        with caplog.at_level(logging.WARNING, logger="lazyseq.serve"):
+            for request in (9, 10):  # back: it had handed item 5 out (and says so until the server confirms)
+                service.handle(b"gone", b"next", {"more": 0, "ack": [5], "req": request, "server": "token"})
+            assert caplog.records == []
+            if then == "hands it out":
+                service.handle(b"other", b"next", {"more": 0, "ack": [5], "req": 2, "server": "token"})
+                assert [record.getMessage() for record in caplog.records] == [
+                    f"item 5 of the stream was handed out twice: consumer {b'gone'.hex()}, taken for dead, had handed "
+                    f"it out before consumer {b'other'.hex()} got it"
+                ]
+            else:  # it leaves without handing item 5 out: nobody else gets it
+                service.forget(b"other")
+                service.handle(b"third", b"next", {"more": 1, "ack": [], "req": 1, "server": "token"})
+                assert caplog.records == [] and [header["seq"] for who, _, header, _ in sent if who == b"third"] == []
     finally:
         service.close()
 

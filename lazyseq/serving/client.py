@@ -300,8 +300,9 @@ class RemoteStream(Iterator[Any]):
     ``ahead`` items are asked for ahead of use. An item counts as delivered
     once its caller is done with it: it comes back for the next item, calls
     :meth:`sync` (which waits until the server knows) or closes the
-    consumer. Items received and not delivered when the consumer dies (the
-    one its caller was working on too) go to another consumer.
+    consumer (not a ``with`` block left on an exception). Items received and
+    not delivered when the consumer dies (the one its caller was working on
+    too) go to another consumer.
 
     >>> import lazyseq
     >>> with lazyseq.serve(iter(["a", "b", "c"]), "tcp://127.0.0.1:0") as server:
@@ -316,15 +317,11 @@ class RemoteStream(Iterator[Any]):
         self._received: deque[tuple[str, int, str, Any]] = deque()  # (server instance, seq, status, value)
         self._asked = 0  # items asked for and not received
         self._handed: deque[int] = deque(maxlen=RECENT)  # the items handed out last (their acks may be lost)
-        # Items handed out whose acknowledgement waits for the caller to come back (the next read, sync() or close()):
-        # the one it was working on when its process died goes to another consumer
-        self._owed: list[int] = []
-        # Items acknowledged that the server has not said it knows of, each with the request that first acknowledged
-        # it. Every request acknowledges them all again, so that a connection broken under one loses none: items
-        # say which request the server acted on last ("acked"), and those it covers are known.
-        self._unconfirmed: dict[int, int] = {}
+        self._acks = _Acknowledgements(connection.server)
+        connection.say_at_goodbye(self._acks.farewell)  # collected, or the program ends, without close()
+        self._owed = self._acks.owed
+        self._unconfirmed = self._acks.unconfirmed
         self._requests = 0  # requests sent: each one numbered
-        self._server = connection.server  # the server instance that numbered the items in _handed
         self._ended = False
         self._gaps = connection.gaps()  # the heartbeats' gaps the server confirmed it lived through (see __next__)
         self._lock = threading.Lock()
@@ -332,6 +329,11 @@ class RemoteStream(Iterator[Any]):
     @property
     def address(self) -> str:
         return self._connection.address
+
+    @property
+    def _server(self) -> str | None:
+        """The server instance that numbered the items handed out and acknowledged."""
+        return self._acks.server
 
     def __iter__(self) -> RemoteStream:
         return self
@@ -369,8 +371,7 @@ class RemoteStream(Iterator[Any]):
                     while not self._received:
                         if self._ended:
                             raise StopIteration
-                        if unsent == self._requests:  # (sent with no request since)
-                            unsent = None
+                        if unsent == self._requests:  # (no request sent since: messages that sent none go on waiting)
                             message = self._connection.receive_within(ACK_WHILE_WAITING, "the next item of the stream")
                             if message is None:
                                 self._ask(0)
@@ -403,11 +404,14 @@ class RemoteStream(Iterator[Any]):
                     self._owed.append(seq)
                     self._handed.append(seq)
         except KeyboardInterrupt:
-            if taken is not None:  # interrupted as the lock was let go: the caller has not got the item
-                self._received.appendleft(taken)
-                for handed in (self._owed, self._handed):
-                    if taken[1] in handed:
-                        handed.remove(taken[1])
+            # interrupted as the lock was let go: the caller has not got the item (unless another thread reads now)
+            if taken is not None and self._lock.acquire(blocking=False):
+                try:
+                    self._received.appendleft(taken)
+                    if taken[0] == self._server:
+                        self._not_handed_out([taken[1]])
+                finally:
+                    self._lock.release()
             raise
         if status == "error":
             try:
@@ -453,7 +457,8 @@ class RemoteStream(Iterator[Any]):
         """The server acted on the requests up to ``header["acked"]``: the items they acknowledged are known."""
         acked = header.get("acked")
         if type(acked) is int and self._unconfirmed:
-            self._unconfirmed = {seq: request for seq, request in self._unconfirmed.items() if request > acked}
+            for seq in [seq for seq, request in self._unconfirmed.items() if request <= acked]:
+                del self._unconfirmed[seq]
 
     def _receive_one(self, waiting_for: str = "the next item of the stream") -> bytes:
         """Take in one message from the server; its kind."""
@@ -464,7 +469,7 @@ class RemoteStream(Iterator[Any]):
         if kind == b"restarted":  # a new server: it knows nothing of what was asked
             self._connection.send(b"next", {"more": self._asked, "ack": [], "server": self._server})
         elif kind == b"silent":  # what the server sent may be lost: it sends again what was not acknowledged
-            have = [seq for server, seq, _, _ in self._received if server == self._server] + self._owed
+            have = [seq for server, seq, _, _ in self._received if server == self._server]
             # "asked": how many items it waits for, should a request have been lost (see Connection.send)
             self._connection.send(b"next", self._next_header(0, resend=have, asked=self._asked))
         elif kind == b"forgotten":  # taken for dead: what it had not handed out went to others
@@ -513,10 +518,9 @@ class RemoteStream(Iterator[Any]):
     def _serving_anew(self, server: str) -> None:
         """A new server instance, ``server``, numbers its items anew: what was handed out, or is to be acknowledged,
         was the last one's."""
-        self._server = server
+        self._acks.server = server
         self._handed.clear()
         self._unconfirmed.clear()
-        self._owed.clear()
 
     def sync(self) -> None:
         """Wait until the server has recorded every item handed out so far: none of them goes to anyone again."""
@@ -556,10 +560,13 @@ class RemoteStream(Iterator[Any]):
     def close(self) -> None:
         """Disconnect: items received and not handed out go back to the server for other consumers.
 
-        Items handed out that the server may not know of yet (their requests
-        lost with a broken connection, or on their way) are acknowledged once
-        more, and the server's answer awaited for up to ``CONFIRM_ON_CLOSE``
-        seconds; :meth:`sync` waits as long as it takes.
+        The items handed out count as done with. Those the server may not know
+        of yet (their requests lost with a broken connection, or on their way)
+        are acknowledged once more, and the server's answer awaited for up to
+        ``CONFIRM_ON_CLOSE`` seconds (:meth:`sync` waits as long as it takes);
+        the goodbye says them again. A ``with`` block left on an exception
+        closes without the last item handed out: its caller did not finish it,
+        and it goes to another consumer.
         """
         try:
             if (self._owed or self._unconfirmed) and self._connection.pid == os.getpid() and self._lock.acquire(False):
@@ -576,11 +583,53 @@ class RemoteStream(Iterator[Any]):
     def __enter__(self) -> RemoteStream:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, *exc_info: object) -> None:
+        if kind is not None and self._lock.acquire(blocking=False):  # left on an error: the caller did not finish
+            try:
+                self._not_handed_out(list(self._owed))
+            finally:
+                self._lock.release()
         self.close()
+
+    def _not_handed_out(self, seqs: list[int]) -> None:
+        """Items that count as never handed out after all: the server gives them to another consumer (or this one)."""
+        for seq in seqs:
+            for handed in (self._owed, self._handed):
+                if seq in handed:
+                    handed.remove(seq)
 
     def __repr__(self) -> str:
         return f"<lazyseq.RemoteStream from {self.address}>"
+
+
+class _Acknowledgements:
+    """What a stream's consumer has to tell its server about the items it handed out, kept apart from the consumer:
+    the goodbye of its connection says it too, when the consumer is collected or the program ends without close()."""
+
+    def __init__(self, server: str | None) -> None:
+        self.server = server  # the server instance that numbered the items
+        # Items handed out whose acknowledgement waits for the caller to come back (the next read, sync() or close()):
+        # the one it was working on when its process died goes to another consumer
+        self.owed: list[int] = []
+        # Items acknowledged that the server has not said it knows of, each with the request that first acknowledged
+        # it. Every request acknowledges them all again, so that a connection broken under one loses none: items
+        # say which request the server acted on last ("acked"), and those it covers are known.
+        self.unconfirmed: dict[int, int] = {}
+
+    def farewell(self) -> dict[str, Any]:
+        """The goodbye's header: the items handed out count as done with, unless the program ends on an error that
+        it did not catch (then the one its caller was working on goes to another consumer, as after a crash)."""
+        acks = list(self.unconfirmed)
+        if not _ending_on_an_error():
+            acks += self.owed
+        return {"ack": acks, "server": self.server} if acks else {}
+
+
+def _ending_on_an_error() -> bool:
+    """Whether the program is ending (its main thread is done) on an exception that Python printed."""
+    if threading.main_thread().is_alive():
+        return False
+    return getattr(sys, "last_value", None) is not None or getattr(sys, "last_exc", None) is not None
 
 
 def connect(

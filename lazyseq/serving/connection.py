@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..arguments import seconds
@@ -73,8 +74,17 @@ class Connection:
         self.heartbeat = _Heartbeat(self, self.interval)
         self.closed = False
         self.pid = os.getpid()
+        self._goodbye: list[Callable[[], dict] | None] = [None]  # what the goodbye says besides itself
         self._finalizer = Finalizer(
-            self, _close, self.pid, socket, self.heartbeat, context, (self._wake_fd, self._waker_fd), self._using
+            self,
+            _close,
+            self.pid,
+            socket,
+            self.heartbeat,
+            context,
+            (self._wake_fd, self._waker_fd),
+            self._using,
+            self._goodbye,
         )
         self.server: str | None = None  # the server instance answering, from its welcome
         self._hello_fields: dict = {}
@@ -254,6 +264,10 @@ class Connection:
             raise wire.ProtocolError(f"unknown message {kind[:20]!r}")
         return kind, wire.loads(frames[2].buffer), [f.buffer for f in frames[3:]]
 
+    def say_at_goodbye(self, fields: Callable[[], dict]) -> None:
+        """Have the goodbye carry ``fields()`` (called then), whoever closes: ``close()``, the collector, the exit."""
+        self._goodbye[0] = fields
+
     def close(self) -> None:
         """Say goodbye (the server frees what it held for this consumer) and release the sockets and thread.
 
@@ -418,7 +432,15 @@ class _Heartbeat(threading.Thread):
         os.close(self._waker_fd)
 
 
-def _close(pid: int, socket: Any, heartbeat: _Heartbeat, context: Any, wake_fds: tuple[int, int], using: Any) -> None:
+def _close(
+    pid: int,
+    socket: Any,
+    heartbeat: _Heartbeat,
+    context: Any,
+    wake_fds: tuple[int, int],
+    using: Any,
+    goodbye: list[Callable[[], dict] | None],
+) -> None:
     """Say goodbye and release what a connection holds: on ``close()``, on garbage collection, and at exit."""
     if os.getpid() != pid:  # a forked child inherited a copy: the sockets and the thread are its parent's
         return
@@ -426,14 +448,16 @@ def _close(pid: int, socket: Any, heartbeat: _Heartbeat, context: Any, wake_fds:
         return  # wait would break it with a ZeroMQ error; the process ends, and takes the socket with it
     try:
         with interrupts_deferred():  # all the way, whatever Ctrl-C says meanwhile (see lazyseq.loading.closing)
-            _release(socket, heartbeat, context, wake_fds)
+            _release(socket, heartbeat, context, wake_fds, goodbye[0])
     finally:
         using.release()
 
 
-def _release(socket: Any, heartbeat: _Heartbeat, context: Any, wake_fds: tuple[int, int]) -> None:
+def _release(
+    socket: Any, heartbeat: _Heartbeat, context: Any, wake_fds: tuple[int, int], goodbye: Callable[[], dict] | None
+) -> None:
     try:  # the server frees what it held for this consumer at once (a stream's items go to others)
-        send_frames(socket, [wire.TAG, b"bye", wire.dumps({})], DONTWAIT)
+        send_frames(socket, [wire.TAG, b"bye", wire.dumps(goodbye() if goodbye is not None else {})], DONTWAIT)
     except Exception:  # nobody to say it to
         pass
     socket.close(linger=BYE_LINGER_MS)  # a moment for "bye" to leave; the server times out the consumer anyway

@@ -27,7 +27,8 @@ consumer -> server             server -> consumer
                                {acked}: the last ``req`` acted on (see :mod:`.stream_service`)
 ``sync`` {ack, req}            ``synced`` {acked}: every message sent before it has been acted on
 ``ping`` {client, timeout}     ``pong`` {server}: from a second socket, the consumer's heartbeat
-``bye``                        (nothing: what the server held for that consumer is freed)
+``bye`` {ack, server}          (nothing: what the server held for that consumer is freed, a
+                               stream's items it acknowledges first)
 =============================  =================================================================
 
 A consumer that sends nothing (heartbeats included) for its ``timeout`` is
@@ -233,6 +234,8 @@ class ServerLoop:
         service = self._service
         if kind == b"bye":
             self._seen.pop(consumer, None)
+            if header:  # a stream's consumer says the last items it handed out, once more
+                service.sync(consumer, header)
             service.forget(consumer)
         elif kind == b"sync":  # a consumer the service took for dead is told so, and asks anew
             answer = service.sync(consumer, header)

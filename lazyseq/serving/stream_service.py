@@ -103,6 +103,9 @@ class StreamService:
         self._returned: deque[tuple] = deque()
         # seq -> the consumer taken for dead that had it: items acknowledged by the one they went to next, lately
         self._taken_over: dict[int, bytes] = {}
+        # seq -> the consumer taken for dead that said it handed it out, after it was sent to another consumer: out
+        # twice if that one hands it out too, not to be handed out again if it does not
+        self._handed_late: dict[int, bytes] = {}
         self._seq = 0  # the next item to ask the drawer for
         self.exhausted = False
         self.token = ""  # this server instance, in each item's header (set by the server)
@@ -173,6 +176,8 @@ class StreamService:
             entry = unacked.pop(seq, None)
             if entry is None:
                 unknown.append(seq)
+            elif seq in self._handed_late:
+                self._out_twice(seq, self._handed_late.pop(seq), consumer)
             elif entry[3] is not None and entry[3] != consumer:  # another holder, which may say it handed it out too
                 taken_over[seq] = entry[3]
                 if len(taken_over) > TAKEN_OVER_KEPT:
@@ -187,10 +192,12 @@ class StreamService:
     def _late_acks(self, consumer: bytes, acks: list[int]) -> None:
         """Items that a consumer taken for dead handed out after all: not to be handed out again.
 
-        Only items that ``consumer`` held count. One already handed to another
-        consumer went out twice: logged, since nothing can take it back (of
-        those the other one acknowledged already, the last ``TAKEN_OVER_KEPT``
-        are remembered for it).
+        Only items that ``consumer`` held count. One that another consumer
+        handed out already went out twice: logged, since nothing can take it
+        back (of those the other one acknowledged, the last
+        ``TAKEN_OVER_KEPT`` are remembered for it). One sent to another
+        consumer, not acknowledged yet, goes out twice if that one hands it
+        out too (logged then), and goes to nobody else if it does not.
         """
         if not acks:
             return
@@ -198,31 +205,33 @@ class StreamService:
         kept = [entry for entry in self._returned if entry[0] not in late or entry[4] != consumer]
         if len(kept) < len(self._returned):
             self._returned = deque(kept)
-        twice: list[tuple[int, bytes | None]] = [
-            (seq, other)
-            for other, state in self._consumers.items()
-            if other != consumer  # (its own items, back with it: handed out once)
-            for seq in late.intersection(state.unacked)
-            if state.unacked[seq][3] == consumer
-        ]
-        twice += [
-            (seq, None) for seq in sorted(late.intersection(self._taken_over)) if self._taken_over[seq] == consumer
-        ]
-        for seq, other in twice:
-            self._taken_over.pop(seq, None)
-            log.warning(
-                "item %d of the stream was handed out twice: consumer %s, taken for dead, had handed it out before "
-                "%s got it",
-                seq,
-                consumer.hex(),
-                "another consumer" if other is None else f"consumer {other.hex()}",
-            )
+        for state in self._consumers.values():
+            for seq in late.intersection(state.unacked):
+                if state.unacked[seq][3] == consumer:
+                    self._handed_late[seq] = consumer
+        for seq in sorted(late.intersection(self._taken_over)):
+            if self._taken_over[seq] == consumer:
+                del self._taken_over[seq]  # logged once, whatever acknowledges it again
+                self._out_twice(seq, consumer, None)
+
+    @staticmethod
+    def _out_twice(seq: int, first: bytes, then: bytes | None) -> None:
+        log.warning(
+            "item %d of the stream was handed out twice: consumer %s, taken for dead, had handed it out before %s got "
+            "it",
+            seq,
+            first.hex(),
+            "another consumer" if then is None else f"consumer {then.hex()}",
+        )
 
     def forget(self, consumer: bytes) -> None:
-        """A consumer left or died: what it did not acknowledge goes to the next one that asks."""
+        """A consumer left or died: what it did not acknowledge goes to the next one that asks (but for what a
+        consumer taken for dead said it handed out after all)."""
         state = self._consumers.pop(consumer, None)
         if state is not None:
-            self._returned.extend((seq, *entry[:3], consumer) for seq, entry in sorted(state.unacked.items()))
+            for seq, entry in sorted(state.unacked.items()):
+                if self._handed_late.pop(seq, None) is None:
+                    self._returned.append((seq, *entry[:3], consumer))
             self._hand_out()
 
     def fds(self) -> list[int]:
