@@ -433,6 +433,29 @@ def test_an_iterator_that_gives_nothing_to_serve_is_refused():
     assert str(caught.value) == (
         "serve: source must be a view, a sequence or an iterable, got function; call it: serve(f())"
     )
+    labels = {"cat", "dog"}  # an iterable that gives each server an iterator of its own: served twice as well
+    with lazyseq.serve(labels, LOOPBACK) as one, lazyseq.serve(labels, LOOPBACK) as two:
+        for server in (one, two):
+            with lazyseq.connect(server.address) as stream:
+                assert sorted(stream) == ["cat", "dog"]
+
+
+def test_a_served_generator_is_let_go_when_its_server_closes():
+    # The server kept it: a file it had opened stayed open as long as a notebook held the server
+    ended = []
+
+    def lines():
+        try:
+            yield from range(100)
+        finally:
+            ended.append(True)
+
+    server = lazyseq.serve(lines(), LOOPBACK)
+    with lazyseq.connect(server.address) as stream:
+        assert next(stream) == 0
+    server.close()
+    gc.collect()
+    assert ended == [True]
 
 
 def test_a_stream_read_as_a_view_and_a_server_given_as_an_address_say_what_to_do():

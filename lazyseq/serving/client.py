@@ -439,7 +439,7 @@ class RemoteStream(Iterator[Any]):
         return True
 
     def _ask(self, more: int) -> None:
-        """Ask for ``more`` items, acknowledging every item handed out and not known to be known."""
+        """Ask for ``more`` items, acknowledging every item done with and not known to be known."""
         self._connection.send(b"next", self._next_header(more))
         # Counted once sent: a request cut short by a Ctrl-C may count items never asked for, and the stream would
         # wait for them for ever; one sent but not counted brings an item more than asked, which is kept.

@@ -10,7 +10,7 @@ import inspect
 import os
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from ..extras import require
@@ -130,6 +130,7 @@ class Server:
         self.closed = True
         self._stopped.set()
         self._finalizer()
+        self._source = None  # a generator's own clean-up (its finally, a file it opened) runs once nothing holds it
 
     def __enter__(self) -> Server:
         return self
@@ -150,9 +151,12 @@ def _stop_in(pid: int, stop: Callable[[], None]) -> None:
 
 
 def _check_servable(source: Iterable) -> None:
-    """``ValueError`` for an iterator that gives nothing to serve: a generator used up, or one a server serves."""
+    """``ValueError`` for an iterator that gives nothing to serve: a generator used up, or one a server serves (an
+    iterable that makes an iterator of its own for each, a set, say, is served twice as well as once)."""
     if inspect.isgenerator(source) and inspect.getgeneratorstate(source) == inspect.GEN_CLOSED:
         raise ValueError("serve: the generator has ended (or was closed): it has nothing left to serve; make a new one")
+    if not isinstance(source, Iterator):
+        return
     for server in list(_open_servers.values()):
         if not server.closed and server._source is source:
             raise ValueError(

@@ -1,7 +1,8 @@
 """Serving a stream: every item of an iterable goes to exactly one consumer.
 
 Consumers ask for items (``next`` with ``more``: how many more they want) and
-acknowledge each one as they hand it to their user (``ack``). Until then the
+acknowledge each one once their caller is done with it (``ack``; a goodbye,
+``bye``, may carry the last ones). Until then the
 server keeps it: the items of a consumer that leaves or dies without
 acknowledging them go, first, to the next consumer that asks (or to the same
 one when it comes back). The stream ends for a consumer (``end``) only when
@@ -13,7 +14,8 @@ for dead. If it comes back, its next request is answered ``forgotten``: it
 drops what it had received and not handed out (those items went back to the
 others), says hello again and asks anew. The acknowledgements it brings keep
 the items they name from going out again, unless another consumer got them
-meanwhile: such an item went out twice, which is logged.
+meanwhile: such an item went out twice once that one hands it out too, which
+is logged.
 
 A consumer acknowledges again, with every request, each item it handed out
 that the server has not said it knows of: requests are numbered (``req``),
@@ -93,7 +95,8 @@ class StreamService:
 
     def __init__(self, iterable: Iterable, max_buffered: int, max_wanted: int, send: Send | None = None) -> None:
         options = LoaderOptions.check("serve", 1, "thread", inline_below=0.0)
-        self._drawer = Engine(_Draw(iter(iterable)), options, max_buffered, task_name="item")
+        self._draw = _Draw(iter(iterable))
+        self._drawer = Engine(self._draw, options, max_buffered, task_name="item")
         self._max_buffered = max_buffered
         self._max_wanted = max_wanted  # the most items a consumer may ask for ahead of what it acknowledged
         self.send: Send = send if send is not None else _not_connected
@@ -299,6 +302,7 @@ class StreamService:
 
     def close(self) -> None:
         self._drawer.close()
+        self._draw.items = iter(())  # the iterable's own clean-up runs once nothing else holds it
         self._consumers.clear()
         self._taken_over.clear()
         self._drawn.clear()
