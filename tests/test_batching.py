@@ -329,17 +329,26 @@ def test_the_default_collation_of_mixed_items():
         ([np.zeros(2), "ab"], "str"),
         ([np.zeros(2), {"a": 1}], "dict"),
         ([np.zeros(2), np.str_("ab")], "str_"),
+        ([np.array(1.0), "a"], "str"),  # (numpy made both strings)
+        ([np.zeros(2), [1, "a"]], "list"),
     ],
     ids=repr,
 )
 def test_an_array_then_what_is_no_array_is_named_by_its_type(items, kind):
-    # None after an array said "item 1 has shape ()"; after a 0-d array, it made an array of objects
+    # None after an array said "item 1 has shape ()"; after a 0-d array, it made an array of objects; numbers became
+    # strings beside one
     with pytest.raises(TypeError) as caught:
         lazyseq.default_collate(items)
     assert str(caught.value) == (
         f"cannot collate item 1 ({kind}) with item 0 (ndarray); batch(..., collate_fn=list) gives such items as a list"
     )
     assert lazyseq.default_collate([np.zeros(2), [1, 2]]).tolist() == [[0, 0], [1, 2]]  # a list of numbers is an array
+    strings = lazyseq.default_collate([np.array(["a", "b"]), np.array(["c", "dd"])])
+    assert strings.tolist() == [["a", "b"], ["c", "dd"]]
+    records = np.zeros(3, dtype=[("a", "i4"), ("b", "f8")])
+    for alike in ([np.array(["a", "b"]), np.str_("c")], [records[:2], records[0]]):  # told apart by their shapes
+        with pytest.raises(ValueError, match=r"item 0 has shape \(2,\), item 1 has shape \(\)"):
+            lazyseq.default_collate(alike)
 
 
 def test_items_of_different_lengths_name_the_item_and_the_way_out():

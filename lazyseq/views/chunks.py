@@ -324,19 +324,26 @@ def _stack(items: list) -> np.ndarray:
             if np.shape(item) != shape:
                 raise MixedShapes((0, k), (shape, np.shape(item))) from None
         raise
-    if batch.dtype == object and items[0].dtype != object:  # None or a string among 0-d arrays
+    kind, first = batch.dtype.kind, items[0].dtype.kind
+    if kind != first and kind in "OUS":  # None among 0-d arrays, or strings among numbers: numpy made them one
         _check_array_like(items)
+        if kind in "US" and first not in "USV":  # strings within a list among arrays of numbers
+            k = next(k for k, item in enumerate(items) if np.asarray(item).dtype.kind in "US")
+            raise _not_like_the_first(items, k)
     if isinstance(batch, np.ma.MaskedArray):  # masked items: np.stack drops their masks
         return np.ma.stack(items)
     return batch
 
 
 def _check_array_like(items: list) -> None:
-    """``TypeError`` naming the first item that is no array, number or sequence of them (None, a string, a dict)."""
+    """``TypeError`` naming the first item that is no array, number or sequence of them (None, a dict), or a string
+    (or a record) among arrays of numbers."""
+    textual = items[0].dtype.kind in "USV"
     for k, item in enumerate(items):
-        if not isinstance(item, (np.ndarray, np.generic, Number, list, tuple)) and not hasattr(item, "__array__"):
-            raise _not_like_the_first(items, k) from None
-        if isinstance(item, np.generic) and item.dtype.kind in "USV":
+        if isinstance(item, (str, bytes, np.str_, np.bytes_, np.void)):
+            if not textual:
+                raise _not_like_the_first(items, k) from None
+        elif not isinstance(item, (np.ndarray, np.generic, Number, list, tuple)) and not hasattr(item, "__array__"):
             raise _not_like_the_first(items, k) from None
 
 
