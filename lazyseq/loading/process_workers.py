@@ -481,8 +481,8 @@ class ProcessWorkers:
             )
             if self._runs_script:
                 doing += (
-                    "; each worker runs the main script again as it starts: a script makes its loaders under "
-                    '`if __name__ == "__main__":`'
+                    "; each worker runs the main script again as it starts: a script that makes its loaders outside "
+                    '`if __name__ == "__main__":` ends them so'
                 )
             seeding = seeding_death(process.exitcode) if self._seeds_torch_timed else None
             if seeding is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
@@ -80,7 +81,7 @@ def predict(
             try:
                 return model(*inputs)
             except TypeError as error:
-                if "positional argument" in str(error):
+                if not _takes(model, len(inputs)):  # (not a TypeError of its own code)
                     error.add_note(
                         f"predict gives the model the {len(inputs)} fields of a batch of tuples as "
                         f"{len(inputs)} arguments; for (inputs, labels) items, predict on the inputs alone"
@@ -109,3 +110,14 @@ def predict(
         for module, training in modes:  # parents before children: a part that was in another mode gets it back
             if module.training != training:
                 module.train(training)
+
+
+def _takes(model: torch.nn.Module, count: int) -> bool:
+    """Whether ``model`` takes ``count`` positional arguments (True where its signature cannot tell)."""
+    try:
+        inspect.signature(model.forward).bind(*range(count))
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read
+        return True
+    return True

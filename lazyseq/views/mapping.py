@@ -141,4 +141,4 @@ def starmap(f: Callable[..., R], sequence: SequenceLike[Any] | np.ndarray) -> Vi
 
 def _check_function(f: Any, star: bool) -> None:
     name = "starmap" if star else "smap"
-    function(f, f"{name}: f", f"the function comes first: {name}(f, sequence)")
+    function(f, f"{name}: f", f"the function comes first: {name}(f, sequence), or view.{name}(f)")
