@@ -227,9 +227,9 @@ class RemoteView(View[Any]):
                 f"{self._served.described()}: connect again to read what it serves now"
             )
             raise self._replaced
-        self._spec = wire.decode_spec(info.get("items"))  # known now, or no longer
         if served.items is not None or self._served.items is None:  # what the items are, once known, is compared on
             self._served = served
+            self._spec = wire.decode_spec(info.get("items"))  # (and views above may have found it once: kept)
 
     def _describe(self) -> str:
         return f"served({self.address}) {self._remote_label}"
