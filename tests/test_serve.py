@@ -1202,6 +1202,30 @@ def test_a_consumer_left_unclosed_counts_the_items_it_handed_out_as_done():
             assert list(second) == [3, 4, 5, 6, 7, 8, 9]
 
 
+ENDS_WITHOUT_CLOSE = """
+import sys, lazyseq
+stream = lazyseq.connect(sys.argv[1], ahead=2)
+print([next(stream) for _ in range(3)], flush=True)
+if sys.argv[2] == "on an error":
+    raise RuntimeError("failed while working on item 2")
+"""
+
+
+@pytest.mark.parametrize("ending, rest", [("normally", [3, 4, 5, 6, 7]), ("on an error", [2, 3, 4, 5, 6, 7])])
+def test_a_program_that_ends_without_closing_its_consumer_leaves_the_item_in_hand_only_on_an_error(ending, rest):
+    # Its goodbye said nothing of the items handed out: the last one went out again, whatever the ending
+    with lazyseq.serve(iter(range(8)), LOOPBACK) as server:
+        done = subprocess.run(
+            [sys.executable, "-c", ENDS_WITHOUT_CLOSE, server.address, ending],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.stdout == "[0, 1, 2]\n" and done.returncode == (0 if ending == "normally" else 1)
+        with lazyseq.connect(server.address, timeout=5) as second:
+            assert list(second) == rest
+
+
 def test_a_consumer_closed_from_another_thread_during_a_read_acknowledges_what_was_done():
     # close() could not take the lock from the read, and said goodbye without the acknowledgements
     gate = threading.Event()
