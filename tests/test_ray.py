@@ -508,12 +508,13 @@ def test_the_per_file_example_runs_on_ray(cluster, tmp_path, capsys):
     spec = importlib.util.spec_from_file_location("per_file_workflow", EXAMPLES / "per_file_workflow.py")
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
-    metadata = example.main(["--method", "ray", "--files", "6", "--folder", str(tmp_path)])
-    assert [row["file"] for row in metadata] == [f"recording_{k:03d}" for k in range(6)]
+    # 16 files: a shard of 8 spectra for each of the 2 Ray workers (fewer shards than workers: a warning)
+    metadata = example.main(["--method", "ray", "--files", "16", "--folder", str(tmp_path)])
+    assert [row["file"] for row in metadata] == [f"recording_{k:03d}" for k in range(16)]
     for k, row in enumerate(metadata):
         signal = np.load(tmp_path / "inputs" / f"recording_{k:03d}.npy")
         np.testing.assert_array_equal(np.load(row["output"]), example.spectrum(signal))
-    assert f"6 spectra of {example.BINS * 3} values in {tmp_path / 'spectra'}" in capsys.readouterr().out
+    assert f"16 spectra of {example.BINS * 3} values in {tmp_path / 'spectra'}" in capsys.readouterr().out
 
 
 def interrupt_on_five(x):
