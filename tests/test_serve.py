@@ -1226,6 +1226,43 @@ def test_a_program_that_ends_without_closing_its_consumer_leaves_the_item_in_han
             assert list(second) == rest
 
 
+CTRL_C_AS_THE_NEXT_READ_BEGINS = """
+import os, signal, sys, lazyseq
+from lazyseq.serving.client import RemoteStream
+acknowledge = RemoteStream._acknowledge_owed
+
+def ctrl_c_first(self):
+    if 4 in self._owed:  # the caller is done with item 4, and came back for item 5
+        os.kill(os.getpid(), signal.SIGINT)  # raised at the next instruction: in next(), before its first line
+    return acknowledge(self)
+
+RemoteStream._acknowledge_owed = ctrl_c_first
+stream = lazyseq.connect(sys.argv[1], ahead=2)
+if sys.argv[2] == "in a with block":
+    with stream:
+        for item in stream:
+            print(item, flush=True)
+else:
+    for item in stream:
+        print(item, flush=True)
+"""
+
+
+@pytest.mark.parametrize("reading", ["in a with block", "alone"])
+def test_a_ctrl_c_that_ends_the_program_as_the_next_read_begins_counts_the_last_item_done(reading):
+    # The program ended on an error, so its last item counted as not finished: it went out again
+    with lazyseq.serve(iter(range(10)), LOOPBACK) as server:
+        done = subprocess.run(
+            [sys.executable, "-c", CTRL_C_AS_THE_NEXT_READ_BEGINS, server.address, reading],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.stdout.split() == ["0", "1", "2", "3", "4"] and done.returncode == -signal.SIGINT, done.stderr
+        with lazyseq.connect(server.address, timeout=5) as second:
+            assert list(second) == [5, 6, 7, 8, 9]
+
+
 def test_a_consumer_closed_from_another_thread_during_a_read_acknowledges_what_was_done():
     # close() could not take the lock from the read, and said goodbye without the acknowledgements
     gate = threading.Event()

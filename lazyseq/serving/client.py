@@ -583,8 +583,9 @@ class RemoteStream(Iterator[Any]):
     def __enter__(self) -> RemoteStream:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, *exc_info: object) -> None:
-        if kind is not None and self._lock.acquire(blocking=False):  # left on an error: the caller did not finish
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: Any) -> None:
+        # left on an error, not one raised as the caller came back for more: the caller did not finish its item
+        if kind is not None and not self._acks.came_back_in(trace) and self._lock.acquire(blocking=False):
             try:
                 self._not_handed_out(list(self._owed))
             finally:
@@ -618,18 +619,34 @@ class _Acknowledgements:
 
     def farewell(self) -> dict[str, Any]:
         """The goodbye's header: the items handed out count as done with, unless the program ends on an error that
-        it did not catch (then the one its caller was working on goes to another consumer, as after a crash)."""
+        it did not catch, raised while the caller worked (then the one it was working on goes to another consumer,
+        as after a crash)."""
         acks = list(self.unconfirmed)
-        if not _ending_on_an_error():
+        trace = _uncaught_at_exit()
+        if trace is None or self.came_back_in(trace):
             acks += self.owed
         return {"ack": acks, "server": self.server} if acks else {}
 
-
-def _ending_on_an_error() -> bool:
-    """Whether the program is ending (its main thread is done) on an exception that Python printed."""
-    if threading.main_thread().is_alive():
+    def came_back_in(self, trace: Any) -> bool:
+        """Whether the traceback ``trace`` passes through its consumer's ``__next__``: raised as the caller had come
+        back for the next item (a Ctrl-C as the read began), it had finished the last one."""
+        while trace is not None:
+            frame = trace.tb_frame
+            if (
+                frame.f_code is RemoteStream.__next__.__code__
+                and getattr(frame.f_locals.get("self"), "_acks", None) is self
+            ):
+                return True
+            trace = trace.tb_next
         return False
-    return getattr(sys, "last_value", None) is not None or getattr(sys, "last_exc", None) is not None
+
+
+def _uncaught_at_exit() -> Any:
+    """The traceback of the exception the program is ending on (its main thread is done; Python printed it), if any."""
+    if threading.main_thread().is_alive():
+        return None
+    error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    return None if error is None else error.__traceback__
 
 
 def connect(
