@@ -82,8 +82,9 @@ def function(value: Any, what: str, if_a_sequence: str = "") -> Callable:
     """
     if callable(value):
         return value
-    kind = type(value)
-    described = "a view" if kind.__module__.startswith("lazyseq.") else kind.__name__
+    from .views.base import View  # (views check their arguments here: imported once one fails)
+
+    described = "a view" if isinstance(value, View) else type(value).__name__
     message = f"{what} must be callable, got {described}"
     if if_a_sequence and hasattr(value, "__getitem__") and hasattr(value, "__len__") and not isinstance(value, str):
         message += f"; {if_a_sequence}"

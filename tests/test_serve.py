@@ -3,6 +3,7 @@
 Servers listen on 127.0.0.1 only; every server, consumer and process a test starts is stopped by it.
 """
 
+import contextlib
 import gc
 import json
 import logging
@@ -96,6 +97,28 @@ def server_process():
     yield start
     for server in started:
         server.stop()
+
+
+@contextlib.contextmanager
+def consumer_process(script, *args):
+    """A consumer running ``script`` (with ``args``) in a process of its own, its standard input and output piped;
+    killed on the way out, whatever it does."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", script, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        yield process
+    finally:
+        process.kill()
+        process.wait()
+        process.stdout.close()
+        process.stdin.close()
+
+
+def run_consumer(script, *args):
+    """A consumer running ``script`` (with ``args``) in a process of its own, to its end: what it printed and how it
+    ended."""
+    return subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=60)
 
 
 def lazyseq_threads():
@@ -411,7 +434,7 @@ def test_an_iterator_that_gives_nothing_to_serve_is_refused():
     # A generator served twice split its items between the servers (or failed with "generator already executing");
     # one that had ended was served as an empty stream.
     def count():
-        yield from range(3)
+        yield from range(50)  # more than the server draws ahead: not ended while it is served
 
     items = count()
     with lazyseq.serve(items, LOOPBACK) as server:
@@ -422,7 +445,7 @@ def test_an_iterator_that_gives_nothing_to_serve_is_refused():
             "connect every consumer to that one"
         )
         with lazyseq.connect(server.address) as stream:
-            assert list(stream) == [0, 1, 2]
+            assert list(stream) == list(range(50))
     with pytest.raises(ValueError) as caught:
         lazyseq.serve(items, LOOPBACK)
     assert str(caught.value) == (
@@ -609,20 +632,12 @@ sys.stdin.read()  # until killed
 
 def test_a_killed_consumer_restarted_gets_the_rest_exactly_once(server_process):
     server = server_process("counting")
-    consumer = subprocess.Popen(
-        [sys.executable, "-c", CONSUMER, server.address, "25"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        before = []
+    with consumer_process(CONSUMER, server.address, "25") as consumer:  # SIGKILLed on the way out: the 4 items it
+        before = []  # received and did not hand out go back to the server
         for line in consumer.stdout:
             if line.strip() == "synced":
                 break
             before.append(int(line))
-    finally:
-        consumer.kill()  # SIGKILL: the 4 items it received and did not hand out go back to the server
-        consumer.wait()
-        consumer.stdout.close()
-        consumer.stdin.close()
     assert before == list(range(25))
     with lazyseq.connect(server.address, timeout=5) as restarted:
         after = [int(x[0]) for x in restarted]
@@ -642,51 +657,34 @@ print(*stream, "end", flush=True)
 
 def test_a_consumer_stopped_longer_than_its_timeout_leaves_its_items_to_others_and_goes_on():
     # Taken for dead, it handed out the items it had received (others got them too), or waited forever for more.
-    with lazyseq.serve(iter(range(40)), LOOPBACK) as server:
-        stopped = subprocess.Popen(
-            [sys.executable, "-c", STOPPED_CONSUMER, server.address],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            assert stopped.stdout.readline() == "0\n" and stopped.stdout.readline() == "synced\n"
-            stopped.send_signal(signal.SIGSTOP)
-            with lazyseq.connect(server.address, timeout=5) as other:
-                got = list(other)  # items 1 to 4 too, once the server has taken the stopped one for dead
-            stopped.send_signal(signal.SIGCONT)
-            out, _ = stopped.communicate("\n", timeout=30)
-        finally:
-            stopped.kill()
-            stopped.wait()
+    with (
+        lazyseq.serve(iter(range(40)), LOOPBACK) as server,
+        consumer_process(STOPPED_CONSUMER, server.address) as stopped,
+    ):
+        assert stopped.stdout.readline() == "0\n" and stopped.stdout.readline() == "synced\n"
+        stopped.send_signal(signal.SIGSTOP)
+        with lazyseq.connect(server.address, timeout=5) as other:
+            got = list(other)  # items 1 to 4 too, once the server has taken the stopped one for dead
+        stopped.send_signal(signal.SIGCONT)
+        out, _ = stopped.communicate("\n", timeout=30)
     assert sorted(got) == list(range(1, 40)) and out == "end\n"
 
 
 def test_a_consumer_stopped_while_its_server_restarts_drops_what_the_old_one_gave_to_others():
     # It handed out items 1 to 4 when it went on, which the old server had given to another consumer already.
-    with lazyseq.serve(iter(range(40)), LOOPBACK) as server:
-        address = server.address
-        stopped = subprocess.Popen(
-            [sys.executable, "-c", STOPPED_CONSUMER, address], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-        )
-        try:
+    server = lazyseq.serve(iter(range(40)), LOOPBACK)
+    address = server.address
+    with consumer_process(STOPPED_CONSUMER, address) as stopped:
+        with server:
             assert stopped.stdout.readline() == "0\n" and stopped.stdout.readline() == "synced\n"
             stopped.send_signal(signal.SIGSTOP)
             with lazyseq.connect(address, timeout=5, ahead=1) as other:
                 got = []
                 while not {1, 2, 3, 4} <= set(got):  # once the server has taken the stopped one for dead
                     got.append(next(other))
-        except BaseException:
-            stopped.kill()
-            stopped.wait()
-            raise
-    try:
         with lazyseq.serve(iter(range(100, 110)), address):  # a new server at the same address
             stopped.send_signal(signal.SIGCONT)
             out, _ = stopped.communicate("\n", timeout=30)
-    finally:
-        stopped.kill()
-        stopped.wait()
     assert out == " ".join(map(str, range(100, 110))) + " end\n"
 
 
@@ -1215,12 +1213,7 @@ if sys.argv[2] == "on an error":
 def test_a_program_that_ends_without_closing_its_consumer_leaves_the_item_in_hand_only_on_an_error(ending, rest):
     # Its goodbye said nothing of the items handed out: the last one went out again, whatever the ending
     with lazyseq.serve(iter(range(8)), LOOPBACK) as server:
-        done = subprocess.run(
-            [sys.executable, "-c", ENDS_WITHOUT_CLOSE, server.address, ending],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        done = run_consumer(ENDS_WITHOUT_CLOSE, server.address, ending)
         assert done.stdout == "[0, 1, 2]\n" and done.returncode == (0 if ending == "normally" else 1)
         with lazyseq.connect(server.address, timeout=5) as second:
             assert list(second) == rest
@@ -1252,12 +1245,7 @@ else:
 def test_a_ctrl_c_that_ends_the_program_as_the_next_read_begins_counts_the_last_item_done(reading):
     # The program ended on an error, so its last item counted as not finished: it went out again
     with lazyseq.serve(iter(range(10)), LOOPBACK) as server:
-        done = subprocess.run(
-            [sys.executable, "-c", CTRL_C_AS_THE_NEXT_READ_BEGINS, server.address, reading],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        done = run_consumer(CTRL_C_AS_THE_NEXT_READ_BEGINS, server.address, reading)
         assert done.stdout.split() == ["0", "1", "2", "3", "4"] and done.returncode == -signal.SIGINT, done.stderr
         with lazyseq.connect(server.address, timeout=5) as second:
             assert list(second) == [5, 6, 7, 8, 9]
@@ -1361,9 +1349,7 @@ for item in stream:
 def test_a_consumer_killed_as_it_hands_an_item_out_leaves_it_to_another():
     # The item was acknowledged before next() returned it: killed in between, nobody ever got it.
     with lazyseq.serve(iter(range(30)), LOOPBACK) as server:
-        done = subprocess.run(
-            [sys.executable, "-c", KILLED_AS_IT_HANDS_OUT, server.address], capture_output=True, text=True, timeout=60
-        )
+        done = run_consumer(KILLED_AS_IT_HANDS_OUT, server.address)
         assert done.returncode == -signal.SIGKILL, done.stderr
         first = [int(line) for line in done.stdout.split()]
         with lazyseq.connect(server.address, timeout=5) as second:
@@ -1385,19 +1371,8 @@ sys.stdin.read()  # working on item 4 until killed
 def test_the_item_a_consumer_was_working_on_when_killed_goes_to_another():
     # Acknowledged as it was handed out: a consumer killed halfway through its work on it took it along.
     with lazyseq.serve(iter(range(20)), LOOPBACK) as server:
-        working = subprocess.Popen(
-            [sys.executable, "-c", WORKING_ON_AN_ITEM, server.address],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        try:
+        with consumer_process(WORKING_ON_AN_ITEM, server.address) as working:  # killed while it works on item 4
             first = [int(working.stdout.readline()) for _ in range(5)]
-        finally:
-            working.kill()
-            working.wait()
-            working.stdout.close()
-            working.stdin.close()
         with lazyseq.connect(server.address, timeout=5) as second:
             rest = list(second)
     # items before it too, at times: their acknowledgements may have been on their way still
@@ -1427,9 +1402,7 @@ with lazyseq.connect(sys.argv[1], timeout=1.0, ahead=4) as stream:
 def test_a_ctrl_c_that_ends_the_program_as_an_item_is_handed_out_loses_nothing():
     # Its acknowledgement had gone; the interrupt kept the item for the next read, which never came: lost.
     with lazyseq.serve(iter(range(30)), LOOPBACK) as server:
-        done = subprocess.run(
-            [sys.executable, "-c", CTRL_C_AS_IT_HANDS_OUT, server.address], capture_output=True, text=True, timeout=60
-        )
+        done = run_consumer(CTRL_C_AS_IT_HANDS_OUT, server.address)
         assert done.returncode == -signal.SIGINT and done.stderr.strip().endswith("KeyboardInterrupt"), done.stderr
         first = [int(line) for line in done.stdout.split()]
         with lazyseq.connect(server.address, timeout=5) as second:
