@@ -533,8 +533,8 @@ def test_a_pair_of_1d_tensors_read_as_rows_says_so():
         fit(SGDRegressor(), DataLoader(TensorDataset(x, 3 * x + 1), batch_size=16), progress=False)
     assert str(info.value) == (
         "fit: batch 0 is X alone, but SGDRegressor.partial_fit needs targets: batches must be (X, y) or "
-        "(X, y, sample_weight); a list of 2 1-D tensors of one shape is 2 rows of X (what a batch of tensor items "
-        "is): for (x, y) with one feature, make x 2-D (x[:, None])"
+        "(X, y, sample_weight); a list of 2 1-D tensors of one shape is read as 2 rows of X: for (x, y) with one "
+        "feature, make x 2-D (x[:, None])"
     )
 
 

@@ -180,7 +180,7 @@ def test_as_dataset_items_and_lazy_batches(npy_files):
     np.testing.assert_array_equal(x, samples[997])
     assert y == labels[997]
     lazy = dataset.__getitems__([5, 999, 5])
-    assert isinstance(lazy, LazyBatch) and len(lazy) == 3 and repr(lazy) == "LazyBatch(3 samples)"
+    assert isinstance(lazy, LazyBatch) and len(lazy) == 3
     np.testing.assert_array_equal(lazy[1][0], samples[999])
     np.testing.assert_array_equal(lazy[-1][0], samples[5])
     assert [int(s[1]) for s in lazy[::2]] == [labels[5], labels[5]]
@@ -346,11 +346,34 @@ def test_collate_of_samples_that_are_lists_is_default_collates():
 def test_from_dataset_keeps_tensors():
     pairs = from_dataset(TensorDataset(torch.arange(6.0), torch.arange(6) % 2))
     assert len(pairs) == 6
-    x, y = pairs.batch(4)[1]  # tensor items are not stacked by lazyseq's own collation: lists of them
-    assert type(x) is list and [t.item() for t in x] == [4.0, 5.0] and [t.item() for t in y] == [0, 1]
+    x, y = pairs.batch(4)[1]  # tensor items (fields) are stacked into tensors, as torch's default_collate stacks them
+    assert torch.equal(x, torch.tensor([4.0, 5.0])) and torch.equal(y, torch.tensor([0, 1]))
     xs, ys = pairs.gather([5, 0]).batch(2, collate_fn=collate)[0]
     assert xs.tolist() == [5.0, 0.0] and ys.tolist() == [1, 0]
     assert torch.equal(from_dataset(torch.arange(4) * 3).batch(2, collate_fn=torch.stack)[1], torch.tensor([6, 9]))
+
+
+def test_a_batch_stacks_tensor_items_as_torch_does():
+    # Tensor items batched into a list of tensors, which a model refused ("argument 'input' must be Tensor, not list").
+    X, y = torch.randn(10, 3), torch.arange(10)
+    xb, yb = lazyseq.collate([X, y]).shuffle(seed=0).batch(4)[0]
+    order = lazyseq.shuffle(range(10), seed=0)[:4]
+    assert torch.equal(xb, X[list(order)]) and torch.equal(yb, y[list(order)])
+    with to_device(lazyseq.view(X).batch(4), "cpu") as feed:
+        assert torch.equal(next(feed), X[:4])
+    with pytest.raises(lazyseq.EvaluationError) as info:
+        lazyseq.view([torch.zeros(2), torch.zeros(3)]).batch(2)[0]
+    assert str(info.value) == (
+        "failed to compute batch[0]: ValueError: cannot stack items of different shapes into one array: item 0 "
+        "(sequence[0]) has shape (2,), item 1 (sequence[1]) has shape (3,); batch(..., collate_fn=list) gives such "
+        "items as a list"
+    )
+    with pytest.raises(lazyseq.EvaluationError, match=r"TypeError: cannot collate item 1 \(ndarray\) with item 0 "):
+        lazyseq.view([torch.zeros(2), np.zeros(2)]).batch(2)[0]
+    assert [t.shape for t in lazyseq.view([torch.zeros(2), torch.zeros(3)]).batch(2, collate_fn=list)[0]] == [
+        (2,),
+        (3,),
+    ]
 
 
 def test_from_dataset_reads_through_getitems():

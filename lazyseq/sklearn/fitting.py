@@ -275,8 +275,8 @@ def _rows_hint(batch: Any) -> str:
     if type(batch) is not list or len(batch) not in (2, 3) or getattr(batch[0], "ndim", None) != 1:
         return ""
     return (
-        f"; a list of {len(batch)} 1-D tensors of one shape is {len(batch)} rows of X (what a batch of tensor "
-        "items is): for (x, y) with one feature, make x 2-D (x[:, None])"
+        f"; a list of {len(batch)} 1-D tensors of one shape is read as {len(batch)} rows of X: for (x, y) with one "
+        "feature, make x 2-D (x[:, None])"
     )
 
 

@@ -42,8 +42,8 @@ class FeatureLayout:
     A batch collates items that are lists position by position (lazyseq's
     ``batch`` and torch's ``default_collate`` alike): X given as a Python
     list of 5 numbers becomes a list of 5 arrays, one per feature, which
-    scikit-learn would read as 5 rows; ``view.batch`` of tensor items makes
-    a list of rows. The first batch that has such an X says which, by the
+    scikit-learn would read as 5 rows; a list of tensor items (a batch made
+    with ``collate_fn=list``) is a list of rows. The first batch that has such an X says which, by the
     targets' length (one call of ``fit``, ``score`` or ``predict`` reads
     its batches one way: a short last batch, as many rows as features, is
     read as the others were).
@@ -167,7 +167,7 @@ def _holds_columns(X: list, y: Any, where: str) -> bool:
         return False
     if len(X) != rows:
         return True
-    if not isinstance(X[0], np.ndarray):  # tensors: what view.batch makes of tensor items, rows
+    if not isinstance(X[0], np.ndarray):  # tensors: tensor items listed (collate_fn=list), rows
         return False
     raise ValueError(
         f"{where}: X is a list of {rows} arrays of {rows} values, as many as the targets: the columns of items "
@@ -183,7 +183,7 @@ def _is_vector(x: Any) -> bool:
 
 
 def _tensor_rows(batch: Any) -> bool:
-    """Whether ``batch`` is a list of tensor items, rows of X (``view.batch`` makes one), rather than of fields.
+    """Whether ``batch`` is a list of tensor items, rows of X (``collate_fn=list`` makes one), rather than of fields.
 
     The rows are tensors of one shape, each a row of X (at most one
     dimension); fields are a 2-D X and its targets (and weights).
@@ -195,7 +195,7 @@ def _tensor_rows(batch: Any) -> bool:
 
 
 def rows_of(field: Any) -> Any:
-    """``field``, or one array of the torch tensors it lists (``view.batch`` makes a list of tensor items or fields).
+    """``field``, or one array of the torch tensors it lists (tensor items or fields batched with ``collate_fn=list``).
 
     >>> import numpy as np
     >>> rows_of([np.zeros(2), np.ones(2)])  # not tensors: as it is

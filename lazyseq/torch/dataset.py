@@ -18,7 +18,7 @@ from torch.utils.data import Dataset, IterableDataset, default_collate
 from ..views.base import View
 from ..views.itemtypes import SequenceLike, T, T_co
 from ..views.sources import as_view
-from .tensors import is_tensor_list, stack_tensor_items, to_tensors
+from .tensors import to_tensors
 
 __all__ = ["LazyBatch", "ViewDataset", "as_dataset", "collate", "from_dataset"]
 
@@ -36,11 +36,12 @@ class LazyBatch(list[Any]):
     strings). Either is read with one vectorized gather, the first time it
     is asked for, and then kept. Code that reads a list's storage directly,
     without a Python call first (torch's functions that take a list of
-    tensors, ``torch.stack(batch)``), finds it empty until then: where the
-    items are tensors (``read_now``, or a ``value`` read already: what
-    :class:`ViewDataset` decides from its first batch), the samples are read
-    at once, and are the batch. It pickles as the plain list of its samples,
-    without the view.
+    tensors, ``torch.stack(batch)``; ``array.array``), finds it empty until
+    then: where the items are tensors (``read_now``, or a ``value`` read
+    already: what :class:`ViewDataset` decides from its first batch), the
+    samples are read at once (the rows of the stacked tensor). Its repr
+    reads them. It pickles as the plain list of its samples, without the
+    view.
 
     >>> import numpy as np, lazyseq
     >>> from lazyseq.torch.dataset import LazyBatch
@@ -57,11 +58,13 @@ class LazyBatch(list[Any]):
         super().__init__()
         self._view = view
         self._indices = indices
-        self._value: Any = _stacked(view, indices) if read_now and value is _UNREAD else value
+        self._value: Any = value
         self._read = False  # the samples, in the list itself (where torch's C code reads a list)
-        if is_tensor_list(self._value):  # items that are tensors batch into the list of them: the samples
-            list.extend(self, self._value)
+        if isinstance(value, torch.Tensor):  # items that are tensors, stacked: its rows are the samples
+            list.extend(self, value.unbind(0))
             self._read = True
+        elif read_now:
+            self._samples()
 
     @property
     def value(self) -> Any:
@@ -90,7 +93,8 @@ class LazyBatch(list[Any]):
         return (list, (list(list.__iter__(self)),))
 
     def __repr__(self) -> str:
-        return list.__repr__(self) if self._read else f"LazyBatch({len(self._indices)} samples)"
+        self._samples()
+        return list.__repr__(self)
 
 
 def _reading_first(name: str) -> Any:
@@ -160,7 +164,7 @@ class ViewDataset(Dataset[T_co]):
             except Exception:  # items that do not stack (of several shapes), or one that failed: its first item says
                 self._tensor_items = isinstance(self.view[indices[0]], torch.Tensor)  # an item's error: raised here
                 return LazyBatch(self.view, indices, read_now=self._tensor_items)
-            self._tensor_items = is_tensor_list(value)
+            self._tensor_items = isinstance(value, torch.Tensor)
             return LazyBatch(self.view, indices, value=value)
         return LazyBatch(self.view, indices, read_now=bool(self._tensor_items))
 
@@ -216,7 +220,7 @@ def collate(batch: Any) -> Any:
     indices) becomes its batch with every array turned into a tensor that
     shares its memory (see :func:`~lazyseq.torch.to_tensors`); structure is
     kept, tuples stay tuples, and items (or fields) that are tensors are
-    stacked, as ``default_collate`` stacks them. A list (the samples of
+    stacked, as ``view.batch`` stacks them. A list (the samples of
     another dataset) goes to torch's ``default_collate``. Anything else is
     a batch already (``dataset[indices]``, which a loader with
     ``batch_size=None`` and a ``BatchSampler`` hands over) or a single
@@ -237,9 +241,7 @@ def collate(batch: Any) -> Any:
             [1., 0., 0.]], dtype=torch.float64), ['c', 'a'])
     """
     if isinstance(batch, LazyBatch):
-        # items that are tensors collate into a list of them: stacked, as default_collate stacks them (before the
-        # arrays become tensors: a list of arrays is a list of fields, one per position of items that are lists)
-        return to_tensors(stack_tensor_items(batch.value))
+        return to_tensors(batch.value)
     if isinstance(batch, list):
         return default_collate(batch)
     return to_tensors(batch)
@@ -251,9 +253,9 @@ def from_dataset(dataset: Dataset[T]) -> View[T]:
     Batches, gathers and the other combinators that read several items at
     once ask the dataset through its ``__getitems__`` when it has one (one
     call for the whole batch), else item by item. Items are what the
-    dataset returns: tensors stay tensors, so a batch of tensor items is a
-    list of them unless the view batches with ``collate_fn=collate`` (or
-    ``torch.stack``). A dataset made by :func:`as_dataset` gives back its
+    dataset returns: tensors stay tensors, and a batch stacks tensor items
+    (or fields) into one tensor, as torch's ``default_collate`` does. A
+    dataset made by :func:`as_dataset` gives back its
     view. An ``IterableDataset`` has no random access: wrap it with
     ``lazyseq.uniter`` instead.
 
@@ -263,8 +265,8 @@ def from_dataset(dataset: Dataset[T]) -> View[T]:
     >>> pairs = from_dataset(TensorDataset(torch.arange(6.0), torch.arange(6) % 2))
     >>> pairs[4]
     (tensor(4.), tensor(0))
-    >>> pairs[::2].batch(3, collate_fn=collate)[0]
-    [tensor([0., 2., 4.]), tensor([0, 0, 0])]
+    >>> pairs[::2].batch(3)[0]
+    (tensor([0., 2., 4.]), tensor([0, 0, 0]))
     """
     if isinstance(dataset, ViewDataset):
         return dataset.view

@@ -13,7 +13,6 @@ from ..evaluate import evaluate
 from ..loading.options import Method
 from ..views.itemtypes import SequenceLike
 from .device import to_device
-from .tensors import stack_tensor_items
 
 __all__ = ["predict"]
 
@@ -73,7 +72,7 @@ def predict(
     feeder = to_device(handed, device, ahead=0, dtype=dtype)
 
     def run(batch: Any) -> Any:
-        handed.waiting.append(stack_tensor_items(batch))  # data of tensors: a list of them is one input
+        handed.waiting.append(batch)
         inputs = next(feeder)
         if isinstance(inputs, Mapping):
             return model(**inputs)

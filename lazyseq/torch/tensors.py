@@ -9,7 +9,7 @@ import torch
 
 from ..nested import is_plain_array, map_leaves
 
-__all__ = ["is_tensor_list", "stack_tensor_items", "to_tensors"]
+__all__ = ["to_tensors"]
 
 # The dtypes torch.from_numpy accepts (in native byte order); other arrays are left as they are.
 _TORCH_DTYPES = frozenset(
@@ -85,31 +85,3 @@ def _tensor(array: np.ndarray) -> Any:
         # a writable copy, strided in whole elements: a field of a structured array is not
         return torch.from_numpy(np.array(array))
     return torch.from_numpy(array)
-
-
-def is_tensor_list(value: Any) -> bool:
-    """Whether ``value`` is a non-empty list of tensors: what a batch of tensor items (or fields) is."""
-    return type(value) is list and bool(value) and all(isinstance(x, torch.Tensor) for x in value)
-
-
-def stack_tensor_items(value: Any) -> Any:
-    """``value`` (a batch) with each list of tensors in it (what items or fields that are tensors collate into) stacked.
-
-    Other lists are lists of fields (items that are lists collate position
-    by position), whose fields are looked into.
-
-    >>> import numpy as np
-    >>> stack_tensor_items([[torch.zeros(2), torch.ones(2)], np.arange(2)])  # items: [tensor, int]
-    [tensor([[0., 0.],
-            [1., 1.]]), array([0, 1])]
-    """
-    if type(value) is list:
-        if is_tensor_list(value):
-            return torch.stack(value)
-        return [stack_tensor_items(x) for x in value]
-    if isinstance(value, tuple):
-        fields = [stack_tensor_items(x) for x in value]
-        return type(value)(*fields) if hasattr(value, "_fields") else tuple(fields)
-    if type(value) is dict:
-        return {key: stack_tensor_items(x) for key, x in value.items()}
-    return value

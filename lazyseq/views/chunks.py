@@ -14,6 +14,7 @@ chunk is already columnar.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from numbers import Number
@@ -335,6 +336,17 @@ def _stack(items: list) -> np.ndarray:
     return batch
 
 
+def _stack_tensors(items: list, torch: Any) -> Any:
+    """Torch tensors of one shape stacked into one tensor, as torch's ``default_collate`` stacks them."""
+    shape = items[0].shape
+    for k, item in enumerate(items):
+        if not isinstance(item, torch.Tensor):
+            raise _not_like_the_first(items, k)
+        if item.shape != shape:
+            raise MixedShapes((0, k), (tuple(shape), tuple(item.shape)))
+    return torch.stack(items)
+
+
 def _check_array_like(items: list) -> None:
     """``TypeError`` naming the first item that is no array, number or sequence of them (None, a dict), or a string
     (or a record) among arrays of numbers."""
@@ -366,9 +378,10 @@ def _promoted(scalars: list[Any]) -> np.dtype | None:
 def default_collate(items: list[Any]) -> Any:
     """Assemble a list of items into one batch.
 
-    Numbers and arrays are stacked into one ``ndarray``; tuples, lists,
-    namedtuples and dicts are collated field by field; anything else (strings,
-    arbitrary objects, numbers mixed with strings) is returned as a list.
+    Numbers and arrays are stacked into one ``ndarray``, torch tensors into
+    one tensor; tuples, lists, namedtuples and dicts are collated field by
+    field; anything else (strings, arbitrary objects, numbers mixed with
+    strings) is returned as a list.
 
     >>> from lazyseq import default_collate
     >>> default_collate([(1, 'a'), (2, 'b')])
@@ -381,6 +394,9 @@ def default_collate(items: list[Any]) -> Any:
     first = items[0]
     if isinstance(first, np.ndarray):
         return _stack(items)
+    torch = sys.modules.get("torch")  # a tensor exists only once torch is imported: never imported here
+    if torch is not None and isinstance(first, torch.Tensor):
+        return _stack_tensors(items, torch)
     if isinstance(first, (Number, np.generic)):
         try:
             batch = np.asarray(items)
