@@ -376,6 +376,19 @@ def test_a_batch_stacks_tensor_items_as_torch_does():
     ]
 
 
+def test_tensors_index_views_as_arrays_do():
+    # An index tensor was refused: "array indices must be integers, slices or integer arrays, not Tensor".
+    v = lazyseq.view(np.arange(20.0).reshape(10, 2))
+    assert v[torch.tensor([3, 1])].batch(2)[0].tolist() == [[6.0, 7.0], [2.0, 3.0]]
+    assert v[torch.arange(10) % 4 == 0].batch(3)[0].tolist() == [[0.0, 1.0], [8.0, 9.0], [16.0, 17.0]]
+    assert as_dataset(v)[torch.tensor([9, 0])].tolist() == [[18.0, 19.0], [0.0, 1.0]]
+    with pytest.raises(TypeError, match=r"^array indices must be integers, slices or integer arrays, not an array of "):
+        v[torch.tensor([1.5])]
+    writable = lazyseq.view(np.zeros(4))
+    writable[torch.tensor([1, 3])] = [5.0, 6.0]
+    assert writable.source.tolist() == [0.0, 5.0, 0.0, 6.0]
+
+
 def test_from_dataset_reads_through_getitems():
     source = Counting(10)
     v = from_dataset(source)

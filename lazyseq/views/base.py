@@ -338,7 +338,11 @@ class View(Fluent[T_co], Sequence[T_co]):
         return f"view {self._describe()}"
 
     def _coerce_key(self, key: Any) -> int | list[Any] | np.ndarray:
-        """An ``int`` for integer-like keys, the key itself for index arrays and lists."""
+        """An ``int`` for integer-like keys, the key itself for index arrays and lists.
+
+        Other arrays (a torch tensor, a pandas Series: anything with
+        ``__array__``) index as the numpy array they make.
+        """
         if isinstance(key, list) or (isinstance(key, np.ndarray) and key.ndim):
             return key
         try:  # a 0-d integer array is an integer, as for a list and numpy
@@ -346,6 +350,8 @@ class View(Fluent[T_co], Sequence[T_co]):
                 raise TypeError  # numpy before 2.3 reads a numpy boolean as 0 or 1, with a warning; later, refuses it
             return operator.index(key)
         except TypeError:
+            if not isinstance(key, (np.ndarray, np.generic)) and hasattr(key, "__array__"):
+                return self._coerce_key(np.asarray(key))
             raise TypeError(
                 f"{self._label()} indices must be integers, slices or integer arrays, not {type(key).__name__}"
             ) from None
