@@ -18,6 +18,7 @@ from .loading.options import LoaderOptions, Method
 from .nested import describe, flatten, in_order_of, leaf_paths, rebuild, skeleton_key
 from .output_arrays import Output, check_distinct, check_out, match_out, new_output
 from .progress import progress_bar
+from .sparse import is_sparse
 from .views.itemtypes import SequenceLike
 from .views.sources import as_view
 
@@ -269,6 +270,12 @@ def _rows_of(value: Any, rows: int, batch_index: int) -> np.ndarray:
         raise TypeError(
             f"evaluate: fn returned a masked array for batch {batch_index}, whose mask would be lost in the "
             "output: return np.ma.filled(...) and the mask (np.ma.getmaskarray) as two results"
+        )
+    elif is_sparse(value):
+        raise TypeError(
+            f"evaluate: fn returned a sparse {type(value).__name__} for batch {batch_index}, and evaluate gathers "
+            "dense arrays: return dense rows (.toarray(), or a transformer's sparse=False or sparse_output=False), "
+            "or stack sparse results yourself: scipy.sparse.vstack([fn(b) for b in view.batch(k)])"
         )
     elif isinstance(value, np.ndarray) or hasattr(value, "__array__"):
         value = np.asarray(value)

@@ -380,6 +380,20 @@ def test_dicts_may_give_their_keys_in_any_order():
     assert list(got) == ["a", "b"] and got["b"].tolist() == [0, -1, -2, -3]
 
 
+def test_sparse_results_and_sparse_data_are_refused_saying_what_to_do():
+    # "fn returned a csr_matrix ... it must return arrays", and scipy's "sparse array length is ambiguous".
+    sparse = pytest.importorskip("scipy.sparse")
+    with pytest.raises(TypeError) as info:
+        lazyseq.evaluate(sparse.csr_matrix, np.eye(3))
+    assert str(info.value) == (
+        "evaluate: fn returned a sparse csr_matrix for batch 0, and evaluate gathers dense arrays: return dense rows "
+        "(.toarray(), or a transformer's sparse=False or sparse_output=False), or stack sparse results yourself: "
+        "scipy.sparse.vstack([fn(b) for b in view.batch(k)])"
+    )
+    with pytest.raises(TypeError, match=r"^cannot make a view of a sparse csr_array: views read dense rows; "):
+        lazyseq.view(sparse.csr_array(np.eye(3)))
+
+
 def test_a_masked_array_is_refused_rather_than_losing_its_mask():
     with pytest.raises(TypeError, match=r"^evaluate: fn returned a masked array for batch 0, whose mask would be lost"):
         lazyseq.evaluate(lambda b: np.ma.masked_array(b, mask=b > 3), np.arange(10.0), batch_size=3)

@@ -10,6 +10,7 @@ from typing import Any, overload
 import numpy as np
 
 from ..machine import this_machine
+from ..sparse import is_sparse
 from .arange import ArangeView
 from .base import View
 from .chunks import new_rows
@@ -275,6 +276,12 @@ def as_view(obj: SequenceLike[Any] | np.ndarray) -> View[Any]:
         return ArraySource(obj)
     if isinstance(obj, range):
         return ArangeView(obj)
+    if is_sparse(obj):  # whose len() raises "sparse array length is ambiguous"
+        raise TypeError(
+            f"cannot make a view of a sparse {type(obj).__name__}: views read dense rows; view X.toarray() where it "
+            "fits in memory, or batches of its rows: lazyseq.smap(lambda b: X[b * k : b * k + k], "
+            "range(-(-X.shape[0] // k)))"
+        )
     if not is_sequence_like(obj):
         raise TypeError(
             f"cannot make a view of {type(obj).__name__}: a sequence (with __len__ and __getitem__ "
