@@ -452,12 +452,12 @@ def batch(
 
 
 @overload
-def batch(
+def batch(  # only without collate_fn: an overload that matched with one too made mypy's answer Any (see Fluent.batch)
     sequence: SequenceLike[Any],
     k: Integer,
     drop_last: bool = ...,
     pad: Any = ...,
-    collate_fn: Callable[[list[Any]], Any] | None = None,
+    collate_fn: None = None,
 ) -> View[Any]: ...
 
 

@@ -77,8 +77,10 @@ class CollateView(View[Any]):
 def collate(sequences: Mapping[Any, SequenceLike[Any]]) -> View[dict[Any, Any]]: ...
 
 
+# Tuples of unknown width, typed Any: from tuple[Any, ...], mypy infers no lambda's arguments (an error for
+# collate([xs, ys]).starmap(lambda x, y: ...), correct as it is).
 @overload
-def collate(sequences: Sequence[SequenceLike[Any]]) -> View[tuple[Any, ...]]: ...
+def collate(sequences: Sequence[SequenceLike[Any]]) -> View[Any]: ...
 
 
 def collate(sequences: Sequence[SequenceLike[Any]] | Mapping[Any, SequenceLike[Any]]) -> View[Any]:

@@ -92,9 +92,12 @@ class Fluent(Generic[T_co]):
     def collate(self, other: SequenceLike[S], /) -> View[tuple[T_co, S]]: ...
 
     @overload
-    def collate(self, *others: SequenceLike[Any]) -> View[tuple[Any, ...]]: ...
+    def collate(self, other: SequenceLike[S], another: SequenceLike[U], /) -> View[tuple[T_co, S, U]]: ...
 
-    def collate(self, *others: SequenceLike[Any]) -> View[tuple[Any, ...]]:
+    @overload
+    def collate(self, *others: SequenceLike[Any]) -> View[Any]: ...  # Any rather than tuple[Any, ...]: see collate
+
+    def collate(self, *others: SequenceLike[Any]) -> View[Any]:
         """``collate([self, *others])``."""
         from .collate import collate
 

@@ -126,7 +126,9 @@ def views_that_keep_their_items() -> None:
     assert_type(words.split([np.int64(2)]), View[View[str]])
     assert_type(words.collate([1, 2, 3, 4]), View[tuple[str, int]])
     assert_type(lazyseq.collate({"word": words, "size": [1, 2, 3, 4]}), View[dict[Any, Any]])
-    assert_type(lazyseq.collate([words, [1, 2, 3, 4]]), View[tuple[Any, ...]])
+    assert_type(lazyseq.collate([words, [1, 2, 3, 4]]), View[Any])  # fields of unknown types and number
+    assert_type(lazyseq.collate([words, [1, 2, 3, 4]]).starmap(lambda word, size: word * size), View[Any])
+    assert_type(words.collate([1, 2, 3, 4], [0.5] * 4), View[tuple[str, int, float]])
     assert_type(lazyseq.arange(3), View[int])
     assert_type(lazyseq.arange(np.int64(3)), View[int])
     assert_type(lazyseq.repeat(0.5, 3), View[float])
@@ -138,6 +140,7 @@ def batches() -> None:
     words = lazyseq.view(["a", "bb", "ccc"])
     assert_type(lazyseq.view([1.0, 2.0]).batch(2), View[np.ndarray])
     assert_type(words.batch(2, collate_fn=list), View[list[str]])
+    assert_type(lazyseq.batch(lazyseq.view(np.zeros((4, 2))), 2, collate_fn=list), View[list[np.ndarray]])
     assert_type(words.batch(np.int64(2), collate_fn=list), View[list[str]])
     assert_type(words.batch(2, collate_fn=", ".join), View[str])
     assert_type(words.batch(2), View[Any])  # stacked by the default collate: depends on the items
