@@ -855,6 +855,10 @@ def test_only_its_own_temporary_files_are_removed(tmp_path):
         (tmp_path / "out" / name).write_bytes(b"left by someone")
     lazyseq.write_npy(np.zeros((3, 2)), tmp_path / "out")
     assert sorted(os.listdir(tmp_path / "out")) == [".notes.txt.0123abcd.tmp", "data-00000.npy", "manifest.json"]
+    # a complete directory, which a run writes nothing into, is cleaned too (its temporary file was kept)
+    (tmp_path / "out" / ".data-00000.npy.deadbeef.tmp").write_bytes(b"half a shard")
+    lazyseq.write_npy(np.zeros((3, 2)), tmp_path / "out")
+    assert sorted(os.listdir(tmp_path / "out")) == [".notes.txt.0123abcd.tmp", "data-00000.npy", "manifest.json"]
 
 
 def test_a_run_resumed_with_dict_keys_in_another_order_keeps_what_was_written(tmp_path):
@@ -872,7 +876,7 @@ def test_a_run_resumed_with_dict_keys_in_another_order_keeps_what_was_written(tm
     assert list(written[5]) == ["x", "y"] and int(written[5]["y"]) == 5
 
 
-def test_arguments_are_checked(tmp_path):
+def test_arguments_are_checked(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="write_npy: the sequence is empty, so there is nothing to write"):
         lazyseq.write_npy([], tmp_path)
     with pytest.raises(TypeError, match="write_npy needs a length, but cycle view is infinite"):
@@ -885,6 +889,30 @@ def test_arguments_are_checked(tmp_path):
         with pytest.raises(TypeError, match=f"^write_npy: {name} must be True or False, got 'False'$"):
             lazyseq.write_npy([1.0], tmp_path, **{name: "False"})
     assert os.listdir(tmp_path) == []
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=r"^write_npy: the directory is an empty path; give '\.' for the current "):
+        lazyseq.write_npy([1.0], "")  # it wrote into the current directory
+    assert os.listdir(tmp_path) == []
+
+
+def test_more_shards_than_the_process_may_open_are_refused_before_any_is_written(tmp_path):
+    # Every shard was written, then the view returned (which maps them all) failed: again at each run, after a check.
+    script = (
+        "import resource, sys, numpy as np, lazyseq\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (200, 200))\n"
+        "try:\n"
+        "    lazyseq.write_npy(np.arange(300, dtype='u1'), sys.argv[1], rows_per_shard=1)\n"
+        "except OSError as error:\n"
+        "    print(error)\n"
+    )
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-c", script, str(out)], capture_output=True, text=True, timeout=120)
+    assert re.fullmatch(
+        r"write_npy: mapping 300 files keeps 300 files open, and this process may have 200 open at most \(its hard "
+        r"limit; \d+ are open\): raise it \(ulimit -Hn\), or write fewer, larger shards\n",
+        done.stdout,
+    ), done.stdout + done.stderr
+    assert not out.exists()
 
 
 def test_list_items_are_written_as_tuples(tmp_path):

@@ -34,7 +34,7 @@ from ..views.base import View
 from ..views.errors import EvaluationError, LoaderFailure
 from ..views.itemtypes import SequenceLike
 from ..views.sources import as_view
-from .npy import open_npy
+from .npy import make_room_for_files, open_npy
 from .shard_directory import ProgressLog, finish, forget_progress, intact_shards, prepare, writing_alone
 from .shard_files import matches, npy_header, remove_temporaries, write_npy_files, write_npy_piece
 from .shard_layout import FIRST_BLOCK_ROWS, Layout, ShardRecord, read_batch
@@ -240,6 +240,8 @@ def write_npy(
     check_progress(progress, "write_npy")  # before the directory is touched
     # bytes too, as os functions take them; absolute, as the workers see it (a Ray worker's own directory differs)
     directory = os.fsdecode(directory)
+    if not directory:  # an unset setting, perhaps: not the current directory
+        raise ValueError("write_npy: the directory is an empty path; give '.' for the current directory")
     if not os.path.isabs(directory):  # joined, not normalized: "link/../out" goes where the system takes it
         directory = os.path.join(os.getcwd(), directory)
     try:
@@ -247,6 +249,8 @@ def write_npy(
     except Exception as error:
         _raise_failure(error, 0, None, directory)
     layout = Layout.of_items(first, length, rows_per_shard, bytes_per_shard)
+    # the view it returns maps every file: too many for this process is known before any is written
+    make_room_for_files(layout.shard_count * len(layout.fields), "write_npy")
     parameters = {"rows_per_shard": rows_per_shard, "bytes_per_shard": bytes_per_shard}
     with writing_alone(directory):
         return _write(items, directory, layout, options, parameters, resume, overwrite, sync, progress)
@@ -269,6 +273,7 @@ def _write(
         checked = intact_shards(directory, layout, options.nworkers)
         if checked is not None and len(checked) == layout.shard_count:  # nothing to redo: the directory stays as it is
             forget_progress(directory)  # left by a run stopped between writing the manifest and removing it
+            remove_temporaries(directory)  # what a run killed mid-file left
             if sync:  # it may have been written with sync=False
                 for shard in range(layout.shard_count):
                     for name in layout.file_names(shard):
