@@ -4,11 +4,12 @@ numpy's ``same_kind`` casting lets a string into a shorter string dtype (cut
 short), an integer into a narrower integer dtype (wrapped around), and a
 float into narrower floats (inf where it is too large): :func:`keeps_values`
 tells whether the values at hand survive such a cast (and an integer cast to
-bool: only 0 and 1 do; integers cast to floats: inf where too large; and, for
-a cast numpy calls safe, datetimes and durations cast to a finer unit: wrapped
-around outside its range, or an OverflowError from numpy 2.5 on). Floats that
-lose precision to narrower ones are kept, as are integers to floats and times
-to a coarser unit.
+bool: only 0 and 1 do; integers cast to floats: inf where too large, rounded
+beyond the floats' precision, 2**53 for float64, which numpy calls safe; and,
+for a cast numpy calls safe, datetimes and durations cast to a finer unit:
+wrapped around outside its range, or an OverflowError from numpy 2.5 on).
+Floats that lose precision to narrower ones are kept, as are times to a
+coarser unit.
 
 numpy also calls safe a cast from numbers to strings ("3", "True"):
 :func:`same_kind_of_value` tells a cast that keeps numbers numbers, strings
@@ -25,7 +26,8 @@ _NUMBERS = "biufc"  # bool, integers, floats, complex numbers: one widens into a
 
 
 def keeps_values(values: np.ndarray, dtype: np.dtype) -> bool:
-    """Whether casting ``values`` to ``dtype`` (of the same kind) cuts no string, wraps no integer, makes no inf.
+    """Whether casting ``values`` to ``dtype`` (of the same kind) cuts no string, wraps no integer, makes no inf,
+    rounds no integer made a float.
 
     >>> keeps_values(np.array(["a", "giraffe"]), np.dtype("U3")), keeps_values(np.array([5, 200]), np.dtype("u1"))
     (False, True)
@@ -35,6 +37,8 @@ def keeps_values(values: np.ndarray, dtype: np.dtype) -> bool:
     (False, True)
     >>> keeps_values(np.array([100_000]), np.dtype("f2")), keeps_values(np.array(["2900-01-01"], "M8[D]"), np.dtype("M8[ns]"))
     (False, False)
+    >>> keeps_values(np.array([2**53, 2**60]), np.dtype("f8")), keeps_values(np.array([2**53 + 1]), np.dtype("f8"))
+    (True, False)
     """
     if values.size == 0:
         return True
@@ -50,9 +54,13 @@ def keeps_values(values: np.ndarray, dtype: np.dtype) -> bool:
         with np.errstate(over="ignore"):  # a finite number too large for the narrower floats becomes inf
             cast = values.astype(dtype)
         return bool((np.isfinite(cast) | ~np.isfinite(values)).all())
-    if values.dtype.kind in "iu" and dtype.kind in "fc":  # an integer too large for the floats becomes inf
-        with np.errstate(over="ignore"):
-            return bool(np.isfinite(values.astype(dtype)).all())
+    if values.dtype.kind in "iu" and dtype.kind in "fc":  # too large for the floats: inf, or rounded
+        exact = 2 ** (np.finfo(dtype).nmant + 1)  # every integer up to this one is held as it is
+        if -exact <= int(values.min()) and int(values.max()) <= exact:
+            return True
+        with np.errstate(over="ignore", invalid="ignore"):
+            cast = values.astype(dtype)
+            return bool(np.isfinite(cast).all() and (cast.real.astype(values.dtype) == values).all())
     if values.dtype.kind in "mM" and dtype.kind == values.dtype.kind and np.can_cast(values.dtype, dtype, "safe"):
         try:
             with np.errstate(over="ignore"):  # a finer unit: a date outside its range wraps around

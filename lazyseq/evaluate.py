@@ -77,10 +77,11 @@ def evaluate(
     when a later one needs it (longer strings, floats after integers: a file
     is then written anew),
     but never into another kind of value (numbers into strings, int64 and
-    uint64 into floats: a ``TypeError``); an array you give keeps its dtype,
+    uint64 into floats: a ``TypeError``), nor where a value would change (an
+    integer beyond 2**53 made a float64); an array you give keeps its dtype,
     takes casts of the same kind (float64 results into float32), and refuses
     results that would not survive them (a string cut short, an integer out
-    of range, a number too large for its floats) with a ``TypeError`` naming
+    of range or rounded, a number too large for its floats) with a ``TypeError`` naming
     the batch and the output. Every output of a batch is checked before any
     is written: when a batch fails, the arrays you gave hold the rows of the
     batches before it and none of its own. Two

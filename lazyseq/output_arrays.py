@@ -53,8 +53,8 @@ class Output:
                 if not keeps_values(target[:start], wider):
                     raise TypeError(
                         f"evaluate: fn returned {leaf.dtype} results for batch {batch_index}{_in_output(self.key)}, "
-                        f"but {target.dtype} ones before, some of which {wider} cannot hold (times outside the range "
-                        "of its unit): return one dtype, with .astype in fn"
+                        f"but {target.dtype} ones before, some of which {wider} cannot hold as they are "
+                        f"({_lost(target.dtype)}): return one dtype, with .astype in fn"
                     )
                 self.array = self._widened(wider, start, batch_index)
                 return self.array
@@ -68,8 +68,8 @@ class Output:
                 )
             if not keeps_values(leaf, target.dtype):
                 raise TypeError(self._do_not_fit(leaf, batch_index))
-        elif leaf.dtype.kind in "mM" and leaf.dtype != target.dtype and not keeps_values(leaf, target.dtype):
-            raise TypeError(self._do_not_fit(leaf, batch_index))  # a cast numpy calls safe: to a finer unit
+        elif _may_change(leaf.dtype, target.dtype) and not keeps_values(leaf, target.dtype):
+            raise TypeError(self._do_not_fit(leaf, batch_index))  # a cast numpy calls safe: to a finer unit, to floats
         return target
 
     def _widened(self, dtype: np.dtype, filled: int, batch_index: int) -> np.ndarray:
@@ -93,7 +93,8 @@ class Output:
         return (
             f"evaluate: the {leaf.dtype} results of batch {batch_index} do not fit the {self.array.dtype} "
             f"output{self.key} (strings longer than it holds, integers outside its range, numbers too large for its "
-            "floats, or times outside the range of its unit): give an output of a wider dtype"
+            "floats, integers beyond their precision, or times outside the range of its unit): give an output of a "
+            "wider dtype"
         )
 
     def flush(self) -> None:
@@ -114,6 +115,20 @@ class Output:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.working)
             self.working = None
+
+
+def _may_change(source: np.dtype, target: np.dtype) -> bool:
+    """Whether a cast that numpy calls safe may change a value: times to a finer unit, integers to floats."""
+    if source.kind in "mM":
+        return source != target
+    return source.kind in "iu" and target.kind in "fc"
+
+
+def _lost(dtype: np.dtype) -> str:
+    """What results of ``dtype`` may not survive in a wider dtype, for messages."""
+    if dtype.kind in "mM":
+        return "times outside the range of its unit"
+    return "integers beyond the precision of its floats"
 
 
 def _in_output(key: str) -> str:

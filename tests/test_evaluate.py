@@ -142,7 +142,8 @@ def test_widening_to_a_finer_unit_of_time_keeps_the_earlier_times_or_says_it_can
         lazyseq.evaluate(lambda b: late if b[0] == 0 else np.zeros(1, "datetime64[ns]"), [0, 1], batch_size=1)
     assert str(caught.value) == (
         "evaluate: fn returned datetime64[ns] results for batch 1, but datetime64[s] ones before, some of which "
-        "datetime64[ns] cannot hold (times outside the range of its unit): return one dtype, with .astype in fn"
+        "datetime64[ns] cannot hold as they are (times outside the range of its unit): return one dtype, with .astype "
+        "in fn"
     )
     near = np.array(["2020-01-01"], "datetime64[s]")
     finer = lazyseq.evaluate(
@@ -337,8 +338,8 @@ def test_integers_too_large_for_the_floats_and_times_outside_a_finer_unit_are_re
         lazyseq.evaluate(lambda b: b * 100_000, np.arange(4), batch_size=2, out=np.zeros(4, np.float16))
     hundreds = lazyseq.evaluate(lambda b: b * 100, np.arange(4), batch_size=2, out=np.zeros(4, np.float16))
     assert hundreds.tolist() == [0, 100, 200, 300]
-    rounded = lazyseq.evaluate(lambda b: b + 65517, np.arange(2), batch_size=2, out=np.zeros(2, np.float16))
-    assert rounded.tolist() == [65504, 65504]  # above float16's largest, yet rounded to it, not made inf
+    with pytest.raises(TypeError, match=r"^evaluate: the int64 results of batch 0 do not fit the float16 output"):
+        lazyseq.evaluate(lambda b: b + 2049, np.arange(2), batch_size=2, out=np.zeros(2, np.float16))  # 2050 rounded
 
     def dates(b):
         return np.datetime64("2900-01-01", "D") + b.astype("m8[D]")
@@ -353,13 +354,32 @@ def test_integers_too_large_for_the_floats_and_times_outside_a_finer_unit_are_re
         lazyseq.evaluate(nanoseconds_then_days, np.arange(4), batch_size=2)
 
 
+def test_integers_that_floats_would_round_are_refused():
+    # int64 results widened to float64 for a later batch of floats, or written into a float64 output: 2**60 + 1
+    # became 2**60, silently (while int64 with uint64, which would be floats, was refused).
+    ids = np.arange(4, dtype=np.int64) + 2**60 + 1
+    with pytest.raises(TypeError) as caught:
+        lazyseq.evaluate(lambda b: b if b[0] == ids[0] else b.astype(float), ids, batch_size=2)
+    assert str(caught.value) == (
+        "evaluate: fn returned float64 results for batch 1, but int64 ones before, some of which float64 cannot hold "
+        "as they are (integers beyond the precision of its floats): return one dtype, with .astype in fn"
+    )
+    with pytest.raises(TypeError, match=r"^evaluate: the int64 results of batch 0 do not fit the float64 output "):
+        lazyseq.evaluate(lambda b: b, ids, batch_size=2, out=np.zeros(4))
+    exact = np.array([0, 2**53, -(2**53), 2**60])  # held as they are
+    np.testing.assert_array_equal(lazyseq.evaluate(lambda b: b, exact, batch_size=2, out=np.zeros(4)), exact)
+    mixed = lazyseq.evaluate(lambda b: b if b[0] == 0 else b + 0.5, np.arange(3), batch_size=1)  # widened
+    assert mixed.dtype == np.float64 and mixed.tolist() == [0.0, 1.5, 2.5]
+
+
 def test_an_output_you_give_refuses_values_it_cannot_hold():
     # Strings were cut and integers wrapped (200 into int8 gave -56), silently.
     with pytest.raises(TypeError) as caught:
         lazyseq.evaluate(names_of, np.arange(6), batch_size=3, out=np.empty(6, "U2"))
     assert str(caught.value) == (
         "evaluate: the <U12 results of batch 1 do not fit the <U2 output (strings longer than it holds, integers "
-        "outside its range, numbers too large for its floats, or times outside the range of its unit): give an output "
+        "outside its range, numbers too large for its floats, integers beyond their precision, or times outside the "
+        "range of its unit): give an output "
         "of a wider dtype"
     )
     with pytest.raises(TypeError, match=r"^evaluate: the float64 results of batch 0 do not fit the float32 output"):
