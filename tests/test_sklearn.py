@@ -371,6 +371,12 @@ def test_predict_errors_about_the_method(classifier):
         predict(GaussianNB(), X, method="transform")
     with pytest.raises(TypeError, match="method must be the name of a method"):
         predict(classifier, X, method=classifier.predict)
+    with pytest.raises(ValueError) as caught:  # what method= means to evaluate and the loaders
+        predict(classifier, X, method="process")
+    assert str(caught.value) == (
+        "predict: method names the estimator's method here ('predict', 'predict_proba', 'transform', ...), not how "
+        "chunks are computed ('process'): nworkers=N computes them in N threads"
+    )
 
 
 # -- score --------------------------------------------------------------------------------------------

@@ -75,6 +75,11 @@ def _method(estimator: Any, name: str) -> Callable:
     try:
         method = getattr(estimator, name)
     except AttributeError as error:
+        if name in ("thread", "process", "ray"):  # lazyseq's method= elsewhere: how chunks are computed
+            raise ValueError(
+                f"predict: method names the estimator's method here ('predict', 'predict_proba', 'transform', ...), "
+                f"not how chunks are computed ({name!r}): nworkers=N computes them in N threads"
+            ) from None
         reason = f": {error.__cause__}" if error.__cause__ else ""  # scikit-learn's why, e.g. loss='hinge'
         raise AttributeError(f"predict: {type(estimator).__name__} has no method {name!r}{reason}") from error
     if not callable(method):
