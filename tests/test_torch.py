@@ -967,6 +967,17 @@ def test_predict_gives_a_model_back_through_its_own_train():
     assert model.training and model.noise == 0.1
 
 
+def test_predict_of_float64_data_by_a_float32_model_says_dtype_converts():
+    model = torch.nn.Linear(4, 2)
+    with pytest.raises(RuntimeError) as caught:
+        predict(model, np.zeros((6, 4)), batch_size=3)
+    assert caught.value.__notes__[0] == (
+        "predict: the data are torch.float64 and the model's parameters torch.float32: dtype=torch.float32 converts "
+        "the data on the way"
+    )
+    assert predict(model, np.zeros((6, 4)), batch_size=3, dtype=torch.float32).shape == (6, 2)
+
+
 def test_predict_over_tensors_gives_the_model_one_stacked_input():
     # A batch of tensor items is a list of them, which predict spread into model(*rows): a TypeError, or one
     # argument per sample for a model that takes *args.

@@ -11,6 +11,7 @@ import torch
 
 from ..evaluate import evaluate
 from ..loading.options import Method
+from ..nested import flatten
 from ..views.itemtypes import SequenceLike
 from .device import to_device
 
@@ -74,6 +75,15 @@ def predict(
     def run(batch: Any) -> Any:
         handed.waiting.append(batch)
         inputs = next(feeder)
+        try:
+            return call(inputs)
+        except RuntimeError as error:
+            hint = None if dtype is not None else _dtype_hint(model, inputs)
+            if hint:
+                error.add_note(hint)
+            raise
+
+    def call(inputs: Any) -> Any:
         if isinstance(inputs, Mapping):
             return model(**inputs)
         if isinstance(inputs, (tuple, list)):
@@ -109,6 +119,20 @@ def predict(
         for module, training in modes:  # parents before children: a part that was in another mode gets it back
             if module.training != training:
                 module.train(training)
+
+
+def _dtype_hint(model: torch.nn.Module, inputs: Any) -> str | None:
+    """What to do where the model's floating-point parameters and the data's tensors differ in dtype, else None."""
+    parameter = next((p for p in model.parameters() if p.is_floating_point()), None)
+    leaves: list = []
+    flatten(inputs, leaves, is_leaf=lambda x: isinstance(x, torch.Tensor) and x.is_floating_point())
+    data = leaves[0] if leaves else None
+    if parameter is None or data is None or parameter.dtype == data.dtype:
+        return None
+    return (
+        f"predict: the data are {data.dtype} and the model's parameters {parameter.dtype}: "
+        f"dtype={parameter.dtype} converts the data on the way"
+    )
 
 
 def _takes(model: torch.nn.Module, count: int) -> bool:
