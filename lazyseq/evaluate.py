@@ -215,10 +215,15 @@ class _Outputs:
         if self.skeleton is None:
             self._create(skeleton, row_shapes, leaves, batch_index)
         elif row_shapes != self.row_shapes:
+            now, before = _describe(skeleton, leaves), _describe(self.skeleton, [o.array for o in self.outputs])
             raise ValueError(
-                f"evaluate: fn returned {_describe(skeleton, leaves)} for batch {batch_index}, "
-                f"but {_describe(self.skeleton, [o.array for o in self.outputs])} before: the structure and row "
+                f"evaluate: fn returned {now} for batch {batch_index}, but {before} before: the structure and row "
                 "shapes must not change"
+                + (
+                    " (namedtuples of two classes of one name: define the class once, outside fn)"
+                    if now == before
+                    else ""
+                )
             )
         # every output checked (and widened) before any is written: a batch refused writes none of its rows
         targets = [output.array_for(leaf, start, batch_index) for output, leaf in zip(self.outputs, leaves)]

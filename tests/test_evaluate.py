@@ -1,6 +1,7 @@
 """evaluate: chunked evaluation with exact results, bounded memory, outputs on disk, clear errors."""
 
 import ast
+import collections
 import multiprocessing
 import os
 import shutil
@@ -352,6 +353,20 @@ def test_integers_too_large_for_the_floats_and_times_outside_a_finer_unit_are_re
 
     with pytest.raises(TypeError, match=r"^evaluate: the datetime64\[D\] results of batch 1 do not fit the "):
         lazyseq.evaluate(nanoseconds_then_days, np.arange(4), batch_size=2)
+
+
+def test_a_namedtuple_class_made_in_each_call_is_named_as_the_change():
+    # "fn returned S(a=rows of shape ()) for batch 1, but S(a=rows of shape ()) before": the same words.
+    def fn(b):
+        S = collections.namedtuple("S", "a")
+        return S(b)
+
+    with pytest.raises(ValueError) as caught:
+        lazyseq.evaluate(fn, np.arange(4), batch_size=2)
+    assert str(caught.value).endswith(
+        "before: the structure and row shapes must not change (namedtuples of two classes of one name: define the "
+        "class once, outside fn)"
+    )
 
 
 def test_integers_that_floats_would_round_are_refused():

@@ -244,7 +244,9 @@ def test_fit_errors_about_counts_and_one_shot_iterators():
 
 def test_validation_errors_before_training():
     recorder = IncrementalPCA(2)
-    with pytest.raises(TypeError, match="fit: IncrementalPCA has no score method; pass metric="):
+    with pytest.raises(
+        TypeError, match="^fit: IncrementalPCA has no score method, nor predictions to score with metric=$"
+    ):
         fit(recorder, lazyseq.view(X).batch(BATCH), validation=lazyseq.view(X))
     assert not hasattr(recorder, "components_")
     model = GaussianNB()
@@ -433,8 +435,15 @@ def test_score_errors():
     glm = PoissonRegressor().fit(X, positive)
     with pytest.raises(TypeError, match="PoissonRegressor.score cannot be computed in chunks.*pass metric="):
         score(glm, labelled(positive))
-    with pytest.raises(TypeError, match="score: IncrementalPCA has no score method; pass metric="):
-        score(IncrementalPCA(2).fit(X), X)  # scikit-learn gives IncrementalPCA no score, unlike PCA
+    with pytest.raises(TypeError, match="^score: IncrementalPCA has no score method, nor predictions to score with"):
+        score(IncrementalPCA(2).fit(X), X)  # scikit-learn gives IncrementalPCA no score, unlike PCA (nor predict)
+
+    class Predictor:
+        def predict(self, X):
+            return np.zeros(len(X))
+
+    with pytest.raises(TypeError, match="^score: Predictor has no score method; pass metric=, for instance metric="):
+        score(Predictor(), labelled(TARGETS))
     with pytest.raises(ValueError, match=r"items of data are X alone, but GaussianNB is scored against targets"):
         score(GaussianNB().fit(X, LABELS), X, progress=False)
 

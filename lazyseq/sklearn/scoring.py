@@ -157,6 +157,8 @@ def score_rule(estimator: Any, caller: str) -> str:
     name = type(estimator).__name__
     function = getattr(type(scorer), "score", None)
     if function is None:
+        if not hasattr(scorer, "predict"):  # a transformer: nothing for a metric of predictions to score
+            raise TypeError(f"{caller}: {name} has no score method, nor predictions to score with metric=")
         raise TypeError(f"{caller}: {name} has no score method; pass metric=, for instance metric=accuracy_score")
     rule = _known_rules().get(function)
     if rule == "accuracy" and not is_classifier(scorer) or rule == "r2" and not is_regressor(scorer):
