@@ -6,6 +6,7 @@ import multiprocessing
 import os
 import pickle
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -859,6 +860,20 @@ def test_only_its_own_temporary_files_are_removed(tmp_path):
     (tmp_path / "out" / ".data-00000.npy.deadbeef.tmp").write_bytes(b"half a shard")
     lazyseq.write_npy(np.zeros((3, 2)), tmp_path / "out")
     assert sorted(os.listdir(tmp_path / "out")) == [".notes.txt.0123abcd.tmp", "data-00000.npy", "manifest.json"]
+
+
+def test_a_directory_removed_during_a_run_is_the_error_that_names_the_shard(tmp_path):
+    # The cleanup after the failure listed the missing directory: a bare FileNotFoundError naming only it.
+    out = tmp_path / "out"
+
+    def removing(i):
+        if i == 5:
+            shutil.rmtree(out)
+        return np.float32(i)
+
+    with pytest.raises(FileNotFoundError) as caught:
+        lazyseq.write_npy(lazyseq.smap(removing, range(20)), out, rows_per_shard=10, sync=False)
+    assert caught.value.__notes__ == [f"while writing shard 0 of {out}"]
 
 
 def test_a_run_resumed_with_dict_keys_in_another_order_keeps_what_was_written(tmp_path):

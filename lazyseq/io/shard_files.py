@@ -75,8 +75,12 @@ def temporary_name(path: str, token: str | None = None) -> str:
 
 
 def remove_temporaries(directory: str) -> None:
-    """Remove what writers killed mid-file left behind in ``directory``."""
-    for name in os.listdir(directory):
+    """Remove what writers killed mid-file left behind in ``directory`` (gone, perhaps: then nothing)."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:  # removed while a run wrote into it: its own error says so
+        return
+    for name in names:
         if _TEMPORARY.fullmatch(name):
             try:
                 os.remove(os.path.join(directory, name))
