@@ -442,6 +442,26 @@ def test_no_ctrl_c_is_raised_again_through_the_programs_own_handler(monkeypatch)
     assert len(timers) == 1
 
 
+def test_a_ctrl_c_raised_again_in_ipython_is_dropped_once_its_cell_has_ended(monkeypatch):
+    # In Jupyter, a Ctrl-C caught while the collector closed a loader was raised 0.2 s later: in the next cell.
+    import types
+
+    shell = types.SimpleNamespace(execution_count=5)  # IPython counts a cell once it has run
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: shell))
+    timers = []
+    monkeypatch.setattr(threading.Timer, "start", lambda timer: timers.append(timer))
+    lazyseq.loading.closing.interrupt_later()
+    assert [timer.args for timer in timers] == [(5,)]  # the cell it came in
+    shell.execution_count = 6  # that cell has ended
+    lazyseq.loading.closing._interrupt_main(5)  # nothing sent
+    with pytest.raises(KeyboardInterrupt):  # still in that cell: raised in it
+        lazyseq.loading.closing._interrupt_main(6)
+        for _ in range(1000):
+            time.sleep(0.01)
+    monkeypatch.delitem(sys.modules, "IPython")
+    assert lazyseq.loading.closing._ipython_cell() is None
+
+
 def test_workers_started_just_as_a_ctrl_c_comes_are_published_for_close_to_close_them():
     # A Ctrl-C as the start returned, before they were published: they were left running, with nobody to close them
     from lazyseq.loading.backends import DeferredWorkers

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import _thread
 import signal
+import sys
 import threading
 import time
 import weakref
@@ -238,12 +239,14 @@ def interrupt_later() -> None:
     the code that caught it has returned, as a Ctrl-C pressed then would be:
     SIGINT is sent to the main thread (which ends a wait it is in, and is
     handled as its handler then says). Nothing is raised if the program is
-    already ending, or if a handler of the program's takes SIGINT (it has
-    seen that Ctrl-C, and raised what was caught).
+    already ending, if a handler of the program's takes SIGINT (it has
+    seen that Ctrl-C, and raised what was caught), or, in IPython or Jupyter,
+    if the cell it was pressed for has ended meanwhile (it would stop the next
+    one).
     """
     if not _python_takes_sigint():
         return
-    again = threading.Timer(INTERRUPT_AGAIN_SECONDS, _interrupt_main)
+    again = threading.Timer(INTERRUPT_AGAIN_SECONDS, _interrupt_main, args=(_ipython_cell(),))
     again.daemon = True
     try:
         again.start()
@@ -251,15 +254,30 @@ def interrupt_later() -> None:
         pass
 
 
-def _interrupt_main() -> None:
-    """A SIGINT for the main thread, if it still runs the program (where threads cannot be signalled, a flag)."""
+def _interrupt_main(cell: int | None = None) -> None:
+    """A SIGINT for the main thread, if it still runs the program (where threads cannot be signalled, a flag).
+
+    ``cell``: the IPython cell that ran when the Ctrl-C came (None: not
+    IPython); if another runs now, or none, nothing is sent.
+    """
     main = threading.main_thread()
     if not main.is_alive() or not _python_takes_sigint():  # ending, or SIGINT no longer Python's to raise
+        return
+    if cell is not None and _ipython_cell() != cell:
         return
     if hasattr(signal, "pthread_kill") and main.ident is not None:
         signal.pthread_kill(main.ident, signal.SIGINT)  # what a Ctrl-C does: a blocking call returns (EINTR)
     else:
         _thread.interrupt_main()  # raised at the main thread's next Python instruction, not during a wait
+
+
+def _ipython_cell() -> int | None:
+    """The number of the IPython (or Jupyter) cell running now (IPython counts a cell once it has run); None
+    outside IPython."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
+    count = getattr(shell, "execution_count", None)
+    return count if isinstance(count, int) else None
 
 
 def _python_takes_sigint() -> bool:
