@@ -46,3 +46,39 @@ def test_a_job_can_tell_that_its_loader_is_closing():
     started.wait()
     workers.close()
     assert answers == [False, True] and not worker_stopping()
+
+
+def test_a_loader_collected_leaves_busy_threads_to_end_on_their_own(monkeypatch):
+    # Rebinding a variable that held a thread loader froze the program (a notebook cell) for up to 10 s, while the
+    # close the collector ran waited for threads busy in an item, whose results nobody would read.
+    import gc
+
+    import lazyseq
+    import lazyseq.loading.thread_workers as thread_workers
+
+    waits = []
+    real_wait = thread_workers.wait_unless_hurried
+    monkeypatch.setattr(thread_workers, "wait_unless_hurried", lambda wait, seconds: waits.append(seconds))
+    release = threading.Event()
+
+    def item(i):
+        if i:
+            release.wait()  # busy until the test lets it go
+        return i
+
+    before = set(threading.enumerate())
+    loader = lazyseq.prefetch(lazyseq.smap(item, range(10)), nworkers=1, method="thread", inline_below=0)
+    assert loader[0] == 0
+    threads = set(threading.enumerate()) - before
+    del loader
+    gc.collect()
+    assert waits == [0.0]  # collected: no wait
+    release.set()
+    for thread in threads:
+        thread.join()
+    monkeypatch.setattr(thread_workers, "wait_unless_hurried", real_wait)
+    explicit = lazyseq.prefetch(lazyseq.smap(item, range(10)), nworkers=1, method="thread", inline_below=0)
+    assert explicit[0] == 0
+    threads = set(threading.enumerate()) - before
+    explicit.close()  # closed by the program: waits for its threads
+    assert threads and not any(thread.is_alive() for thread in threads)

@@ -36,6 +36,7 @@ from typing import Any
 __all__ = [
     "Finalizer",
     "blocked_for_children",
+    "collected_while_running",
     "daemon_thread_at_exit",
     "ignore_interrupts",
     "interrupts_deferred",
@@ -222,14 +223,31 @@ def _close_when_collected(close: Callable[..., None], *args: Any) -> None:
     Only where Python's own handler takes SIGINT: a handler of the program's
     has seen that Ctrl-C already, and whatever it raised goes as Python says.
     """
-    if not _python_takes_sigint():
-        close(*args)
-        return
+    _collecting.on = True
     try:
-        with interrupts_deferred():  # counted as run as it starts: it runs to its end, whatever Ctrl-C says
+        if not _python_takes_sigint():
             close(*args)
-    except KeyboardInterrupt:
-        interrupt_later()
+            return
+        try:
+            with interrupts_deferred():  # counted as run as it starts: it runs to its end, whatever Ctrl-C says
+                close(*args)
+        except KeyboardInterrupt:
+            interrupt_later()
+    finally:
+        _collecting.on = False
+
+
+_collecting = threading.local()  # on: this thread runs a close that the garbage collector started
+
+
+def collected_while_running() -> bool:
+    """Whether this thread runs a close that the garbage collector started while the program runs (not at its exit).
+
+    Nobody waits for such a close's results, and it may run in any statement
+    (an assignment that drops the last reference): it waits for nothing that
+    may take long, such as worker threads busy in an item.
+    """
+    return getattr(_collecting, "on", False) and threading.main_thread().is_alive()
 
 
 def interrupt_later() -> None:

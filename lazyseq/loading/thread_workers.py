@@ -12,7 +12,7 @@ from collections.abc import Callable, Hashable, Sequence, Sized
 from typing import Any, Literal
 
 from .backends import Done
-from .closing import interrupts_deferred, wait_unless_hurried
+from .closing import collected_while_running, interrupts_deferred, wait_unless_hurried
 from .failures import LoaderError
 from .options import LoaderOptions
 from .result_signal import ResultSignal
@@ -148,7 +148,8 @@ class ThreadWorkers:
                 thread.join(max(0.0, deadline - time.monotonic()))
             return not any(thread.is_alive() for thread in others)
 
-        wait_unless_hurried(ended, JOIN_SECONDS)  # a second Ctrl-C: the threads end their items on their own
+        # a second Ctrl-C, or a close by the garbage collector: the threads end their items on their own
+        wait_unless_hurried(ended, 0.0 if collected_while_running() else JOIN_SECONDS)
         self._signal.close()
 
 
