@@ -148,8 +148,11 @@ def test_a_result_with_arrays_and_a_part_that_cannot_be_pickled_is_an_error_for_
 def test_a_pipeline_that_cannot_be_pickled_is_reported_before_workers_start_naming_the_part():
     lock = threading.Lock()
     pipeline = lazyseq.smap(lambda x: x if lock else None, range(4)).batch(2)
-    with pytest.raises(TypeError, match=r"prefetch: cannot send the smap\(.*<lambda>\) view to worker processes"):
+    with pytest.raises(
+        TypeError, match=r"prefetch: cannot send the smap\(.*<lambda>\) view to worker processes"
+    ) as caught:
         prefetch(pipeline, nworkers=2, method="process", start_method="spawn")
+    assert caught.value.__cause__.__context__ is None  # the traceback shows the pickling error once, not twice
     assert multiprocessing.active_children() == []
     with prefetch(pipeline, nworkers=2, method="process", start_method="fork") as ahead:
         assert list(ahead[1]) == [2, 3]  # forked workers inherit the pipeline: nothing is pickled

@@ -222,10 +222,12 @@ def serialize_work(job: Any, start_hook: Callable | None, owner: str, to: str = 
     dumps, _ = _pickler()
     try:
         return dumps((job, start_hook))
-    except Exception:
-        serialize(job, "the pipeline", owner, to)  # raises, naming the part
-        serialize(start_hook, "start_hook", owner, to)
-        raise
+    except Exception as error:
+        failure = error
+    # outside the except block: the error raised names the part, once, not after the same error of the whole
+    serialize(job, "the pipeline", owner, to)
+    serialize(start_hook, "start_hook", owner, to)
+    raise failure
 
 
 def _pickler() -> tuple[Callable[[Any], bytes], str]:
