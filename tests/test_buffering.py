@@ -90,6 +90,13 @@ def test_the_loaders_resolve_their_defaults_when_made():
     assert repr(ahead).startswith("prefetch(2 Ray tasks, max_buffered=three runs per worker)  [len 5]")
     with lazyseq.load_buffers(zeros, nworkers=1) as batches:
         assert repr(batches) == "load_buffers(zeros, max_cached=2)  [0 batches delivered]"
+        next(batches)
+        assert repr(batches) == "load_buffers(zeros, max_cached=2)  [1 batch delivered]"
+    ahead = lazyseq.prefetch(squares, nworkers=1)
+    reading = iter(ahead)
+    next(reading)
+    assert repr(reading) == "iterator of prefetch(1 thread, max_buffered=10)  [next: item 1 of 5]"
+    ahead.close()
     assert lazyseq.evaluate(np.sqrt, np.arange(9.0) ** 2, batch_size=2, nworkers=2).tolist() == list(range(9))
 
 

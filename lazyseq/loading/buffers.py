@@ -166,7 +166,8 @@ class BufferLoader(Iterator[T], Generic[T]):
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self.closed else f"{self._delivered} batches delivered"
+        count = self._delivered
+        state = "closed" if self.closed else f"{count} batch{'' if count == 1 else 'es'} delivered"
         name = getattr(self._func, "__qualname__", type(self._func).__name__)
         return f"load_buffers({name}, max_cached={self._max_cached})  [{state}]"
 

@@ -391,6 +391,11 @@ class PrefetchIterator(Generic[T_co]):
     def __iter__(self) -> PrefetchIterator[T_co]:
         return self
 
+    def __repr__(self) -> str:
+        view = self._view
+        of = "" if view._len is None else f" of {view._len}"
+        return f"iterator of {view._describe()}  [next: item {self._position}{of}]"
+
     def __next__(self) -> T_co:
         i = self._position
         n = self._view._len
