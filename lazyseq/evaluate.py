@@ -51,7 +51,9 @@ def evaluate(
     one row per item, or a tuple, list, namedtuple or dict of such arrays
     (torch tensors and other array-likes are converted to numpy, bfloat16
     tensors to float32; a masked array is refused, its mask would be lost; a
-    dict may give its keys in any order). A list is read like a tuple, as
+    dict may give its keys in any order). A SciPy sparse matrix (or array)
+    as the whole of ``fn``'s result is gathered into one, stacked in the
+    first batch's format (with ``out=None``: ``out`` holds dense rows). A list is read like a tuple, as
     several results: a list with a value per item is one result once made
     ``np.asarray(...)`` in ``fn``. The result has the
     same structure, each array with ``len(data)`` rows; its containers are
@@ -184,8 +186,12 @@ class _Outputs:
         # results that are one array: a batch of the first one's shape and of the output's dtype is copied unchecked
         self.lone: Output | None = None
         self.lone_shape: tuple[int, ...] = ()
+        self.sparse: list | None = None  # results that are one sparse matrix: each batch's, stacked at the end
 
     def write(self, result: Any, start: int, rows: int, batch_index: int) -> None:
+        if self.sparse is not None or (self.skeleton is None and is_sparse(result)):
+            self._write_sparse(result, rows, batch_index)
+            return
         lone = self.lone
         if (
             lone is not None
@@ -230,6 +236,29 @@ class _Outputs:
         for target, leaf in zip(targets, leaves):
             target[start : start + rows] = leaf
 
+    def _write_sparse(self, result: Any, rows: int, batch_index: int) -> None:
+        """Keep a batch's results, a sparse matrix (as the first batch's were), for the stack at the end."""
+        if self.out is not None:
+            raise TypeError(
+                f"evaluate: fn returned a sparse {type(result).__name__} for batch {batch_index}, but out= holds "
+                "dense rows: with out=None its results are stacked into one sparse matrix"
+            )
+        first = self.sparse[0] if self.sparse else None
+        if first is not None and not is_sparse(result):
+            raise TypeError(
+                f"evaluate: fn returned {type(result).__name__} for batch {batch_index}, but sparse "
+                f"{type(first).__name__} results before: return one kind of result"
+            )
+        if result.ndim != 2 or result.shape[0] != rows or (first is not None and result.shape[1] != first.shape[1]):
+            expected = f"({rows}, {first.shape[1]})" if first is not None else f"({rows}, columns)"
+            raise ValueError(
+                f"evaluate: fn returned a sparse {type(result).__name__} of shape {result.shape} for batch "
+                f"{batch_index}, where {expected} was expected: a row per item, as many columns in every batch"
+            )
+        if self.sparse is None:
+            self.sparse = []
+        self.sparse.append(result)
+
     def _create(self, skeleton: tuple, row_shapes: tuple, leaves: list[np.ndarray], batch_index: int) -> None:
         """The outputs, from the first batch's results: ``out``'s, or new arrays (or files) like them."""
         self.skeleton, self.row_shapes = skeleton, row_shapes
@@ -241,6 +270,11 @@ class _Outputs:
             self.lone, self.lone_shape = self.outputs[0], leaves[0].shape
 
     def result(self) -> Any:
+        if self.sparse is not None:
+            import scipy.sparse  # where fn returned sparse matrices, SciPy is there
+
+            parts, self.sparse = self.sparse, None
+            return scipy.sparse.vstack(parts, format=parts[0].format)
         assert self.skeleton is not None, "no batch was written"
         for output in self.outputs:
             output.flush()
@@ -258,6 +292,7 @@ class _Outputs:
             output.discard()
         self.outputs.clear()
         self.lone = None
+        self.sparse = None
 
 
 def _anything(value: Any) -> bool:
@@ -277,11 +312,11 @@ def _rows_of(value: Any, rows: int, batch_index: int) -> np.ndarray:
             f"evaluate: fn returned a masked array for batch {batch_index}, whose mask would be lost in the "
             "output: return np.ma.filled(...) and the mask (np.ma.getmaskarray) as two results"
         )
-    elif is_sparse(value):
+    elif is_sparse(value):  # (a lone sparse result is gathered as one: see _Outputs.write)
         raise TypeError(
-            f"evaluate: fn returned a sparse {type(value).__name__} for batch {batch_index}, and evaluate gathers "
-            "dense arrays: return dense rows (.toarray(), or a transformer's sparse=False or sparse_output=False), "
-            "or stack sparse results yourself: scipy.sparse.vstack([fn(b) for b in view.batch(k)])"
+            f"evaluate: fn returned a sparse {type(value).__name__} for batch {batch_index} where evaluate gathers "
+            "dense arrays (sparse results are stacked into one sparse matrix when they are the whole of fn's "
+            "results, from the first batch on): return dense rows (.toarray()), or the sparse results alone"
         )
     elif isinstance(value, np.ndarray) or hasattr(value, "__array__"):
         value = np.asarray(value)

@@ -415,18 +415,52 @@ def test_dicts_may_give_their_keys_in_any_order():
     assert list(got) == ["a", "b"] and got["b"].tolist() == [0, -1, -2, -3]
 
 
-def test_sparse_results_and_sparse_data_are_refused_saying_what_to_do():
-    # "fn returned a csr_matrix ... it must return arrays", and scipy's "sparse array length is ambiguous".
+def test_sparse_results_are_stacked_into_one_sparse_matrix():
+    # "fn returned a csr_matrix ... it must return arrays": a vectorizer's transform could not be evaluated.
     sparse = pytest.importorskip("scipy.sparse")
-    with pytest.raises(TypeError) as info:
-        lazyseq.evaluate(sparse.csr_matrix, np.eye(3))
-    assert str(info.value) == (
-        "evaluate: fn returned a sparse csr_matrix for batch 0, and evaluate gathers dense arrays: return dense rows "
-        "(.toarray(), or a transformer's sparse=False or sparse_output=False), or stack sparse results yourself: "
-        "scipy.sparse.vstack([fn(b) for b in view.batch(k)])"
-    )
+    data = np.arange(35.0).reshape(7, 5)  # batch 0 is the one whose first value is 0
+    for kind in (sparse.csr_matrix, sparse.csc_array):
+        for nworkers in (0, 2):
+            stacked = lazyseq.evaluate(kind, data, batch_size=3, nworkers=nworkers)
+            assert type(stacked) is type(kind(data)) and stacked.format == kind(data).format
+            np.testing.assert_array_equal(stacked.toarray(), data)
+    refusals = [
+        (
+            TypeError,
+            "out= holds dense rows: with out=None its results are stacked",
+            sparse.csr_matrix,
+            np.zeros((7, 5)),
+        ),
+        (
+            TypeError,
+            "for batch 1, but sparse csr_matrix results before: return one kind",
+            lambda b: sparse.csr_matrix(b) if b[0, 0] == 0 else b,
+            None,
+        ),
+        (
+            ValueError,
+            r"of shape \(3, 4\) for batch 1, where \(3, 5\) was expected: a row per item, as many columns",
+            lambda b: sparse.csr_matrix(b if b[0, 0] == 0 else b[:, :4]),
+            None,
+        ),
+        (
+            TypeError,
+            "for batch 0 where evaluate gathers dense arrays .sparse results are stacked",
+            lambda b: (sparse.csr_matrix(b), b),
+            None,
+        ),
+        (
+            TypeError,
+            "for batch 1 where evaluate gathers dense arrays",
+            lambda b: b if b[0, 0] == 0 else sparse.csr_matrix(b),
+            None,
+        ),
+    ]
+    for error, message, fn, out in refusals:
+        with pytest.raises(error, match=message):
+            lazyseq.evaluate(fn, data, batch_size=3, out=out)
     with pytest.raises(TypeError, match=r"^cannot make a view of a sparse csr_array: views read dense rows; "):
-        lazyseq.view(sparse.csr_array(np.eye(3)))
+        lazyseq.view(sparse.csr_array(np.eye(3)))  # scipy's "sparse array length is ambiguous"
 
 
 def test_a_masked_array_is_refused_rather_than_losing_its_mask():

@@ -631,3 +631,18 @@ def test_predict_reads_each_item_once_and_takes_a_one_shot_iterable():
     loaded = lazyseq.smap(lambda i: calls.append(i) or x[i], range(50))
     np.testing.assert_array_equal(predict(model, loaded, batch_size=16, progress=False), expected)
     assert calls == list(range(50))
+
+
+def test_a_vectorizers_sparse_results_come_back_as_one_sparse_matrix():
+    # DictVectorizer, OneHotEncoder and the text vectorizers return sparse matrices: refused as not arrays.
+    from sklearn.feature_extraction import DictVectorizer
+    from sklearn.feature_extraction.text import HashingVectorizer
+
+    rows = [{"a": 1.0}, {"b": 2.0}, {"a": 3.0, "c": 1.0}] * 3
+    vectorizer = DictVectorizer().fit(rows)
+    features = predict(vectorizer, rows, batch_size=4, method="transform", progress=False)
+    assert features.format == "csr" and (features != vectorizer.transform(rows)).nnz == 0
+    docs = ["a b c", "b c d", "x y"] * 5
+    hashing = HashingVectorizer(n_features=32)
+    hashed = predict(hashing, docs, batch_size=4, method="transform", nworkers=2, progress=False)
+    assert (hashed != hashing.transform(docs)).nnz == 0

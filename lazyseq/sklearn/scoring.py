@@ -35,7 +35,8 @@ def predict(
     chunk's rows, as in ``estimator.predict(docs)`` (a list whose first
     entry is an array is ``(X, y, ...)`` too). ``out`` (an array, a memory
     map or a ``.npy`` path), ``nworkers`` and ``progress`` are those of
-    :func:`lazyseq.evaluate`, which this calls. Empty ``data`` is a
+    :func:`lazyseq.evaluate`, which this calls (sparse results, a
+    vectorizer's, are stacked into one sparse matrix). Empty ``data`` is a
     ``ValueError``, as scikit-learn refuses to predict no samples (and the
     predictions' dtype and shape are not known without one): a rank whose
     shard is empty skips the call.
