@@ -18,7 +18,7 @@ from .loading.options import LoaderOptions, Method
 from .nested import describe, flatten, in_order_of, leaf_paths, rebuild, skeleton_key
 from .output_arrays import Output, check_distinct, check_out, match_out, new_output
 from .progress import progress_bar
-from .sparse import is_sparse
+from .sparse import is_sparse, stack_rows
 from .views.itemtypes import SequenceLike
 from .views.sources import as_view
 
@@ -271,10 +271,8 @@ class _Outputs:
 
     def result(self) -> Any:
         if self.sparse is not None:
-            import scipy.sparse  # where fn returned sparse matrices, SciPy is there
-
             parts, self.sparse = self.sparse, None
-            return scipy.sparse.vstack(parts, format=parts[0].format)
+            return stack_rows(parts)
         assert self.skeleton is not None, "no batch was written"
         for output in self.outputs:
             output.flush()

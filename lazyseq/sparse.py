@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-__all__ = ["is_sparse"]
+__all__ = ["is_sparse", "stack_rows"]
 
 
 def is_sparse(value: Any) -> bool:
@@ -25,3 +25,14 @@ def is_sparse(value: Any) -> bool:
     """
     sparse = sys.modules.get("scipy.sparse")
     return sparse is not None and bool(sparse.issparse(value))
+
+
+def stack_rows(parts: list) -> Any:
+    """Sparse matrices (or arrays) of as many columns stacked into one, in the first one's format.
+
+    >>> import numpy as np, scipy.sparse
+    >>> stacked = stack_rows([scipy.sparse.csr_array(np.eye(2)), scipy.sparse.csr_array(np.ones((1, 2)))])
+    >>> stacked.format, stacked.toarray().tolist()
+    ('csr', [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    """
+    return sys.modules["scipy.sparse"].vstack(parts, format=parts[0].format)  # imported: the parts are its own
