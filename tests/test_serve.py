@@ -179,6 +179,19 @@ def test_wire_refuses_what_needs_code_to_rebuild(item, message):
     assert str(caught.value).startswith(message)
 
 
+def test_an_array_like_that_cannot_be_sent_is_told_how_to_become_one():
+    class Column:  # what makes an array (a torch tensor, a pandas Series)
+        def __array__(self, dtype=None, copy=None):
+            return np.zeros(2)
+
+    with pytest.raises(TypeError) as caught:
+        wire.encode((1, Column()))
+    assert str(caught.value).endswith(
+        "which cannot be sent: items may hold numpy arrays, numbers, strings, bytes and None, in tuples, lists and "
+        "dicts; make it one in the pipeline (.numpy(), np.asarray)"
+    )
+
+
 @pytest.mark.parametrize(
     "tree, buffers, message",
     [

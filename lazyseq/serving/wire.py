@@ -162,9 +162,10 @@ def _encode(value: Any, buffers: list, where: str, depth: int) -> Any:
         return _encode(float(value), buffers, where, depth)
     if isinstance(value, str):
         return str.__str__(value)  # its text: an enum's str() would be its name
+    convert = "; make it one in the pipeline (.numpy(), np.asarray)" if hasattr(value, "__array__") else ""
     raise TypeError(
         f"{where} is a {kind.__module__}.{kind.__qualname__}, which cannot be sent: items may hold numpy arrays, "
-        "numbers, strings, bytes and None, in tuples, lists and dicts"
+        f"numbers, strings, bytes and None, in tuples, lists and dicts{convert}"
     )
 
 
