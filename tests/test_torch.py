@@ -376,6 +376,17 @@ def test_a_batch_stacks_tensor_items_as_torch_does():
     ]
 
 
+def test_a_batch_of_tensor_fields_is_written_back_item_by_item():
+    # Its fields, now tensors, were taken for two items: item 0 became the whole x field, item 1 the y field.
+    pairs = [(torch.tensor([float(i), 0.0]), torch.tensor(i)) for i in range(4)]
+    records = [{"x": torch.tensor([float(i)]), "y": torch.tensor(i)} for i in range(4)]
+    for items in (pairs, records):
+        batches = lazyseq.view(items).batch(2)
+        read = batches[1]
+        batches[0] = read
+        assert [str(item) for item in items] == [str(items[2]), str(items[3]), str(items[2]), str(items[3])]
+
+
 def test_tensors_index_views_as_arrays_do():
     # An index tensor was refused: "array indices must be integers, slices or integer arrays, not Tensor".
     v = lazyseq.view(np.arange(20.0).reshape(10, 2))
@@ -384,9 +395,13 @@ def test_tensors_index_views_as_arrays_do():
     assert as_dataset(v)[torch.tensor([9, 0])].tolist() == [[18.0, 19.0], [0.0, 1.0]]
     with pytest.raises(TypeError, match=r"^array indices must be integers, slices or integer arrays, not an array of "):
         v[torch.tensor([1.5])]
+    assert len(v[torch.tensor([3])]) == 1 and v[torch.tensor(3)].tolist() == [6.0, 7.0]  # one index in a tensor
+    with pytest.raises(TypeError, match=r"^array indices must be integers, slices or integer arrays, not Tensor$"):
+        v[torch.tensor(True)]  # refused, as a numpy boolean is
     writable = lazyseq.view(np.zeros(4))
     writable[torch.tensor([1, 3])] = [5.0, 6.0]
-    assert writable.source.tolist() == [0.0, 5.0, 0.0, 6.0]
+    writable[torch.tensor([2])] = [7.0]
+    assert writable.source.tolist() == [0.0, 5.0, 7.0, 6.0]
 
 
 def test_from_dataset_reads_through_getitems():

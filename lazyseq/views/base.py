@@ -345,15 +345,18 @@ class View(Fluent[T_co], Sequence[T_co]):
         """
         if isinstance(key, list) or (isinstance(key, np.ndarray) and key.ndim):
             return key
+        given = key
+        if not isinstance(key, (int, np.ndarray, np.generic)) and hasattr(key, "__array__"):
+            key = np.asarray(key)  # before __index__, which a tensor of one integer has too
+            if key.ndim:
+                return key
         try:  # a 0-d integer array is an integer, as for a list and numpy
             if type(key) is np.bool_ or (type(key) is np.ndarray and key.dtype.kind == "b"):
                 raise TypeError  # numpy before 2.3 reads a numpy boolean as 0 or 1, with a warning; later, refuses it
             return operator.index(key)
         except TypeError:
-            if not isinstance(key, (np.ndarray, np.generic)) and hasattr(key, "__array__"):
-                return self._coerce_key(np.asarray(key))
             raise TypeError(
-                f"{self._label()} indices must be integers, slices or integer arrays, not {type(key).__name__}"
+                f"{self._label()} indices must be integers, slices or integer arrays, not {type(given).__name__}"
             ) from None
 
     def _slice(self, key: slice) -> View[T_co]:

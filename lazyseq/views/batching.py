@@ -10,7 +10,16 @@ import numpy as np
 
 from ..arguments import flag, function, indexable_length, integer
 from .base import View
-from .chunks import Columns, MixedShapes, chunk_rows, chunk_to_batch, holds_objects, pad_chunk, writing_into
+from .chunks import (
+    Columns,
+    MixedShapes,
+    chunk_rows,
+    chunk_to_batch,
+    holds_objects,
+    is_rows,
+    pad_chunk,
+    writing_into,
+)
 from .errors import EndOfData, describe_origin
 from .itemtypes import Integer, R, SequenceLike, T
 from .keys import Positions
@@ -344,11 +353,11 @@ def _is_by_field(batch: Any, collated: bool) -> bool:
         if type(batch) is tuple:
             return True
         # a list of no fields: the batch of empty lists (a batch holds one item at least)
-        return type(batch) is list and all(isinstance(part, _FIELDS) for part in batch)
-    return type(batch) is tuple and len(batch) > 0 and all(isinstance(part, (np.ndarray, list)) for part in batch)
+        return type(batch) is list and all(is_rows(part) or isinstance(part, _FIELDS) for part in batch)
+    return type(batch) is tuple and len(batch) > 0 and all(is_rows(part) or isinstance(part, list) for part in batch)
 
 
-_FIELDS = (np.ndarray, list, tuple, Mapping)  # what the default collation makes of a field of several items
+_FIELDS = (list, tuple, Mapping)  # what the default collation makes of a field of several items, but rows
 
 
 def _fields_with_rows(value: Any, item: Any, count: int) -> bool:
@@ -383,7 +392,7 @@ def _fields_with_rows(value: Any, item: Any, count: int) -> bool:
             isinstance(value, tuple)
             and len(value) == len(item)
             and all(
-                isinstance(field, (np.ndarray, list, Mapping)) or _fields_with_rows(field, part, count)
+                is_rows(field) or isinstance(field, (list, Mapping)) or _fields_with_rows(field, part, count)
                 for field, part in zip(value, item)
             )
         )
@@ -392,9 +401,7 @@ def _fields_with_rows(value: Any, item: Any, count: int) -> bool:
             return False
         by_field = len(item) != count  # (a list of items holds lists as long as an item)
         for field, part in zip(value, item):
-            if isinstance(field, np.ndarray) or (
-                isinstance(part, (tuple, list, Mapping)) and _fields_with_rows(field, part, count)
-            ):
+            if is_rows(field) or (isinstance(part, (tuple, list, Mapping)) and _fields_with_rows(field, part, count)):
                 by_field = True  # a field as batches hold it: no item is one
             elif not (type(field) is list and len(field) == count):  # a field of other values, one per item
                 return False

@@ -31,6 +31,8 @@ __all__ = [
     "MixedShapes",
     "default_collate",
     "chunk_rows",
+    "is_rows",
+    "is_tensor",
     "chunk_to_batch",
     "new_rows",
     "pad_chunk",
@@ -336,6 +338,21 @@ def _stack(items: list) -> np.ndarray:
     return batch
 
 
+def is_tensor(value: Any) -> bool:
+    """Whether ``value`` is a torch tensor (a tensor exists only once torch is imported: never imported here).
+
+    >>> is_tensor([1.0]), is_tensor(np.zeros(1))
+    (False, False)
+    """
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def is_rows(value: Any) -> bool:
+    """Whether ``value`` is an array or a tensor: rows, as a batch holds a field of its items that are arrays."""
+    return isinstance(value, np.ndarray) or is_tensor(value)
+
+
 def _stack_tensors(items: list, torch: Any) -> Any:
     """Torch tensors of one shape stacked into one tensor, as torch's ``default_collate`` stacks them."""
     shape = items[0].shape
@@ -394,9 +411,8 @@ def default_collate(items: list[Any]) -> Any:
     first = items[0]
     if isinstance(first, np.ndarray):
         return _stack(items)
-    torch = sys.modules.get("torch")  # a tensor exists only once torch is imported: never imported here
-    if torch is not None and isinstance(first, torch.Tensor):
-        return _stack_tensors(items, torch)
+    if is_tensor(first):
+        return _stack_tensors(items, sys.modules["torch"])
     if isinstance(first, (Number, np.generic)):
         try:
             batch = np.asarray(items)
