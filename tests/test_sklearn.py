@@ -309,7 +309,7 @@ def test_one_pass_of_a_one_shot_iterator_as_far_as_steps_needs():
 
 def test_a_batch_of_one_torch_sample_gets_the_hint():
     torch = pytest.importorskip("torch")
-    with pytest.raises(ValueError, match=r"^fit: batch 0 has X of shape torch.Size\(\[3\]\), one sample"):
+    with pytest.raises(ValueError, match=r"^fit: batch 0 has X of shape \(3,\), one sample"):
         fit(GaussianNB(), [(torch.rand(3), torch.tensor(1))], classes=[0, 1], progress=False)
 
 
@@ -646,3 +646,19 @@ def test_a_vectorizers_sparse_results_come_back_as_one_sparse_matrix():
     hashing = HashingVectorizer(n_features=32)
     hashed = predict(hashing, docs, batch_size=4, method="transform", nworkers=2, progress=False)
     assert (hashed != hashing.transform(docs)).nnz == 0
+
+
+def test_tensors_with_a_gradient_are_read_as_arrays():
+    # A batch of tensor items, now one tensor, reached scikit-learn as it was: "Can't call numpy() on Tensor that
+    # requires grad" (and a tensor on a GPU would not have been read either).
+    torch = pytest.importorskip("torch")
+    encoded = torch.nn.Linear(WIDTH, WIDTH, dtype=torch.float64)(torch.from_numpy(X))  # with its graph
+    rows = lazyseq.view(list(encoded))
+    plain = encoded.detach().numpy()
+    model = fit(GaussianNB(), lazyseq.collate([rows, LABELS]).batch(BATCH), classes=np.arange(3), progress=False)
+    expected = GaussianNB().partial_fit(plain, LABELS, classes=np.arange(3))
+    np.testing.assert_allclose(model.theta_, expected.theta_, rtol=1e-12)  # (batch by batch: rounded otherwise)
+    np.testing.assert_array_equal(predict(expected, rows, batch_size=BATCH, progress=False), expected.predict(plain))
+    assert score(expected, lazyseq.collate([rows, LABELS]), batch_size=BATCH, progress=False) == expected.score(
+        plain, LABELS
+    )

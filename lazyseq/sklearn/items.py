@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..evaluate import EMPTY_SHARD
-from ..views.chunks import default_collate
+from ..views.chunks import default_collate, is_tensor
 from ..views.sources import as_view
 
 __all__ = ["ITEM_SHAPES", "FeatureLayout", "ItemReading", "fields", "rows_of"]
@@ -33,7 +33,7 @@ def fields(batch: Any, where: str, layout: FeatureLayout | None = None) -> tuple
         raise ValueError(f"{where} is a {type(batch).__name__} of {len(batch)} items; it must be {ITEM_SHAPES}")
     if batch is None or isinstance(batch, (Mapping, str, bytes, numbers.Number)) or getattr(batch, "ndim", None) == 0:
         raise TypeError(f"{where} is of type {type(batch).__name__}; it must be {ITEM_SHAPES}")
-    return batch, None, None
+    return rows_of(batch), None, None
 
 
 class FeatureLayout:
@@ -178,8 +178,7 @@ def _holds_columns(X: list, y: Any, where: str) -> bool:
 
 def _is_vector(x: Any) -> bool:
     """Whether ``x`` is a 1-D numpy array or torch tensor."""
-    torch = sys.modules.get("torch")
-    return (isinstance(x, np.ndarray) or (torch is not None and isinstance(x, torch.Tensor))) and x.ndim == 1
+    return (isinstance(x, np.ndarray) or is_tensor(x)) and x.ndim == 1
 
 
 def _tensor_rows(batch: Any) -> bool:
@@ -195,7 +194,10 @@ def _tensor_rows(batch: Any) -> bool:
 
 
 def rows_of(field: Any) -> Any:
-    """``field``, or one array of the torch tensors it lists (tensor items or fields batched with ``collate_fn=list``).
+    """``field``, or as a numpy array if it is a torch tensor (on any device, with a gradient or not) or lists them.
+
+    A list of tensors is what tensor items or fields batched with
+    ``collate_fn=list`` are.
 
     >>> import numpy as np
     >>> rows_of([np.zeros(2), np.ones(2)])  # not tensors: as it is
@@ -203,12 +205,11 @@ def rows_of(field: Any) -> Any:
     """
     if _tensors(field):
         return sys.modules["torch"].stack(field).numpy(force=True)
+    if is_tensor(field):  # (what scikit-learn's np.asarray refuses: one on a GPU, or with a gradient)
+        return field.numpy(force=True)
     return field
 
 
 def _tensors(values: Any) -> bool:
     """Whether ``values`` is a non-empty list of torch tensors (only where torch was imported)."""
-    if type(values) is not list or not values:
-        return False
-    torch = sys.modules.get("torch")
-    return torch is not None and all(isinstance(x, torch.Tensor) for x in values)
+    return type(values) is list and bool(values) and all(map(is_tensor, values))
