@@ -387,6 +387,23 @@ def test_a_batch_of_tensor_fields_is_written_back_item_by_item():
         assert [str(item) for item in items] == [str(items[2]), str(items[3]), str(items[2]), str(items[3])]
 
 
+def test_a_dataset_of_tensor_items_reads_each_item_once():
+    # Read as samples, then again as the stacked batch that collate asked for: 12 reads of 8 items.
+    reads = []
+
+    def item(i):
+        reads.append(i)
+        if i == 9:
+            raise OSError("unreadable")
+        return torch.full((2,), float(i))
+
+    dataset = as_dataset(lazyseq.smap(item, range(10)))
+    batches = list(DataLoader(dataset, batch_size=4, collate_fn=collate, sampler=range(8)))
+    assert sorted(reads) == list(range(8)) and [b[:, 0].tolist() for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    failing = LazyBatch(dataset.view, [8, 9])
+    assert repr(failing) == "LazyBatch(2 samples)"  # an item that fails to read: what it is, not the error
+
+
 def test_tensors_index_views_as_arrays_do():
     # An index tensor was refused: "array indices must be integers, slices or integer arrays, not Tensor".
     v = lazyseq.view(np.arange(20.0).reshape(10, 2))

@@ -40,7 +40,7 @@ class LazyBatch(list[Any]):
     then: where the items are tensors (``read_now``, or a ``value`` read
     already: what :class:`ViewDataset` decides from its first batch), the
     samples are read at once (the rows of the stacked tensor). Its repr
-    reads them. It pickles as the plain list of its samples, without the
+    reads them (or says how many there are, if one fails to read). It pickles as the plain list of its samples, without the
     view.
 
     >>> import numpy as np, lazyseq
@@ -58,6 +58,11 @@ class LazyBatch(list[Any]):
         super().__init__()
         self._view = view
         self._indices = indices
+        if read_now and value is _UNREAD:
+            try:
+                value = _stacked(view, indices)
+            except Exception:  # tensors of several shapes; or an item's failure, raised again as they are read
+                value = _UNREAD
         self._value: Any = value
         self._read = False  # the samples, in the list itself (where torch's C code reads a list)
         if isinstance(value, torch.Tensor):  # items that are tensors, stacked: its rows are the samples
@@ -93,7 +98,10 @@ class LazyBatch(list[Any]):
         return (list, (list(list.__iter__(self)),))
 
     def __repr__(self) -> str:
-        self._samples()
+        try:
+            self._samples()
+        except Exception:  # an item that fails to read: a repr (a debugger's, a log's) says what it is, not why
+            return f"LazyBatch({len(self._indices)} samples)"
         return list.__repr__(self)
 
 
