@@ -404,6 +404,18 @@ def test_a_dataset_of_tensor_items_reads_each_item_once():
     assert repr(failing) == "LazyBatch(2 samples)"  # an item that fails to read: what it is, not the error
 
 
+def test_a_batch_of_tensor_items_is_padded_with_tensors_like_them():
+    # pad=0.0 could not be stacked with the tensors ("cannot collate item 1 (float) with item 0 (Tensor)"); a tensor
+    # pad of another dtype changed the batch's dtype.
+    rows = lazyseq.view([torch.arange(2) + k for k in range(3)])
+    assert torch.equal(rows.batch(2, pad=-1)[1], torch.tensor([[2, 3], [-1, -1]]))
+    pairs = from_dataset(TensorDataset(torch.ones(3, 2), torch.arange(3)))
+    x, y = pairs.batch(2, pad=(0.0, -1))[1]
+    assert torch.equal(x, torch.tensor([[1.0, 1.0], [0.0, 0.0]])) and torch.equal(y, torch.tensor([2, -1]))
+    with pytest.raises(lazyseq.EvaluationError, match="pad .* cannot be held as the items' dtype int64 without a"):
+        rows.batch(2, pad=torch.tensor([0.5, 0.5]))[1]
+
+
 def test_tensors_index_views_as_arrays_do():
     # An index tensor was refused: "array indices must be integers, slices or integer arrays, not Tensor".
     v = lazyseq.view(np.arange(20.0).reshape(10, 2))

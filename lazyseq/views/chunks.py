@@ -261,10 +261,24 @@ def _padding_like(item: Any, pad: Any) -> Any:
         values = [_padding_like(v, p) for v, p in zip(item, _pad_fields(pad, None, len(item)))]
         kind: Any = type(item)
         return kind._make(values) if hasattr(kind, "_make") else kind(values)  # namedtuples too
+    if is_tensor(item):
+        return _tensor_padding(item, pad)
     if not isinstance(item, (np.ndarray, Number, np.generic)):  # collated into a list (strings...): pad as it is
         return pad
     value = np.asarray(item)
     return _pad_rows(pad, value.dtype, value.shape, 1)[0]
+
+
+def _tensor_padding(item: Any, pad: Any) -> Any:
+    """``pad`` as a tensor like ``item``: its shape, dtype and device (a ``TypeError`` if the dtype cannot hold it)."""
+    torch = sys.modules["torch"]
+    given = pad.numpy(force=True) if is_tensor(pad) else pad
+    try:
+        dtype = np.dtype(str(item.dtype).removeprefix("torch."))  # float32, int64, bool...: numpy's names
+    except TypeError:  # bfloat16: no numpy dtype to check the value against
+        return torch.as_tensor(given, dtype=item.dtype, device=item.device).expand(item.shape).clone()
+    row = _pad_rows(given, dtype, tuple(item.shape), 1)[0]
+    return torch.as_tensor(np.array(row), device=item.device)
 
 
 def _pad_rows(pad: Any, dtype: np.dtype, row_shape: tuple, count: int) -> np.ndarray:
