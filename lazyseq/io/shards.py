@@ -14,6 +14,7 @@ depend on the workers; how a run records its progress and resumes is in
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -273,7 +274,8 @@ def _write(
         checked = intact_shards(directory, layout, options.nworkers)
         if checked is not None and len(checked) == layout.shard_count:  # nothing to redo: the directory stays as it is
             forget_progress(directory)  # left by a run stopped between writing the manifest and removing it
-            remove_temporaries(directory)  # what a run killed mid-file left
+            with contextlib.suppress(OSError):  # a read-only directory: complete, it is read as it is
+                remove_temporaries(directory)  # what a run killed mid-file left
             if sync:  # it may have been written with sync=False
                 for shard in range(layout.shard_count):
                     for name in layout.file_names(shard):
