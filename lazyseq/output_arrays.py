@@ -69,6 +69,12 @@ class Output:
             if not keeps_values(leaf, target.dtype):
                 raise TypeError(self._do_not_fit(leaf, batch_index))
         elif _may_change(leaf.dtype, target.dtype) and not keeps_values(leaf, target.dtype):
+            if self.owned:  # no wider dtype to make: the outputs evaluate makes are fn's to keep in one dtype
+                raise TypeError(
+                    f"evaluate: fn returned {leaf.dtype} results for batch {batch_index}{_in_output(self.key)}, but "
+                    f"{target.dtype} ones before, which cannot hold some of them as they are ({_lost(leaf.dtype)}): "
+                    "return one dtype, with .astype in fn"
+                )
             raise TypeError(self._do_not_fit(leaf, batch_index))  # a cast numpy calls safe: to a finer unit, to floats
         return target
 

@@ -381,6 +381,12 @@ def test_integers_that_floats_would_round_are_refused():
     )
     with pytest.raises(TypeError, match=r"^evaluate: the int64 results of batch 0 do not fit the float64 output "):
         lazyseq.evaluate(lambda b: b, ids, batch_size=2, out=np.zeros(4))
+    with pytest.raises(TypeError) as caught:  # an output of evaluate's own: fn's to keep in one dtype
+        lazyseq.evaluate(lambda b: b.astype(float) if b[0] == ids[0] else b, ids, batch_size=2)
+    assert str(caught.value) == (
+        "evaluate: fn returned int64 results for batch 1, but float64 ones before, which cannot hold some of them as "
+        "they are (integers beyond the precision of its floats): return one dtype, with .astype in fn"
+    )
     exact = np.array([0, 2**53, -(2**53), 2**60])  # held as they are
     np.testing.assert_array_equal(lazyseq.evaluate(lambda b: b, exact, batch_size=2, out=np.zeros(4)), exact)
     mixed = lazyseq.evaluate(lambda b: b if b[0] == 0 else b + 0.5, np.arange(3), batch_size=1)  # widened

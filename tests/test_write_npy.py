@@ -1252,3 +1252,13 @@ def test_a_relative_directory_is_where_the_system_takes_it(tmp_path, monkeypatch
     monkeypatch.chdir(tmp_path)
     lazyseq.write_npy(np.arange(6.0).reshape(3, 2), "link/../out")
     assert (tmp_path / "real" / "out" / "manifest.json").exists() and not (tmp_path / "out").exists()
+
+
+def test_tensor_items_are_told_to_become_arrays(tmp_path):
+    torch = pytest.importorskip("torch")
+    with pytest.raises(TypeError) as caught:
+        lazyseq.write_npy(lazyseq.view([torch.ones(2)] * 3), tmp_path, sync=False)
+    assert str(caught.value) == (
+        "write_npy: item 0: items must be arrays or numbers, or tuples or dicts of them, but these collate into a "
+        "Tensor; convert torch tensors with .numpy() (on the CPU)"
+    )

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..casting import keeps_values, same_kind_of_value
 from ..views.base import View
-from ..views.chunks import MixedShapes, chunk_rows, chunk_to_batch
+from ..views.chunks import MixedShapes, chunk_rows, chunk_to_batch, is_tensor
 
 __all__ = [
     "BLOCK_BYTES",
@@ -437,7 +437,7 @@ def _hint(values: Any) -> str:
     first = values[0] if isinstance(values, list) and values else None
     if isinstance(first, (str, bytes)):
         return "; make strings numpy arrays of a fixed-width string dtype (np.str_, np.bytes_, np.array(s, 'U20'))"
-    if type(first).__module__.split(".")[0] == "torch":
+    if is_tensor(first) or is_tensor(values):  # tensors listed (collate_fn=list), or a batch of them stacked
         return "; convert torch tensors with .numpy() (on the CPU)"
     return ""
 
