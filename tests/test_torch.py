@@ -1020,6 +1020,18 @@ def test_predict_of_float64_data_by_a_float32_model_says_dtype_converts():
         "the data on the way"
     )
     assert predict(model, np.zeros((6, 4)), batch_size=3, dtype=torch.float32).shape == (6, 2)
+    for layer, data in [(torch.nn.Conv1d(2, 2, 1), np.zeros((2, 2, 3))), (torch.nn.LSTM(2, 2), np.zeros((2, 1, 2)))]:
+        with pytest.raises((RuntimeError, ValueError)) as caught:
+            predict(layer, data, batch_size=2)
+        assert caught.value.__notes__[0].startswith("predict: the data are torch.float64 and the model's parameters")
+
+    class Failing(torch.nn.Module):
+        def forward(self, x):
+            raise RuntimeError("out of memory")
+
+    with pytest.raises(RuntimeError) as caught:  # not about dtypes: no such note
+        predict(torch.nn.Sequential(Failing(), torch.nn.Linear(4, 4)), np.zeros((6, 4)), batch_size=3)
+    assert caught.value.__notes__ == ["raised on batch 0 (items 0 to 2) in predict"]
 
 
 def test_predict_over_tensors_gives_the_model_one_stacked_input():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
@@ -77,8 +78,8 @@ def predict(
         inputs = next(feeder)
         try:
             return call(inputs)
-        except RuntimeError as error:
-            hint = None if dtype is not None else _dtype_hint(model, inputs)
+        except (RuntimeError, ValueError) as error:  # (an RNN raises ValueError)
+            hint = None if dtype is not None else _dtype_hint(model, inputs, str(error))
             if hint:
                 error.add_note(hint)
             raise
@@ -121,13 +122,21 @@ def predict(
                 module.train(training)
 
 
-def _dtype_hint(model: torch.nn.Module, inputs: Any) -> str | None:
-    """What to do where the model's floating-point parameters and the data's tensors differ in dtype, else None."""
+# torch's words for tensors of two dtypes: "must have the same dtype", "expected scalar type Float but found
+# Double", "Input type (double) and bias type (float) should be the same"
+_ABOUT_DTYPES = re.compile(r"dtype|scalar type|\btype \(")
+
+
+def _dtype_hint(model: torch.nn.Module, inputs: Any, message: str) -> str | None:
+    """What to do where ``message`` (torch's) is about dtypes, and the model's floating-point parameters and the
+    data's tensors differ in theirs; else None."""
     parameter = next((p for p in model.parameters() if p.is_floating_point()), None)
     leaves: list = []
     flatten(inputs, leaves, is_leaf=lambda x: isinstance(x, torch.Tensor) and x.is_floating_point())
     data = leaves[0] if leaves else None
     if parameter is None or data is None or parameter.dtype == data.dtype:
+        return None
+    if not _ABOUT_DTYPES.search(message):  # another error: out of memory, the model's own
         return None
     return (
         f"predict: the data are {data.dtype} and the model's parameters {parameter.dtype}: "

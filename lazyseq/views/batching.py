@@ -450,6 +450,12 @@ def batch(
 
 @overload
 def batch(
+    sequence: SequenceLike[T], k: Integer, drop_last: bool, pad: Any, collate_fn: Callable[[list[T]], R]
+) -> View[R]: ...
+
+
+@overload
+def batch(
     sequence: SequenceLike[np.ndarray | np.generic | complex] | np.ndarray,
     k: Integer,
     drop_last: bool = ...,

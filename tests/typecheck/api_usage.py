@@ -141,6 +141,7 @@ def batches() -> None:
     assert_type(lazyseq.view([1.0, 2.0]).batch(2), View[np.ndarray])
     assert_type(words.batch(2, collate_fn=list), View[list[str]])
     assert_type(lazyseq.batch(lazyseq.view(np.zeros((4, 2))), 2, collate_fn=list), View[list[np.ndarray]])
+    assert_type(lazyseq.batch(words, 2, False, None, list), View[list[str]])  # every argument by position
     assert_type(words.batch(np.int64(2), collate_fn=list), View[list[str]])
     assert_type(words.batch(2, collate_fn=", ".join), View[str])
     assert_type(words.batch(2), View[Any])  # stacked by the default collate: depends on the items
