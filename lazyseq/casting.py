@@ -58,9 +58,16 @@ def keeps_values(values: np.ndarray, dtype: np.dtype) -> bool:
         exact = 2 ** (np.finfo(dtype).nmant + 1)  # every integer up to this one is held as it is
         if -exact <= int(values.min()) and int(values.max()) <= exact:
             return True
-        with np.errstate(over="ignore", invalid="ignore"):
-            cast = values.astype(dtype)
-            return bool(np.isfinite(cast).all() and (cast.real.astype(values.dtype) == values).all())
+        with np.errstate(over="ignore"):
+            cast = values.astype(dtype).real
+        if not np.isfinite(cast).all():
+            return False
+        # compared as integers where the floats are in the integers' range (converting others back is undefined:
+        # platforms differ); a float out of it was rounded up, past the largest integer
+        info = np.iinfo(values.dtype)
+        if not ((cast >= float(info.min)) & (cast < float(int(info.max) + 1))).all():  # bounds held exactly
+            return False
+        return bool((cast.astype(values.dtype) == values).all())
     if values.dtype.kind in "mM" and dtype.kind == values.dtype.kind and np.can_cast(values.dtype, dtype, "safe"):
         try:
             with np.errstate(over="ignore"):  # a finer unit: a date outside its range wraps around
