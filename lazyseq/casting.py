@@ -58,8 +58,8 @@ def keeps_values(values: np.ndarray, dtype: np.dtype) -> bool:
         exact = 2 ** (np.finfo(dtype).nmant + 1)  # every integer up to this one is held as it is
         if -exact <= int(values.min()) and int(values.max()) <= exact:
             return True
-        with np.errstate(over="ignore"):
-            cast = values.astype(dtype).real
+        with np.errstate(over="ignore"):  # (then float64, which holds any float16 or float32 as it is)
+            cast = values.astype(dtype).real.astype(np.float64)
         if not np.isfinite(cast).all():
             return False
         # compared as integers where the floats are in the integers' range (converting others back is undefined:

@@ -351,7 +351,7 @@ def test_integers_too_large_for_the_floats_and_times_outside_a_finer_unit_are_re
     def nanoseconds_then_days(b):
         return np.datetime64("2000-01-01", "ns") + b.astype("m8[ns]") if b[0] == 0 else dates(b)
 
-    with pytest.raises(TypeError, match=r"^evaluate: the datetime64\[D\] results of batch 1 do not fit the "):
+    with pytest.raises(TypeError, match=r"^evaluate: fn returned datetime64\[D\] results for batch 1, but "):
         lazyseq.evaluate(nanoseconds_then_days, np.arange(4), batch_size=2)
 
 
