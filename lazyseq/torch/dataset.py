@@ -13,9 +13,10 @@ from typing import Any, cast, overload
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, IterableDataset, default_collate
+from torch.utils.data import Dataset, IterableDataset, TensorDataset, default_collate
 
 from ..views.base import View
+from ..views.collate import collate as lazyseq_collate
 from ..views.itemtypes import SequenceLike, T, T_co
 from ..views.sources import as_view
 from .tensors import to_tensors
@@ -262,14 +263,16 @@ def from_dataset(dataset: Dataset[T]) -> View[T]:
     once ask the dataset through its ``__getitems__`` when it has one (one
     call for the whole batch), else item by item. Items are what the
     dataset returns: tensors stay tensors, and a batch stacks tensor items
-    (or fields) into one tensor, as torch's ``default_collate`` does. A
+    (or fields) into one tensor, as torch's ``default_collate`` does; a
+    ``TensorDataset`` is viewed as the collation of its tensors' rows, read
+    with one indexing call per tensor for a batch. A
     dataset made by :func:`as_dataset` gives back its
     view. An ``IterableDataset`` has no random access: wrap it with
     ``lazyseq.uniter`` instead.
 
     >>> import torch
     >>> from torch.utils.data import TensorDataset
-    >>> from lazyseq.torch import collate, from_dataset
+    >>> from lazyseq.torch import from_dataset
     >>> pairs = from_dataset(TensorDataset(torch.arange(6.0), torch.arange(6) % 2))
     >>> pairs[4]
     (tensor(4.), tensor(0))
@@ -278,6 +281,8 @@ def from_dataset(dataset: Dataset[T]) -> View[T]:
     """
     if isinstance(dataset, ViewDataset):
         return dataset.view
+    if type(dataset) is TensorDataset:  # its tensors' rows, side by side: batches read with one call per tensor
+        return cast("View[T]", lazyseq_collate(list(dataset.tensors)))
     if isinstance(dataset, IterableDataset):
         raise TypeError(
             f"from_dataset: {type(dataset).__name__} is an IterableDataset, which has no random access; "

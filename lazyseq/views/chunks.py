@@ -6,6 +6,8 @@
   read with one vectorized call);
 - a :class:`Columns`, the items of a ``collate`` view (tuples, or dicts) kept
   as one chunk per field, so that the fields stay vectorized;
+- a torch tensor whose first axis runs over the items (a tensor's rows,
+  read with one indexing call);
 - a ``list`` of items, for everything else.
 
 A batch is built from a chunk without going back to single items whenever the
@@ -136,7 +138,7 @@ def batches_as_its_rows(chunk: Any) -> bool:
     >>> batches_as_its_rows(np.zeros((4, 2), ">f8")), batches_as_its_rows(np.zeros(4, ">f8"))
     (True, False)
     """
-    if type(chunk) is list:
+    if type(chunk) is list or is_tensor(chunk):  # (a tensor's rows stack into the tensor again)
         return True
     if isinstance(chunk, Columns):
         return all(map(batches_as_its_rows, chunk.fields))
@@ -237,6 +239,9 @@ def pad_chunk(chunk: Any, pad: Any, count: int, collated: bool = True) -> Any:
     if isinstance(chunk, Columns):
         pads = _pad_fields(pad, chunk.keys, len(chunk.fields))
         return Columns(tuple(pad_chunk(f, p, count) for f, p in zip(chunk.fields, pads)), chunk.keys)
+    if is_tensor(chunk):
+        padding = _tensor_padding(chunk[0], pad)
+        return sys.modules["torch"].cat([chunk, padding.expand(count, *padding.shape)])
     # dtype: numpy's concatenate gives the machine's byte order otherwise
     return np.concatenate([chunk, _pad_rows(pad, chunk.dtype, chunk.shape[1:], count)], dtype=chunk.dtype)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from itertools import chain, islice
 from typing import Any, overload
@@ -13,11 +14,11 @@ from ..machine import this_machine
 from ..sparse import is_sparse
 from .arange import ArangeView
 from .base import View
-from .chunks import new_rows
+from .chunks import is_tensor, new_rows
 from .itemtypes import SequenceLike, T
 from .keys import Positions, positions_array
 
-__all__ = ["ArraySource", "SequenceSource", "as_view", "is_sequence_like", "view", "views_of"]
+__all__ = ["ArraySource", "SequenceSource", "TensorSource", "as_view", "is_sequence_like", "view", "views_of"]
 
 _BUILTIN_SEQUENCES = (list, tuple, str, bytes, bytearray)
 
@@ -260,6 +261,31 @@ class SequenceSource(View[Any]):
         return type(self.source).__name__
 
 
+class TensorSource(SequenceSource):
+    """The rows of a torch tensor: item ``i`` is ``tensor[i]``; many rows are read with one indexing call.
+
+    A batch of them is the tensor of those rows (a copy, on the tensor's
+    device), as a slice of an array is for an ``ArraySource``.
+    """
+
+    kind = "tensor"
+
+    def __init__(self, tensor: Any) -> None:
+        if tensor.ndim == 0:
+            raise TypeError("view() needs a tensor with at least one dimension, got a 0-d tensor")
+        super().__init__(tensor)
+
+    def _get_many(self, idx: Positions) -> Any:
+        torch = sys.modules["torch"]
+        positions = np.array(positions_array(idx), dtype=np.int64)  # a copy torch may write to (it warns otherwise)
+        return self.source[torch.from_numpy(positions)]
+
+    def _describe(self) -> str:
+        tensor = self.source
+        device = "" if tensor.device.type == "cpu" else f" on {tensor.device}"
+        return f"tensor {str(tensor.dtype).removeprefix('torch.')} {tuple(tensor.shape)}{device}"
+
+
 @overload
 def as_view(obj: np.ndarray) -> View[np.ndarray]: ...
 
@@ -276,6 +302,8 @@ def as_view(obj: SequenceLike[Any] | np.ndarray) -> View[Any]:
         return ArraySource(obj)
     if isinstance(obj, range):
         return ArangeView(obj)
+    if is_tensor(obj):
+        return TensorSource(obj)
     if is_sparse(obj):  # whose len() raises "sparse array length is ambiguous"
         raise TypeError(
             f"cannot make a view of a sparse {type(obj).__name__}: views read dense rows; view X.toarray() where it "
@@ -315,8 +343,9 @@ def view(obj: SequenceLike[T]) -> View[T]: ...
 def view(obj: SequenceLike[Any] | np.ndarray) -> View[Any]:
     """Wrap a sequence or array into a lazy view, whose methods chain combinators left to right.
 
-    Arrays (memory maps included) are read with vectorized numpy calls;
-    any object with ``__len__`` and ``__getitem__`` works too. A view is
+    Arrays (memory maps included) are read with vectorized numpy calls,
+    torch tensors with one indexing call for many rows; any object with
+    ``__len__`` and ``__getitem__`` works too. A view is
     returned unchanged. The view's length is the data's when it is made:
     items appended to a list later are not seen, and items removed are
     missing (reading them is an error).
