@@ -22,6 +22,12 @@ b. loader-bound: batches of 256 x 248 float64 delivered as tensors to a
    ``prefetch_factor=5``. ``to_device("cpu")`` is timed with its default
    ``ahead=2`` and with ``ahead=0``: on the CPU there is no copy to overlap,
    and batches held ahead only keep more memory in use.
+
+A third workload holds its data as tensors in memory (the same samples,
+loaded): c. shuffled minibatches of 64 float32 samples and their labels,
+read in the consumer's thread, lazyseq's ``collate([X, y])`` (or
+``from_dataset(TensorDataset(X, y))``) against ``DataLoader(TensorDataset(X,
+y))`` with no workers, the usual way to batch tensors held in memory.
 """
 
 from __future__ import annotations
@@ -52,10 +58,10 @@ from loader_timing import (
     print_timings,
     report,
 )
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 import lazyseq
-from lazyseq.torch import as_dataset, collate, to_device, to_tensors
+from lazyseq.torch import as_dataset, collate, from_dataset, to_device, to_tensors
 
 HIDDEN = 64
 WORKERS = 2
@@ -291,13 +297,57 @@ def bench_loader_bound(settings: Settings) -> list[Result]:
     return results
 
 
+# -- c. tensors in memory ------------------------------------------------------------------------
+
+
+def bench_tensors(settings: Settings) -> list[Result]:
+    n = settings.train_steps
+    with tempfile.TemporaryDirectory() as folder:
+        paths, labels_path = write_samples(folder, "float32")
+        X = torch.from_numpy(np.concatenate([np.load(p) for p in paths]))
+        y = torch.from_numpy(np.load(labels_path))
+    order = epochs_order(len(X), n * STEP_BATCH)
+
+    def view(k: int):
+        return lazyseq.collate([X, y]).gather(order[: k * STEP_BATCH]).batch(STEP_BATCH)
+
+    def dataset_view(k: int):
+        return from_dataset(TensorDataset(X, y)).gather(order[: k * STEP_BATCH]).batch(STEP_BATCH)
+
+    loaders: dict[str, Loader] = {
+        "lazyseq collate([X, y]), synchronous": lambda k: plain(view(k)),
+        "lazyseq from_dataset(TensorDataset), synchronous": lambda k: plain(dataset_view(k)),
+        "DataLoader(TensorDataset), 0 workers": lambda k: torch_loader(
+            TensorDataset(X, y), order[: k * STEP_BATCH], STEP_BATCH, 0
+        ),
+    }
+    check_same_heads(first_batches(loaders))
+    timings = measure(loaders, n, settings.repeats, consume=lambda batch: None)
+    lazy, other = timings["lazyseq collate([X, y]), synchronous"], timings["DataLoader(TensorDataset), 0 workers"]
+    print_timings(
+        f"c. Tensors in memory: {n:,} shuffled minibatches of {STEP_BATCH} float32 samples ({WIDTH} values) and "
+        "their labels, read in the consumer's thread",
+        timings,
+        "batch",
+        lambda t: f"{other.best / t.best:.2f} x DataLoader's speed",
+    )
+    return [
+        Result(
+            "c. tensors in memory, lazyseq collate vs DataLoader(TensorDataset)",
+            ms(lazy.best) + "/batch",
+            f"torch {ms(other.best)}/batch",
+            f"{other.best / lazy.best:.2f}",
+        )
+    ]
+
+
 # -- main ----------------------------------------------------------------------------------------
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a short run, as a smoke test")
-    parser.add_argument("--only", choices=("a", "b"), help="run one workload")
+    parser.add_argument("--only", choices=("a", "b", "c"), help="run one workload")
     parser.add_argument("--loader-batches", type=int, help="batches per timed run in workload b (default 20000)")
     parser.add_argument("--repeats", type=int, help="timed runs per contender")
     args = parser.parse_args()
@@ -314,11 +364,11 @@ def main() -> None:
         f"numpy {np.__version__}, {os.cpu_count()} cores"
     )
     print(f"{settings.repeats} repeats per timing, contenders taking turns; ratios use the best repeat")
-    print(f"In both workloads, {WHOLE_RUNS}")
+    print(f"In every workload, {WHOLE_RUNS}")
     print(f"load average before: {load()}")
     started = time.perf_counter()
     results: list[Result] = []
-    workloads = {"a": bench_training, "b": bench_loader_bound}
+    workloads = {"a": bench_training, "b": bench_loader_bound, "c": bench_tensors}
     for name, workload in workloads.items():
         if args.only in (None, name):
             results += workload(settings)
