@@ -16,6 +16,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from torch.nn.utils.rnn import pad_sequence  # noqa: E402
 from torch.utils.data import (  # noqa: E402
     BatchSampler,
     DataLoader,
@@ -430,6 +431,11 @@ def test_a_dataset_of_tensor_items_reads_each_item_once():
     assert sorted(reads) == list(range(8)) and [b[:, 0].tolist() for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7]]
     failing = LazyBatch(dataset.view, [8, 9])
     assert repr(failing) == "LazyBatch(2 samples)"  # an item that fails to read: what it is, not the error
+    # Of several shapes (sequences a collate_fn pads), each batch read them again after failing to stack them.
+    reads.clear()
+    ragged = as_dataset(lazyseq.smap(lambda i: torch.arange(reads.append(i) or i % 5 + 1), range(40)))
+    padded = list(DataLoader(ragged, batch_size=8, collate_fn=lambda b: pad_sequence(list(b), batch_first=True)))
+    assert len(reads) == 48 and [tuple(b.shape) for b in padded] == [(8, 5)] * 5  # the first batch twice: it tells
 
 
 def test_a_batch_of_tensor_items_is_padded_with_tensors_like_them():

@@ -54,12 +54,18 @@ class LazyBatch(list[Any]):
     __slots__ = ("_view", "_indices", "_value", "_read")
 
     def __init__(
-        self, view: View[Any], indices: list[int] | np.ndarray, *, read_now: bool = False, value: Any = _UNREAD
+        self,
+        view: View[Any],
+        indices: list[int] | np.ndarray,
+        *,
+        read_now: bool = False,
+        value: Any = _UNREAD,
+        stacks: bool = True,
     ) -> None:
         super().__init__()
         self._view = view
         self._indices = indices
-        if read_now and value is _UNREAD:
+        if read_now and stacks and value is _UNREAD:  # (items that do not stack: read one by one at once)
             try:
                 value = _stacked(view, indices)
             except Exception:  # tensors of several shapes; or an item's failure, raised again as they are read
@@ -149,6 +155,7 @@ class ViewDataset(Dataset[T_co]):
         self.view: View[T_co] = view
         self._len = view._need_length("as_dataset()")
         self._tensor_items: bool | None = None  # whether items are tensors: known from the first batch read
+        self._stacks = True  # whether they stack into one tensor (not of several shapes): known from it too
 
     def __len__(self) -> int:
         return self._len
@@ -170,12 +177,16 @@ class ViewDataset(Dataset[T_co]):
         if self._tensor_items is None and len(indices):  # the first batch says what the items are
             try:
                 value = _stacked(self.view, indices)
-            except Exception:  # items that do not stack (of several shapes), or one that failed: its first item says
-                self._tensor_items = isinstance(self.view[indices[0]], torch.Tensor)  # an item's error: raised here
-                return LazyBatch(self.view, indices, read_now=self._tensor_items)
+            except Exception:  # items that do not stack (of several shapes), or one that failed to read
+                batch = LazyBatch(self.view, indices)
+                batch._samples()  # read one by one: an item's error is raised here, and decides nothing
+                samples = list(list.__iter__(batch))
+                self._tensor_items = all(isinstance(sample, torch.Tensor) for sample in samples)
+                self._stacks = not self._tensor_items or len({sample.shape for sample in samples}) == 1
+                return batch
             self._tensor_items = isinstance(value, torch.Tensor)
             return LazyBatch(self.view, indices, value=value)
-        return LazyBatch(self.view, indices, read_now=bool(self._tensor_items))
+        return LazyBatch(self.view, indices, read_now=bool(self._tensor_items), stacks=self._stacks)
 
     def __repr__(self) -> str:
         return f"as_dataset(\n{self.view!r}\n)"
