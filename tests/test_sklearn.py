@@ -499,7 +499,7 @@ def test_features_given_as_python_lists_are_columns_of_the_batch():
     loader = DataLoader(as_dataset(lists), batch_size=BATCH)  # default_collate: a list of WIDTH tensors
     model = fit(IncrementalPCA(2), loader, progress=False)
     np.testing.assert_allclose(model.components_, reference.components_)
-    tensors = lazyseq.smap(lambda x, t: (torch.from_numpy(x), t), X, LABELS)  # tensor items: a list of rows
+    tensors = lazyseq.smap(lambda x, t: (torch.from_numpy(x), t), X, LABELS)  # tensor rows: stacked
     np.testing.assert_allclose(
         fit(IncrementalPCA(2), tensors.batch(BATCH), progress=False).components_, reference.components_
     )
@@ -514,6 +514,10 @@ def test_features_given_as_python_lists_are_columns_of_the_batch():
         "items whose X is a list (a batch collates them position by position), or rows; make X one array (each "
         "item's X a numpy array, or np.stack the rows)"
     )
+    # X as a list of 0-d tensors: its columns stack into tensors, read as rows (transposed, silently)
+    square_tensors = lazyseq.view([([torch.tensor(v) for v in row], t) for row, t in zip(X[:WIDTH], LABELS)])
+    with pytest.raises(ValueError, match=f"^fit: batch 0: X is a list of {WIDTH} tensors of {WIDTH} values, as many"):
+        fit(IncrementalPCA(2), square_tensors.batch(WIDTH), progress=False)
 
 
 def test_x_and_y_given_whole_say_how_to_batch_them():

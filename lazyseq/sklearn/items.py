@@ -167,10 +167,9 @@ def _holds_columns(X: list, y: Any, where: str) -> bool:
         return False
     if len(X) != rows:
         return True
-    if not isinstance(X[0], np.ndarray):  # tensors: tensor items listed (collate_fn=list), rows
-        return False
+    kind = "arrays" if isinstance(X[0], np.ndarray) else "tensors"
     raise ValueError(
-        f"{where}: X is a list of {rows} arrays of {rows} values, as many as the targets: the columns of items "
+        f"{where}: X is a list of {rows} {kind} of {rows} values, as many as the targets: the columns of items "
         "whose X is a list (a batch collates them position by position), or rows; make X one array (each "
         "item's X a numpy array, or np.stack the rows)"
     )
