@@ -5,6 +5,7 @@ A :class:`~lazyseq.loading.backends.WorkerBackend` (see that module for the prot
 
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
 import time
@@ -148,9 +149,33 @@ class ThreadWorkers:
                 thread.join(max(0.0, deadline - time.monotonic()))
             return not any(thread.is_alive() for thread in others)
 
-        # a second Ctrl-C, or a close by the garbage collector: the threads end their items on their own
-        wait_unless_hurried(ended, 0.0 if collected_while_running() else JOIN_SECONDS)
+        if collected_while_running():  # nobody waits for its results: the threads end their items on their own,
+            ended(0.0)
+            _finish_before_exit(others)  # before the program ends, though, as an explicit close would have waited
+        else:  # a second Ctrl-C meanwhile: the threads end their items on their own
+            wait_unless_hurried(ended, JOIN_SECONDS)
         self._signal.close()
+
+
+_busy_at_exit: list[threading.Thread] = []  # threads a collected loader left busy in an item
+
+
+def _finish_before_exit(threads: list[threading.Thread]) -> None:
+    """Have the program's exit wait for ``threads`` (``JOIN_SECONDS`` in all), as closing their loader would have."""
+    if not _exit_hook_set[0]:
+        _exit_hook_set[0] = True
+        atexit.register(_join_busy_threads)
+    _busy_at_exit[:] = [thread for thread in (*_busy_at_exit, *threads) if thread.is_alive()]
+
+
+_exit_hook_set = [False]
+
+
+def _join_busy_threads() -> None:
+    deadline = time.monotonic() + JOIN_SECONDS
+    for thread in _busy_at_exit:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    _busy_at_exit.clear()
 
 
 class _Ticket:
