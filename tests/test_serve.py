@@ -1797,6 +1797,33 @@ def test_close_and_garbage_collection_leave_nothing_behind():
     assert len(os.listdir("/proc/self/fd")) == fds
 
 
+def test_a_server_collected_leaves_a_busy_worker_thread_to_end_on_its_own(monkeypatch):
+    # Dropped unclosed (a notebook's cell run again), it waited up to 10 s for worker threads busy in an item: the
+    # collector's close reached them through the server's own thread, which did not know who closed it.
+    import lazyseq.loading.thread_workers as thread_workers
+
+    waits = []
+    monkeypatch.setattr(thread_workers, "wait_unless_hurried", lambda wait, seconds: waits.append(seconds))
+    started, release = threading.Event(), threading.Event()
+
+    def blocking():
+        started.set()
+        release.wait()  # the first item takes its time (a stream is drawn before anyone asks)
+        yield np.zeros(2)
+
+    before = set(threading.enumerate())
+    server = lazyseq.serve(blocking(), LOOPBACK)
+    assert started.wait(10)
+    busy = set(threading.enumerate()) - before
+    del server
+    gc.collect()
+    assert waits == [] and any(thread in thread_workers._busy_at_exit for thread in busy)
+    release.set()
+    for thread in busy:
+        thread.join(10)
+    assert not any(thread.is_alive() for thread in busy)
+
+
 def test_import_lazyseq_imports_no_zmq():
     code = "import sys, lazyseq; print([m for m in sys.modules if m.split('.')[0] == 'zmq'])"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "[]"

@@ -36,6 +36,7 @@ from typing import Any
 __all__ = [
     "Finalizer",
     "blocked_for_children",
+    "closing_for_collector",
     "collected_while_running",
     "daemon_thread_at_exit",
     "ignore_interrupts",
@@ -223,8 +224,7 @@ def _close_when_collected(close: Callable[..., None], *args: Any) -> None:
     Only where Python's own handler takes SIGINT: a handler of the program's
     has seen that Ctrl-C already, and whatever it raised goes as Python says.
     """
-    _collecting.on = True
-    try:
+    with closing_for_collector():
         if not _python_takes_sigint():
             close(*args)
             return
@@ -233,11 +233,21 @@ def _close_when_collected(close: Callable[..., None], *args: Any) -> None:
                 close(*args)
         except KeyboardInterrupt:
             interrupt_later()
-    finally:
-        _collecting.on = False
 
 
 _collecting = threading.local()  # on: this thread runs a close that the garbage collector started
+
+
+@contextmanager
+def closing_for_collector() -> Iterator[None]:
+    """Within the block, this thread runs a close that the garbage collector started (in this thread, or in the
+    one that asked this one to close: a server's); see :func:`collected_while_running`."""
+    before = getattr(_collecting, "on", False)
+    _collecting.on = True
+    try:
+        yield
+    finally:
+        _collecting.on = before
 
 
 def collected_while_running() -> bool:

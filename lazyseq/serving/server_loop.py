@@ -38,6 +38,7 @@ had not acknowledged go to other consumers.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import os
@@ -47,7 +48,13 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..loading.closing import daemon_thread_at_exit, interrupts_deferred, interrupts_held
+from ..loading.closing import (
+    closing_for_collector,
+    collected_while_running,
+    daemon_thread_at_exit,
+    interrupts_deferred,
+    interrupts_held,
+)
 from . import wire
 from .endpoints import is_ipv6
 from .frames import DONTWAIT, receive_frames, send_frames
@@ -140,8 +147,8 @@ class ServerLoop:
         item (left to end it on their own), and is raised once all is released.
         """
         with interrupts_deferred():
-            try:
-                os.write(self._stopper_fd, b"s")
+            try:  # "c": the garbage collector's close, which waits for nothing (see closing.collected_while_running)
+                os.write(self._stopper_fd, b"c" if collected_while_running() else b"s")
             except OSError:  # the thread ended already (it closed the other end)
                 pass
             if self.thread is not threading.current_thread():
@@ -161,6 +168,7 @@ class ServerLoop:
         if zap is not None:
             poller.register(zap, zmq.POLLIN)
         watched: set[int] = set()  # the service's file descriptors in the poller
+        collected = False  # stopped by the garbage collector's close
         last_sweep = time.monotonic()
         read_up_to = ReadUpTo(last_sweep)
         try:
@@ -175,6 +183,7 @@ class ServerLoop:
                 polled = time.monotonic()
                 ready = dict(poller.poll(int(SWEEP_SECONDS * 1000)))
                 if self._stop_fd in ready:
+                    collected = os.read(self._stop_fd, 1) == b"c"
                     return
                 if zap is not None and zap in ready and self._check is not None:
                     zap.send_multipart(self._check.answer(zap.recv_multipart()))
@@ -204,7 +213,8 @@ class ServerLoop:
         except BaseException:  # a bug: logged (serve_forever raises), and what the server holds is released
             log.exception("the server at %s failed", self.address)
         finally:
-            service.close()
+            with closing_for_collector() if collected else contextlib.nullcontext():
+                service.close()
             for socket in (router, zap):
                 if socket is not None:
                     socket.close(linger=0)
