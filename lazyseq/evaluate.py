@@ -244,10 +244,10 @@ class _Outputs:
                 "dense rows: with out=None its results are stacked into one sparse matrix"
             )
         first = self.sparse[0] if self.sparse else None
-        if first is not None and not is_sparse(result):
+        if first is not None and (type(result) is not type(first) or result.dtype != first.dtype):
             raise TypeError(
-                f"evaluate: fn returned {type(result).__name__} for batch {batch_index}, but sparse "
-                f"{type(first).__name__} results before: return one kind of result"
+                f"evaluate: fn returned {_kind_of(result)} for batch {batch_index}, but {_kind_of(first)} results "
+                "before: return one kind of result, of one dtype (stacked, others would be converted)"
             )
         if result.ndim != 2 or result.shape[0] != rows or (first is not None and result.shape[1] != first.shape[1]):
             expected = f"({rows}, {first.shape[1]})" if first is not None else f"({rows}, columns)"
@@ -291,6 +291,13 @@ class _Outputs:
         self.outputs.clear()
         self.lone = None
         self.sparse = None
+
+
+def _kind_of(value: Any) -> str:
+    """``a sparse csr_matrix of int64``, for messages."""
+    if is_sparse(value):
+        return f"a sparse {type(value).__name__} of {value.dtype}"
+    return type(value).__name__
 
 
 def _anything(value: Any) -> bool:

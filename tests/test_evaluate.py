@@ -439,7 +439,7 @@ def test_sparse_results_are_stacked_into_one_sparse_matrix():
         ),
         (
             TypeError,
-            "for batch 1, but sparse csr_matrix results before: return one kind",
+            "for batch 1, but a sparse csr_matrix of float64 results before: return one kind",
             lambda b: sparse.csr_matrix(b) if b[0, 0] == 0 else b,
             None,
         ),
@@ -459,6 +459,20 @@ def test_sparse_results_are_stacked_into_one_sparse_matrix():
             TypeError,
             "for batch 1 where evaluate gathers dense arrays",
             lambda b: b if b[0, 0] == 0 else sparse.csr_matrix(b),
+            None,
+        ),
+    ]
+    refusals += [  # converted by the stack: int64 values beyond 2**53 rounded, matrices made arrays
+        (
+            TypeError,
+            "sparse csr_matrix of float64 for batch 1, but a sparse csr_matrix of int64 results before",
+            lambda b: sparse.csr_matrix(b.astype(int) if b[0, 0] == 0 else b),
+            None,
+        ),
+        (
+            TypeError,
+            "sparse csr_array of float64 for batch 1, but a sparse csr_matrix of float64 results",
+            lambda b: (sparse.csr_matrix if b[0, 0] == 0 else sparse.csr_array)(b),
             None,
         ),
     ]

@@ -343,9 +343,10 @@ def _is_by_field(batch: Any, collated: bool) -> bool:
 
     A dict or namedtuple always is. A batch that the default collation made
     (``collated``) is when it is a tuple, or a list of fields (each an array,
-    a list, a tuple or a dict: a list of items holds anything else). Of
-    other batches, a tuple is when each of its parts is an array or a list;
-    a list is a list of items.
+    a tensor, a list, a tuple or a dict: a list of items holds anything
+    else). Of other batches, a tuple is when each of its parts is an array,
+    a tensor or a list (a ``collate_fn=tuple`` of array or tensor items is
+    read as fields); a list is a list of items.
     """
     if isinstance(batch, Mapping) or (isinstance(batch, tuple) and hasattr(batch, "_fields")):
         return True
