@@ -1066,6 +1066,9 @@ def test_predict_of_float64_data_by_a_float32_model_says_dtype_converts():
     with pytest.raises(RuntimeError) as caught:  # not about dtypes: no such note
         predict(torch.nn.Sequential(Failing(), torch.nn.Linear(4, 4)), np.zeros((6, 4)), batch_size=3)
     assert caught.value.__notes__ == ["raised on batch 0 (items 0 to 2) in predict"]
+    with pytest.raises(RuntimeError) as caught:  # floats where indices go: dtype= would not help
+        predict(torch.nn.Embedding(4, 2), np.zeros(6), batch_size=3)
+    assert not any(note.startswith("predict: the data are") for note in caught.value.__notes__)
 
 
 def test_predict_over_tensors_gives_the_model_one_stacked_input():

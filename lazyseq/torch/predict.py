@@ -136,8 +136,8 @@ def _dtype_hint(model: torch.nn.Module, inputs: Any, message: str) -> str | None
     data = leaves[0] if leaves else None
     if parameter is None or data is None or parameter.dtype == data.dtype:
         return None
-    if not _ABOUT_DTYPES.search(message):  # another error: out of memory, the model's own
-        return None
+    if not _ABOUT_DTYPES.search(message) or "indices" in message:  # another error: out of memory, the model's
+        return None  # own, or floats where indices go (an Embedding's): dtype= would not help
     return (
         f"predict: the data are {data.dtype} and the model's parameters {parameter.dtype}: "
         f"dtype={parameter.dtype} converts the data on the way"
