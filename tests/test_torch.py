@@ -448,6 +448,11 @@ def test_a_batch_of_tensor_items_is_padded_with_tensors_like_them():
     assert torch.equal(x, torch.tensor([[1.0, 1.0], [0.0, 0.0]])) and torch.equal(y, torch.tensor([2, -1]))
     with pytest.raises(lazyseq.EvaluationError, match="pad .* cannot be held as the items' dtype int64 without a"):
         rows.batch(2, pad=torch.tensor([0.5, 0.5]))[1]
+    halves = lazyseq.view([torch.ones(2, dtype=torch.bfloat16)] * 3)
+    assert torch.equal(halves.batch(2, pad=-2)[1], torch.tensor([[1.0, 1.0], [-2.0, -2.0]], dtype=torch.bfloat16))
+    for pad in (1e40, "x"):  # made inf, and torch's "new(): invalid data type 'str'"
+        with pytest.raises(lazyseq.EvaluationError, match="the items' dtype torch.bfloat16 without a change"):
+            halves.batch(2, pad=pad)[1]
 
 
 def test_tensors_index_views_as_arrays_do():

@@ -280,8 +280,14 @@ def _tensor_padding(item: Any, pad: Any) -> Any:
     given = pad.numpy(force=True) if is_tensor(pad) else pad
     try:
         dtype = np.dtype(str(item.dtype).removeprefix("torch."))  # float32, int64, bool...: numpy's names
-    except TypeError:  # bfloat16: no numpy dtype to check the value against
-        return torch.as_tensor(given, dtype=item.dtype, device=item.device).expand(item.shape).clone()
+    except TypeError:  # bfloat16: checked as float32, whose range it has
+        try:
+            row = _pad_rows(given, np.dtype(np.float32), tuple(item.shape), 1)[0]
+        except TypeError:
+            raise TypeError(
+                f"batch: pad {pad!r} cannot be held as the items' dtype {item.dtype} without a change"
+            ) from None
+        return torch.as_tensor(np.array(row), device=item.device).to(item.dtype)
     row = _pad_rows(given, dtype, tuple(item.shape), 1)[0]
     return torch.as_tensor(np.array(row), device=item.device)
 
