@@ -466,6 +466,12 @@ def test_tensors_index_views_as_arrays_do():
     assert len(v[torch.tensor([3])]) == 1 and v[torch.tensor(3)].tolist() == [6.0, 7.0]  # one index in a tensor
     with pytest.raises(TypeError, match=r"^array indices must be integers, slices or integer arrays, not Tensor$"):
         v[torch.tensor(True)]  # refused, as a numpy boolean is
+    assert v[torch.tensor([1, 2], dtype=torch.float64).requires_grad_().long()].batch(2)[0].tolist() == [
+        [2.0, 3.0],
+        [4.0, 5.0],
+    ]
+    with pytest.raises(TypeError, match=r"^a uint8 tensor as an index is positions to numpy and a mask to torch: "):
+        v[torch.tensor([1, 0], dtype=torch.uint8)]
     writable = lazyseq.view(np.zeros(4))
     writable[torch.tensor([1, 3])] = [5.0, 6.0]
     writable[torch.tensor([2])] = [7.0]

@@ -22,6 +22,7 @@ from typing import Any, Self, TypeVar, overload
 import numpy as np
 
 from . import errors
+from .chunks import is_tensor
 from .errors import EndOfData
 from .fluent import Fluent
 from .itemtypes import T_co
@@ -347,7 +348,7 @@ class View(Fluent[T_co], Sequence[T_co]):
             return key
         given = key
         if not isinstance(key, (int, np.ndarray, np.generic)) and hasattr(key, "__array__"):
-            key = np.asarray(key)  # before __index__, which a tensor of one integer has too
+            key = _index_array(key)  # before __index__, which a tensor of one integer has too
             if key.ndim:
                 return key
         try:  # a 0-d integer array is an integer, as for a list and numpy
@@ -520,6 +521,22 @@ class View(Fluent[T_co], Sequence[T_co]):
         if len(shown) < len(parents):
             lines.append(f"{child_prefix}└─ ... {len(parents) - len(shown)} more")
         return lines
+
+
+def _index_array(key: Any) -> np.ndarray:
+    """An index that is no numpy array (a torch tensor, a pandas Series) as the numpy array it makes.
+
+    A tensor on any device, with or without a gradient; not one of uint8,
+    which torch reads as a mask and numpy as positions.
+    """
+    if is_tensor(key):
+        if str(key.dtype) == "torch.uint8":
+            raise TypeError(
+                "a uint8 tensor as an index is positions to numpy and a mask to torch: give .bool() for a mask, "
+                ".long() for positions"
+            )
+        return key.numpy(force=True)
+    return np.asarray(key)
 
 
 def lengths_must_match(kind: str, views: Sequence[View[Any]]) -> int | None:
