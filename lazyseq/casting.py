@@ -56,8 +56,12 @@ def keeps_values(values: np.ndarray, dtype: np.dtype) -> bool:
         return bool((np.isfinite(cast) | ~np.isfinite(values)).all())
     if values.dtype.kind in "iu" and dtype.kind in "fc":  # too large for the floats: inf, or rounded
         exact = 2 ** (np.finfo(dtype).nmant + 1)  # every integer up to this one is held as it is
-        if -exact <= int(values.min()) and int(values.max()) <= exact:
+        low, high = int(values.min()), int(values.max())
+        if -exact <= low and high <= exact:
             return True
+        largest = float(np.finfo(dtype).max)
+        if high > largest or low < -largest:  # inf: no need to cast them all to know
+            return False
         with np.errstate(over="ignore"):  # (then float64, which holds any float16 or float32 as it is)
             cast = values.astype(dtype).real.astype(np.float64)
         if not np.isfinite(cast).all():

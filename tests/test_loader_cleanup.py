@@ -446,7 +446,7 @@ def test_a_ctrl_c_raised_again_in_ipython_is_dropped_once_its_cell_has_ended(mon
     # In Jupyter, a Ctrl-C caught while the collector closed a loader was raised 0.2 s later: in the next cell.
     import types
 
-    shell = types.SimpleNamespace(execution_count=5)  # IPython counts a cell once it has run
+    shell = types.SimpleNamespace(execution_count=5)  # what IPython counts its cells with
     monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: shell))
     timers = []
     monkeypatch.setattr(threading.Timer, "start", lambda timer: timers.append(timer))

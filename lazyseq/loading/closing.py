@@ -300,8 +300,7 @@ def _interrupt_main(cell: int | None = None) -> None:
 
 
 def _ipython_cell() -> int | None:
-    """The number of the IPython (or Jupyter) cell running now (IPython counts a cell once it has run); None
-    outside IPython."""
+    """The number IPython (or Jupyter) counts cells with: it changes from one cell to the next; None outside IPython."""
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
     count = getattr(shell, "execution_count", None)
