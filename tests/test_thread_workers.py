@@ -106,3 +106,31 @@ go.set()
     done = tmp_path / "done.txt"
     subprocess.run([sys.executable, "-c", script, str(done)], check=True, timeout=60)
     assert done.read_text() == "done"
+
+
+def test_a_ctrl_c_while_the_program_ends_cuts_the_wait_for_busy_threads_short_quietly():
+    # The wait at exit for threads a collected loader left busy printed "Exception ignored in atexit callback".
+    import signal
+    import subprocess
+    import sys
+
+    script = """
+import atexit, threading, lazyseq
+def item(i):
+    if i:
+        threading.Event().wait()  # never ends
+    return i
+loader = lazyseq.prefetch(lazyseq.smap(item, range(4)), nworkers=1, method="thread", inline_below=0)
+assert loader[0] == 0
+loader = None  # dropped: the program's end waits for its busy thread
+atexit.register(lambda: print("ending", flush=True))  # (runs just before that wait: last registered, first run)
+"""
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "ending\n"
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=60)
+    finally:
+        child.kill()
+        child.wait()
+    assert (child.returncode, err) == (0, "")

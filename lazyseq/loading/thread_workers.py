@@ -6,6 +6,8 @@ A :class:`~lazyseq.loading.backends.WorkerBackend` (see that module for the prot
 from __future__ import annotations
 
 import atexit
+import contextlib
+import functools
 import queue
 import threading
 import time
@@ -142,40 +144,52 @@ class ThreadWorkers:
             self._tasks.put(None)
         current = threading.current_thread()
         others = [thread for thread in self._threads if thread is not current]
-
-        def ended(timeout: float) -> bool:
-            deadline = time.monotonic() + timeout  # one wait for them all, not one each
-            for thread in others:
-                thread.join(max(0.0, deadline - time.monotonic()))
-            return not any(thread.is_alive() for thread in others)
-
         if collected_while_running():  # nobody waits for its results: the threads end their items on their own,
-            ended(0.0)
             _finish_before_exit(others)  # before the program ends, though, as an explicit close would have waited
         else:  # a second Ctrl-C meanwhile: the threads end their items on their own
-            wait_unless_hurried(ended, JOIN_SECONDS)
+            wait_unless_hurried(functools.partial(_ended, others), JOIN_SECONDS)
         self._signal.close()
 
 
-_busy_at_exit: list[threading.Thread] = []  # threads a collected loader left busy in an item
+def _ended(threads: list[threading.Thread], timeout: float) -> bool:
+    """Whether ``threads`` have ended, waited for ``timeout`` seconds at most (in all, not each)."""
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return not any(thread.is_alive() for thread in threads)
+
+
+# Threads a collected loader left busy in an item. Added to with one call (the collector may close loaders in
+# several threads at once, or within this module's own code); its ended threads are dropped now and then.
+_busy_at_exit: list[threading.Thread] = []
+_pruning = threading.Lock()
+PRUNE_AT = 256
 
 
 def _finish_before_exit(threads: list[threading.Thread]) -> None:
     """Have the program's exit wait for ``threads`` (``JOIN_SECONDS`` in all), as closing their loader would have."""
-    if not _exit_hook_set[0]:
-        _exit_hook_set[0] = True
+    if not _exit_hook_set:
+        _exit_hook_set.append(True)
         atexit.register(_join_busy_threads)
-    _busy_at_exit[:] = [thread for thread in (*_busy_at_exit, *threads) if thread.is_alive()]
+    _busy_at_exit.extend(threads)
+    if len(_busy_at_exit) > PRUNE_AT and _pruning.acquire(blocking=False):  # (never waits: a collector may be here)
+        try:
+            known = list(_busy_at_exit)
+            alive = [thread for thread in known if thread.is_alive()]
+            if len(_busy_at_exit) == len(known):  # none added meanwhile
+                _busy_at_exit[:] = alive
+        finally:
+            _pruning.release()
 
 
-_exit_hook_set = [False]
+_exit_hook_set: list[bool] = []
 
 
 def _join_busy_threads() -> None:
-    deadline = time.monotonic() + JOIN_SECONDS
-    for thread in _busy_at_exit:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    _busy_at_exit.clear()
+    """At exit: wait for them; a Ctrl-C ends the wait, quietly (the program is ending, as asked)."""
+    threads = list(_busy_at_exit)
+    with contextlib.suppress(KeyboardInterrupt), interrupts_deferred():
+        wait_unless_hurried(functools.partial(_ended, threads), JOIN_SECONDS)
 
 
 class _Ticket:
