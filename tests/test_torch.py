@@ -401,6 +401,10 @@ def test_a_tensor_is_viewed_by_rows_read_in_one_call():
     x, labels = pairs.shuffle(seed=1).batch(4)[0]
     assert torch.equal(x, X[order]) and torch.equal(labels, y[order]) and type(pairs[3]) is tuple
     assert all(torch.equal(mine, theirs) for mine, theirs in zip(pairs[3], TensorDataset(X, y)[3]))
+    with warnings.catch_warnings():  # "Sparse CSR tensor support is in beta state"
+        warnings.simplefilter("ignore", UserWarning)
+        for sparse in (X.to_sparse(), X.to_sparse_csr()):  # no indexing by a tensor of positions: read row by row
+            assert torch.equal(lazyseq.view(sparse).batch(4)[0].to_dense(), X[:4])
     with pytest.raises(TypeError, match="^view\\(\\) needs a tensor with at least one dimension, got a 0-d tensor$"):
         lazyseq.view(torch.tensor(3.0))
 
@@ -450,9 +454,11 @@ def test_a_batch_of_tensor_items_is_padded_with_tensors_like_them():
         rows.batch(2, pad=torch.tensor([0.5, 0.5]))[1]
     halves = lazyseq.view([torch.ones(2, dtype=torch.bfloat16)] * 3)
     assert torch.equal(halves.batch(2, pad=-2)[1], torch.tensor([[1.0, 1.0], [-2.0, -2.0]], dtype=torch.bfloat16))
-    for pad in (1e40, "x"):  # made inf, and torch's "new(): invalid data type 'str'"
+    for pad in (1e40, "x", 257):  # made inf; torch's "new(): invalid data type 'str'"; rounded to 256
         with pytest.raises(lazyseq.EvaluationError, match="the items' dtype torch.bfloat16 without a change"):
             halves.batch(2, pad=pad)[1]
+    for pad in (float("inf"), torch.tensor([0.5, -1.0], dtype=torch.bfloat16)):  # as float32 items take them
+        assert halves.batch(2, pad=pad)[1].dtype == torch.bfloat16
 
 
 def test_tensors_index_views_as_arrays_do():
@@ -472,6 +478,7 @@ def test_tensors_index_views_as_arrays_do():
     ]
     with pytest.raises(TypeError, match=r"^a uint8 tensor as an index is positions to numpy and a mask to torch: "):
         v[torch.tensor([1, 0], dtype=torch.uint8)]
+    assert v[torch.tensor(3, dtype=torch.uint8)].tolist() == [6.0, 7.0]  # one: a position, to torch too
     writable = lazyseq.view(np.zeros(4))
     writable[torch.tensor([1, 3])] = [5.0, 6.0]
     writable[torch.tensor([2])] = [7.0]

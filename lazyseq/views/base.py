@@ -530,7 +530,7 @@ def _index_array(key: Any) -> np.ndarray:
     which torch reads as a mask and numpy as positions.
     """
     if is_tensor(key):
-        if str(key.dtype) == "torch.uint8":
+        if str(key.dtype) == "torch.uint8" and key.ndim:  # (one uint8: a position, to torch too)
             raise TypeError(
                 "a uint8 tensor as an index is positions to numpy and a mask to torch: give .bool() for a mask, "
                 ".long() for positions"

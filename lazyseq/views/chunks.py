@@ -277,19 +277,39 @@ def _padding_like(item: Any, pad: Any) -> Any:
 def _tensor_padding(item: Any, pad: Any) -> Any:
     """``pad`` as a tensor like ``item``: its shape, dtype and device (a ``TypeError`` if the dtype cannot hold it)."""
     torch = sys.modules["torch"]
-    given = pad.numpy(force=True) if is_tensor(pad) else pad
+    given = _tensor_values(pad) if is_tensor(pad) else pad
     try:
         dtype = np.dtype(str(item.dtype).removeprefix("torch."))  # float32, int64, bool...: numpy's names
-    except TypeError:  # bfloat16: checked as float32, whose range it has
-        try:
-            row = _pad_rows(given, np.dtype(np.float32), tuple(item.shape), 1)[0]
-        except TypeError:
-            raise TypeError(
-                f"batch: pad {pad!r} cannot be held as the items' dtype {item.dtype} without a change"
-            ) from None
-        return torch.as_tensor(np.array(row), device=item.device).to(item.dtype)
+    except TypeError:  # bfloat16, float8: no numpy dtype
+        return _padding_without_numpy_dtype(item, pad, given, torch)
     row = _pad_rows(given, dtype, tuple(item.shape), 1)[0]
     return torch.as_tensor(np.array(row), device=item.device)
+
+
+def _tensor_values(tensor: Any) -> np.ndarray:
+    """A tensor's values as a numpy array (of float64 for a dtype numpy has not: bfloat16, float8)."""
+    try:
+        return tensor.numpy(force=True)
+    except TypeError:
+        return tensor.detach().cpu().double().numpy()
+
+
+def _padding_without_numpy_dtype(item: Any, pad: Any, given: Any, torch: Any) -> Any:
+    """``pad`` in a float dtype numpy has not: refused where it would change beyond rounding (inf, a float8's
+    largest value for a larger one, an integer rounded), as :func:`_pad_rows` refuses it in other dtypes."""
+    refused = TypeError(f"batch: pad {pad!r} cannot be held as the items' dtype {item.dtype} without a change")
+    try:
+        row = _pad_rows(given, np.dtype(np.float64), tuple(item.shape), 1)[0]
+    except TypeError:
+        raise refused from None
+    wide = torch.as_tensor(np.array(row))
+    narrow = wide.to(item.dtype)
+    largest = torch.finfo(item.dtype).max
+    if bool(((wide.abs() > largest) & wide.isfinite()).any()):  # made inf, or the largest value (float8 saturates)
+        raise refused
+    if np.asarray(given).dtype.kind in "iub" and not torch.equal(narrow.double(), wide):  # an integer rounded
+        raise refused
+    return narrow.to(item.device)
 
 
 def _pad_rows(pad: Any, dtype: np.dtype, row_shape: tuple, count: int) -> np.ndarray:

@@ -302,7 +302,7 @@ def as_view(obj: SequenceLike[Any] | np.ndarray) -> View[Any]:
         return ArraySource(obj)
     if isinstance(obj, range):
         return ArangeView(obj)
-    if is_tensor(obj):
+    if is_tensor(obj) and str(obj.layout) == "torch.strided" and not obj.is_nested:  # (sparse: row by row)
         return TensorSource(obj)
     if is_sparse(obj):  # whose len() raises "sparse array length is ambiguous"
         raise TypeError(
