@@ -440,6 +440,10 @@ def test_a_dataset_of_tensor_items_reads_each_item_once():
     ragged = as_dataset(lazyseq.smap(lambda i: torch.arange(reads.append(i) or i % 5 + 1), range(40)))
     padded = list(DataLoader(ragged, batch_size=8, collate_fn=lambda b: pad_sequence(list(b), batch_first=True)))
     assert len(reads) == 48 and [tuple(b.shape) for b in padded] == [(8, 5)] * 5  # the first batch twice: it tells
+    reads.clear()  # a first batch that stacks, then one that does not: each item read once
+    mixed = as_dataset(lazyseq.smap(lambda i: torch.zeros(reads.append(i) or (2 if i < 4 else i)), range(8)))
+    shapes = [[tuple(t.shape) for t in b] for b in DataLoader(mixed, batch_size=4, collate_fn=list)]
+    assert sorted(reads) == list(range(8)) and shapes == [[(2,)] * 4, [(4,), (5,), (6,), (7,)]]
 
 
 def test_a_batch_of_tensor_items_is_padded_with_tensors_like_them():

@@ -43,7 +43,8 @@ class FeatureLayout:
     ``batch`` and torch's ``default_collate`` alike): X given as a Python
     list of 5 numbers becomes a list of 5 arrays, one per feature, which
     scikit-learn would read as 5 rows; a list of tensor items (a batch made
-    with ``collate_fn=list``) is a list of rows. The first batch that has such an X says which, by the
+    with ``collate_fn=list``) is a list of rows, where their number is not
+    the targets'. The first batch that has such an X says which, by the
     targets' length (one call of ``fit``, ``score`` or ``predict`` reads
     its batches one way: a short last batch, as many rows as features, is
     read as the others were).

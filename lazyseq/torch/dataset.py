@@ -9,6 +9,7 @@ torch's ``default_collate`` it is the list of samples it expects.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, cast, overload
 
 import numpy as np
@@ -16,6 +17,7 @@ import torch
 from torch.utils.data import Dataset, IterableDataset, TensorDataset, default_collate
 
 from ..views.base import View
+from ..views.chunks import default_collate as stack_items
 from ..views.collate import collate as lazyseq_collate
 from ..views.itemtypes import SequenceLike, T, T_co
 from ..views.sources import as_view
@@ -65,18 +67,16 @@ class LazyBatch(list[Any]):
         super().__init__()
         self._view = view
         self._indices = indices
-        if read_now and stacks and value is _UNREAD:  # (items that do not stack: read one by one at once)
-            try:
-                value = _stacked(view, indices)
-            except Exception:  # tensors of several shapes; or an item's failure, raised again as they are read
-                value = _UNREAD
         self._value: Any = value
         self._read = False  # the samples, in the list itself (where torch's C code reads a list)
         if isinstance(value, torch.Tensor):  # items that are tensors, stacked: its rows are the samples
             list.extend(self, value.unbind(0))
             self._read = True
-        elif read_now:
+        elif read_now:  # read once, and stacked from the samples where they stack (tensors of one shape)
             self._samples()
+            if stacks and value is _UNREAD and len(self):
+                with contextlib.suppress(ValueError, TypeError):  # of several shapes: they stay samples
+                    self._value = stack_items(list(list.__iter__(self)))
 
     @property
     def value(self) -> Any:
