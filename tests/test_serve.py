@@ -1824,6 +1824,32 @@ def test_a_server_collected_leaves_a_busy_worker_thread_to_end_on_its_own(monkey
     assert not any(thread.is_alive() for thread in busy)
 
 
+def test_a_server_collected_in_its_own_thread_stops_and_releases_all():
+    # The collector ran in the server's thread (which allocates as it polls): stop() waited in context.term() for
+    # the sockets that very thread held, for ever; its workers were never stopped, its consumers lost it.
+    server = lazyseq.serve(lazyseq.view(np.arange(10)), LOOPBACK, nworkers=2)
+    service, collect = server._loop._service, threading.Event()
+    real_work = service.work
+
+    def work():  # what the server's thread runs at each turn of its loop: the collection comes there
+        if collect.is_set():
+            collect.clear()
+            gc.collect()
+        return real_work()
+
+    service.work = work
+    cycle = {"server": server}
+    cycle["self"] = cycle  # freed by the cyclic collector only
+    thread = server._loop.thread
+    del server, cycle
+    collect.set()
+    thread.join(30)
+    assert not thread.is_alive() and not collect.is_set()
+    for worker in lazyseq_threads():
+        worker.join(10)
+    assert lazyseq_threads() == []
+
+
 def test_import_lazyseq_imports_no_zmq():
     code = "import sys, lazyseq; print([m for m in sys.modules if m.split('.')[0] == 'zmq'])"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "[]"

@@ -135,6 +135,7 @@ class ServerLoop:
         self._zap = sockets[0] if curve_keypair is not None else None
         self._router = router
         self._stop_fd, self._stopper_fd = os.pipe()
+        self._release_at_end = False  # stopped from the thread itself (by the collector): it releases all
         service.send = self._send
         service.token = self._token
         self.thread = threading.Thread(target=self._run, name="lazyseq-serve", daemon=True)
@@ -151,12 +152,18 @@ class ServerLoop:
                 os.write(self._stopper_fd, b"c" if collected_while_running() else b"s")
             except OSError:  # the thread ended already (it closed the other end)
                 pass
-            if self.thread is not threading.current_thread():
-                self.thread.join()
-            os.close(self._stopper_fd)
-            with interrupts_held():  # cut short by a signal, it would leave the context's threads
-                self._context.term()
-            self._socket_file.remove()
+            if self.thread is threading.current_thread():  # the collector, in the thread itself: it releases all
+                self._release_at_end = True  # once its loop ends (the context waits for the sockets it holds)
+                return
+            self.thread.join()
+            self._release()
+
+    def _release(self) -> None:
+        """What outlives the thread: the stopping pipe's other end, the context, the socket file (ipc://)."""
+        os.close(self._stopper_fd)
+        with interrupts_held():  # cut short by a signal, it would leave the context's threads
+            self._context.term()
+        self._socket_file.remove()
 
     def _run(self) -> None:
         import zmq
@@ -219,6 +226,8 @@ class ServerLoop:
                 if socket is not None:
                     socket.close(linger=0)
             os.close(self._stop_fd)
+            if self._release_at_end:
+                self._release()
 
     def _send(self, consumer: bytes, kind: bytes, header: Any, buffers: list) -> None:
         import zmq
