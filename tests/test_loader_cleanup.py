@@ -445,11 +445,13 @@ def test_a_ctrl_c_raised_again_in_ipython_is_dropped_once_its_cell_has_ended(mon
     timers = []
     monkeypatch.setattr(threading.Timer, "start", lambda timer: timers.append(timer))
     lazyseq.loading.closing.interrupt_later()
-    assert [timer.args for timer in timers] == [(5,)]  # the cell it came in
+    assert [timer.args for timer in timers] == [((5, None),)]  # the cell it came in
     shell.execution_count = 6  # that cell has ended
-    lazyseq.loading.closing._interrupt_main(5)  # nothing sent
+    lazyseq.loading.closing._interrupt_main((5, None))  # nothing sent
+    shell.parent_header = {"msg_id": "b"}  # in a kernel: the request that runs a cell (silent ones count none)
+    lazyseq.loading.closing._interrupt_main((6, "a"))  # nothing sent
     with pytest.raises(KeyboardInterrupt):  # still in that cell: raised in it
-        lazyseq.loading.closing._interrupt_main(6)
+        lazyseq.loading.closing._interrupt_main((6, "b"))
         for _ in range(1000):
             time.sleep(0.01)
     monkeypatch.delitem(sys.modules, "IPython")

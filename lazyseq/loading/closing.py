@@ -282,7 +282,7 @@ def interrupt_later() -> None:
         pass
 
 
-def _interrupt_main(cell: int | None = None) -> None:
+def _interrupt_main(cell: tuple | None = None) -> None:
     """A SIGINT for the main thread, if it still runs the program (where threads cannot be signalled, a flag).
 
     ``cell``: the IPython cell that ran when the Ctrl-C came (None: not
@@ -299,12 +299,21 @@ def _interrupt_main(cell: int | None = None) -> None:
         _thread.interrupt_main()  # raised at the main thread's next Python instruction, not during a wait
 
 
-def _ipython_cell() -> int | None:
-    """The number IPython (or Jupyter) counts cells with: it changes from one cell to the next; None outside IPython."""
+def _ipython_cell() -> tuple | None:
+    """What tells the IPython (or Jupyter) cell running now from the next one; None outside IPython.
+
+    The number IPython counts cells with, which a cell run without history
+    (``silent``, a frontend's own code) leaves as it is; in a kernel, the id
+    of the request that runs the cell too.
+    """
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
     count = getattr(shell, "execution_count", None)
-    return count if isinstance(count, int) else None
+    if not isinstance(count, int):
+        return None
+    header = getattr(shell, "parent_header", None)  # ipykernel's: the request being run
+    request = header.get("msg_id") or header.get("header", {}).get("msg_id") if isinstance(header, dict) else None
+    return (count, request)
 
 
 def _python_takes_sigint() -> bool:

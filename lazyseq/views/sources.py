@@ -302,7 +302,7 @@ def as_view(obj: SequenceLike[Any] | np.ndarray) -> View[Any]:
         return ArraySource(obj)
     if isinstance(obj, range):
         return ArangeView(obj)
-    if is_tensor(obj) and str(obj.layout) == "torch.strided" and not obj.is_nested:  # (sparse: row by row)
+    if _indexable_tensor(obj):
         return TensorSource(obj)
     if is_sparse(obj):  # whose len() raises "sparse array length is ambiguous"
         raise TypeError(
@@ -316,6 +316,11 @@ def as_view(obj: SequenceLike[Any] | np.ndarray) -> View[Any]:
             "by position) is needed; use lazyseq.uniter() for an iterable"
         )
     return SequenceSource(obj)
+
+
+def _indexable_tensor(obj: Any) -> bool:
+    """Whether ``obj`` is a tensor whose rows are read with one indexing call (a sparse one is read row by row)."""
+    return is_tensor(obj) and str(obj.layout) == "torch.strided" and not obj.is_nested
 
 
 def is_sequence_like(obj: Any) -> bool:
