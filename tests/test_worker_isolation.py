@@ -746,3 +746,53 @@ def test_a_daemon_thread_reading_a_process_loader_at_exit_prints_nothing(tmp_pat
     for _ in range(3):
         out, err, code = run_unless_hung(tmp_path, DAEMON_READER_AT_EXIT_SCRIPT, loader, "at exit")
         assert (out, err, code) == ("leaving\n", "", 0)
+
+
+CONSUMER_ENDS_SCRIPT = textwrap.dedent(
+    """
+    import os, sys, threading
+    import lazyseq
+
+    def item(i):
+        if i >= 2:
+            threading.Event().wait()  # busy for good: only the watch on the consumer ends the worker
+        return i
+
+    if __name__ == "__main__":
+        ahead = lazyseq.prefetch(lazyseq.smap(item, range(10)), nworkers=2, method="process",
+                                 start_method="forkserver", inline_below=0)
+        assert ahead[0] == 0
+        import multiprocessing
+        pids = [p.pid for p in multiprocessing.active_children() if p.name.startswith("lazyseq-")]
+        with open(sys.argv[1], "w") as file:
+            file.write(" ".join(map(str, pids)))
+        os._exit(0)  # no close: as a crash, a SIGKILL
+    """
+)
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="waits for other processes' ends with pidfd_open (Linux)")
+def test_forkserver_workers_end_with_their_consumer(tmp_path):
+    # Their parent is the forkserver, which they keep alive: they watched it, not the consumer, and went on.
+    import select
+
+    script = tmp_path / "consumer_ends.py"
+    script.write_text(CONSUMER_ENDS_SCRIPT)
+    pids = tmp_path / "workers.txt"
+    # (no pipe for its output: the processes it leaves would hold it open)
+    subprocess.run([sys.executable, str(script), str(pids)], stdout=subprocess.DEVNULL, timeout=120, check=True)
+    workers = [int(pid) for pid in pids.read_text().split()]
+    assert len(workers) == 2
+    left = []
+    for pid in workers:
+        try:
+            watch = os.pidfd_open(pid)
+        except ProcessLookupError:  # ended already
+            continue
+        try:
+            if not select.select([watch], [], [], 10)[0]:  # readable once the process has ended
+                left.append(pid)
+                os.kill(pid, signal.SIGKILL)
+        finally:
+            os.close(watch)
+    assert left == []

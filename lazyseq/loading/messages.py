@@ -285,6 +285,7 @@ class WorkerStart(NamedTuple):
     blas_inherited: bool  # whether the consumer set the BLAS limit before starting the worker (see blas_limits)
     seed: int
     error_mode: ErrorMode  # the consumer's seterr: how errors computing items propagate, in the worker too
+    consumer: int  # the consumer's pid: the worker ends with it (not its parent under forkserver: see parent_watch)
 
 
 class CapturedError(NamedTuple):

@@ -194,7 +194,9 @@ class ProcessWorkers:
                         target=run_worker,
                         args=(
                             theirs,
-                            WorkerStart(k, work, self._progress, options.blas_threads, inherited, seed, seterr()),
+                            WorkerStart(
+                                k, work, self._progress, options.blas_threads, inherited, seed, seterr(), os.getpid()
+                            ),
                         ),
                         name=f"lazyseq-{owner}-{k}",
                         daemon=True,

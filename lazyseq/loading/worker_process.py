@@ -68,7 +68,7 @@ def run_worker(conn: Connection, start: WorkerStart) -> None:
     """Serve tasks until told to stop, until the connection closes, or until the parent dies."""
     ignore_interrupts()
     _lower_priority()
-    ParentWatch(PARENT_CHECK_SECONDS)  # exits this process once the consumer's is gone
+    ParentWatch(PARENT_CHECK_SECONDS, start.consumer)  # exits this process once the consumer's is gone
     work = start.work
     seterr(start.error_mode)  # a spawned worker starts with the default: the pipeline's reads raise as the consumer's
     stage = "unpickling the pipeline"
