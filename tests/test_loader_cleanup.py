@@ -458,6 +458,17 @@ def test_a_ctrl_c_raised_again_in_ipython_is_dropped_once_its_cell_has_ended(mon
     assert lazyseq.loading.closing._ipython_cell() is None
 
 
+def test_a_ctrl_c_raised_again_during_another_close_is_raised_at_its_end():
+    # The other close's deferring handler was taken for the program's own: nothing was sent, the Ctrl-C was lost.
+    closing, reached = lazyseq.loading.closing, []
+    with pytest.raises(KeyboardInterrupt):
+        with closing.interrupts_deferred():  # another loader closing, in the main thread
+            closing._interrupt_main()  # what the timer of interrupt_later does, 0.2 s after a collected close
+            time.sleep(0.01)  # (a SIGINT to this thread is handled at once: here, noted by the deferral)
+            reached.append("the end of the close")
+    assert reached == ["the end of the close"]  # raised there, as the deferral raises what it noted
+
+
 def test_workers_started_just_as_a_ctrl_c_comes_are_published_for_close_to_close_them():
     # A Ctrl-C as the start returned, before they were published: they were left running, with nobody to close them
     from lazyseq.loading.backends import DeferredWorkers

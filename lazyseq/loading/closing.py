@@ -66,6 +66,7 @@ def interrupts_deferred() -> Iterator[None]:
         interrupted.append(signum)
         _hurry[0] = True
 
+    note.raises_later = True  # type: ignore[attr-defined]  # what _interrupt_main looks for
     _hurry[0] = False  # not hurried by a Ctrl-C that came at the very end of an earlier deferral
     previous = signal.signal(signal.SIGINT, note)
     try:
@@ -289,7 +290,9 @@ def _interrupt_main(cell: tuple | None = None) -> None:
     IPython); if another runs now, or none, nothing is sent.
     """
     main = threading.main_thread()
-    if not main.is_alive() or not _python_takes_sigint():  # ending, or SIGINT no longer Python's to raise
+    handler = signal.getsignal(signal.SIGINT)
+    # ending; or SIGINT no longer Python's to raise (a deferral of lazyseq's, another close, raises it at its end)
+    if not main.is_alive() or not (handler is signal.default_int_handler or getattr(handler, "raises_later", False)):
         return
     if cell is not None and _ipython_cell() != cell:
         return
