@@ -607,6 +607,24 @@ def test_a_ctrl_c_taken_by_another_thread_while_workers_are_spawned_is_raised_af
         other.join()
 
 
+def test_processes_spawned_from_any_thread_start_with_ctrl_c_held_back():
+    # Spawned from another thread than the main one (a data server's), workers took a Ctrl-C sent to the process
+    # group while they imported, and printed its traceback.
+    from lazyseq.loading import closing
+
+    masks = []
+
+    def spawn():
+        with closing.blocked_for_children():
+            probe = "import signal; print(signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []))"
+            masks.append(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout)
+
+    spawner = threading.Thread(target=spawn)
+    spawner.start()
+    spawner.join()
+    assert masks == ["True\n"]
+
+
 def test_workers_that_cannot_start_are_a_loader_error_not_the_items(monkeypatch):
     # multiprocessing's own error (a forkserver ended by a Ctrl-C: EOFError) was reported as item 0's failure.
     def no_forkserver(self):

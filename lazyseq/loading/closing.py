@@ -109,9 +109,10 @@ def blocked_for_children() -> Iterator[None]:
     :func:`ignore_interrupts`). Here, how SIGINT is handled does not change: one
     that another thread takes in is handled as usual (raised in the main
     thread, or noted by :func:`interrupts_deferred`), and one sent to this
-    thread waits for the end of the block.
+    thread waits for the end of the block. Any thread (a data server's starts
+    its workers) may start them so.
     """
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+    if not hasattr(signal, "pthread_sigmask"):
         yield
         return
     from multiprocessing import resource_tracker
