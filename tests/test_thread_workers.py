@@ -134,3 +134,21 @@ atexit.register(lambda: print("ending", flush=True))  # (runs just before that w
         child.kill()
         child.wait()
     assert (child.returncode, err) == (0, "")
+
+
+def test_the_program_end_waits_once_for_the_busy_threads_of_every_loader(monkeypatch):
+    # Each loader left open waited JOIN_SECONDS at exit for its busy threads: 30 s for three.
+    import types
+
+    import lazyseq.loading.thread_workers as thread_workers
+
+    now = [100.0]
+    monkeypatch.setattr(thread_workers.time, "monotonic", lambda: now[0])
+    assert thread_workers._join_seconds() == thread_workers.JOIN_SECONDS  # while the program runs: each close
+    monkeypatch.setattr(threading, "main_thread", lambda: types.SimpleNamespace(is_alive=lambda: False))
+    monkeypatch.setattr(thread_workers, "_exit_deadline", [])
+    waits = []
+    for spent in (4.0, 5.0, 3.0):  # three loaders closed at exit, one after the other
+        waits.append(thread_workers._join_seconds())
+        now[0] += spent
+    assert waits == [10.0, 6.0, 1.0] and thread_workers._join_seconds() == 0.0

@@ -147,8 +147,21 @@ class ThreadWorkers:
         if collected_while_running():  # nobody waits for its results: the threads end their items on their own,
             _finish_before_exit(others)  # before the program ends, though, as an explicit close would have waited
         else:  # a second Ctrl-C meanwhile: the threads end their items on their own
-            wait_unless_hurried(functools.partial(_ended, others), JOIN_SECONDS)
+            wait_unless_hurried(functools.partial(_ended, others), _join_seconds())
         self._signal.close()
+
+
+def _join_seconds() -> float:
+    """How long a close waits for busy threads: ``JOIN_SECONDS``; at the program's end, what is left of one wait of
+    ``JOIN_SECONDS`` for every loader still open or collected (not one each)."""
+    if threading.main_thread().is_alive():
+        return JOIN_SECONDS
+    if not _exit_deadline:
+        _exit_deadline.append(time.monotonic() + JOIN_SECONDS)
+    return max(0.0, _exit_deadline[0] - time.monotonic())
+
+
+_exit_deadline: list[float] = []
 
 
 def _ended(threads: list[threading.Thread], timeout: float) -> bool:
@@ -189,7 +202,7 @@ def _join_busy_threads() -> None:
     """At exit: wait for them; a Ctrl-C ends the wait, quietly (the program is ending, as asked)."""
     threads = list(_busy_at_exit)
     with contextlib.suppress(KeyboardInterrupt), interrupts_deferred():
-        wait_unless_hurried(functools.partial(_ended, threads), JOIN_SECONDS)
+        wait_unless_hurried(functools.partial(_ended, threads), _join_seconds())
 
 
 class _Ticket:
