@@ -469,6 +469,22 @@ def test_a_ctrl_c_raised_again_during_another_close_is_raised_at_its_end():
     assert reached == ["the end of the close"]  # raised there, as the deferral raises what it noted
 
 
+def test_a_second_ctrl_c_as_the_first_is_scheduled_again_is_merged_into_it(monkeypatch):
+    # Raised as the timer's thread started (it waits for it), in a finalizer: printed as "Exception ignored".
+    started = []
+
+    def start(timer):
+        signal.raise_signal(signal.SIGINT)  # the second Ctrl-C, as the thread starts
+        started.append(timer)
+
+    monkeypatch.setattr(threading.Timer, "start", start)
+    try:
+        lazyseq.loading.closing.interrupt_later()  # nothing raised here: the interrupt it schedules stands for both
+    except KeyboardInterrupt:
+        pytest.fail("the second Ctrl-C was raised where the first is scheduled again")
+    assert len(started) == 1
+
+
 def test_workers_started_just_as_a_ctrl_c_comes_are_published_for_close_to_close_them():
     # A Ctrl-C as the start returned, before they were published: they were left running, with nobody to close them
     from lazyseq.loading.backends import DeferredWorkers

@@ -279,8 +279,11 @@ def interrupt_later() -> None:
     again = threading.Timer(INTERRUPT_AGAIN_SECONDS, _interrupt_main, args=(_ipython_cell(),))
     again.daemon = True
     try:
-        again.start()
+        with interrupts_deferred():  # a second Ctrl-C as the thread starts (it waits for it) would be printed here
+            again.start()
     except RuntimeError:  # no thread can start as the interpreter ends: nobody left to interrupt
+        pass
+    except KeyboardInterrupt:  # that second Ctrl-C: the one raised again stands for both
         pass
 
 
