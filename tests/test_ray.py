@@ -243,7 +243,9 @@ def test_close_cancels_the_tasks_in_flight_and_leaves_no_thread(gate, monkeypatc
 def test_close_lets_young_tasks_complete_rather_than_cancel_them(cluster, monkeypatch):
     # Ray 2.60 aborted the process now and then when close() cancelled a task as its results arrived.
     monkeypatch.setattr(ray_workers, "CANCEL_AFTER_SECONDS", 3600.0)  # however slow the machine
-    ahead = lazyseq.prefetch(lazyseq.smap(square, range(10)), nworkers=2, method="ray")
+    # items after the first take a while: in flight when the first is read (instant ones could all be done by then)
+    items = lazyseq.smap(lambda i: time.sleep(0.2 if i else 0.0) or i * i, range(10))
+    ahead = lazyseq.prefetch(items, nworkers=2, method="ray")
     assert ahead[0] == 0
     in_flight = [entry.ref for entry in ahead._engine.workers.workers.running.values()]
     ahead.close()
