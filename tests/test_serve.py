@@ -1164,17 +1164,27 @@ def test_closing_a_consumer_of_a_server_that_is_gone_waits_a_moment_at_most(monk
     assert time.monotonic() - began < 10 and stream._connection.closed
 
 
-def test_an_item_handed_out_twice_is_logged_even_once_the_other_consumer_acknowledged_it(caplog):
-    # Only an item the other consumer still held was logged: it usually reads fast, and nothing was said.
+@contextlib.contextmanager
+def item_5_sent_to_other():
+    """A stream service whose item 5, that consumer ``gone`` had when taken for dead, went to consumer ``other``;
+    and the messages it sent."""
     from lazyseq.serving.stream_service import StreamService
 
-    sent = []
+    sent: list = []
     service = StreamService(iter([]), max_buffered=2, max_wanted=8, send=lambda *message: sent.append(message))
     service.token = "token"
     try:
-        service._returned.append((5, b"item", {"seq": 5}, [], b"gone"))  # a consumer taken for dead had item 5
+        service._returned.append((5, b"item", {"seq": 5}, [], b"gone"))
         service.hello(b"other", {}, False)
         service.handle(b"other", b"next", {"more": 1, "ack": [], "req": 1, "server": "token"})
+        yield service, sent
+    finally:
+        service.close()
+
+
+def test_an_item_handed_out_twice_is_logged_even_once_the_other_consumer_acknowledged_it(caplog):
+    # Only an item the other consumer still held was logged: it usually reads fast, and nothing was said.
+    with item_5_sent_to_other() as (service, sent):
         assert [(consumer, kind, header["seq"]) for consumer, kind, header, _ in sent] == [(b"other", b"item", 5)]
         service.handle(b"other", b"next", {"more": 0, "ack": [5], "req": 2, "server": "token"})  # read, acknowledged
         with caplog.at_level(logging.WARNING, logger="lazyseq.serve"):
@@ -1183,8 +1193,6 @@ def test_an_item_handed_out_twice_is_logged_even_once_the_other_consumer_acknowl
             f"item 5 of the stream was handed out twice: consumer {b'gone'.hex()}, taken for dead, had handed it out "
             "before another consumer got it"
         ]
-    finally:
-        service.close()
 
 
 def test_a_with_block_left_on_an_error_leaves_the_item_in_hand_to_another_consumer():
@@ -1293,15 +1301,7 @@ def test_a_consumer_closed_from_another_thread_during_a_read_acknowledges_what_w
 def test_an_item_sent_to_another_consumer_is_out_twice_only_once_that_one_hands_it_out(caplog, then):
     # A consumer taken for dead said it handed out an item that the server had sent to another one, which had not
     # handed it out: logged as out twice at once, and again at each request that acknowledged it again.
-    from lazyseq.serving.stream_service import StreamService
-
-    sent = []
-    service = StreamService(iter([]), max_buffered=2, max_wanted=8, send=lambda *message: sent.append(message))
-    service.token = "token"
-    try:
-        service._returned.append((5, b"item", {"seq": 5}, [], b"gone"))  # a consumer taken for dead had item 5
-        service.hello(b"other", {}, False)
-        service.handle(b"other", b"next", {"more": 1, "ack": [], "req": 1, "server": "token"})  # sent item 5
+    with item_5_sent_to_other() as (service, sent):
         service.hello(b"third", {}, False)
         with caplog.at_level(logging.WARNING, logger="lazyseq.serve"):
             for request in (9, 10):  # back: it had handed item 5 out (and says so until the server confirms)
@@ -1317,8 +1317,6 @@ def test_an_item_sent_to_another_consumer_is_out_twice_only_once_that_one_hands_
                 service.forget(b"other")
                 service.handle(b"third", b"next", {"more": 1, "ack": [], "req": 1, "server": "token"})
                 assert caplog.records == [] and [header["seq"] for who, _, header, _ in sent if who == b"third"] == []
-    finally:
-        service.close()
 
 
 def test_a_consumer_that_gets_its_own_items_back_hands_them_out_once_and_no_warning_says_twice(caplog):
