@@ -24,6 +24,11 @@ repeat, and each comparison is a ratio of timings taken in the same run.
    consumer alone, measured: its sleeps overshoot on a busy machine), and the
    same loop in one process.
 3. CURVE encryption on: the loader-bound run again, through the socket.
+4. Batched by the consumer: the rows of the same files served as they are,
+   and the consumer making the batches of 1. (``remote.gather(picks).batch(256)``;
+   each batch asks for its rows at once), vs the batches made by the server (1.)
+   and vs the same pipeline read locally through ``prefetch``; and the rows'
+   first batches read in order (each asks for the next one ahead).
 """
 
 from __future__ import annotations
@@ -62,9 +67,9 @@ def make_files(directory: str) -> list[str]:
     return paths
 
 
-def gathered_batches(directory: str, batch: int, count: int) -> lazyseq.View:
-    """``count`` batches of ``batch`` random rows of the memory-mapped files."""
-    data = lazyseq.open_npy(make_files(directory))
+def gathered_batches(directory: str, batch: int, count: int, rows: lazyseq.View | None = None) -> lazyseq.View:
+    """``count`` batches of ``batch`` random rows of the memory-mapped files (or of ``rows``, a view of theirs)."""
+    data = lazyseq.open_npy(make_files(directory)) if rows is None else rows
     picks = np.random.default_rng(1).integers(0, len(data), size=batch * count)
     return data.gather(picks).batch(batch)
 
@@ -83,7 +88,10 @@ def serve_main(kind: str, directory: str, batch: int, count: int, keys: str | No
         return raw_server(batch)
     if kind == "handwritten":
         return handwritten_server(directory, batch, count)
-    source = fuel_batches() if kind == "fuel" else gathered_batches(directory, batch, count)
+    if kind == "rows":
+        source = lazyseq.open_npy(make_files(directory))
+    else:
+        source = fuel_batches() if kind == "fuel" else gathered_batches(directory, batch, count)
     keypair = tuple(k.encode() for k in keys.split(",")) if keys else None
     address = f"ipc://{directory}/served.sock" if kind == "batches-ipc" else "tcp://127.0.0.1:0"
     server = lazyseq.serve(source, address, nworkers=0 if kind == "fuel" else 2, curve_keypair=keypair)
@@ -168,6 +176,19 @@ def served_run(address: str, train_seconds: float = 0.0, **options) -> Callable[
     return run
 
 
+def served_rows_run(address: str, directory: str, batch: int, count: int, shuffled: bool) -> Callable[[], None]:
+    """The consumer batches the served rows: those of ``gathered_batches``, or the first ones in order."""
+
+    def run() -> None:
+        with lazyseq.connect(address, shared_memory=False) as remote:
+            if shuffled:
+                consume(gathered_batches(directory, batch, count, rows=remote))
+            else:
+                consume(remote[: batch * count].batch(batch))
+
+    return run
+
+
 def local_run(view: lazyseq.View, nworkers: int, train_seconds: float = 0.0) -> Callable[[], None]:
     def run() -> None:
         with lazyseq.prefetch(view, nworkers=nworkers) as ahead:
@@ -218,6 +239,14 @@ def measure(runs: dict[str, Callable[[], None]], repeats: int) -> dict[str, list
 
 
 # -- the benchmarks -----------------------------------------------------------------------------------
+
+
+def throughput_rows(times: dict[str, list[float]], gigabytes: float) -> list[list[str]]:
+    """A table row per run: its best and median seconds, and the GB/s of its best, for ``gigabytes`` moved."""
+    return [
+        [name, f"{min(t):.3f} s", f"{statistics.median(t):.3f} s", f"{gigabytes / min(t):.2f}"]
+        for name, t in times.items()
+    ]
 
 
 def bench_loader_bound(directory: str, count: int, repeats: int) -> tuple[list[list[str]], list[Result]]:
@@ -309,13 +338,45 @@ def bench_curve(directory: str, count: int, repeats: int) -> tuple[list[list[str
     finally:
         plain.stop()
         curve.stop()
-    gigabytes = 256 * WIDTH * 8 * count / 1e9
-    rows = [
-        [name, f"{min(t):.3f} s", f"{statistics.median(t):.3f} s", f"{gigabytes / min(t):.2f}"]
-        for name, t in times.items()
-    ]
+    rows = throughput_rows(times, 256 * WIDTH * 8 * count / 1e9)
     plain_s, curve_s = min(times["served, plain"]), min(times["served, CURVE"])
     return rows, [Result("3. CURVE on vs off", f"{curve_s:.3f} s", f"{plain_s:.3f} s", f"{plain_s / curve_s:.2f}")]
+
+
+def bench_consumer_batches(directory: str, count: int, repeats: int) -> tuple[list[list[str]], list[Result]]:
+    rows_server, batches_server = (
+        ServerProcess("rows", directory, 256, count),
+        ServerProcess("batches", directory, 256, count),
+    )
+    try:
+        runs = {
+            "local prefetch, 2 threads": local_run(gathered_batches(directory, 256, count), 2),
+            "served batches (made by the server)": served_run(batches_server.address, shared_memory=False),
+            "served rows, batched by the consumer": served_rows_run(rows_server.address, directory, 256, count, True),
+            "served rows, in order, batched by the consumer": served_rows_run(
+                rows_server.address, directory, 256, count, False
+            ),
+        }
+        times = measure(runs, repeats)
+    finally:
+        rows_server.stop()
+        batches_server.stop()
+    rows = throughput_rows(times, 256 * WIDTH * 8 * count / 1e9)
+    local, by_server, by_consumer, _ = (min(t) for t in times.values())
+    return rows, [
+        Result(
+            "4. batched by the consumer vs by the server",
+            f"{by_consumer:.3f} s",
+            f"{by_server:.3f} s",
+            f"{by_server / by_consumer:.2f}",
+        ),
+        Result(
+            "4. batched by the consumer vs local prefetch",
+            f"{by_consumer:.3f} s",
+            f"{local:.3f} s",
+            f"{local / by_consumer:.2f}",
+        ),
+    ]
 
 
 def main() -> None:
@@ -347,10 +408,13 @@ def main() -> None:
         curve_rows, curve_results = bench_curve(directory, count, repeats)
         print("\n3. CURVE encryption, loader-bound batches of 256 x 248")
         print(table(["run", "best", "median", "GB/s"], curve_rows))
+        consumer_rows, consumer_results = bench_consumer_batches(directory, count, repeats)
+        print("\n4. batches of 256 x 248 made by the consumer from served rows (through the socket)")
+        print(table(["run", "best", "median", "GB/s"], consumer_rows))
     print(
         "\nsummary (ratio: the reference's time / lazyseq's, above 1 when lazyseq is faster; in 2, served time / ideal)"
     )
-    print(summary(results + fuel_results + curve_results))
+    print(summary(results + fuel_results + curve_results + consumer_results))
 
 
 if __name__ == "__main__":

@@ -167,3 +167,23 @@ def check_a_forked_child_keeps_what_it_inherited(reading, rows):
     finally:
         child.join()
     assert child.exitcode == 0
+
+
+def same(a, b):
+    """Equal values of the same types, arrays of the same dtype and shape (nan equal to nan)."""
+    assert type(a) is type(b), (a, b)
+    if isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")
+    elif isinstance(a, (tuple, list)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            same(x, y)
+    elif isinstance(a, dict):
+        assert list(a) == list(b)
+        for key in a:
+            same(a[key], b[key])
+    elif isinstance(a, float) and a != a:
+        assert b != b
+    else:
+        assert a == b

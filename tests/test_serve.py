@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import served_pipelines
-from loader_helpers import die_on
+from loader_helpers import die_on, same
 
 import lazyseq
 from lazyseq.loading.thread_workers import worker_stopping
@@ -35,26 +35,6 @@ from lazyseq.serving.connection import Connection  # noqa: E402
 
 TESTS = Path(__file__).parent
 LOOPBACK = "tcp://127.0.0.1:0"
-
-
-def same(a, b):
-    """Equal values of the same types, arrays of the same dtype and shape (nan equal to nan)."""
-    assert type(a) is type(b), (a, b)
-    if isinstance(a, np.ndarray):
-        assert a.dtype == b.dtype and a.shape == b.shape
-        assert np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")
-    elif isinstance(a, (tuple, list)):
-        assert len(a) == len(b)
-        for x, y in zip(a, b):
-            same(x, y)
-    elif isinstance(a, dict):
-        assert list(a) == list(b)
-        for key in a:
-            same(a[key], b[key])
-    elif isinstance(a, float) and a != a:
-        assert b != b
-    else:
-        assert a == b
 
 
 class ServerProcess:
@@ -2279,3 +2259,220 @@ def test_a_ctrl_c_while_the_garbage_collector_closes_a_consumer_is_raised_once_a
         monkeypatch.undo()
         assert context.closed and not heartbeat.is_alive()
         assert all(described(fd) != pipe for fd, pipe in pipes.items())  # closed (or another's since)
+
+
+# -- a batch of a served view: its items at once ---------------------------------------------
+
+
+def recording_requests(monkeypatch, kind=b"get"):
+    """The headers of the requests of ``kind`` that consumers send from now on."""
+    sent, original = [], Connection.send
+
+    def record(self, sent_kind, header, flags=0):
+        if sent_kind == kind:
+            sent.append(dict(header))
+        return original(self, sent_kind, header, flags)
+
+    monkeypatch.setattr(Connection, "send", record)
+    return sent
+
+
+BATCHED_SOURCES = {
+    "array": lambda: lazyseq.view(np.arange(60, dtype=np.float32).reshape(20, 3)),
+    "tuple": lambda: lazyseq.collate([np.array(["a", "bb", "c", "dd"] * 5, "<U5"), np.arange(20, dtype=">f8")]),
+    "dict": lambda: lazyseq.collate({"s": np.array(["xy"] * 20), "n": np.arange(20, dtype=np.uint16)}),
+    "nested": lambda: lazyseq.smap(served_pipelines.assorted_item, range(20)),
+}
+
+
+@pytest.mark.parametrize("source", BATCHED_SOURCES.values(), ids=BATCHED_SOURCES)
+def test_a_batch_of_a_served_view_is_one_request_read_as_the_server_reads_it(monkeypatch, source):
+    # Its items travelled one by one: 13,000 items a second at best, where a batch of 64 now comes at once.
+    local = source()
+    sent = recording_requests(monkeypatch)
+    with lazyseq.serve(local, LOOPBACK) as server, lazyseq.connect(server.address, ahead=4) as remote:
+        for got, expected in zip(remote.batch(4), local.batch(4), strict=True):
+            same(got, expected)
+        assert [h["positions"] for h in sent] == [list(range(k, k + 4)) for k in range(0, 20, 4)]  # the next, ahead
+        sent.clear()
+        order = np.random.default_rng(0).permutation(20)
+        for got, expected in zip(remote.take(order).batch(5), local.take(order).batch(5), strict=True):
+            same(got, expected)
+        assert [h["positions"] for h in sent] == [order[k : k + 5].tolist() for k in range(0, 20, 5)]  # none ahead
+
+
+def test_a_batch_larger_than_one_request_holds_is_asked_for_in_parts(monkeypatch):
+    sent = recording_requests(monkeypatch)
+    with lazyseq.serve(np.arange(5000), LOOPBACK) as server, lazyseq.connect(server.address) as remote:
+        batch = remote.batch(5000)[0]
+        assert batch.dtype == np.int64 and batch.tolist() == list(range(5000))
+    assert [len(h["positions"]) for h in sent] == [2048, 2048, 904]
+
+
+def costly_then_waiting_for_the_others(barrier):
+    def item(i):
+        if i < 18:
+            time.sleep(0.003)  # what the first batches cost tells the server that its items are worth sharing out
+        elif i % 3 == 0:  # the first item of each worker's part: the three parts are read side by side, or none is
+            barrier.wait()
+        return np.full(2, i)
+
+    return item
+
+
+def test_the_server_workers_read_parts_of_a_batch_of_costly_items_side_by_side():
+    barrier = threading.Barrier(3, timeout=30)
+    source = lazyseq.smap(costly_then_waiting_for_the_others(barrier), range(27))
+    with lazyseq.serve(source, LOOPBACK, nworkers=3) as server, lazyseq.connect(server.address) as remote:
+        assert [b.tolist() for b in remote.batch(9)] == [[[i, i] for i in range(k, k + 9)] for k in (0, 9, 18)]
+
+
+def test_an_item_that_fails_in_a_batch_is_named_as_a_local_read_names_it():
+    with lazyseq.serve(served_pipelines.failing(), LOOPBACK, nworkers=2) as server:
+        with lazyseq.connect(server.address) as remote:
+            with pytest.raises(lazyseq.EvaluationError) as caught:
+                remote.batch(4)[0]
+            assert str(caught.value) == (
+                "failed to compute batch[0] -> served[3] -> smap(fail_at_3)[3]: RemoteError: ValueError: item 3 is bad"
+            )
+            assert 'raise ValueError("item 3 is bad")' in caught.value.__cause__.__notes__[0]
+            with pytest.raises(lazyseq.EvaluationError) as caught:
+                remote.take([5, 3, 1]).batch(3)[0]
+            assert str(caught.value).startswith("failed to compute batch[0] -> gather[1] -> served[3] -> smap(")
+            assert remote.batch(4)[1].tolist() == [4, 5, 6, 7]  # the server goes on
+
+
+def test_an_item_of_a_batch_that_cannot_be_sent_is_named():
+    items = lazyseq.smap(lambda i: np.array([i, "x"], dtype=object) if i == 1 else np.arange(2), range(3))
+    with lazyseq.serve(items, LOOPBACK) as server, lazyseq.connect(server.address) as remote:
+        with pytest.raises(lazyseq.EvaluationError) as caught:
+            remote.batch(3)[0]
+    assert str(caught.value) == (
+        "failed to compute batch[0] -> served[1]: RemoteError: TypeError: item 1 cannot be sent: the item is an array "
+        "of Python objects (dtype object): only arrays of plain data can be sent; convert it to a numeric, bytes or "
+        "str dtype, or to a list"
+    )
+
+
+def test_a_worker_process_that_dies_on_a_batch_fails_that_batch_and_new_workers_read_the_others():
+    source = lazyseq.smap(die_on(5, "exit"), range(20))  # item 5 ends every worker process that reads it
+    with lazyseq.serve(source, LOOPBACK, nworkers=2, method="process") as server:
+        with lazyseq.connect(server.address) as remote:
+            outcomes = []
+            for k in range(5):
+                try:
+                    outcomes.append(remote.batch(4)[k].tolist())
+                except lazyseq.LoaderError as error:
+                    outcomes.append(str(error))
+    assert outcomes[:1] + outcomes[2:] == [list(range(k, k + 4)) for k in (0, 8, 12, 16)]
+    assert re.search(
+        r"could not compute items 4 to 7: .* died with exit code 3 while computing item 4 to 7$", outcomes[1]
+    )
+
+
+def test_a_batch_whose_request_was_lost_is_asked_for_again_after_a_silence(monkeypatch):
+    send_request, lost = losing_the_first(b"get", lambda header: "positions" in header)
+    monkeypatch.setattr(Connection, "send", send_request)
+    with lazyseq.serve(np.arange(12), LOOPBACK) as server, lazyseq.connect(server.address, timeout=1) as remote:
+        assert [b.tolist() for b in remote.batch(4)] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+    assert lost == [{"req": 0, "positions": [0, 1, 2, 3]}]
+
+
+def test_a_consumer_reads_batches_on_when_its_server_comes_back(server_process):
+    first = server_process("numbers")
+    with lazyseq.connect(first.address, timeout=20.0) as remote:
+        batches = remote.batch(10)
+        got = [batches[0].tolist(), batches[1].tolist()]  # the third is asked for ahead, of this server
+        first.kill()
+        server_process("numbers", first.address)
+        got.extend(b.tolist() for b in batches[2:])
+    assert got == [list(range(k, k + 10)) for k in range(0, 100, 10)]
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_worker_processes_read_batches_of_a_served_view(start_method):
+    with lazyseq.serve(served_pipelines.numbers(), LOOPBACK) as server, lazyseq.connect(server.address) as remote:
+        assert remote.batch(10)[0].tolist() == list(range(10))  # asked for the next batch ahead, then forked
+        with lazyseq.prefetch(remote.batch(10), nworkers=2, method="process", start_method=start_method) as ahead:
+            assert [b.tolist() for b in ahead] == [list(range(k, k + 10)) for k in range(0, 100, 10)]
+        assert remote.batch(10)[1].tolist() == list(range(10, 20))
+
+
+def test_a_consumer_that_leaves_while_its_batch_is_read_leaves_nothing_held():
+    started, release = threading.Event(), threading.Event()
+
+    def item(i):
+        started.set()
+        release.wait(30)
+        return i
+
+    with lazyseq.serve(lazyseq.smap(item, range(10)), LOOPBACK) as server:
+        service = server._loop._service
+        remote = lazyseq.connect(server.address, timeout=2)
+        failed = []
+        reading = threading.Thread(
+            target=lambda: failed.append(pytest.raises(lazyseq.LoaderError, remote.batch(4).__getitem__, 0))
+        )
+        reading.start()
+        assert started.wait(30)  # the batch is being read
+        remote.close()
+        reading.join(30)
+        deadline = time.monotonic() + 30
+        while service._reads and time.monotonic() < deadline:  # its goodbye read by the server
+            time.sleep(0.01)
+        assert not service._reads and len(failed) == 1
+        release.set()
+        with lazyseq.connect(server.address) as other:
+            assert other.batch(4)[0].tolist() == [0, 1, 2, 3]
+        assert not service._engine.ready  # the batch read for the consumer that left was dropped
+
+
+def test_requests_for_items_at_once_are_checked():
+    with lazyseq.serve(np.arange(10) * 10, LOOPBACK) as server:
+        context = zmq.Context()
+        client = context.socket(zmq.DEALER)
+        client.setsockopt(zmq.LINGER, 0)
+        client.connect(server.address)
+        for header in [
+            {"req": 0, "positions": []},
+            {"req": 0, "positions": list(range(2049))},
+            {"req": "0", "positions": [1]},
+            {"req": 0, "positions": [1, "2"]},
+            {"req": 0, "positions": [1, 2.0]},
+            {"req": 0, "positions": [3, 10, -1]},
+            {"req": 1, "positions": [9, 0, 9]},
+        ]:
+            client.send_multipart([wire.TAG, b"get", wire.dumps(header)])
+        answers = [client.recv_multipart() for _ in range(7)]
+        client.close()
+        context.term()
+    kinds = [kind for _, kind, *_ in answers]
+    assert kinds == [b"refused"] * 5 + [b"error", b"item"]
+    assert json.loads(answers[0][2]) == {"message": "'get' needs an integer 'req' and from 1 to 2048 'positions'"}
+    assert json.loads(answers[3][2]) == {"message": "'get' needs 'positions' to be integers"}
+    error = json.loads(answers[5][2])
+    assert (error["type"], error["message"]) == ("IndexError", "index 10 out of range for the served view of length 10")
+    _, _, header, *buffers = answers[6]
+    header = json.loads(header)
+    assert header["count"] == 3 and wire.decode(header["tree"], buffers)[1].tolist() == [90, 0, 90]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        ("rows", np.arange(2)),
+        ("rows", np.int64(3)),
+        ("items", [1, 2]),
+        ("items", (1, 2, 3)),
+        ("columns", [("rows", np.arange(3)), ("items", [1])], None),
+        ("columns", [("rows", np.arange(3))], ("a", "b")),
+        ("columns", [], None),
+        ("cells", [1, 2, 3]),
+        [("rows", np.arange(3))],
+    ],
+)
+def test_items_at_once_that_are_not_what_was_asked_for_are_a_protocol_error(value):
+    from lazyseq.serving.chunk_wire import from_wire
+
+    with pytest.raises(wire.ProtocolError, match=r"^not 3 items of a served view$"):
+        from_wire(value, 3)

@@ -12,14 +12,14 @@ plain function, which they only call.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
 if TYPE_CHECKING:
     from ..views.base import View
 
-__all__ = ["CallFunction", "Job", "ReadItem"]
+__all__ = ["CallFunction", "ItemsAt", "Job", "ReadItem", "ReadItemOrChunk"]
 
 
 @runtime_checkable
@@ -54,6 +54,50 @@ class ReadItem:
     def before_fork(self) -> None:
         for view in self.view._views_below():
             view._before_fork()
+
+
+class ItemsAt(NamedTuple):
+    """The argument of a task that reads several items at once (see :class:`ReadItemOrChunk`), named in messages.
+
+    >>> import numpy as np
+    >>> str(ItemsAt(np.arange(3, 67))), str(ItemsAt(np.array([9, 2, 5, 7, 1])))
+    ('3 to 66', '9, 2, 5, 7 and 1 more')
+    """
+
+    positions: np.ndarray
+
+    def __str__(self) -> str:
+        positions = self.positions.tolist()
+        first, last = positions[0], positions[-1]
+        if len(positions) > 2 and positions == list(range(first, last + 1)):
+            return f"{first} to {last}"
+        if len(positions) <= 4:
+            return ", ".join(map(str, positions))
+        return f"{', '.join(map(str, positions[:4]))} and {len(positions) - 4} more"
+
+
+class ReadItemOrChunk(ReadItem):
+    """``job(i)`` is item ``i`` of ``view``; ``job(ItemsAt(positions))`` those items as one chunk (a served view's job).
+
+    The chunk is what ``view._get_many`` reads (see :mod:`lazyseq.views.chunks`):
+    a consumer that asks for a batch's items at once gets them as the local read
+    would have them, with one task and one message.
+
+    >>> import numpy as np, lazyseq
+    >>> job = ReadItemOrChunk(lazyseq.view(np.arange(12.0).reshape(6, 2)))
+    >>> job(1).tolist(), job(ItemsAt(np.array([4, 0]))).tolist()
+    ([2.0, 3.0], [[8.0, 9.0], [0.0, 1.0]])
+    """
+
+    def __call__(self, arg: Any) -> Any:
+        if type(arg) is ItemsAt:
+            return self.view._get_many(arg.positions)
+        return self.view._get(arg)
+
+    def write_into(self, arg: Any, slot: np.ndarray) -> Any:
+        if type(arg) is ItemsAt:
+            return self(arg)  # its arrays are copied into the slot when sent, where they fit
+        return self.view._get_into(arg, slot)
 
 
 class CallFunction:

@@ -10,12 +10,17 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from ..extras import require
 from ..loading.failures import LoaderError
+from ..loading.jobs import ItemsAt
 from ..views import errors
 from ..views.base import View
 from ..views.display import describe_spec
+from ..views.keys import Positions
 from . import wire
+from .chunk_reads import ChunkReads
 from .connection import Connection
 from .endpoints import check_endpoint
 from .failures import restore_failure
@@ -38,7 +43,10 @@ class RemoteView(View[Any]):
     While it is read in order, up to ``ahead`` of the next items are asked
     for before they are needed, in runs (one request for several items, once
     half of those asked for ahead have been read); any other order still gets
-    the right items, one round trip each. A server that restarts at the same
+    the right items, one round trip each. The items of a batch (a read of
+    several at once) come in one message, as the served view reads them
+    (vectorized); batches read in order also ask for the next one before it
+    is needed. A server that restarts at the same
     address within ``timeout`` is asked again for what was lost; one that
     stays away raises :class:`~lazyseq.ServerLost`.
 
@@ -72,6 +80,7 @@ class RemoteView(View[Any]):
         self._last = -1
         self._pool: ReceivedPool | None = None  # on the server's machine: where it writes items (see .shared_items)
         self._slot_of: dict[int, int] = {}  # request number -> the slot of the pool it named
+        self._chunks = ChunkReads()  # what reads of several items at once asked for
         self._open_pool(info)
 
     @property
@@ -103,16 +112,44 @@ class RemoteView(View[Any]):
             if missing and (missing[0] == i or len(wanted) - len(missing) - 1 <= self._ahead // 2):
                 self._ask(missing)
             while i not in self._arrived:
-                self._receive_one(i)
+                self._receive_one(f"item {i}")
             status, value = self._arrived.pop(i)
         if status == "error":
             raise value
         return value
 
+    def _get_many(self, idx: Positions) -> Any:
+        n = self._len
+        if n is None or len(idx) < 2:  # (where the served view may end, items are read until it does)
+            return super()._get_many(idx)
+        if self._connection.pid != os.getpid():
+            self._connect_here()
+        with self._lock:
+            if self._replaced is not None:
+                raise self._replaced
+            requests, to_send = self._chunks.plan(idx, n, self._number_request)
+            for req, positions in to_send:
+                self._connection.send(b"get", {"req": req, "positions": positions})
+        while True:  # the lock let go between messages: another thread's request goes out meanwhile (prefetch)
+            with self._lock:
+                if not self._chunks.waiting(requests):
+                    chunk, failure, at = self._chunks.take(requests, len(idx))
+                    break
+                self._receive_one(f"items {ItemsAt(np.asarray(idx))}")
+        if failure is not None:
+            i = at  # noqa: F841  # the item that failed: the chain of views names it (see views/errors.py)
+            raise failure
+        return chunk
+
+    def _number_request(self) -> int:
+        self._next_req += 1
+        return self._next_req - 1
+
     def _connect_here(self) -> None:
         self._connection, info = _open_connection(self._settings)
         self._lock = threading.Lock()
         self._asked, self._asking, self._arrived, self._last = {}, {}, {}, -1
+        self._chunks = ChunkReads()
         self._drop_pool()  # the parent's (closed in this process as it was forked): it names its slots
         self._open_pool(info)
 
@@ -137,8 +174,8 @@ class RemoteView(View[Any]):
                 self._connection.send(b"get", header)
                 start = k
 
-    def _receive_one(self, i: int) -> None:
-        kind, header, buffers = self._connection.receive(waiting_for=f"item {i}")
+    def _receive_one(self, waiting_for: str) -> None:
+        kind, header, buffers = self._connection.receive(waiting_for=waiting_for)
         if kind == b"restarted":
             self._server_restarted()
             return
@@ -153,6 +190,9 @@ class RemoteView(View[Any]):
         if server == self._connection.server:  # not a late answer of a server gone since: its pool is gone too
             self._open_pool(header)
         answered = header.get("req")
+        if isinstance(answered, int) and answered in self._chunks.asked:
+            self._chunks.answered(answered, kind, header, buffers, f"the server at {self.address}")
+            return
         slot = self._slot_of.pop(answered, -1) if isinstance(answered, int) else -1  # ours again with the answer
         places = header.get("places") if kind == b"item" else None
         pool = self._pool
@@ -217,6 +257,8 @@ class RemoteView(View[Any]):
         """Ask again for everything asked and not answered (an answer that comes twice is dropped)."""
         for number, index in list(self._asked.items()):
             self._connection.send(b"get", {"req": number, "index": index})
+        for number, positions in list(self._chunks.asked.items()):
+            self._connection.send(b"get", {"req": number, "positions": positions})
 
     def _check_still_served(self, info: Any) -> None:
         """``LoaderError`` (now and at every later read) if a server that came back serves another view."""

@@ -4,12 +4,15 @@ The server's thread owns a :class:`ViewService`. Items are computed
 by one :class:`~lazyseq.loading.engine.Engine` shared by every consumer (the
 same workers as ``prefetch``), as tasks named ``(consumer, index)``. While a
 consumer reads in order, up to ``max_buffered`` of its next items are computed
-ahead of its requests; a consumer that jumps elsewhere drops those.
+ahead of its requests; a consumer that jumps elsewhere drops those. A
+consumer may also ask for several items at once (a batch's): they are read
+as one chunk, by one task, and sent as one message (see :mod:`.chunk_wire`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -18,12 +21,13 @@ from ..loading.buffering import SLOT_BUDGET, Buffering
 from ..loading.closing import daemon_thread_at_exit
 from ..loading.engine import Engine
 from ..loading.failures import WorkerDied
-from ..loading.jobs import ReadItem
+from ..loading.jobs import ReadItemOrChunk
 from ..loading.options import LoaderOptions
 from ..loading.structure import bytes_of_spec
 from ..views.base import View
 from ..views.errors import LoaderFailure
 from . import wire
+from .chunk_requests import ChunkPart, ChunkRequest, Splitting, unsendable_header
 from .failures import failure_header
 from .shared_items import ServedPool, item_bytes, same_machine
 
@@ -35,7 +39,7 @@ Send = Callable[[bytes, bytes, Any, list], None]  # (consumer, kind, header, buf
 class _Reads:
     """What one consumer asked for and what is computed for it."""
 
-    __slots__ = ("waiting", "held", "suspects", "last", "frontier", "steady", "slots")
+    __slots__ = ("waiting", "held", "suspects", "last", "frontier", "steady", "slots", "chunks")
 
     def __init__(self) -> None:
         self.waiting: dict[int, list[int]] = {}  # index -> the request numbers waiting for it
@@ -46,6 +50,7 @@ class _Reads:
         self.steady = True  # whether the last read followed the one before: only then are items computed ahead
         # request number -> the slot of the consumer's pool that it named (see .shared_items)
         self.slots: dict[int, int] = {}
+        self.chunks: dict[int, ChunkRequest] = {}  # request number -> the items it asks for at once, until answered
 
 
 class ViewService:
@@ -57,7 +62,7 @@ class ViewService:
         self.view = view
         if not options.nworkers:  # one thread computes, so that the server's own thread goes on answering
             options = dataclasses.replace(options, nworkers=1, method="thread")
-        options.check_sendable(ReadItem(view))  # refused by serve(), not by every read
+        options.check_sendable(ReadItemOrChunk(view))  # refused by serve(), not by every read
         self.options = options
         self.max_buffered = max_buffered
         self.send: Send = send if send is not None else _not_connected
@@ -68,6 +73,7 @@ class ViewService:
         self._ask_again = False  # whether requests wait that failed workers left unanswered
         self._pools: dict[bytes, ServedPool | None] = {}  # consumers on this machine -> their pool (None: not made yet)
         self._pool_slots: dict[bytes, int] = {}  # ... and the slots they asked for
+        self._splitting = Splitting(options.nworkers)  # how many workers read a request for items at once
 
     def info(self) -> dict[str, Any]:
         view = self.view
@@ -119,12 +125,16 @@ class ViewService:
         return pool
 
     def handle(self, consumer: bytes, kind: bytes, header: Any) -> None:
-        """A ``get``: item ``index`` as request ``req``, or ``count`` items from there, requests ``req`` onwards.
+        """A ``get``: item ``index`` as request ``req``, or ``count`` items from there, requests ``req`` onwards;
+        or the items at ``positions``, as one chunk, in one answer to request ``req``.
 
         ``slots``, if given, names a slot of the consumer's pool for each item (-1: none).
         """
         if kind != b"get":
             raise wire.ProtocolError(f"a served view answers 'get', not {kind!r}")
+        if type(header) is dict and "positions" in header:
+            self._get_chunk(consumer, header)
+            return
         if type(header) is not dict or type(header.get("req")) is not int or type(header.get("index")) is not int:
             raise wire.ProtocolError("'get' needs integers 'req' and 'index'")
         count = header.get("count", 1)
@@ -170,6 +180,26 @@ class ViewService:
         if reads.steady:
             self._compute_ahead(consumer, reads)
 
+    def _get_chunk(self, consumer: bytes, header: dict) -> None:
+        req, positions = header.get("req"), header["positions"]
+        if type(req) is not int or type(positions) is not list or not 1 <= len(positions) <= wire.MAX_POSITIONS:
+            raise wire.ProtocolError(f"'get' needs an integer 'req' and from 1 to {wire.MAX_POSITIONS} 'positions'")
+        if not all(type(i) is int for i in positions):
+            raise wire.ProtocolError("'get' needs 'positions' to be integers")
+        n = self.view._len
+        wrong = positions[0] if n is None else next((i for i in positions if not 0 <= i < n), None)
+        if wrong is not None:  # (a consumer reads a view of unknown length one item at a time)
+            self._answer(consumer, b"error", req, positions[0], _index_error(wrong, n))
+            return
+        reads = self._reads.get(consumer)
+        if reads is None:
+            reads = self._reads[consumer] = _Reads()
+        if req in reads.chunks:  # asked again after a silence: answered once
+            return
+        parts = self._splitting.parts(len(positions))
+        request = reads.chunks[req] = ChunkRequest(positions, parts, self.view._label())
+        self._submit(self._running_engine(), request.tasks(consumer, req))
+
     def forget(self, consumer: bytes) -> None:
         """Drop what is held for a consumer that left or died (tasks in progress end unread)."""
         self._close_pool(consumer)
@@ -178,6 +208,9 @@ class ViewService:
         if reads is not None and engine is not None:
             for i in reads.held:
                 engine.ready.pop((consumer, i), None)
+            for req, request in reads.chunks.items():
+                for key, _ in request.tasks(consumer, req):
+                    engine.ready.pop(key, None)
 
     def _close_pool(self, consumer: bytes) -> None:
         self._pool_slots.pop(consumer, None)
@@ -191,7 +224,7 @@ class ViewService:
         engine = self._engine
         if engine is None or engine.closed:
             engine = self._engine = Engine(
-                ReadItem(self.view),
+                ReadItemOrChunk(self.view),
                 self.options,
                 self.max_buffered,
                 start=self._starts,
@@ -267,6 +300,9 @@ class ViewService:
                 self._resubmit_waiting()
             return
         for key in list(engine.ready):
+            if type(key) is ChunkPart:
+                self._chunk_done(key)
+                continue
             consumer, i = cast(tuple[bytes, int], key)
             reads = self._reads.get(consumer)
             if reads is None or i not in reads.held:  # its consumer left, or jumped elsewhere
@@ -281,6 +317,20 @@ class ViewService:
             ]
             if lost:
                 self._submit(engine, self._hold(engine, consumer, reads, lost))
+
+    def _chunk_done(self, key: ChunkPart) -> None:
+        engine = cast(Engine, self._engine)
+        done = engine.ready.pop(key)
+        reads = self._reads.get(key.consumer)
+        request = None if reads is None else reads.chunks.get(key.req)
+        if reads is None or request is None:  # its consumer left
+            return
+        request.take(key.part, done)
+        if request.complete:
+            del reads.chunks[key.req]
+            self._splitting.timed(len(request.positions), request.parts, time.monotonic() - request.asked)
+            kind, fields, buffers = request.answer()
+            self._answer(key.consumer, kind, key.req, int(request.positions[0]), fields, buffers)
 
     def _deliver(self, consumer: bytes, reads: _Reads, i: int, done: Done) -> None:
         reqs = reads.waiting.pop(i)
@@ -297,7 +347,7 @@ class ViewService:
         try:
             tree, buffers = wire.encode(value)
         except TypeError as error:
-            header = {"type": "TypeError", "message": f"item {i} cannot be sent: {error}", "chain": "", "traceback": ""}
+            header = unsendable_header(f"item {i}", error)
             for req in reqs:
                 self._answer(consumer, b"error", req, i, header)
             return
@@ -347,23 +397,30 @@ class ViewService:
             engine.close()
         if daemon_thread_at_exit():  # closed by the finalizers as the program ends: nobody to tell
             return
-        suspects = None  # (consumer, index) of the items that may have ended the worker that died
+        suspects: set[Any] | None = (
+            None  # the tasks that may have ended the worker that died: (consumer, index), ChunkPart
+        )
         if isinstance(error, WorkerDied):
-            suspects = {cast("tuple[bytes, int]", task) for task in error.suspects}
+            suspects = set(error.suspects)
         message = f"the server's workers failed: {type(error).__name__}: {error}"
         for consumer, reads in self._reads.items():
             if suspects is None:
-                failed = list(reads.waiting)
+                failed, failed_chunks = list(reads.waiting), list(reads.chunks)
             else:
-                its = {i for c, i in suspects if c == consumer}
+                its = {task[1] for task in suspects if task[0] == consumer and type(task) is not ChunkPart}
                 failed = sorted(its.intersection(reads.waiting))
                 reads.suspects.update(its.difference(failed))  # computed again only once asked for
+                parts = [task for task in suspects if type(task) is ChunkPart and task.consumer == consumer]
+                failed_chunks = sorted({part.req for part in parts if part.req in reads.chunks})
             for i in failed:
                 for req in reads.waiting.pop(i):
                     self._answer(consumer, b"failed", req, i, {"message": message})
+            for req in failed_chunks:
+                request = reads.chunks.pop(req)
+                self._answer(consumer, b"failed", req, int(request.positions[0]), {"message": message})
             reads.held.clear()  # what was computed ahead went with the workers
             reads.frontier = reads.last + 1
-            self._ask_again = self._ask_again or bool(reads.waiting)
+            self._ask_again = self._ask_again or bool(reads.waiting) or bool(reads.chunks)
 
     def _resubmit_waiting(self) -> None:
         """Ask new workers for the items still waited for after the last ones failed, and for those ahead."""
@@ -372,6 +429,9 @@ class ViewService:
         for consumer, reads in list(self._reads.items()):
             if reads.waiting:
                 self._submit(engine, self._hold(engine, consumer, reads, sorted(reads.waiting)))
+            for req, request in reads.chunks.items():
+                if self._engine is engine:
+                    self._submit(engine, request.tasks(consumer, req))
             if self._engine is not engine:  # these workers failed too: the next call asks again
                 return
             if reads.steady:

@@ -47,6 +47,7 @@ import numpy as np
 __all__ = [
     "CUT",
     "MAX_DEPTH",
+    "MAX_POSITIONS",
     "TAG",
     "ProtocolError",
     "decode",
@@ -64,7 +65,9 @@ MAX_DEPTH = 64  # nesting deeper than this is refused, on both sides
 # numpy's own limit on an array's dimensions: a header announcing more is refused, not left to numpy's ValueError
 MAX_DIMENSIONS = 64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32
 MAX_INT_BITS = 4096  # larger ints are refused (JSON parsers stop at about 4,300 digits)
-MAX_COUNT = 256  # items one 'get' may ask for
+MAX_COUNT = 256  # items one 'get' may ask for, one answer each
+# items one 'get' may ask for as one chunk, one answer for all (positions of 19 digits fit in a request's 64 KiB)
+MAX_POSITIONS = 2048
 MAX_TIMEOUT = 86400.0  # seconds: the longest silence a consumer may ask the server to wait out (its hello's timeout)
 _MAX_DTYPE_CHARS = 32
 _MAX_ELEMENTS = 2**63 - 1  # numpy counts an array's elements in a signed 64-bit integer
