@@ -32,6 +32,7 @@ zmq = pytest.importorskip("zmq")
 
 from lazyseq.serving import wire  # noqa: E402
 from lazyseq.serving.connection import Connection  # noqa: E402
+from lazyseq.serving.view_service import ViewService  # noqa: E402
 
 TESTS = Path(__file__).parent
 LOOPBACK = "tcp://127.0.0.1:0"
@@ -2467,6 +2468,8 @@ def test_requests_for_items_at_once_are_checked():
         ("columns", [("rows", np.arange(3)), ("items", [1])], None),
         ("columns", [("rows", np.arange(3))], ("a", "b")),
         ("columns", [], None),
+        ("columns", [("rows", np.arange(3))], ([1, 2],)),
+        ("columns", [("rows", np.arange(3)), ("rows", np.arange(3))], ("a", "a")),
         ("cells", [1, 2, 3]),
         [("rows", np.arange(3))],
     ],
@@ -2476,3 +2479,132 @@ def test_items_at_once_that_are_not_what_was_asked_for_are_a_protocol_error(valu
 
     with pytest.raises(wire.ProtocolError, match=r"^not 3 items of a served view$"):
         from_wire(value, 3)
+
+
+def test_items_that_travel_only_one_by_one_are_read_so_in_a_batch():
+    # An array of Python objects can travel item by item, not as one array: its batches failed.
+    objects = np.array(["a", 1, 2.5, None], dtype=object)
+    with lazyseq.serve(objects, LOOPBACK) as server, lazyseq.connect(server.address) as remote:
+        assert list(remote.batch(2, collate_fn=list)) == [["a", 1], [2.5, None]]
+        assert [remote[i] for i in range(4)] == ["a", 1, 2.5, None]
+
+
+def test_a_server_that_does_not_answer_items_at_once_is_asked_one_by_one(monkeypatch):
+    # A server of an earlier version refuses 'positions': batches of its views failed.
+    sent = recording_requests(monkeypatch)
+    info = ViewService.info
+    monkeypatch.setattr(ViewService, "info", lambda self: {k: v for k, v in info(self).items() if k != "at_once"})
+    with lazyseq.serve(np.arange(8), LOOPBACK) as server, lazyseq.connect(server.address, ahead=2) as remote:
+        assert [b.tolist() for b in remote.batch(4)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert all("positions" not in header for header in sent)
+
+
+def test_a_batch_read_cut_short_leaves_nothing_behind(monkeypatch):
+    # The requests of a batch read that a Ctrl-C cut short stayed, their answers kept for ever (64 MB for 10 reads).
+    receive, armed = Connection.receive, []
+
+    def interrupted_once(self, waiting_for):
+        if armed and armed.pop() == waiting_for:
+            raise KeyboardInterrupt
+        return receive(self, waiting_for)
+
+    monkeypatch.setattr(Connection, "receive", interrupted_once)
+    with lazyseq.serve(np.arange(40), LOOPBACK) as server, lazyseq.connect(server.address) as remote:
+        armed.append("items 0 to 3")
+        with pytest.raises(KeyboardInterrupt):
+            remote.batch(4)[0]
+        # its request is forgotten; the next batch's, asked for ahead, stays
+        assert (list(remote._chunks.asked) + list(remote._chunks.arrived), remote._chunks._ahead) == (
+            [1],
+            {(4, 8): [1]},
+        )
+        assert remote.batch(4)[0].tolist() == [0, 1, 2, 3]
+        assert [b.tolist()[0] for b in remote.batch(4)[1:]] == list(range(4, 40, 4))
+        assert len(remote._chunks.arrived) + len(remote._chunks.asked) == 0
+
+
+def test_batches_read_out_of_order_by_two_threads_ask_for_each_item_once(monkeypatch):
+    # prefetch with threads: each thread's read asked ahead for a batch the other thread asked for (17% more asked).
+    sent = recording_requests(monkeypatch)
+    with lazyseq.serve(np.arange(20), LOOPBACK) as server, lazyseq.connect(server.address) as remote:
+        batches = remote.batch(4)
+        assert [batches[k].tolist()[0] for k in (0, 2, 1, 3, 4)] == [0, 8, 4, 12, 16]  # as two threads may read them
+    assert [h["positions"][0] for h in sent] == [0, 4, 8, 12, 16]
+
+
+def test_batches_read_here_and_there_hold_two_batches_ahead_at_most():
+    rng = np.random.default_rng(0)
+    with lazyseq.serve(np.arange(1000), LOOPBACK) as server, lazyseq.connect(server.address) as remote:
+        batches = remote.batch(10)
+        for start in rng.integers(0, 97, size=30):
+            for k in range(start, start + 3):  # a few in order, then a jump
+                assert batches[k].tolist()[0] == 10 * k
+                assert len(remote._chunks._ahead) <= 2
+                assert len(remote._chunks.asked) + len(remote._chunks.arrived) <= 2
+
+
+def drive(service, until, seconds=30):
+    """Let the service take its workers' results until ``until()`` holds."""
+    deadline = time.monotonic() + seconds
+    while not until() and time.monotonic() < deadline:
+        service.work()
+        time.sleep(0.01)
+    assert until()
+
+
+def test_a_task_left_by_a_request_the_server_forgot_is_no_part_of_the_request_asked_again():
+    # The consumer, taken for gone, asks again with the same request number; a task of the old request that ended
+    # then was taken for a part of the new one (split otherwise): items 4 and 5 twice, 2 and 3 never.
+    from lazyseq.loading.backends import Done
+    from lazyseq.loading.buffering import Buffering
+    from lazyseq.loading.options import LoaderOptions
+    from lazyseq.serving.chunk_requests import ChunkPart
+
+    sent = []
+    service = ViewService(
+        lazyseq.view(list(range(8))), LoaderOptions.check("serve", 4), Buffering(4), send=lambda *m: sent.append(m)
+    )
+    try:
+        service._splitting._item_seconds = 0.0005  # two parts
+        service.handle(b"c", b"get", {"req": 5, "positions": list(range(8))})
+        forgotten = service._reads[b"c"].chunks[5]
+        service.forget(b"c")  # silent past its timeout
+        service._splitting._item_seconds = 0.01  # four parts
+        service.handle(b"c", b"get", {"req": 5, "positions": list(range(8))})
+        stale = ChunkPart(b"c", 5, 0, forgotten.serial)  # the forgotten request's first part, ending now
+        service._engine.ready[stale] = Done(stale, "ok", [4, 5, 6, 7])
+        drive(service, lambda: sent)
+    finally:
+        service.close()
+    (_, kind, header, buffers), *_ = sent
+    assert (kind, wire.decode(header["tree"], buffers)) == (b"item", ("items", list(range(8))))
+
+
+def test_a_part_of_a_batch_that_its_workers_skipped_is_read_again():
+    # Ray reports the rest of a run skipped after an item raised KeyboardInterrupt: the batch was never answered.
+    from lazyseq.loading.backends import Done
+    from lazyseq.loading.buffering import Buffering
+    from lazyseq.loading.options import LoaderOptions
+    from lazyseq.serving.chunk_requests import ChunkPart
+
+    sent = []
+    service = ViewService(
+        lazyseq.view(list(range(10))), LoaderOptions.check("serve", 1), Buffering(4), send=lambda *m: sent.append(m)
+    )
+    try:
+        service.handle(b"c", b"get", {"req": 0, "positions": [0, 1]})
+        service.handle(b"c", b"get", {"req": 1, "positions": [2, 3]})
+        workers = service._engine.workers
+        poll, skipped = workers.poll, ChunkPart(b"c", 1, 0, 1)
+
+        def skipping(timeout):
+            return [Done(d.task, "skipped", None) if d.task == skipped else d for d in poll(timeout)]
+
+        workers.poll = skipping
+        drive(service, lambda: sent)
+        workers.poll = poll
+        drive(service, lambda: len(sent) == 2)
+    finally:
+        service.close()
+    answers = sorted((header["req"], wire.decode(header["tree"], buffers)) for _, _, header, buffers in sent)
+    assert answers == [(0, ("items", [0, 1])), (1, ("items", [2, 3]))]

@@ -5,7 +5,8 @@ A read of many items (a batch of a served view) asks for them in one request
 message holding them as a chunk (see :mod:`.chunk_wire`). Reads of
 consecutive runs that follow one another (the batches of a served view, in
 order) also ask for the next run of as many items, so that the server
-computes it while the consumer uses this one: one run ahead at most.
+computes it while the consumer uses this one: :data:`AHEAD_RUNS` runs ahead
+at most (reads by two threads may come in either order).
 
 >>> numbers = iter(range(100))
 >>> reads = ChunkReads()
@@ -17,8 +18,9 @@ computes it while the consumer uses this one: one run ahead at most.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -30,9 +32,20 @@ from . import wire
 from .chunk_wire import from_wire
 from .failures import restore_failure
 
-__all__ = ["ChunkReads"]
+__all__ = ["ChunkReads", "Taken"]
 
 Run = tuple[int, int]  # consecutive positions: (start, stop)
+AHEAD_RUNS = 2  # runs asked for ahead and not read yet, at most: reads of two threads may come in either order
+
+
+class Taken(NamedTuple):
+    """What :meth:`ChunkReads.take` found: the chunk; or the error, and the position of the item that failed where
+    known; or that the server sends these items one by one only (``apart``: each can travel, not all in one)."""
+
+    chunk: Any = None
+    error: BaseException | None = None
+    at: int | None = None
+    apart: bool = False
 
 
 class ChunkReads:
@@ -40,10 +53,10 @@ class ChunkReads:
 
     def __init__(self) -> None:
         self.asked: dict[int, list[int]] = {}  # request number -> its positions, until answered
-        self.arrived: dict[int, tuple[str, Any]] = {}  # request number -> ("ok", chunk) or ("error", exception)
+        self.arrived: dict[int, tuple[str, Any]] = {}  # request number -> ("ok", chunk), ("error", exception)...
         self.failed_at: dict[int, int] = {}  # request number -> the position of the item that failed, where known
-        self._ahead: tuple[Run, list[int]] | None = None  # the run asked for before it was read, and its requests
-        self._last_run: Run | None = None
+        self._ahead: dict[Run, list[int]] = {}  # runs asked for before they were read, oldest first: their requests
+        self._read: deque[Run] = deque(maxlen=2 * AHEAD_RUNS)  # the last runs read
 
     def plan(self, idx: Positions, length: int, number: Callable[[], int]) -> tuple[list, list]:
         """The requests whose answers hold items ``idx`` (of a view of ``length``), and the ``(request, positions)``
@@ -51,21 +64,21 @@ class ChunkReads:
         positions = idx.tolist() if isinstance(idx, np.ndarray) else list(idx)
         first, stop = positions[0], positions[-1] + 1
         run = (first, stop) if stop - first == len(positions) and positions == list(range(first, stop)) else None
-        asked_ahead, self._ahead = self._ahead, None
         to_send: list[tuple[int, list[int]]] = []
-        if asked_ahead is not None and asked_ahead[0] == run:
-            wanted = asked_ahead[1]
-        else:
-            if asked_ahead is not None:  # another read came: what was asked ahead is not wanted (its answer dropped)
-                self.drop(asked_ahead[1])
+        wanted = self._ahead.pop(run, None) if run is not None else None
+        if wanted is None:
             wanted, to_send = self._ask(positions, number)
-        in_order = run is not None and run[0] == (0 if self._last_run is None else self._last_run[1])
-        self._last_run = run
-        if in_order and stop < length:
-            following = (stop, min(length, stop + len(positions)))
+        if run is None:
+            return wanted, to_send
+        in_order = first == 0 or any(first == read[1] for read in self._read)
+        self._read.append(run)
+        following = (stop, min(length, stop + len(positions)))
+        if in_order and stop < length and following not in self._ahead and following not in self._read:
             requests, more = self._ask(list(range(*following)), number)
-            self._ahead = (following, requests)
+            self._ahead[following] = requests
             to_send += more
+            while len(self._ahead) > AHEAD_RUNS:  # the oldest was not read (a jump elsewhere): its answer dropped
+                self.drop(self._ahead.pop(next(iter(self._ahead))))
         return wanted, to_send
 
     def _ask(self, positions: list[int], number: Callable[[], int]) -> tuple[list[int], list]:
@@ -79,10 +92,18 @@ class ChunkReads:
         return requests, to_send
 
     def drop(self, requests: list[int]) -> None:
+        """Forget ``requests``: their answers, arrived or still to come, are dropped."""
         for req in requests:
             self.asked.pop(req, None)
             self.arrived.pop(req, None)
             self.failed_at.pop(req, None)
+
+    def abandon(self, requests: list[int]) -> None:
+        """Forget ``requests``, which a read that did not end (a Ctrl-C, a lost server) made or was waiting for."""
+        self.drop(requests)
+        gone = set(requests)
+        for run in [run for run, asked in self._ahead.items() if gone.intersection(asked)]:
+            self.drop(self._ahead.pop(run))
 
     def waiting(self, requests: list[int]) -> bool:
         return not all(req in self.arrived for req in requests)
@@ -90,7 +111,9 @@ class ChunkReads:
     def answered(self, req: int, kind: bytes, header: dict, buffers: list, where: str) -> None:
         """Take the answer to request ``req`` (one of :attr:`asked`): its chunk, or the error it says."""
         positions = self.asked.pop(req)
-        if kind == b"item":
+        if kind == b"item" and header.get("apart") is True:
+            self.arrived[req] = ("apart", None)
+        elif kind == b"item":
             try:
                 if "places" in header:
                     raise wire.ProtocolError("items asked for at once came in shared memory: they travel in the answer")
@@ -108,17 +131,18 @@ class ChunkReads:
             named = ItemsAt(np.array(positions))
             self.arrived[req] = ("error", LoaderError(f"{where} could not compute items {named}: {message}"))
 
-    def take(self, requests: list[int], count: int) -> tuple[Any, BaseException | None, int | None]:
-        """The chunk of ``count`` items that the answers to ``requests`` make together, or the first error among them
-        and the position of the item that failed, where known: ``(chunk, None, None)`` or ``(None, error, at)``."""
+    def take(self, requests: list[int], count: int) -> Taken:
+        """What the answers to ``requests`` make together: the chunk of their ``count`` items, or the first error."""
         answers = [self.arrived.pop(req) for req in requests]
         failed_at = [self.failed_at.pop(req, None) for req in requests]
         for (status, value), at in zip(answers, failed_at):
             if status == "error":
-                return None, value, at
+                return Taken(error=value, at=at)
+        if any(status == "apart" for status, _ in answers):
+            return Taken(apart=True)
         pieces = [value for _, value in answers]
         if len(pieces) == 1:
-            return pieces[0], None, None
+            return Taken(pieces[0])
         step = wire.MAX_POSITIONS  # (each request but the last asked for that many)
         places = [np.arange(start, min(start + step, count)) for start in range(0, count, step)]
-        return scatter(pieces, places, count), None, None
+        return Taken(scatter(pieces, places, count))

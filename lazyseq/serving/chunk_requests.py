@@ -63,17 +63,23 @@ class Splitting:
 
 
 class ChunkPart(NamedTuple):
-    """The key of one task of a :class:`ChunkRequest` in the server's engine."""
+    """The key of one task of a :class:`ChunkRequest` in the server's engine.
+
+    ``serial`` tells the request from another of the same number (the same
+    consumer asking again, after the server forgot it): a task still in
+    progress for the one before is not taken for a part of this one.
+    """
 
     consumer: bytes
     req: int
     part: int
+    serial: int
 
 
 class ChunkRequest:
     """Items at ``positions`` (of the view labelled ``label``), read in ``parts`` tasks and answered at once.
 
-    >>> request = ChunkRequest([4, 0, 2], parts=2, label="view")
+    >>> request = ChunkRequest([4, 0, 2], parts=2, label="view", serial=0)
     >>> request.parts
     2
     >>> [str(task) for _, task in request.tasks(b"c", 7)]
@@ -89,10 +95,11 @@ class ChunkRequest:
     (b'item', 3, ('rows', array([40,  0, 20])))
     """
 
-    __slots__ = ("positions", "asked", "_parts", "_done", "_label")
+    __slots__ = ("positions", "asked", "serial", "_parts", "_done", "_label")
 
-    def __init__(self, positions: list[int], parts: int, label: str) -> None:
+    def __init__(self, positions: list[int], parts: int, label: str, serial: int) -> None:
         self.positions = np.array(positions, np.intp)
+        self.serial = serial
         self.asked = time.monotonic()
         self._parts = [ItemsAt(part) for part in np.array_split(self.positions, max(1, min(parts, len(positions))))]
         self._done: dict[int, Done] = {}
@@ -104,10 +111,13 @@ class ChunkRequest:
 
     def tasks(self, consumer: bytes, req: int) -> list[tuple[ChunkPart, ItemsAt]]:
         """The tasks still to compute (all but those done): ``(key, argument)`` for the engine."""
-        return [(ChunkPart(consumer, req, k), part) for k, part in enumerate(self._parts) if k not in self._done]
+        parts = enumerate(self._parts)
+        return [(ChunkPart(consumer, req, k, self.serial), part) for k, part in parts if k not in self._done]
 
     def take(self, part: int, done: Done) -> None:
-        self._done[part] = done
+        """The outcome of a task of this request (one skipped is still to compute: see :meth:`tasks`)."""
+        if done.status != "skipped":
+            self._done[part] = done
 
     @property
     def complete(self) -> bool:
@@ -132,10 +142,10 @@ class ChunkRequest:
         chunk = scatter(pieces, places, count)
         try:
             tree, buffers = wire.encode(to_wire(chunk))
-        except TypeError as error:
+        except TypeError:
             unsendable = unsendable_item(chunk)
-            if unsendable is None:
-                return b"error", unsendable_header(f"items {ItemsAt(self.positions)}", error), []
+            if unsendable is None:  # each item can travel, not all together (an array of objects): one by one then
+                return b"item", {"apart": True, "count": count}, []
             at = int(self.positions[unsendable[0]])  # named by its position, as a read of it alone names it
             return b"error", {**unsendable_header(f"item {at}", unsendable[1]), "at": at}, []
         return b"item", {"tree": tree, "count": count}, buffers

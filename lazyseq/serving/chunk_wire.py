@@ -59,9 +59,16 @@ def from_wire(value: Any, count: int, depth: int = 0) -> Any:
             return items
     elif type(value) is tuple and len(value) == 3 and value[0] == "columns" and type(value[1]) is list:
         keys = value[2]
-        if value[1] and (keys is None or (type(keys) is tuple and len(keys) == len(value[1]))):
+        if value[1] and (keys is None or (type(keys) is tuple and len(keys) == len(value[1]) and _distinct(keys))):
             return Columns(tuple(from_wire(field, count, depth + 1) for field in value[1]), keys)
     raise ProtocolError(f"not {count} items of a served view")
+
+
+def _distinct(keys: tuple) -> bool:
+    try:
+        return len(set(keys)) == len(keys)
+    except TypeError:  # a key that cannot be one (a list)
+        return False
 
 
 def unsendable_item(chunk: Any) -> tuple[int, TypeError] | None:

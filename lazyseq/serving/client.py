@@ -81,6 +81,7 @@ class RemoteView(View[Any]):
         self._pool: ReceivedPool | None = None  # on the server's machine: where it writes items (see .shared_items)
         self._slot_of: dict[int, int] = {}  # request number -> the slot of the pool it named
         self._chunks = ChunkReads()  # what reads of several items at once asked for
+        self._at_once = info.get("at_once") is True  # whether the server answers them (older ones do not)
         self._open_pool(info)
 
     @property
@@ -120,7 +121,7 @@ class RemoteView(View[Any]):
 
     def _get_many(self, idx: Positions) -> Any:
         n = self._len
-        if n is None or len(idx) < 2:  # (where the served view may end, items are read until it does)
+        if n is None or len(idx) < 2 or not self._at_once:  # (a view that may end is read until it does)
             return super()._get_many(idx)
         if self._connection.pid != os.getpid():
             self._connect_here()
@@ -128,18 +129,29 @@ class RemoteView(View[Any]):
             if self._replaced is not None:
                 raise self._replaced
             requests, to_send = self._chunks.plan(idx, n, self._number_request)
-            for req, positions in to_send:
-                self._connection.send(b"get", {"req": req, "positions": positions})
-        while True:  # the lock let go between messages: another thread's request goes out meanwhile (prefetch)
+            try:
+                for req, positions in to_send:
+                    self._connection.send(b"get", {"req": req, "positions": positions})
+            except BaseException:  # (a Ctrl-C): what was not sent would be waited for in vain
+                self._chunks.abandon(requests + [req for req, _ in to_send])
+                raise
+        try:
+            while True:  # the lock let go between two messages: another thread's request may go out then
+                with self._lock:
+                    if not self._chunks.waiting(requests):
+                        taken = self._chunks.take(requests, len(idx))
+                        break
+                    self._receive_one(f"items {ItemsAt(np.asarray(idx))}")
+        except BaseException:  # a Ctrl-C, a server lost: the answers still to come are dropped, not kept
             with self._lock:
-                if not self._chunks.waiting(requests):
-                    chunk, failure, at = self._chunks.take(requests, len(idx))
-                    break
-                self._receive_one(f"items {ItemsAt(np.asarray(idx))}")
-        if failure is not None:
-            i = at  # noqa: F841  # the item that failed: the chain of views names it (see views/errors.py)
-            raise failure
-        return chunk
+                self._chunks.abandon(requests)
+            raise
+        if taken.apart:  # each item can travel, not all of them in one message (objects, say): one by one
+            return super()._get_many(idx)
+        if taken.error is not None:
+            i = taken.at  # noqa: F841  # the item that failed: the chain of views names it (see views/errors.py)
+            raise taken.error
+        return taken.chunk
 
     def _number_request(self) -> int:
         self._next_req += 1
@@ -250,6 +262,7 @@ class RemoteView(View[Any]):
         self._drop_pool()
         info = self._connection.hello()
         self._check_still_served(info)
+        self._at_once = isinstance(info, dict) and info.get("at_once") is True  # (the next reads; those asked: again)
         self._open_pool(info)
         self._ask_again()
 

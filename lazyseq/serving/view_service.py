@@ -12,6 +12,7 @@ as one chunk, by one task, and sent as one message (see :mod:`.chunk_wire`).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 from collections.abc import Callable
 from typing import Any, cast
@@ -74,6 +75,7 @@ class ViewService:
         self._pools: dict[bytes, ServedPool | None] = {}  # consumers on this machine -> their pool (None: not made yet)
         self._pool_slots: dict[bytes, int] = {}  # ... and the slots they asked for
         self._splitting = Splitting(options.nworkers)  # how many workers read a request for items at once
+        self._serials = itertools.count()  # one per request for items at once (see ChunkPart)
 
     def info(self) -> dict[str, Any]:
         view = self.view
@@ -83,6 +85,7 @@ class ViewService:
             "may_end": view._may_end(),
             "label": view._describe(),
             "items": wire.encode_spec(view._item_spec()),  # a consumer's batches take their dtypes
+            "at_once": True,  # items are also asked for several at once, with 'positions' (see .chunk_requests)
         }
 
     @property
@@ -197,7 +200,7 @@ class ViewService:
         if req in reads.chunks:  # asked again after a silence: answered once
             return
         parts = self._splitting.parts(len(positions))
-        request = reads.chunks[req] = ChunkRequest(positions, parts, self.view._label())
+        request = reads.chunks[req] = ChunkRequest(positions, parts, self.view._label(), next(self._serials))
         self._submit(self._running_engine(), request.tasks(consumer, req))
 
     def forget(self, consumer: bytes) -> None:
@@ -311,19 +314,21 @@ class ViewService:
                 self._deliver(consumer, reads, i, engine.ready.pop(key))
                 if reads.steady:
                     self._compute_ahead(consumer, reads)
-        for consumer, reads in self._reads.items():  # a task skipped after a cancel that came too late
+        for consumer, reads in list(self._reads.items()):  # a task skipped after a cancel that came too late
             lost = [
                 i for i in reads.waiting if (consumer, i) not in engine.pending and (consumer, i) not in engine.ready
             ]
             if lost:
                 self._submit(engine, self._hold(engine, consumer, reads, lost))
+            for req, request in list(reads.chunks.items()):  # (a task skipped: Ray skips the rest of a run)
+                self._submit_parts(engine, consumer, req, request)
 
     def _chunk_done(self, key: ChunkPart) -> None:
         engine = cast(Engine, self._engine)
         done = engine.ready.pop(key)
         reads = self._reads.get(key.consumer)
         request = None if reads is None else reads.chunks.get(key.req)
-        if reads is None or request is None:  # its consumer left
+        if reads is None or request is None or request.serial != key.serial:  # its consumer left (or asks anew)
             return
         request.take(key.part, done)
         if request.complete:
@@ -411,7 +416,9 @@ class ViewService:
                 failed = sorted(its.intersection(reads.waiting))
                 reads.suspects.update(its.difference(failed))  # computed again only once asked for
                 parts = [task for task in suspects if type(task) is ChunkPart and task.consumer == consumer]
-                failed_chunks = sorted({part.req for part in parts if part.req in reads.chunks})
+                failed_chunks = sorted(
+                    {p.req for p in parts if p.req in reads.chunks and reads.chunks[p.req].serial == p.serial}
+                )
             for i in failed:
                 for req in reads.waiting.pop(i):
                     self._answer(consumer, b"failed", req, i, {"message": message})
@@ -429,13 +436,20 @@ class ViewService:
         for consumer, reads in list(self._reads.items()):
             if reads.waiting:
                 self._submit(engine, self._hold(engine, consumer, reads, sorted(reads.waiting)))
-            for req, request in reads.chunks.items():
+            for req, request in list(reads.chunks.items()):
                 if self._engine is engine:
-                    self._submit(engine, request.tasks(consumer, req))
+                    self._submit_parts(engine, consumer, req, request)
             if self._engine is not engine:  # these workers failed too: the next call asks again
                 return
             if reads.steady:
                 self._compute_ahead(consumer, reads)
+
+    def _submit_parts(self, engine: Engine, consumer: bytes, req: int, request: ChunkRequest) -> None:
+        """Submit the tasks of ``request`` that are neither done nor on their way."""
+        tasks = [(key, part) for key, part in request.tasks(consumer, req) if key not in engine.pending]
+        tasks = [(key, part) for key, part in tasks if key not in engine.ready]
+        if tasks and engine is self._engine:
+            self._submit(engine, tasks)
 
     def fds(self) -> list[int]:
         """What the server's thread waits on, besides its sockets: readable when results may be in."""
