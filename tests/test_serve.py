@@ -2503,10 +2503,10 @@ def test_a_batch_read_cut_short_leaves_nothing_behind(monkeypatch):
     # The requests of a batch read that a Ctrl-C cut short stayed, their answers kept for ever (64 MB for 10 reads).
     receive, armed = Connection.receive, []
 
-    def interrupted_once(self, waiting_for):
+    def interrupted_once(self, waiting_for, since=None):
         if armed and armed.pop() == waiting_for:
             raise KeyboardInterrupt
-        return receive(self, waiting_for)
+        return receive(self, waiting_for, since)
 
     monkeypatch.setattr(Connection, "receive", interrupted_once)
     with lazyseq.serve(np.arange(40), LOOPBACK) as server, lazyseq.connect(server.address) as remote:
@@ -2608,3 +2608,45 @@ def test_a_part_of_a_batch_that_its_workers_skipped_is_read_again():
         service.close()
     answers = sorted((header["req"], wire.decode(header["tree"], buffers)) for _, _, header, buffers in sent)
     assert answers == [(0, ("items", [0, 1])), (1, ("items", [2, 3]))]
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["item", "batch"])
+def test_a_worker_process_reading_a_served_view_names_the_chain_on_the_server_too(batched):
+    # The chain stopped at served[3], and the error read "RemoteError: RemoteError: ValueError" (it did not unpickle).
+    with lazyseq.serve(served_pipelines.failing(), LOOPBACK) as server, lazyseq.connect(server.address) as remote:
+        view, i, outer = (remote.batch(4), 0, "batch[0] -> ") if batched else (remote, 3, "")
+        with lazyseq.prefetch(view, nworkers=1, method="process", inline_below=0) as ahead:
+            with pytest.raises(lazyseq.EvaluationError) as caught:
+                ahead[i]
+    assert str(caught.value) == (
+        f"failed to compute prefetch[{i}] -> {outer}served[3] -> smap(fail_at_3)[3]: RemoteError: ValueError: item 3 "
+        "is bad"
+    )
+
+
+def test_a_remote_error_travels_to_another_process_as_itself():
+    error = lazyseq.RemoteError("ValueError", "item 3 is bad")
+    error.add_note("raised on the server")
+    again = pickle.loads(pickle.dumps(error))
+    assert (type(again), str(again), again.type_name, again.__notes__) == (
+        lazyseq.RemoteError,
+        "ValueError: item 3 is bad",
+        "ValueError",
+        ["raised on the server"],
+    )
+
+
+def test_a_read_that_waited_for_another_threads_read_counts_its_timeout_from_its_own_start():
+    # Each of several threads reading one consumer of a server that died waited a timeout of its own once the
+    # thread before it let the connection go: the last one heard of it after a timeout per thread.
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{unused.getsockname()[1]}"  # nothing listens there
+    connection = Connection(address, timeout=1.0)
+    try:
+        began = time.monotonic() - 10  # the read began 10 s ago; the thread before it held the connection since
+        connection.heartbeat.last_answer = connection.heartbeat.resumed = connection._heard = began  # silent since
+        with pytest.raises(lazyseq.ServerLost, match=r"^lost the server at .*: no answer for 10\.\d s \(timeout=1\)"):
+            connection.receive("item 3", since=began)
+    finally:
+        connection.close()

@@ -90,11 +90,11 @@ def test_only_the_answer_to_the_last_hello_counts(monkeypatch, pool_reads):
     # took the late answer to the first would read its items from a pool the server no longer writes into.
     receive, late = Connection._receive, []
 
-    def first_welcome_late(connection, waiting_for):
+    def first_welcome_late(connection, waiting_for, since=None):
         if late and late[0] is not None:
             message, late[0] = late[0], None
             return message
-        message = receive(connection, waiting_for)
+        message = receive(connection, waiting_for, since)
         if message[0] == b"welcome" and not late:
             late.append(message)
             return b"silent", {}, []  # as if lost: the hello is said again, then its answer comes

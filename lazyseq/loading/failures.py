@@ -17,7 +17,7 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from ..views import errors
-from ..views.errors import REMOTE_CHAIN, EvaluationError, describe_chain, message_of
+from ..views.errors import REMOTE_CHAIN, EvaluationError, message_of, traced_chain
 from .messages import CapturedError
 
 __all__ = [
@@ -100,6 +100,10 @@ class RemoteError(EvaluationError):
     def __init__(self, type_name: str, message: str) -> None:
         super().__init__(f"{type_name}: {message}")
         self.type_name = type_name
+        self.message = message
+
+    def __reduce__(self) -> tuple[Any, ...]:  # to another process as itself, its notes and chain too
+        return (type(self), (self.type_name, self.message), self.__dict__)
 
 
 RemoteError.__module__ = LoaderError.__module__ = WorkerDied.__module__ = "lazyseq"
@@ -108,7 +112,7 @@ RemoteError.__module__ = LoaderError.__module__ = WorkerDied.__module__ = "lazys
 def capture(error: BaseException, dumps: Callable[[Any], bytes] = pickle.dumps) -> CapturedError:
     """What a process worker sends for ``error``: picklable whatever ``error`` is."""
     text = "".join(traceback.format_exception(error))
-    chain = describe_chain(error.__traceback__)
+    chain = traced_chain(error)  # (a served view's error has the chain on the server too)
     try:
         payload = dumps(error)
         pickle.loads(payload)  # an exception that pickles may still fail to unpickle

@@ -92,6 +92,7 @@ class RemoteView(View[Any]):
         return self._spec
 
     def _get(self, i: int) -> Any:
+        began = time.monotonic()  # (another thread's read may hold the connection first: the timeout counts from now)
         if self._connection.pid != os.getpid():  # a forked worker: its parent's sockets are not its own
             self._connect_here()
         with self._lock:
@@ -113,7 +114,7 @@ class RemoteView(View[Any]):
             if missing and (missing[0] == i or len(wanted) - len(missing) - 1 <= self._ahead // 2):
                 self._ask(missing)
             while i not in self._arrived:
-                self._receive_one(f"item {i}")
+                self._receive_one(f"item {i}", began)
             status, value = self._arrived.pop(i)
         if status == "error":
             raise value
@@ -123,6 +124,7 @@ class RemoteView(View[Any]):
         n = self._len
         if n is None or len(idx) < 2 or not self._at_once:  # (a view that may end is read until it does)
             return super()._get_many(idx)
+        began = time.monotonic()  # (as in _get)
         if self._connection.pid != os.getpid():
             self._connect_here()
         with self._lock:
@@ -141,7 +143,7 @@ class RemoteView(View[Any]):
                     if not self._chunks.waiting(requests):
                         taken = self._chunks.take(requests, len(idx))
                         break
-                    self._receive_one(f"items {ItemsAt(np.asarray(idx))}")
+                    self._receive_one(f"items {ItemsAt(np.asarray(idx))}", began)
         except BaseException:  # a Ctrl-C, a server lost: the answers still to come are dropped, not kept
             with self._lock:
                 self._chunks.abandon(requests)
@@ -186,8 +188,8 @@ class RemoteView(View[Any]):
                 self._connection.send(b"get", header)
                 start = k
 
-    def _receive_one(self, waiting_for: str) -> None:
-        kind, header, buffers = self._connection.receive(waiting_for=waiting_for)
+    def _receive_one(self, waiting_for: str, since: float | None) -> None:
+        kind, header, buffers = self._connection.receive(waiting_for, since)
         if kind == b"restarted":
             self._server_restarted()
             return
@@ -722,8 +724,9 @@ def connect(
     A served view comes back as a :class:`RemoteView`: ``len``, indexing,
     slices and every combinator work on it, reads in order keep up to
     ``ahead`` items asked for ahead of use (asked in runs, once half of them
-    have been read), and ``shard(remote, rank, world_size)`` splits it
-    between trainers. A served stream comes back as a :class:`RemoteStream`,
+    have been read), a batch (``remote.batch(k)``, after ``shuffle`` too)
+    asks for its items at once and gets them in one message, and
+    ``shard(remote, rank, world_size)`` splits it between trainers. A served stream comes back as a :class:`RemoteStream`,
     whose items no other consumer gets. A server that does not answer for
     ``timeout`` seconds raises :class:`~lazyseq.ServerLost` naming the
     address; one that comes back within ``timeout`` is reconnected to.

@@ -90,6 +90,7 @@ class Connection:
         self._hello_fields: dict = {}
         self._hellos = 0  # hellos sent
         self._patience = Patience(2 * self.interval, self.timeout)
+        self._heard = time.monotonic()  # when the last message from the server came
         self.heartbeat.start()
 
     @property
@@ -187,12 +188,15 @@ class Connection:
         self.send(b"hello", {**self._hello_fields, "timeout": self.timeout, "hello": self._hellos})
         return self._hellos
 
-    def receive(self, waiting_for: str) -> tuple[bytes, Any, list]:
+    def receive(self, waiting_for: str, since: float | None = None) -> tuple[bytes, Any, list]:
         """The next message from the server: ``(kind, header, buffers)``.
 
         ``ServerLost`` once the server has not answered (heartbeats included)
         for ``timeout``, counted from the last answer or the start of this
-        wait, whichever is later. ``kind`` is ``b"restarted"`` when a new server
+        wait, whichever is later; ``since``, a ``time.monotonic()`` earlier
+        than now, starts the wait then (a reader that waited for another
+        thread's read to end first: each has ``timeout``, not one after the
+        other). ``kind`` is ``b"restarted"`` when a new server
         instance answers at the address (what was asked of the old one is
         lost), and ``b"silent"`` when the server answers heartbeats but sent
         nothing else for a while (an answer may have been lost with a
@@ -200,7 +204,7 @@ class Connection:
         :class:`Patience`.
         """
         with _InUse(self, "waiting for", waiting_for):
-            return self._receive(waiting_for)
+            return self._receive(waiting_for, since)
 
     def receive_within(self, seconds: float, waiting_for: str) -> tuple[bytes, Any, list] | None:
         """The next message from the server if one arrives within ``seconds``, else None."""
@@ -209,9 +213,11 @@ class Connection:
                 return None
             return self._receive(waiting_for)
 
-    def _receive(self, waiting_for: str) -> tuple[bytes, Any, list]:
+    def _receive(self, waiting_for: str, since: float | None = None) -> tuple[bytes, Any, list]:
         poller, beat, again = self._poller, self.heartbeat, self._zmq.Again
         quiet_since = time.monotonic()
+        # (from ``since``, unless a message, a heartbeat's answer or this process resuming after a stop came later)
+        waited_since = quiet_since if since is None else min(quiet_since, max(since, self._heard, beat.resumed))
         lapses = beat.lapses
         while True:
             try:  # a message that has arrived already (read ahead): no poll
@@ -219,7 +225,8 @@ class Connection:
             except again:
                 frames = None
             if frames is not None:
-                self._patience.heard_after(time.monotonic() - quiet_since)
+                self._heard = time.monotonic()
+                self._patience.heard_after(self._heard - quiet_since)
                 try:
                     kind, header, buffers = self._parse(frames)
                 except wire.ProtocolError:
@@ -231,10 +238,11 @@ class Connection:
                         f"{waiting_for}: {message if isinstance(message, str) else 'no reason given'}"
                     )
                 return kind, header, buffers
-            if poller.poll(int(self.interval * 1000)):
+            overdue = time.monotonic() - max(beat.last_answer, waited_since) > self.timeout  # (then no poll first)
+            if not overdue and poller.poll(int(self.interval * 1000)):
                 if self.closed:  # woken by close() from another thread
                     raise self._closed(f"waiting for {waiting_for}")
-                if time.monotonic() - max(beat.last_answer, quiet_since) <= self.timeout:
+                if time.monotonic() - max(beat.last_answer, waited_since) <= self.timeout:
                     continue  # (else a socket that wakes with nothing to read: the checks below end the wait)
             now = time.monotonic()
             if beat.server is not None and self.server is not None and beat.server != self.server:
@@ -245,10 +253,10 @@ class Connection:
                 return b"silent", {}, []
             # Each wait gives the server its whole timeout: one that came back after an earlier ServerLost
             # is found again (the heartbeats start over), not reported lost at once.
-            silent = now - max(beat.last_answer, quiet_since)
+            silent = now - max(beat.last_answer, waited_since)
             stopped = beat.lapses != lapses or (now - beat.last_ping > beat.lapse and beat.is_alive())
-            if silent > self.timeout and stopped:
-                lapses, quiet_since = beat.lapses, now  # this process was stopped, not the server: it gets its timeout
+            if silent > self.timeout and stopped:  # this process was stopped, not the server: it gets its timeout
+                lapses, quiet_since, waited_since = beat.lapses, now, now
             elif silent > self.timeout:
                 raise ServerLost(
                     f"lost the server at {self.address}: no answer for {silent:.1f} s (timeout={self.timeout:g}) "
@@ -369,6 +377,7 @@ class _Heartbeat(threading.Thread):
         self.server: str | None = None
         self.last_ping = time.monotonic()  # when this thread last pinged (or started)
         self.lapses = 0  # how often it pinged late enough that the server may have taken this consumer for dead
+        self.resumed = time.monotonic()  # when it last pinged after such a lapse (or started)
         self.silences = 0  # how often the server answered late enough for the same (a network cut, say)
         self.lapse = connection.timeout / 2
 
@@ -386,6 +395,7 @@ class _Heartbeat(threading.Thread):
                 if now >= next_ping:
                     if now - self.last_ping > self.lapse:  # this process was stopped, or starved of the GIL
                         self.lapses += 1
+                        self.resumed = now
                     self.last_ping = now
                     try:
                         socket.send_multipart([wire.TAG, b"ping", self._ping], zmq.NOBLOCK)

@@ -6,7 +6,7 @@ import traceback
 from typing import Any
 
 from ..loading.failures import LoaderError, RemoteError
-from ..views.errors import REMOTE_CHAIN, EndOfData, describe_chain
+from ..views.errors import REMOTE_CHAIN, EndOfData, traced_chain
 
 __all__ = ["ServerLost", "failure_header", "restore_failure"]
 
@@ -25,9 +25,7 @@ ServerLost.__module__ = "lazyseq"
 
 def failure_header(error: BaseException) -> dict[str, Any]:
     """What a consumer needs to know of ``error``, raised while computing an item: text only."""
-    chain = " -> ".join(
-        part for part in (describe_chain(error.__traceback__), getattr(error, REMOTE_CHAIN, "")) if part
-    )
+    chain = traced_chain(error)
     text = "".join(traceback.format_exception(error))
     for note in getattr(error, "__notes__", ()):
         if note not in text:

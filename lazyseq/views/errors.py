@@ -115,10 +115,15 @@ def item_failure(error: BaseException) -> BaseException:
 
 def chain_of(error: BaseException) -> str:
     """The chain of views that ``error`` went through, where it was raised (another process's included)."""
-    raised = item_failure(error)
-    return " -> ".join(
-        part for part in (describe_chain(raised.__traceback__), getattr(raised, REMOTE_CHAIN, "")) if part
-    )
+    return traced_chain(item_failure(error))
+
+
+def traced_chain(error: BaseException) -> str:
+    """The chain of views in ``error``'s traceback, followed by the one it went through in another process, if any.
+
+    What travels to another process with an error, so that the chain goes on there.
+    """
+    return " -> ".join(part for part in (describe_chain(error.__traceback__), getattr(error, REMOTE_CHAIN, "")) if part)
 
 
 def message_of(error: BaseException) -> str:
