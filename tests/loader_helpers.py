@@ -183,7 +183,7 @@ def same(a, b):
         assert list(a) == list(b)
         for key in a:
             same(a[key], b[key])
-    elif isinstance(a, float) and a != a:
+    elif isinstance(a, (float, np.floating)) and a != a:
         assert b != b
     else:
         assert a == b

@@ -2636,17 +2636,37 @@ def test_a_remote_error_travels_to_another_process_as_itself():
     )
 
 
-def test_a_read_that_waited_for_another_threads_read_counts_its_timeout_from_its_own_start():
-    # Each of several threads reading one consumer of a server that died waited a timeout of its own once the
-    # thread before it let the connection go: the last one heard of it after a timeout per thread.
+@pytest.fixture
+def silent_connection():
+    """A connection to an address where nothing listens, which has heard nothing for 10 s (timeout 1 s); and when
+    its reader began to wait."""
     with socket.socket() as unused:
         unused.bind(("127.0.0.1", 0))
-        address = f"tcp://127.0.0.1:{unused.getsockname()[1]}"  # nothing listens there
+        address = f"tcp://127.0.0.1:{unused.getsockname()[1]}"
     connection = Connection(address, timeout=1.0)
-    try:
-        began = time.monotonic() - 10  # the read began 10 s ago; the thread before it held the connection since
-        connection.heartbeat.last_answer = connection.heartbeat.resumed = connection._heard = began  # silent since
-        with pytest.raises(lazyseq.ServerLost, match=r"^lost the server at .*: no answer for 10\.\d s \(timeout=1\)"):
-            connection.receive("item 3", since=began)
-    finally:
-        connection.close()
+    began = time.monotonic() - 10
+    connection.heartbeat.last_answer = connection.heartbeat.resumed = connection._heard = began
+    yield connection, began
+    connection.close()
+
+
+def test_a_read_that_waited_for_another_threads_read_counts_its_timeout_from_its_own_start(silent_connection):
+    # Each of several threads reading one consumer of a server that died waited a timeout of its own once the
+    # thread before it let the connection go: the last one heard of it after a timeout per thread.
+    connection, began = silent_connection
+    with pytest.raises(lazyseq.ServerLost, match=r"^lost the server at .*: no answer for 10\.\d s \(timeout=1\)"):
+        connection.receive("item 3", since=began)
+
+
+def test_a_read_waiting_for_another_threads_read_hears_that_the_server_is_lost_in_time(silent_connection):
+    # It waited until the other thread's read ended, itself given a timeout of its own (and reads begun meanwhile).
+    from types import SimpleNamespace
+
+    from lazyseq.serving.client import _Turn
+
+    connection, began = silent_connection
+    view = SimpleNamespace(_lock=threading.Lock(), _connection=connection)
+    with view._lock:  # another thread's read
+        with pytest.raises(lazyseq.ServerLost, match=r"no answer for 10\.\d s \(timeout=1\) while waiting for item 3"):
+            with _Turn(view, "item 3", began):
+                pass

@@ -95,7 +95,7 @@ class RemoteView(View[Any]):
         began = time.monotonic()  # (another thread's read may hold the connection first: the timeout counts from now)
         if self._connection.pid != os.getpid():  # a forked worker: its parent's sockets are not its own
             self._connect_here()
-        with self._lock:
+        with _Turn(self, f"item {i}", began):
             if self._replaced is not None:
                 raise self._replaced
             n = self._len
@@ -127,7 +127,8 @@ class RemoteView(View[Any]):
         began = time.monotonic()  # (as in _get)
         if self._connection.pid != os.getpid():
             self._connect_here()
-        with self._lock:
+        waiting_for = f"items {ItemsAt(np.asarray(idx))}"
+        with _Turn(self, waiting_for, began):
             if self._replaced is not None:
                 raise self._replaced
             requests, to_send = self._chunks.plan(idx, n, self._number_request)
@@ -139,11 +140,11 @@ class RemoteView(View[Any]):
                 raise
         try:
             while True:  # the lock let go between two messages: another thread's request may go out then
-                with self._lock:
+                with _Turn(self, waiting_for, began):
                     if not self._chunks.waiting(requests):
                         taken = self._chunks.take(requests, len(idx))
                         break
-                    self._receive_one(f"items {ItemsAt(np.asarray(idx))}", began)
+                    self._receive_one(waiting_for, began)
         except BaseException:  # a Ctrl-C, a server lost: the answers still to come are dropped, not kept
             with self._lock:
                 self._chunks.abandon(requests)
@@ -314,6 +315,27 @@ class RemoteView(View[Any]):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_reconnect, (self._settings,))
+
+
+class _Turn:
+    """``with _Turn(view, waiting_for, began):`` holds the lock of a :class:`RemoteView` for a read begun at ``began``.
+
+    While another thread's read holds it, the server's silence is still
+    checked: a read begun before the server died hears ``ServerLost`` within
+    its timeout, not after the reads that other threads begin meanwhile.
+    """
+
+    __slots__ = ("_lock", "_connection", "_waiting_for", "_began")
+
+    def __init__(self, view: RemoteView, waiting_for: str, began: float) -> None:
+        self._lock, self._connection, self._waiting_for, self._began = view._lock, view._connection, waiting_for, began
+
+    def __enter__(self) -> None:
+        while not self._lock.acquire(timeout=self._connection.interval):
+            self._connection.check_heard(self._waiting_for, self._began)
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._lock.release()
 
 
 class Served(NamedTuple):

@@ -258,10 +258,21 @@ class Connection:
             if silent > self.timeout and stopped:  # this process was stopped, not the server: it gets its timeout
                 lapses, quiet_since, waited_since = beat.lapses, now, now
             elif silent > self.timeout:
-                raise ServerLost(
-                    f"lost the server at {self.address}: no answer for {silent:.1f} s (timeout={self.timeout:g}) "
-                    f"while waiting for {waiting_for}{self._hint()}"
-                )
+                raise self._lost(silent, waiting_for)
+
+    def check_heard(self, waiting_for: str, since: float) -> None:
+        """``ServerLost`` if nothing came from the server for ``timeout`` since ``since`` (or since the last message,
+        answer to a ping, or resumption after a stop, if later): for a reader waiting for another thread's read."""
+        beat, now = self.heartbeat, time.monotonic()
+        silent = now - max(since, self._heard, beat.last_answer, beat.resumed)
+        if silent > self.timeout and now - beat.last_ping <= beat.lapse:  # (else this process was stopped)
+            raise self._lost(silent, waiting_for)
+
+    def _lost(self, silent: float, waiting_for: str) -> ServerLost:
+        return ServerLost(
+            f"lost the server at {self.address}: no answer for {silent:.1f} s (timeout={self.timeout:g}) "
+            f"while waiting for {waiting_for}{self._hint()}"
+        )
 
     @staticmethod
     def _parse(frames: list) -> tuple[bytes, Any, list]:
