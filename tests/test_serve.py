@@ -3,6 +3,7 @@
 Servers listen on 127.0.0.1 only; every server, consumer and process a test starts is stopped by it.
 """
 
+import _thread
 import contextlib
 import gc
 import json
@@ -2481,12 +2482,15 @@ def test_items_at_once_that_are_not_what_was_asked_for_are_a_protocol_error(valu
         from_wire(value, 3)
 
 
-def test_items_that_travel_only_one_by_one_are_read_so_in_a_batch():
-    # An array of Python objects can travel item by item, not as one array: its batches failed.
-    objects = np.array(["a", 1, 2.5, None], dtype=object)
+def test_items_that_travel_only_one_by_one_are_read_so_in_a_batch(monkeypatch):
+    # An array of Python objects can travel item by item, not as one array: its batches failed; then each batch was
+    # asked for whole again, its items computed twice.
+    sent = recording_requests(monkeypatch)
+    objects = np.array(["a", 1, 2.5, None, 7, "b"], dtype=object)
     with lazyseq.serve(objects, LOOPBACK) as server, lazyseq.connect(server.address) as remote:
-        assert list(remote.batch(2, collate_fn=list)) == [["a", 1], [2.5, None]]
-        assert [remote[i] for i in range(4)] == ["a", 1, 2.5, None]
+        assert list(remote.batch(2, collate_fn=list)) == [["a", 1], [2.5, None], [7, "b"]]
+        assert [remote[i] for i in range(6)] == ["a", 1, 2.5, None, 7, "b"]
+    assert [h["positions"] for h in sent if "positions" in h] == [[0, 1], [2, 3]]  # the first batch, and one ahead
 
 
 def test_a_server_that_does_not_answer_items_at_once_is_asked_one_by_one(monkeypatch):
@@ -2662,11 +2666,53 @@ def test_a_read_waiting_for_another_threads_read_hears_that_the_server_is_lost_i
     # It waited until the other thread's read ended, itself given a timeout of its own (and reads begun meanwhile).
     from types import SimpleNamespace
 
-    from lazyseq.serving.client import _Turn
+    from lazyseq.serving.client import RemoteView
 
     connection, began = silent_connection
     view = SimpleNamespace(_lock=threading.Lock(), _connection=connection)
     with view._lock:  # another thread's read
         with pytest.raises(lazyseq.ServerLost, match=r"no answer for 10\.\d s \(timeout=1\) while waiting for item 3"):
-            with _Turn(view, "item 3", began):
-                pass
+            RemoteView._await_turn(view, "item 3", began)
+
+
+class WatchedLock:
+    """A lock that says when a thread waits for it with a timeout (as a read waiting for another thread's does)."""
+
+    def __init__(self):
+        self._lock, self.waited = threading.Lock(), threading.Event()
+
+    def locked(self):
+        return self._lock.locked()
+
+    def acquire(self, blocking=True, timeout=-1):
+        if timeout != -1:
+            self.waited.set()
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self):
+        self._lock.release()
+
+    def __enter__(self):
+        self._lock.acquire()
+
+    def __exit__(self, *exc_info):
+        self._lock.release()
+
+
+def test_a_ctrl_c_as_a_read_gets_its_turn_leaves_the_consumer_usable():
+    # Raised as the lock was taken, it left the lock held: every later read waited for ever.
+    with lazyseq.serve(np.arange(10) * 10, LOOPBACK) as server, lazyseq.connect(server.address) as remote:
+        lock = remote._lock = WatchedLock()
+        lock.acquire()  # another thread's read
+
+        def ctrl_c_as_that_read_ends():
+            lock.waited.wait(30)
+            _thread.interrupt_main()
+            lock.release()
+
+        other = threading.Thread(target=ctrl_c_as_that_read_ends)
+        other.start()
+        with pytest.raises(KeyboardInterrupt):
+            remote[5]
+        other.join()
+        assert not lock.locked() and remote[6] == 60

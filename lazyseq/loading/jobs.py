@@ -69,7 +69,7 @@ class ItemsAt(NamedTuple):
     def __str__(self) -> str:
         positions = self.positions.tolist()
         first, last = positions[0], positions[-1]
-        if len(positions) > 2 and positions == list(range(first, last + 1)):
+        if len(positions) > 2 and last - first + 1 == len(positions) and positions == list(range(first, last + 1)):
             return f"{first} to {last}"
         if len(positions) <= 4:
             return ", ".join(map(str, positions))

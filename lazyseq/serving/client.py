@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..extras import require
+from ..loading.closing import interrupts_deferred
 from ..loading.failures import LoaderError
 from ..loading.jobs import ItemsAt
 from ..views import errors
@@ -95,7 +96,8 @@ class RemoteView(View[Any]):
         began = time.monotonic()  # (another thread's read may hold the connection first: the timeout counts from now)
         if self._connection.pid != os.getpid():  # a forked worker: its parent's sockets are not its own
             self._connect_here()
-        with _Turn(self, f"item {i}", began):
+        self._await_turn(f"item {i}", began)
+        with self._lock:
             if self._replaced is not None:
                 raise self._replaced
             n = self._len
@@ -128,7 +130,8 @@ class RemoteView(View[Any]):
         if self._connection.pid != os.getpid():
             self._connect_here()
         waiting_for = f"items {ItemsAt(np.asarray(idx))}"
-        with _Turn(self, waiting_for, began):
+        self._await_turn(waiting_for, began)
+        with self._lock:
             if self._replaced is not None:
                 raise self._replaced
             requests, to_send = self._chunks.plan(idx, n, self._number_request)
@@ -140,7 +143,8 @@ class RemoteView(View[Any]):
                 raise
         try:
             while True:  # the lock let go between two messages: another thread's request may go out then
-                with _Turn(self, waiting_for, began):
+                self._await_turn(waiting_for, began)
+                with self._lock:
                     if not self._chunks.waiting(requests):
                         taken = self._chunks.take(requests, len(idx))
                         break
@@ -149,12 +153,29 @@ class RemoteView(View[Any]):
             with self._lock:
                 self._chunks.abandon(requests)
             raise
-        if taken.apart:  # each item can travel, not all of them in one message (objects, say): one by one
+        if taken.apart:  # each item can travel, not all of them in one message (objects, say): one by one from now
+            self._at_once = False
             return super()._get_many(idx)
         if taken.error is not None:
             i = taken.at  # noqa: F841  # the item that failed: the chain of views names it (see views/errors.py)
             raise taken.error
         return taken.chunk
+
+    def _await_turn(self, waiting_for: str, began: float) -> None:
+        """Wait while another thread's read holds the connection, hearing ``ServerLost`` in time meanwhile.
+
+        A read begun before the server died is told within its own timeout,
+        not once the reads that other threads begin meanwhile have timed out
+        too. The lock is taken and let go at once (then taken with ``with``,
+        which a Ctrl-C cannot leave held), a Ctrl-C held back meanwhile.
+        """
+        lock = self._lock
+        if not lock.locked():
+            return
+        with interrupts_deferred():
+            while not lock.acquire(timeout=self._connection.interval):
+                self._connection.check_heard(waiting_for, began)
+            lock.release()
 
     def _number_request(self) -> int:
         self._next_req += 1
@@ -315,27 +336,6 @@ class RemoteView(View[Any]):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_reconnect, (self._settings,))
-
-
-class _Turn:
-    """``with _Turn(view, waiting_for, began):`` holds the lock of a :class:`RemoteView` for a read begun at ``began``.
-
-    While another thread's read holds it, the server's silence is still
-    checked: a read begun before the server died hears ``ServerLost`` within
-    its timeout, not after the reads that other threads begin meanwhile.
-    """
-
-    __slots__ = ("_lock", "_connection", "_waiting_for", "_began")
-
-    def __init__(self, view: RemoteView, waiting_for: str, began: float) -> None:
-        self._lock, self._connection, self._waiting_for, self._began = view._lock, view._connection, waiting_for, began
-
-    def __enter__(self) -> None:
-        while not self._lock.acquire(timeout=self._connection.interval):
-            self._connection.check_heard(self._waiting_for, self._began)
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._lock.release()
 
 
 class Served(NamedTuple):

@@ -215,10 +215,10 @@ class Connection:
 
     def _receive(self, waiting_for: str, since: float | None = None) -> tuple[bytes, Any, list]:
         poller, beat, again = self._poller, self.heartbeat, self._zmq.Again
+        lapses = beat.lapses  # (read before the time it resumed: see _Heartbeat.run)
         quiet_since = time.monotonic()
         # (from ``since``, unless a message, a heartbeat's answer or this process resuming after a stop came later)
         waited_since = quiet_since if since is None else min(quiet_since, max(since, self._heard, beat.resumed))
-        lapses = beat.lapses
         while True:
             try:  # a message that has arrived already (read ahead): no poll
                 frames = receive_frames(self._socket, DONTWAIT)
@@ -264,8 +264,9 @@ class Connection:
         """``ServerLost`` if nothing came from the server for ``timeout`` since ``since`` (or since the last message,
         answer to a ping, or resumption after a stop, if later): for a reader waiting for another thread's read."""
         beat, now = self.heartbeat, time.monotonic()
+        pinged = beat.last_ping  # (read before the time it resumed: see _Heartbeat.run)
         silent = now - max(since, self._heard, beat.last_answer, beat.resumed)
-        if silent > self.timeout and now - beat.last_ping <= beat.lapse:  # (else this process was stopped)
+        if silent > self.timeout and now - pinged <= beat.lapse:  # (else this process was stopped)
             raise self._lost(silent, waiting_for)
 
     def _lost(self, silent: float, waiting_for: str) -> ServerLost:
@@ -405,8 +406,8 @@ class _Heartbeat(threading.Thread):
                 now = time.monotonic()
                 if now >= next_ping:
                     if now - self.last_ping > self.lapse:  # this process was stopped, or starved of the GIL
+                        self.resumed = now  # (before the count and the ping's time, which readers read first)
                         self.lapses += 1
-                        self.resumed = now
                     self.last_ping = now
                     try:
                         socket.send_multipart([wire.TAG, b"ping", self._ping], zmq.NOBLOCK)
