@@ -2716,3 +2716,28 @@ def test_a_ctrl_c_as_a_read_gets_its_turn_leaves_the_consumer_usable():
             remote[5]
         other.join()
         assert not lock.locked() and remote[6] == 60
+
+
+def test_a_ctrl_c_while_a_read_waits_for_another_threads_read_is_raised_at_once():
+    # It was held back until the other read ended: minutes, for an item that takes minutes to compute.
+    with lazyseq.serve(np.arange(10) * 10, LOOPBACK) as server, lazyseq.connect(server.address) as remote:
+        lock = remote._lock = WatchedLock()
+        lock.acquire()  # another thread's read, which goes on
+        done = threading.Event()
+
+        def ctrl_c_meanwhile():
+            lock.waited.wait(30)
+            _thread.interrupt_main()
+            done.wait(30)
+            lock.release()
+
+        other = threading.Thread(target=ctrl_c_meanwhile)
+        other.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                remote[5]
+            assert lock.locked()  # the other read still holds the connection
+        finally:
+            done.set()
+            other.join()
+        assert remote[6] == 60

@@ -39,6 +39,7 @@ __all__ = [
     "closing_for_collector",
     "collected_while_running",
     "daemon_thread_at_exit",
+    "hurried",
     "ignore_interrupts",
     "interrupts_deferred",
     "interrupt_later",
@@ -159,6 +160,11 @@ def ignore_interrupts() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def hurried() -> bool:
+    """Whether a Ctrl-C came within an :func:`interrupts_deferred` block still going on (to be raised at its end)."""
+    return _hurry[0]
 
 
 def wait_unless_hurried(wait: Callable[[float], bool], seconds: float) -> bool:

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..extras import require
-from ..loading.closing import interrupts_deferred
+from ..loading.closing import hurried, interrupts_deferred, wait_unless_hurried
 from ..loading.failures import LoaderError
 from ..loading.jobs import ItemsAt
 from ..views import errors
@@ -172,8 +172,10 @@ class RemoteView(View[Any]):
         lock = self._lock
         if not lock.locked():
             return
-        with interrupts_deferred():
-            while not lock.acquire(timeout=self._connection.interval):
+        with interrupts_deferred():  # (a Ctrl-C ends the wait, and is raised at the block's end)
+            while not wait_unless_hurried(lambda seconds: lock.acquire(timeout=seconds), self._connection.interval):
+                if hurried():
+                    return
                 self._connection.check_heard(waiting_for, began)
             lock.release()
 
