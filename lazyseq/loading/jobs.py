@@ -66,14 +66,13 @@ class ItemsAt(NamedTuple):
 
     positions: np.ndarray
 
-    def __str__(self) -> str:
-        positions = self.positions.tolist()
-        first, last = positions[0], positions[-1]
-        if len(positions) > 2 and last - first + 1 == len(positions) and positions == list(range(first, last + 1)):
+    def __str__(self) -> str:  # (for every batch a served view reads: what its wait names, should it fail)
+        positions = self.positions
+        first, last, count = int(positions[0]), int(positions[-1]), len(positions)
+        if count > 2 and last - first + 1 == count and bool((np.diff(positions) == 1).all()):
             return f"{first} to {last}"
-        if len(positions) <= 4:
-            return ", ".join(map(str, positions))
-        return f"{', '.join(map(str, positions[:4]))} and {len(positions) - 4} more"
+        shown = ", ".join(map(str, positions[:4].tolist()))
+        return shown if count <= 4 else f"{shown} and {count - 4} more"
 
 
 class ReadItemOrChunk(ReadItem):

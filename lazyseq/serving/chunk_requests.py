@@ -21,7 +21,7 @@ from ..loading.jobs import ItemsAt
 from ..views.chunks import scatter
 from . import wire
 from .chunk_wire import to_wire, unsendable_item
-from .failures import failure_header
+from .failures import failure_header, unsendable_header
 
 __all__ = ["ChunkPart", "ChunkRequest", "Splitting"]
 
@@ -133,13 +133,9 @@ class ChunkRequest:
             if at is not None and at in self.positions:  # the item that failed, for the chain the consumer shows
                 header["at"] = at
             return b"error", header, []
-        pieces = [d.value for d in done]
         count = len(self.positions)
-        places, start = [], 0
-        for part in self._parts:
-            places.append(np.arange(start, start + len(part.positions)))
-            start += len(part.positions)
-        chunk = scatter(pieces, places, count)
+        places = np.array_split(np.arange(count), len(self._parts))  # (where each part's items go: as split)
+        chunk = scatter([d.value for d in done], places, count)
         try:
             tree, buffers = wire.encode(to_wire(chunk))
         except TypeError:
@@ -149,11 +145,6 @@ class ChunkRequest:
             at = int(self.positions[unsendable[0]])  # named by its position, as a read of it alone names it
             return b"error", {**unsendable_header(f"item {at}", unsendable[1]), "at": at}, []
         return b"item", {"tree": tree, "count": count}, buffers
-
-
-def unsendable_header(what: str, error: TypeError) -> dict[str, str]:
-    """The error header of items that ``wire.encode`` refused."""
-    return {"type": "TypeError", "message": f"{what} cannot be sent: {error}", "chain": "", "traceback": ""}
 
 
 def _position_in(chain: str, label: str) -> int | None:

@@ -8,7 +8,7 @@ from typing import Any
 from ..loading.failures import LoaderError, RemoteError
 from ..views.errors import REMOTE_CHAIN, EndOfData, traced_chain
 
-__all__ = ["ServerLost", "failure_header", "restore_failure"]
+__all__ = ["ServerLost", "failure_header", "restore_failure", "unsendable_header"]
 
 
 class ServerLost(LoaderError):
@@ -39,6 +39,11 @@ def failure_header(error: BaseException) -> dict[str, Any]:
     if isinstance(error, EndOfData):  # not a failure: the end of a view whose length is not known (uniter)
         header["end_of_data"] = True
     return header
+
+
+def unsendable_header(what: str, error: TypeError) -> dict[str, str]:
+    """What a consumer is told of items that ``wire.encode`` refused (``what``: ``item 3``, ``items 0 to 63``)."""
+    return {"type": "TypeError", "message": f"{what} cannot be sent: {error}", "chain": "", "traceback": ""}
 
 
 def restore_failure(header: dict, where: str) -> RemoteError | EndOfData:

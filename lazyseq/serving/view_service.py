@@ -28,8 +28,8 @@ from ..loading.structure import bytes_of_spec
 from ..views.base import View
 from ..views.errors import LoaderFailure
 from . import wire
-from .chunk_requests import ChunkPart, ChunkRequest, Splitting, unsendable_header
-from .failures import failure_header
+from .chunk_requests import ChunkPart, ChunkRequest, Splitting
+from .failures import failure_header, unsendable_header
 from .shared_items import ServedPool, item_bytes, same_machine
 
 __all__ = ["ViewService"]
@@ -402,9 +402,7 @@ class ViewService:
             engine.close()
         if daemon_thread_at_exit():  # closed by the finalizers as the program ends: nobody to tell
             return
-        suspects: set[Any] | None = (
-            None  # the tasks that may have ended the worker that died: (consumer, index), ChunkPart
-        )
+        suspects: set[Any] | None = None  # tasks that may have ended the worker that died: (consumer, i), ChunkPart
         if isinstance(error, WorkerDied):
             suspects = set(error.suspects)
         message = f"the server's workers failed: {type(error).__name__}: {error}"
@@ -437,8 +435,7 @@ class ViewService:
             if reads.waiting:
                 self._submit(engine, self._hold(engine, consumer, reads, sorted(reads.waiting)))
             for req, request in list(reads.chunks.items()):
-                if self._engine is engine:
-                    self._submit_parts(engine, consumer, req, request)
+                self._submit_parts(engine, consumer, req, request)
             if self._engine is not engine:  # these workers failed too: the next call asks again
                 return
             if reads.steady:
@@ -446,9 +443,12 @@ class ViewService:
 
     def _submit_parts(self, engine: Engine, consumer: bytes, req: int, request: ChunkRequest) -> None:
         """Submit the tasks of ``request`` that are neither done nor on their way."""
-        tasks = [(key, part) for key, part in request.tasks(consumer, req) if key not in engine.pending]
-        tasks = [(key, part) for key, part in tasks if key not in engine.ready]
-        if tasks and engine is self._engine:
+        tasks = [
+            task
+            for task in request.tasks(consumer, req)
+            if task[0] not in engine.pending and task[0] not in engine.ready
+        ]
+        if tasks and engine is self._engine:  # (workers that failed meanwhile: the next ones are asked)
             self._submit(engine, tasks)
 
     def fds(self) -> list[int]:
