@@ -29,18 +29,26 @@ repeat, and each comparison is a ratio of timings taken in the same run.
    each batch asks for its rows at once), vs the batches made by the server (1.)
    and vs the same pipeline read locally through ``prefetch``; and the rows'
    first batches read in order (each asks for the next one ahead).
+5. A stream of small items (rows of 8 float32 from a generator, endless: each
+   run reads 20,000 and closes), with ``ahead`` 4 and 16, vs a hand-written
+   pyzmq PUSH/PULL pair sending the same rows as Fuel's server does (a JSON
+   header and the buffer, no acknowledgement: an item queued for a consumer
+   that leaves is lost), in items a second.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import zmq
@@ -51,6 +59,7 @@ import lazyseq
 ROWS_PER_FILE, WIDTH = 20_000, 248
 FUEL_PRODUCE, FUEL_TRAIN, FUEL_BATCHES = 0.005, 0.010, 50
 RAW_AHEAD = 4
+PUSH_HWM = 10  # Fuel's default
 
 
 # -- what the servers serve (also run as `bench_server.py --serve KIND`) --------------------------------
@@ -83,18 +92,31 @@ def fuel_batches() -> lazyseq.View:
     return lazyseq.smap(slow_batch, range(FUEL_BATCHES))
 
 
+def small_rows() -> Iterator[np.ndarray]:
+    """Rows of 8 float32, for ever."""
+    for i in itertools.count():
+        yield np.full(8, i, np.float32)
+
+
 def serve_main(kind: str, directory: str, batch: int, count: int, keys: str | None) -> None:
     if kind == "raw":
         return raw_server(batch)
+    if kind == "push":
+        return push_server()
     if kind == "handwritten":
         return handwritten_server(directory, batch, count)
-    if kind == "rows":
+    source: Any
+    if kind == "stream":
+        source = small_rows()
+    elif kind == "rows":
         source = lazyseq.open_npy(make_files(directory))
+    elif kind == "fuel":
+        source = fuel_batches()
     else:
-        source = fuel_batches() if kind == "fuel" else gathered_batches(directory, batch, count)
+        source = gathered_batches(directory, batch, count)
     keypair = tuple(k.encode() for k in keys.split(",")) if keys else None
     address = f"ipc://{directory}/served.sock" if kind == "batches-ipc" else "tcp://127.0.0.1:0"
-    server = lazyseq.serve(source, address, nworkers=0 if kind == "fuel" else 2, curve_keypair=keypair)
+    server = lazyseq.serve(source, address, nworkers=0 if kind in ("fuel", "stream") else 2, curve_keypair=keypair)
     print(server.address, flush=True)
     try:
         server.serve_forever()
@@ -116,6 +138,18 @@ def raw_server(batch: int) -> None:
         socket.send_multipart([client, b"item", payload], copy=False)
     socket.close(0)
     context.term()
+
+
+def push_server() -> None:
+    """Fuel's transport: a PUSH socket sending each row with a JSON header (dtype, shape), as long as it can."""
+    context = zmq.Context()
+    socket = context.socket(zmq.PUSH)
+    socket.set_hwm(PUSH_HWM)
+    port = socket.bind_to_random_port("tcp://127.0.0.1")
+    print(f"tcp://127.0.0.1:{port}", flush=True)
+    for row in small_rows():
+        header = json.dumps([{"dtype": row.dtype.str, "shape": row.shape}]).encode()
+        socket.send_multipart([header, row], copy=False)
 
 
 def handwritten_server(directory: str, batch: int, count: int) -> None:
@@ -212,6 +246,31 @@ def raw_run(address: str, count: int) -> Callable[[], None]:
             if sent < count:
                 socket.send(b"get")
                 sent += 1
+        socket.close(0)
+        context.term()
+
+    return run
+
+
+def served_stream_run(address: str, count: int, ahead: int) -> Callable[[], None]:
+    def run() -> None:
+        with lazyseq.connect(address, ahead=ahead) as stream:
+            for row in itertools.islice(stream, count):
+                row[0]
+
+    return run
+
+
+def pull_run(address: str, count: int) -> Callable[[], None]:
+    def run() -> None:
+        context = zmq.Context()
+        socket = context.socket(zmq.PULL)
+        socket.set_hwm(PUSH_HWM)
+        socket.connect(address)
+        for _ in range(count):
+            header, buffer = socket.recv_multipart(copy=False)
+            [field] = json.loads(header.bytes)
+            np.frombuffer(buffer.buffer, field["dtype"]).reshape(field["shape"])[0]
         socket.close(0)
         context.term()
 
@@ -379,6 +438,34 @@ def bench_consumer_batches(directory: str, count: int, repeats: int) -> tuple[li
     ]
 
 
+def bench_small_stream(count: int, repeats: int) -> tuple[list[list[str]], list[Result]]:
+    stream, push = ServerProcess("stream", "", 0, 0), ServerProcess("push", "", 0, 0)
+    try:
+        runs = {
+            "served stream, ahead=4": served_stream_run(stream.address, count, 4),
+            "served stream, ahead=16": served_stream_run(stream.address, count, 16),
+            "hand-written PUSH/PULL (no acknowledgement)": pull_run(push.address, count),
+        }
+        times = measure(runs, repeats)
+    finally:
+        stream.stop()
+        push.stop()
+    rows = [
+        [name, f"{min(t):.3f} s", f"{statistics.median(t):.3f} s", f"{count / min(t):,.0f}"]
+        for name, t in times.items()
+    ]
+    push_s = min(times["hand-written PUSH/PULL (no acknowledgement)"])
+    return rows, [
+        Result(
+            f"5. small stream items, ahead={ahead} vs PUSH/PULL",
+            f"{served:.3f} s",
+            f"{push_s:.3f} s",
+            f"{push_s / served:.2f}",
+        )
+        for ahead, served in ((4, min(times["served stream, ahead=4"])), (16, min(times["served stream, ahead=16"])))
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke test: few batches and repeats")
@@ -391,6 +478,7 @@ def main() -> None:
     if args.serve:
         return serve_main(args.serve, args.data, args.batch, args.count, args.keys)
     count, repeats = (40, 2) if args.quick else (400, 5)
+    stream_count = 2_000 if args.quick else 20_000
     with tempfile.TemporaryDirectory() as directory:
         print(
             f"lazyseq {lazyseq.__version__}, pyzmq {zmq.__version__} (libzmq {zmq.zmq_version()}), {os.cpu_count()} cores"
@@ -411,10 +499,13 @@ def main() -> None:
         consumer_rows, consumer_results = bench_consumer_batches(directory, count, repeats)
         print("\n4. batches of 256 x 248 made by the consumer from served rows (through the socket)")
         print(table(["run", "best", "median", "GB/s"], consumer_rows))
+        stream_rows, stream_results = bench_small_stream(stream_count, repeats)
+        print(f"\n5. a stream of {stream_count:,} rows of 8 float32 per run (from connect to the last row)")
+        print(table(["run", "best", "median", "items/s"], stream_rows))
     print(
         "\nsummary (ratio: the reference's time / lazyseq's, above 1 when lazyseq is faster; in 2, served time / ideal)"
     )
-    print(summary(results + fuel_results + curve_results + consumer_results))
+    print(summary(results + fuel_results + curve_results + consumer_results + stream_results))
 
 
 if __name__ == "__main__":

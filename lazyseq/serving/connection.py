@@ -31,7 +31,7 @@ from .security import key_bytes, keypair_bytes
 __all__ = ["Connection", "ConnectionClosed"]
 
 BYE_LINGER_MS = 200
-_SERVER_KINDS = {b"welcome", b"item", b"error", b"failed", b"end", b"synced", b"refused", b"forgotten"}
+_SERVER_KINDS = {b"welcome", b"item", b"items", b"error", b"failed", b"end", b"synced", b"refused", b"forgotten"}
 
 
 class ConnectionClosed(LoaderError):

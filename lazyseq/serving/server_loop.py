@@ -24,7 +24,9 @@ consumer -> server             server -> consumer
 ``get`` {req, index, count}    the same for items ``index`` to ``index + count - 1``, one answer
                                each, as requests ``req`` to ``req + count - 1``
 ``next`` {more, ack, req}      ``item`` {seq, tree, acked} + buffers, ``error`` or ``end``, each
-                               {acked}: the last ``req`` acted on (see :mod:`.stream_service`)
+                               {acked}: the last ``req`` acted on (see :mod:`.stream_service`);
+                               ``items`` {items, acked} + their buffers: small items handed out
+                               at once, to a consumer whose hello said {grouped}
 ``sync`` {ack, req}            ``synced`` {acked}: every message sent before it has been acted on
 ``ping`` {client, timeout}     ``pong`` {server}: from a second socket, the consumer's heartbeat
 ``bye`` {ack, server}          (nothing: what the server held for that consumer is freed, a
