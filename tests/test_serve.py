@@ -1031,88 +1031,120 @@ def test_a_consumer_that_waits_for_its_next_item_acknowledges_the_last_one_meanw
     assert [(r["req"], r["more"], r["ack"]) for r in requests] == [(1, 1, []), (2, 1, []), (3, 0, [0]), (4, 1, [0])]
 
 
-def test_stream_items_handed_out_at_once_travel_in_one_message():
-    # Each item went in a message of its own: a stream of small items read 9,000-13,000 items a second over loopback;
-    # their messages together, 11,000-22,000 (ahead 4 and 16).
-    from lazyseq.serving.stream_service import GROUP_BYTES, StreamService
+class ThreeAnswers:
+    """A service that answers each request with three messages: two items and an error."""
 
-    sent: list = []
-    service = StreamService(iter([]), max_buffered=8, max_wanted=16, send=lambda *message: sent.append(message))
-    service.token = "token"
-    try:
-        small, large = np.arange(4, dtype=np.float32), np.zeros(GROUP_BYTES // 8 + 1)
-        for seq, value in enumerate([0, small, large, small, 4]):
-            tree, buffers = wire.encode(value)
-            service._drawn.append((seq, b"item", {"seq": seq, "server": "token", "tree": tree}, buffers))
-        service._drawn.append((5, b"error", {"seq": 5, "server": "token", "type": "ValueError"}, []))
-        service.hello(b"new", {"grouped": True}, False)
-        service.handle(b"new", b"next", {"more": 2, "ack": [], "req": 1, "server": "token"})
-        assert sent == []  # handed out once the requests that came together are read
-        service.work()
-        [(consumer, kind, header, buffers)] = sent
-        assert (consumer, kind) == (b"new", b"items") and header["acked"] == 1
-        assert [(e["seq"], e["kind"], e["buffers"]) for e in header["items"]] == [(0, "item", 0), (1, "item", 1)]
-        assert len(buffers) == 1 and buffers[0] is service._consumers[b"new"].unacked[1][2][0]
-        sent.clear()
-        service.handle(b"new", b"next", {"more": 3, "ack": [0, 1], "req": 2, "server": "token"})
-        service.work()
-        # larger than GROUP_BYTES: alone, as are items that come one at a time (not an "items" message of one)
-        assert [(kind, header.get("seq")) for _, kind, header, _ in sent] == [(b"item", 2), (b"items", None)]
-        assert [(e["seq"], e["kind"]) for e in sent[1][2]["items"]] == [(3, "item"), (4, "item")]
-        sent.clear()
-        service.hello(b"old", {}, False)  # a consumer that did not say it takes them together (an earlier version)
-        service.handle(b"old", b"next", {"more": 4, "ack": [], "req": 1, "server": "token"})
-        service.work()
-        assert [(consumer, kind, header["seq"]) for consumer, kind, header, _ in sent] == [(b"old", b"error", 5)]
-    finally:
-        service.close()
+    kind, token, consumers = "view", "", []
+
+    def info(self):
+        return {"kind": "view", "length": 3, "label": "three"}
+
+    def hello(self, consumer, header, local):
+        return {}
+
+    def handle(self, consumer, kind, header):
+        for i in range(2):
+            self.send(
+                consumer, b"item", {"req": header["req"] + i, "tree": {"a": [0, "<u2", [2]]}}, [b"\x01\x00\x02\x00"]
+            )
+        self.send(consumer, b"error", {"req": header["req"] + 2, "type": "ValueError", "message": "bad"}, [])
+
+    def sync(self, consumer, header):
+        return {}
+
+    def forget(self, consumer):
+        pass
+
+    def fds(self):
+        return []
+
+    def work(self):
+        pass
+
+    def close(self):
+        pass
 
 
-def test_a_consumer_hands_out_the_items_of_one_message_in_order():
-    from lazyseq.serving.client import RemoteStream
+def test_the_messages_a_server_sends_a_consumer_at_once_travel_in_one(monkeypatch):
+    # Each went in a message of its own: a stream of small items read 9,000-13,000 items a second over loopback, and
+    # a served view read in order 8,000-20,000, each item costing both sides a message.
+    from lazyseq.serving.server_loop import ServerLoop
 
-    tree, buffers = wire.encode(np.arange(3, dtype=">i2"))
-    entries = [
-        {"seq": 0, "server": "token", "kind": "item", "buffers": 1, "tree": tree},
-        {"seq": 1, "server": "token", "kind": "error", "buffers": 0, "type": "ValueError", "message": "bad"},
-        {"seq": 2, "server": "token", "kind": "item", "buffers": 0, "tree": "two"},
-    ]
-    malformed = {"server": "token", "acked": 9, "items": [{"seq": 3, "kind": "item", "buffers": 2, "tree": 3}]}
-    connection = ScriptedConnection(
-        [
-            (b"items", {"server": "token", "acked": 1, "items": entries}, buffers),
-            (b"items", malformed, []),  # buffers it does not have: dropped (sent again after a silence)
-            (b"item", {"seq": 3, "server": "token", "acked": 3, "tree": 3}, []),
-        ]
+    parsed, parse = [], Connection._parse
+    monkeypatch.setattr(
+        Connection, "_parse", staticmethod(lambda frames: parsed.append(frames[1].bytes) or parse(frames))
     )
-    stream = RemoteStream(connection, ahead=3)
-    first = next(stream)
-    assert first.dtype == np.dtype(">i2") and first.tolist() == [0, 1, 2]
-    with pytest.raises(lazyseq.EvaluationError, match=r"^failed to compute stream\[1\]: RemoteError: ValueError: bad$"):
-        next(stream)
-    assert next(stream) == "two"
-    assert next(stream) == 3 and connection.messages == []
-    requests = [header for kind, header in connection.sent if kind == b"next"]
-    assert [(r["req"], r["ack"]) for r in requests] == [(1, []), (2, []), (3, [0]), (4, [0, 1]), (5, [1, 2])]
-    assert stream._unconfirmed == {1: 4, 2: 5}  # (those of the requests up to 3 known: the last item said so)
+    loop = ServerLoop(ThreeAnswers(), LOOPBACK, None, None)
+    connection = Connection(loop.address, timeout=10.0)
+    try:
+        assert connection.hello({})["label"] == "three"
+        connection.send(b"get", {"req": 5, "index": 0})
+        received = [connection.receive("answers") for _ in range(3)]
+        assert [(kind, header["req"]) for kind, header, _ in received] == [(b"item", 5), (b"item", 6), (b"error", 7)]
+        assert [wire.decode(header["tree"], buffers).tolist() for _, header, buffers in received[:2]] == [[1, 2]] * 2
+        assert parsed == [b"welcome", b"several"]
+        assert connection.receive_within(0.0, "nothing") is None
+    finally:
+        connection.close()
+        loop.stop()
 
 
-def test_quick_items_of_a_stream_are_drawn_together_and_a_slow_one_alone(monkeypatch):
-    from lazyseq.serving import stream_service
+def test_a_consumer_that_does_not_say_it_reads_several_messages_in_one_gets_them_one_by_one():
+    from lazyseq.serving.server_loop import ServerLoop
 
-    def items():
-        yield from range(3)
-        raise ValueError("the source broke")
+    loop = ServerLoop(ThreeAnswers(), LOOPBACK, None, None)
+    context = zmq.Context()
+    dealer = context.socket(zmq.DEALER)
+    dealer.setsockopt(zmq.RCVTIMEO, 10_000)
+    try:
+        dealer.connect(loop.address)
+        dealer.send_multipart([wire.TAG, b"hello", b'{"hello": 1}'])  # an earlier client's
+        assert dealer.recv_multipart()[1] == b"welcome"
+        dealer.send_multipart([wire.TAG, b"get", b'{"req": 0, "index": 0}'])
+        assert [dealer.recv_multipart()[1] for _ in range(3)] == [b"item", b"item", b"error"]
+    finally:
+        dealer.close(linger=0)
+        context.term()
+        loop.stop()
 
-    draw = stream_service._Draw(items())
-    monkeypatch.setattr(stream_service, "QUICK_SECONDS", 60.0)
-    [zero, one] = draw(2)
-    assert [zero[:2], one[:2]] == [(0, "item"), (1, "item")] and zero[2] == (0, [])
-    monkeypatch.setattr(stream_service, "QUICK_SECONDS", 0.0)  # each item counts as slow: drawn alone
-    assert draw(5) == [(2, "item", (2, []))]
-    [(seq, kind, error)] = draw(5)
-    assert (seq, kind, type(error), str(error)) == (3, "error", ValueError, "the source broke")
-    assert draw(5) == [(4, "end", None)]
+
+def test_small_messages_are_kept_together_up_to_a_size_and_a_large_one_goes_alone(monkeypatch):
+    from lazyseq.serving import envelopes
+
+    monkeypatch.setattr(envelopes, "GROUP_MESSAGES", 3)
+    outbox = envelopes.Outbox()
+    small = np.zeros(10, np.uint8)
+    assert outbox.put(b"a", b"item", {"n": 0}, [small]) == []
+    assert outbox.put(b"b", b"end", {}, []) == []
+    # a header counts too: a long string in it is as large as an array, and goes alone, after the one kept before
+    [(kind, header, buffers), (large, text, _)] = outbox.put(b"a", b"item", {"s": "x" * envelopes.GROUP_BYTES}, [])
+    assert (kind, wire.loads(header)["n"], buffers) == (b"item", 0, [small])
+    assert large == b"item" and wire.loads(text)["s"] == "x" * envelopes.GROUP_BYTES
+    assert outbox.put(b"a", b"item", {"n": 2}, []) == []
+    assert outbox.put(b"a", b"item", {"n": 3}, []) == outbox.put(b"a", b"item", {"n": 4}, []) == []
+    [(kind, header, buffers)] = outbox.put(b"a", b"item", {"n": 5}, [small])  # GROUP_MESSAGES kept: they go
+    assert kind == b"several" and [m[1]["n"] for m in wire.loads(header)["messages"]] == [2, 3, 4]
+    assert [(c, k) for c, k, _, _ in outbox.drain()] == [(b"b", b"end"), (b"a", b"item")]
+    assert list(outbox.drain()) == [] and outbox.take(b"a") is None
+
+
+@pytest.mark.parametrize(
+    "header, buffers, problem",
+    [
+        ({"messages": []}, [], "a 'several' message needs a list of 'messages'"),
+        ({"messages": [["item", {}]]}, [], "each of a 'several' message's messages is [kind, header, buffers]"),
+        ({"messages": [["several", {}, 0]]}, [], "a 'several' message holds a b'several' message it cannot hold"),
+        ({"messages": [["item", {}, 2]]}, [b"x"], "a 'several' message holds a b'item' message it cannot hold"),
+        ({"messages": [["item", {}, -1]]}, [b"x"], "a 'several' message holds a b'item' message it cannot hold"),
+        ({"messages": [["item", {}, 0]]}, [b"x"], "a 'several' message has buffers that none of its messages has"),
+    ],
+)
+def test_a_malformed_message_of_several_is_refused(header, buffers, problem):
+    from lazyseq.serving.envelopes import opened
+
+    with pytest.raises(wire.ProtocolError) as caught:
+        opened(header, buffers, {b"item"})
+    assert str(caught.value) == problem
 
 
 def test_acknowledgements_keep_from_going_out_again_only_the_items_their_consumer_held():
@@ -1243,7 +1275,6 @@ def item_5_sent_to_other():
         service._returned.append((5, b"item", {"seq": 5}, [], b"gone"))
         service.hello(b"other", {}, False)
         service.handle(b"other", b"next", {"more": 1, "ack": [], "req": 1, "server": "token"})
-        service.work()  # (what the server's loop does once it has read the requests that came together)
         yield service, sent
     finally:
         service.close()

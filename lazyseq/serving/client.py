@@ -572,41 +572,29 @@ class RemoteStream(Iterator[Any]):
                 self._known_up_to(header)
             elif isinstance(server, str):  # a new server instance: what this consumer acknowledged is of another
                 self._serving_anew(server)
-        elif kind in (b"item", b"error"):
-            self._take_item(kind, header, buffers)
-        elif kind == b"items" and isinstance(header, dict):  # several items in one message
-            group = _group(header, buffers)
-            if group is not None:
+        elif kind in (b"item", b"error") and isinstance(header, dict) and type(header.get("seq")) is int:
+            seq, server = header["seq"], str(header.get("server", self._server))
+            if server != self._server:  # a new server instance numbers its items anew
+                self._serving_anew(server)
+            else:
                 self._known_up_to(header)
-                for item_kind, item_header, item_buffers in group:
-                    self._take_item(item_kind, item_header, item_buffers)
+                if seq in self._handed or seq in self._unconfirmed:  # handed out: the server did not hear so
+                    self._unconfirmed[seq] = self._requests + 1  # acknowledged again by the next request
+                    return kind
+                if any(seq == s and server == i for i, s, _, _ in self._received):
+                    return kind  # sent again after a silence, but it had arrived
+            self._asked = max(0, self._asked - 1)
+            if kind == b"item":
+                try:
+                    self._received.append((server, seq, "ok", wire.decode(header.get("tree"), buffers)))
+                except wire.ProtocolError as malformed:  # handed out (and acknowledged) as this item's failure
+                    self._received.append((server, seq, "error", malformed))
+            else:
+                failure = restore_failure(header, f"the server at {self.address}")
+                chain = getattr(failure, errors.REMOTE_CHAIN, "")
+                setattr(failure, errors.REMOTE_CHAIN, f"stream[{seq}]" + (f" -> {chain}" if chain else ""))
+                self._received.append((server, seq, "error", failure))
         return kind
-
-    def _take_item(self, kind: bytes, header: Any, buffers: list) -> None:
-        """Keep an item (or its failure) the server sent, unless it is one received or handed out already."""
-        if not isinstance(header, dict) or type(header.get("seq")) is not int:
-            return
-        seq, server = header["seq"], str(header.get("server", self._server))
-        if server != self._server:  # a new server instance numbers its items anew
-            self._serving_anew(server)
-        else:
-            self._known_up_to(header)
-            if seq in self._handed or seq in self._unconfirmed:  # handed out: the server did not hear so
-                self._unconfirmed[seq] = self._requests + 1  # acknowledged again by the next request
-                return
-            if any(seq == s and server == i for i, s, _, _ in self._received):
-                return  # sent again after a silence, but it had arrived
-        self._asked = max(0, self._asked - 1)
-        if kind == b"item":
-            try:
-                self._received.append((server, seq, "ok", wire.decode(header.get("tree"), buffers)))
-            except wire.ProtocolError as malformed:  # handed out (and acknowledged) as this item's failure
-                self._received.append((server, seq, "error", malformed))
-        else:
-            failure = restore_failure(header, f"the server at {self.address}")
-            chain = getattr(failure, errors.REMOTE_CHAIN, "")
-            setattr(failure, errors.REMOTE_CHAIN, f"stream[{seq}]" + (f" -> {chain}" if chain else ""))
-            self._received.append((server, seq, "error", failure))
 
     def _serving_anew(self, server: str) -> None:
         """A new server instance, ``server``, numbers its items anew: what was handed out, or is to be acknowledged,
@@ -734,22 +722,6 @@ class _Acknowledgements:
         return False
 
 
-def _group(header: dict, buffers: list) -> list[tuple[bytes, Any, list]] | None:
-    """The items of an ``items`` message, ``(kind, header, buffers)`` each; None if it does not hold together."""
-    entries = header.get("items")
-    if type(entries) is not list:
-        return None
-    group, start = [], 0
-    for entry in entries:
-        count = entry.get("buffers") if type(entry) is dict else None
-        kind = entry.get("kind") if type(entry) is dict else None
-        if type(count) is not int or count < 0 or kind not in ("item", "error"):
-            return None
-        group.append((kind.encode(), entry, buffers[start : start + count]))
-        start += count
-    return group if start == len(buffers) else None
-
-
 def _uncaught_at_exit() -> Any:
     """The traceback of the exception the program is ending on (its main thread is done; Python printed it), if any."""
     if threading.main_thread().is_alive():
@@ -833,7 +805,6 @@ def _open_connection(settings: dict[str, Any]) -> tuple[Connection, Any]:
     """A connection to the server that ``settings`` name, and its answer to hello (what it serves)."""
     connection = Connection(settings["address"], settings["timeout"], settings["server_key"], settings["curve_keypair"])
     fields = hello_fields(settings["ahead"]) if settings.get("shared_memory", True) else {}  # on its machine?
-    fields["grouped"] = True  # a stream's items handed out at once may come in one message ("items")
     try:
         return connection, connection.hello(fields)
     except BaseException:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +25,7 @@ from ..loading.closing import Finalizer, interrupts_deferred, interrupts_held
 from ..loading.failures import LoaderError
 from . import wire
 from .endpoints import is_ipv6
+from .envelopes import opened
 from .failures import ServerLost
 from .frames import DONTWAIT, receive_frames, send_frames
 from .security import key_bytes, keypair_bytes
@@ -31,7 +33,8 @@ from .security import key_bytes, keypair_bytes
 __all__ = ["Connection", "ConnectionClosed"]
 
 BYE_LINGER_MS = 200
-_SERVER_KINDS = {b"welcome", b"item", b"items", b"error", b"failed", b"end", b"synced", b"refused", b"forgotten"}
+_ONE_KINDS = {b"welcome", b"item", b"error", b"failed", b"end", b"synced", b"refused", b"forgotten"}
+_SERVER_KINDS = _ONE_KINDS | {b"several"}  # (several messages in one: see .envelopes)
 
 
 class ConnectionClosed(LoaderError):
@@ -91,6 +94,7 @@ class Connection:
         self._hellos = 0  # hellos sent
         self._patience = Patience(2 * self.interval, self.timeout)
         self._heard = time.monotonic()  # when the last message from the server came
+        self._unread: deque[tuple[bytes, Any, list]] = deque()  # the rest of a 'several' message (.envelopes)
         self.heartbeat.start()
 
     @property
@@ -185,7 +189,8 @@ class Connection:
     def _say_hello(self) -> int:
         """Send a hello, numbered: only the answer to the last one sent is taken (see :meth:`hello`)."""
         self._hellos += 1
-        self.send(b"hello", {**self._hello_fields, "timeout": self.timeout, "hello": self._hellos})
+        hello = {**self._hello_fields, "timeout": self.timeout, "hello": self._hellos, "several": True}
+        self.send(b"hello", hello)
         return self._hellos
 
     def receive(self, waiting_for: str, since: float | None = None) -> tuple[bytes, Any, list]:
@@ -209,35 +214,27 @@ class Connection:
     def receive_within(self, seconds: float, waiting_for: str) -> tuple[bytes, Any, list] | None:
         """The next message from the server if one arrives within ``seconds``, else None."""
         with _InUse(self, "waiting for", waiting_for):
-            if not self._socket.poll(max(0, int(seconds * 1000)), self._zmq.POLLIN):
+            if not self._unread and not self._socket.poll(max(0, int(seconds * 1000)), self._zmq.POLLIN):
                 return None
             return self._receive(waiting_for)
 
     def _receive(self, waiting_for: str, since: float | None = None) -> tuple[bytes, Any, list]:
-        poller, beat, again = self._poller, self.heartbeat, self._zmq.Again
+        poller, beat = self._poller, self.heartbeat
         lapses = beat.lapses  # (read before the time it resumed: see _Heartbeat.run)
         quiet_since = time.monotonic()
         # (from ``since``, unless a message, a heartbeat's answer or this process resuming after a stop came later)
         waited_since = quiet_since if since is None else min(quiet_since, max(since, self._heard, beat.resumed))
         while True:
-            try:  # a message that has arrived already (read ahead): no poll
-                frames = receive_frames(self._socket, DONTWAIT)
-            except again:
-                frames = None
-            if frames is not None:
-                self._heard = time.monotonic()
-                self._patience.heard_after(self._heard - quiet_since)
-                try:
-                    kind, header, buffers = self._parse(frames)
-                except wire.ProtocolError:
-                    continue  # not from a lazyseq server: ignored
+            message = self._next_message(quiet_since)  # one that has arrived already (read ahead): no poll
+            if message is not None:
+                kind, header, _ = message
                 if kind == b"refused":  # a server that cannot answer what this client asks (it serves another kind)
-                    message = header.get("message") if isinstance(header, dict) else None
+                    reason = header.get("message") if isinstance(header, dict) else None
                     raise LoaderError(
                         f"connect: the server at {self.address} refused a request while this client was waiting for "
-                        f"{waiting_for}: {message if isinstance(message, str) else 'no reason given'}"
+                        f"{waiting_for}: {reason if isinstance(reason, str) else 'no reason given'}"
                     )
-                return kind, header, buffers
+                return message
             overdue = time.monotonic() - max(beat.last_answer, waited_since) > self.timeout  # (then no poll first)
             if not overdue and poller.poll(int(self.interval * 1000)):
                 if self.closed:  # woken by close() from another thread
@@ -259,6 +256,28 @@ class Connection:
                 lapses, quiet_since, waited_since = beat.lapses, now, now
             elif silent > self.timeout:
                 raise self._lost(silent, waiting_for)
+
+    def _next_message(self, quiet_since: float) -> tuple[bytes, Any, list] | None:
+        """The next message that has arrived (the rest of a message of several first), or None; what is not
+        from a lazyseq server is dropped."""
+        if self._unread:
+            return self._unread.popleft()
+        while True:
+            try:
+                frames = receive_frames(self._socket, DONTWAIT)
+            except self._zmq.Again:
+                return None
+            self._heard = time.monotonic()
+            self._patience.heard_after(self._heard - quiet_since)
+            try:
+                message = self._parse(frames)
+                if message[0] != b"several":
+                    return message
+                first, *rest = opened(message[1], message[2], _ONE_KINDS)
+            except wire.ProtocolError:
+                continue
+            self._unread.extend(rest)
+            return first
 
     def check_heard(self, waiting_for: str, since: float) -> None:
         """``ServerLost`` if nothing came from the server for ``timeout`` since ``since`` (or since the last message,

@@ -24,13 +24,14 @@ consumer -> server             server -> consumer
 ``get`` {req, index, count}    the same for items ``index`` to ``index + count - 1``, one answer
                                each, as requests ``req`` to ``req + count - 1``
 ``next`` {more, ack, req}      ``item`` {seq, tree, acked} + buffers, ``error`` or ``end``, each
-                               {acked}: the last ``req`` acted on (see :mod:`.stream_service`);
-                               ``items`` {items, acked} + their buffers: small items handed out
-                               at once, to a consumer whose hello said {grouped}
+                               {acked}: the last ``req`` acted on (see :mod:`.stream_service`)
 ``sync`` {ack, req}            ``synced`` {acked}: every message sent before it has been acted on
 ``ping`` {client, timeout}     ``pong`` {server}: from a second socket, the consumer's heartbeat
 ``bye`` {ack, server}          (nothing: what the server held for that consumer is freed, a
                                stream's items it acknowledges first)
+(the answers above)            ``several`` {messages} + their buffers: the small messages sent to
+                               a consumer whose hello said {several} in one pass, together (see
+                               :mod:`.envelopes`)
 =============================  =================================================================
 
 A consumer that sends nothing (heartbeats included) for its ``timeout`` is
@@ -59,6 +60,7 @@ from ..loading.closing import (
 )
 from . import wire
 from .endpoints import is_ipv6
+from .envelopes import Outbox
 from .frames import DONTWAIT, receive_frames, send_frames
 from .security import ZAP_ENDPOINT, ClientCheck, keypair_bytes
 from .socket_files import SocketFile, refuse_if_listening
@@ -138,6 +140,8 @@ class ServerLoop:
         self._router = router
         self._stop_fd, self._stopper_fd = os.pipe()
         self._release_at_end = False  # stopped from the thread itself (by the collector): it releases all
+        self._outbox = Outbox()  # what is sent to consumers that read several messages in one: until the next wait
+        self._several: set[bytes] = set()  # (those consumers)
         service.send = self._send
         service.token = self._token
         self.thread = threading.Thread(target=self._run, name="lazyseq-serve", daemon=True)
@@ -183,6 +187,7 @@ class ServerLoop:
         try:
             service.work()  # listening now: a stream draws its first items before anyone asks
             while not daemon_thread_at_exit():  # the program ends: its finalizers close the workers, quietly
+                self._send_kept()  # before the wait: nothing stays behind
                 fds = set(service.fds())
                 for fd in watched - fds:
                     poller.unregister(fd)
@@ -209,6 +214,7 @@ class ServerLoop:
                         self._receive(frames)
                     else:
                         read_up_to.read_some(began, MAX_REQUESTS_AT_ONCE, 2 * len(self._seen) + 2)  # a ping socket each
+                    self._send_kept()  # the answers to the requests read together, before the results' turn
                 try:
                     service.work()
                 except Exception:  # a bug, not a consumer's doing: logged, and the server goes on
@@ -232,20 +238,52 @@ class ServerLoop:
                 self._release()
 
     def _send(self, consumer: bytes, kind: bytes, header: Any, buffers: list) -> None:
+        """Send a message to ``consumer``: with the others sent to it before the next wait, if it reads them so."""
+        if consumer not in self._several:
+            self._transmit(consumer, kind, header, buffers)
+            return
+        try:
+            now = self._outbox.put(consumer, kind, header, buffers)
+        except ValueError as error:
+            self._not_json(consumer, kind, error)
+            return
+        for message in now:
+            self._transmit(consumer, *message)
+
+    def _send_kept(self) -> None:
+        """Send what was kept for consumers that read several messages in one."""
+        for consumer, *message in self._outbox.drain():
+            self._transmit(consumer, *message)
+
+    def _one_by_one(self, consumer: bytes) -> None:
+        """Send ``consumer`` its messages one by one from now on, those kept for it first."""
+        self._several.discard(consumer)
+        kept = self._outbox.take(consumer)
+        if kept is not None:
+            self._transmit(consumer, *kept)
+
+    def _transmit(self, consumer: bytes, kind: bytes, header: Any, buffers: list) -> None:
         import zmq
 
         try:
-            send_frames(self._router, [consumer, wire.TAG, kind, wire.dumps(header), *buffers], copy=False)
+            text = header if type(header) is bytes else wire.dumps(header)  # (kept: JSON already)
+            send_frames(self._router, [consumer, wire.TAG, kind, text, *buffers], copy=False)
         except zmq.ZMQError as error:  # the consumer is gone: what it asked for is dropped
             log.debug("could not send to consumer %s: %s", consumer.hex(), error)
-        except ValueError as error:  # wire.encode lets nothing through that JSON refuses: a bug
-            log.error("could not send a %r message to consumer %s: %s", kind, consumer.hex(), error)
+        except ValueError as error:
+            self._not_json(consumer, kind, error)
+
+    @staticmethod
+    def _not_json(consumer: bytes, kind: bytes, error: ValueError) -> None:
+        """A header that JSON refuses: wire.encode lets nothing like it through, so this is a bug."""
+        log.error("could not send a %r message to consumer %s: %s", kind, consumer.hex(), error)
 
     def _sweep(self, read_up_to: float) -> None:
         """Forget the consumers that went silent for longer than their timeout, up to when all they sent was read."""
         seen = self._seen
         for consumer in [c for c, (heard, timeout) in seen.items() if read_up_to - heard > timeout]:
             del seen[consumer]
+            self._one_by_one(consumer)
         for consumer in self._service.consumers:
             if consumer not in seen:
                 log.info("consumer %s went silent: freeing what it held", consumer.hex())
@@ -255,6 +293,8 @@ class ServerLoop:
         service = self._service
         if kind == b"bye":
             self._seen.pop(consumer, None)
+            self._several.discard(consumer)
+            self._outbox.drop(consumer)
             if header:  # a stream's consumer says the last items it handed out, once more
                 service.sync(consumer, header)
             service.forget(consumer)
@@ -287,6 +327,10 @@ class ServerLoop:
             now = time.monotonic()
             if kind == b"hello":
                 self._seen[consumer] = (now, _timeout(header))
+                if type(header) is dict and header.get("several") is True:  # it reads several messages in one
+                    self._several.add(consumer)
+                else:
+                    self._one_by_one(consumer)
                 extra = self._service.hello(consumer, header, _on_this_machine(self.address, received[0]))
                 said = header.get("hello") if type(header) is dict else None  # which hello: see Connection.hello
                 welcome = {**self.info, **extra, "server": self._token, "hello": said if type(said) is int else None}

@@ -23,11 +23,6 @@ and each item sent to it says the last one acted on (``acked``). A request
 lost with a broken connection (ZeroMQ reconnects at once) thus loses no
 acknowledgement.
 
-Small items handed to a consumer at once (its requests read together, or a
-request for several) travel in one message, ``items``, where the consumer's
-hello says it takes them (``grouped``); each still has its number and is
-acknowledged on its own.
-
 Items are numbered in the order they are drawn from the iterable (``seq``),
 and encoded at once into buffers the server owns, so an iterable that reuses
 its arrays (``load_buffers``) can go on. A server that comes back at the same
@@ -40,7 +35,6 @@ an item of another that happens to have the same number.
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -58,71 +52,36 @@ log = logging.getLogger("lazyseq.serve")
 
 Send = Callable[[bytes, bytes, Any, list], None]
 
-GROUP_BYTES = 1 << 16  # items handed to a consumer at once travel in one message up to this many bytes of buffers
-GROUP_ITEMS = 256  # and this many items
-QUICK_SECONDS = 50e-6  # items the iterable gives this quickly after the last are drawn in one task
-DRAW_SECONDS = 1e-3  # (for this long at most)
-DRAWING_TASKS = 2  # draws asked of the drawer at once: one goes on as the server takes in the other
 TAKEN_OVER_KEPT = 4096  # items given to a consumer after another was taken for dead, remembered once acknowledged
 
 
 class _Consumer:
-    __slots__ = ("wanted", "unacked", "request", "grouped")
+    __slots__ = ("wanted", "unacked", "request")
 
     def __init__(self) -> None:
         self.wanted = 0  # items asked for and not sent yet
-        self.grouped = False  # whether it takes several items in one message (``items``): its hello says so
         # seq -> (kind, header, buffers, previous holder or None): sent, not acknowledged
         self.unacked: dict[int, tuple] = {}
         self.request = 0  # the last of its requests acted on: what the items sent to it say ("acked")
 
 
 class _Draw:
-    """The drawer's job: the next items of the stream, each encoded into buffers of its own.
-
-    A call draws items while they come at once (each within ``QUICK_SECONDS``
-    of the last, ``DRAW_SECONDS`` in all), ``most`` at most: a quick
-    iterable costs one task for several items, and an item that takes its
-    time is sent as soon as it is drawn. Items are numbered in the order they
-    are drawn (one thread draws them). A call returns ``(seq, kind, value)``
-    for each: ``"item"`` with ``(tree, buffers)``, ``"error"`` with the
-    exception the iterable raised, or ``"end"`` (the last).
-    """
+    """The drawer's job: the next item of the stream, encoded into buffers of its own (``None`` at the end)."""
 
     def __init__(self, items: Iterator) -> None:
         self.items = items
-        self.seq = 0  # the number of the next item drawn
 
-    def __call__(self, most: int) -> list[tuple[int, str, Any]]:
-        drawn: list[tuple[int, str, Any]] = []
-        began = last = time.perf_counter()
-        while len(drawn) < most:
-            seq = self.seq
-            try:
-                value = next(self.items)
-            except StopIteration:
-                drawn.append((seq, "end", None))
-                break
-            except BaseException as error:  # whatever it is, the consumer hears of it (it takes the item's place)
-                self.seq += 1
-                drawn.append((seq, "error", error))
-                break
-            self.seq += 1
-            try:
-                tree, buffers = wire.encode(value)
-                # a copy the server owns: the iterable may reuse its arrays (load_buffers does)
-                drawn.append((seq, "item", (tree, [np.array(b) if isinstance(b, np.ndarray) else b for b in buffers])))
-            except TypeError as error:
-                drawn.append((seq, "error", TypeError(f"item {seq} of the stream cannot be sent: {error}")))
-                break
-            except Exception as error:  # no memory for the copy, say
-                drawn.append((seq, "error", error))
-                break
-            now = time.perf_counter()
-            if now - last > QUICK_SECONDS or now - began > DRAW_SECONDS:
-                break
-            last = now
-        return drawn
+    def __call__(self, seq: int) -> tuple | None:
+        try:
+            value = next(self.items)
+        except StopIteration:
+            return None
+        try:
+            tree, buffers = wire.encode(value)
+        except TypeError as error:
+            raise TypeError(f"item {seq} of the stream cannot be sent: {error}") from None
+        # a copy the server owns: the iterable may reuse its arrays (load_buffers does)
+        return tree, [np.array(b, copy=True) if isinstance(b, np.ndarray) else b for b in buffers]
 
 
 class StreamService:
@@ -150,9 +109,7 @@ class StreamService:
         # seq -> the consumer taken for dead that said it handed it out, after it was sent to another consumer: out
         # twice if that one hands it out too, not to be handed out again if it does not
         self._handed_late: dict[int, bytes] = {}
-        self._tasks = 0  # the number of the next draw asked of the drawer
-        self._asked_of: dict[int, int] = {}  # draw -> how many items it may draw, for those not taken in yet
-        self._drawing = 0  # (in all)
+        self._seq = 0  # the next item to ask the drawer for
         self.exhausted = False
         self.token = ""  # this server instance, in each item's header (set by the server)
         # Nothing is drawn yet: a server that cannot listen (a port in use, say) takes no item from the iterable.
@@ -181,8 +138,7 @@ class StreamService:
 
     def hello(self, consumer: bytes, header: Any, local: bool) -> dict[str, Any]:
         """A consumer said hello: it may ask for items (stream items always come through the socket)."""
-        state = self._consumers.setdefault(consumer, _Consumer())
-        state.grouped = type(header) is dict and header.get("grouped") is True
+        self._consumers.setdefault(consumer, _Consumer())
         return {}
 
     def handle(self, consumer: bytes, kind: bytes, header: Any) -> None:
@@ -214,7 +170,7 @@ class StreamService:
         if type(asked) is int and asked >= 0:
             wanted = asked - resent
         state.wanted = max(0, min(wanted, self._max_wanted - len(state.unacked)))
-        # handed out by work(), once the server has read the requests that came together: sent together
+        self._hand_out()
 
     def _take_acks(self, consumer: bytes, state: _Consumer, acks: list[int], request: int | None) -> None:
         """The items ``consumer`` acknowledged (in its request number ``request``) are handed out for good."""
@@ -290,49 +246,37 @@ class StreamService:
         drawer = self._drawer
         if drawer.pending:
             drawer.collect(0.0)
-        for task in sorted(drawer.ready):  # (one thread draws: the tasks end in the order they were given)
-            done = drawer.ready.pop(task)
-            self._drawing -= self._asked_of.pop(task)
-            if done.status == "error":  # not the iterable's error (each of those is an item's): the drawer's own
-                raise done.value
-            for seq, kind, value in done.value:
-                if self.exhausted:
-                    break
-                if kind == "error":
-                    self._drawn.append((seq, b"error", {"seq": seq, "server": self.token, **failure_header(value)}, []))
-                elif kind == "end":
-                    self.exhausted = True
-                else:
-                    tree, buffers = value
-                    self._drawn.append((seq, b"item", {"seq": seq, "server": self.token, "tree": tree}, buffers))
+        for seq in list(drawer.ready):
+            done = drawer.ready.pop(seq)
+            if self.exhausted:
+                continue
+            if done.status == "error":
+                self._drawn.append(
+                    (seq, b"error", {"seq": seq, "server": self.token, **failure_header(done.value)}, [])
+                )
+            elif done.value is None:
+                self.exhausted = True
+            else:
+                tree, buffers = done.value
+                self._drawn.append((seq, b"item", {"seq": seq, "server": self.token, "tree": tree}, buffers))
         self._draw_ahead()
         self._hand_out()
 
     def _draw_ahead(self) -> None:
-        """Ask the drawer for as many items as there is room for, in two draws (see ``DRAWING_TASKS``), once there
-        is room for half of ``max_buffered`` (or nothing is being drawn)."""
         drawer = self._drawer
-        room = self._max_buffered - len(self._drawn) - self._drawing
-        if self._asked_of and room < self._max_buffered // 2:  # a draw goes on: more once half can be asked for
-            return
-        while room > 0 and not self.exhausted and len(self._asked_of) < DRAWING_TASKS:
-            most = -(-room // (DRAWING_TASKS - len(self._asked_of)))
-            drawer.submit([(self._tasks, most)])
-            self._asked_of[self._tasks] = most
-            self._tasks += 1
-            self._drawing += most
-            room -= most
+        room = self._max_buffered - len(self._drawn) - len(drawer.pending)
+        if room > 0 and not self.exhausted:
+            drawer.submit([(seq, seq) for seq in range(self._seq, self._seq + room)])
+            self._seq += room
 
     def _hand_out(self) -> None:
         """Items to the consumers that asked, one each in turn: consumers reading as fast get as many.
 
         A consumer handed an item goes to the end of the line, so the next
         item goes to another one that waits (a slow stream is shared, not
-        taken by whoever asked first). The small items a consumer gets at
-        once travel in one message (see :class:`_Outgoing`).
+        taken by whoever asked first).
         """
         consumers, returned, drawn = self._consumers, self._returned, self._drawn
-        outgoing = _Outgoing()
         while returned or drawn:
             waiting = [consumer for consumer, state in consumers.items() if state.wanted]
             if not waiting:
@@ -344,31 +288,13 @@ class StreamService:
                 state = consumers[consumer] = consumers.pop(consumer)  # to the end of the line
                 state.unacked[seq] = (kind, header, buffers, previous)
                 state.wanted -= 1
-                outgoing.add(consumer, kind, header, buffers)
-        for consumer, items in outgoing.items():
-            self._send_items(consumer, consumers[consumer], items)
+                self._send_to(consumer, state, kind, header, buffers)
         if self.exhausted and not (returned or drawn) and not any(s.unacked for s in consumers.values()):
             for consumer, state in consumers.items():
                 if state.wanted:
                     self._send_to(consumer, state, b"end", {}, [])
                     state.wanted = 0
         self._draw_ahead()
-
-    def _send_items(self, consumer: bytes, state: _Consumer, items: list[tuple[bytes, dict, list]]) -> None:
-        """Send ``items`` to ``consumer``: in messages of several where it takes them, else one by one."""
-        if not state.grouped:
-            for kind, header, buffers in items:
-                self._send_to(consumer, state, kind, header, buffers)
-            return
-        for group in _groups(items):
-            if len(group) == 1:
-                self._send_to(consumer, state, *group[0])
-            else:
-                entries = [
-                    {**header, "kind": kind.decode(), "buffers": len(buffers)} for kind, header, buffers in group
-                ]
-                together = [buffer for _, _, buffers in group for buffer in buffers]
-                self._send_to(consumer, state, b"items", {"server": self.token, "items": entries}, together)
 
     def _send_to(self, consumer: bytes, state: _Consumer, kind: bytes, header: dict, buffers: list) -> None:
         """Send to ``consumer``, saying which of its requests was acted on last (see the module's description)."""
@@ -381,29 +307,6 @@ class StreamService:
         self._taken_over.clear()
         self._drawn.clear()
         self._returned.clear()
-
-
-class _Outgoing(dict):
-    """The items handed out at once, by consumer: ``(kind, header, buffers)`` each, in order."""
-
-    def add(self, consumer: bytes, kind: bytes, header: dict, buffers: list) -> None:
-        self.setdefault(consumer, []).append((kind, header, buffers))
-
-
-def _groups(items: list[tuple[bytes, dict, list]]) -> Iterator[list[tuple[bytes, dict, list]]]:
-    """``items`` in runs that travel in one message each: small ones together (up to ``GROUP_BYTES`` of buffers
-    and ``GROUP_ITEMS`` items), a larger one alone (a message more costs it nothing)."""
-    group: list = []
-    size = 0
-    for item in items:
-        nbytes = sum(memoryview(buffer).nbytes for buffer in item[2])
-        if group and (size + nbytes > GROUP_BYTES or len(group) == GROUP_ITEMS):
-            yield group
-            group, size = [], 0
-        group.append(item)
-        size += nbytes
-    if group:
-        yield group
 
 
 def _acknowledged(header: Any) -> tuple[list[int], int | None]:
