@@ -1031,6 +1031,23 @@ def test_a_consumer_that_waits_for_its_next_item_acknowledges_the_last_one_meanw
     assert [(r["req"], r["more"], r["ack"]) for r in requests] == [(1, 1, []), (2, 1, []), (3, 0, [0]), (4, 1, [0])]
 
 
+def test_a_stream_item_goes_out_while_the_iterable_waits_for_the_next_one():
+    # Drawing several items per task kept an item drawn at once until the next one came: a source that waits for
+    # its consumer (a feedback loop, a queue) never saw it consumed.
+    consumed = threading.Event()
+
+    def items():
+        yield 0
+        if not consumed.wait(10):
+            raise AssertionError("item 0 was held back while the source waited")
+        yield 1
+
+    with lazyseq.serve(items(), LOOPBACK) as server, lazyseq.connect(server.address) as stream:
+        assert next(stream) == 0
+        consumed.set()
+        assert list(stream) == [1]
+
+
 class ThreeAnswers:
     """A service that answers each request with three messages: two items and an error."""
 
