@@ -1,16 +1,19 @@
-"""Several small messages to one consumer in one: what a server sends a consumer in one pass travels together.
+"""Several small messages to one consumer in one: what a server sends a consumer at once travels together.
 
 A consumer reading small items (a stream's rows, a served view read in
 order) costs a message each, and each message costs both sides more Python
 and system calls than its bytes. The server's loop therefore keeps the
-messages it sends to a consumer while it acts on the requests that came
-together and on the results that arrived (:class:`Outbox`), then sends them
-as one ``several`` message: its header lists each one's kind, header and
-number of buffers, and its buffers follow in order. A consumer's connection
-reads them back one by one, as if each had come alone (:func:`opened`).
-Only a consumer whose hello says it reads them (``several``) gets them; a
-message whose buffers are larger than ``GROUP_BYTES`` goes alone (another
-message costs it nothing), after those kept before it.
+messages it sends a consumer while it answers one request (a run of items
+computed ahead), or hands out the results that arrived together (:class:`Outbox`),
+then sends them as one ``several`` message: its header lists each one's kind,
+header and number of buffers, and its buffers follow in order. A consumer's
+connection reads them back one by one, as if each had come alone
+(:func:`opened`). Only a consumer whose hello says it reads them
+(``several``) gets them; a message whose header and buffers take more than
+``GROUP_BYTES`` goes alone (another message costs it nothing), after those
+kept before it. Messages are not held for the requests that follow: the
+workers the server wakes meanwhile would delay them (a consumer reading
+ahead by 4 items lost a fifth of its speed so).
 
 >>> from lazyseq.serving.wire import loads
 >>> outbox = Outbox()

@@ -29,9 +29,9 @@ consumer -> server             server -> consumer
 ``ping`` {client, timeout}     ``pong`` {server}: from a second socket, the consumer's heartbeat
 ``bye`` {ack, server}          (nothing: what the server held for that consumer is freed, a
                                stream's items it acknowledges first)
-(the answers above)            ``several`` {messages} + their buffers: the small messages sent to
-                               a consumer whose hello said {several} in one pass, together (see
-                               :mod:`.envelopes`)
+(the answers above)            ``several`` {messages} + their buffers: the small messages that
+                               answer one request, or hand out results that arrived together, to
+                               a consumer whose hello said {several} (see :mod:`.envelopes`)
 =============================  =================================================================
 
 A consumer that sends nothing (heartbeats included) for its ``timeout`` is
@@ -187,7 +187,7 @@ class ServerLoop:
         try:
             service.work()  # listening now: a stream draws its first items before anyone asks
             while not daemon_thread_at_exit():  # the program ends: its finalizers close the workers, quietly
-                self._send_kept()  # before the wait: nothing stays behind
+                self._send_kept()  # the results handed out together (work()), before the wait
                 fds = set(service.fds())
                 for fd in watched - fds:
                     poller.unregister(fd)
@@ -212,9 +212,10 @@ class ServerLoop:
                             read_up_to.drained(time.monotonic())
                             break
                         self._receive(frames)
+                        self._send_kept()  # the answers to one request: at once (held for the next requests, a
+                        # worker woken meanwhile would delay them)
                     else:
                         read_up_to.read_some(began, MAX_REQUESTS_AT_ONCE, 2 * len(self._seen) + 2)  # a ping socket each
-                    self._send_kept()  # the answers to the requests read together, before the results' turn
                 try:
                     service.work()
                 except Exception:  # a bug, not a consumer's doing: logged, and the server goes on
