@@ -1173,7 +1173,7 @@ def test_acknowledgements_keep_from_going_out_again_only_the_items_their_consume
     service.token = "new"
     try:
         service.hello(b"reader", {}, False)
-        service._returned.extend([(0, b"item", {}, [], b"gone"), (1, b"item", {}, [], b"gone")])
+        service._returned.extend([(0, b"item", {}, [], (b"gone",)), (1, b"item", {}, [], (b"gone",))])
         assert service.sync(b"reader", {"ack": [0], "req": 1, "server": "new"}) == {"acked": 1}  # not its item
         assert service.sync(b"gone", {"ack": [0, 1], "req": 9, "server": "old"}) is None  # another server's items
         assert [entry[0] for entry in service._returned] == [0, 1]
@@ -1289,7 +1289,7 @@ def item_5_sent_to_other():
     service = StreamService(iter([]), max_buffered=2, max_wanted=8, send=lambda *message: sent.append(message))
     service.token = "token"
     try:
-        service._returned.append((5, b"item", {"seq": 5}, [], b"gone"))
+        service._returned.append((5, b"item", {"seq": 5}, [], (b"gone",)))
         service.hello(b"other", {}, False)
         service.handle(b"other", b"next", {"more": 1, "ack": [], "req": 1, "server": "token"})
         yield service, sent
@@ -1308,6 +1308,58 @@ def test_an_item_handed_out_twice_is_logged_even_once_the_other_consumer_acknowl
             f"item 5 of the stream was handed out twice: consumer {b'gone'.hex()}, taken for dead, had handed it out "
             "before another consumer got it"
         ]
+
+
+def test_an_item_handed_out_twice_is_logged_after_it_passed_through_several_consumers_that_left(caplog):
+    # Only the last consumer to leave with it was remembered: the first one, taken for dead, said it had handed it out
+    # after a third consumer had, and nothing was logged.
+    from lazyseq.serving.stream_service import StreamService
+
+    service = StreamService(iter([]), max_buffered=2, max_wanted=8, send=lambda *message: None)
+    service.token = "token"
+    try:
+        service._returned.append((5, b"item", {"seq": 5}, [], (b"stopped",)))  # it held item 5, taken for dead
+        for consumer in (b"killed", b"third"):
+            service.hello(consumer, {}, False)
+            service.handle(consumer, b"next", {"more": 1, "ack": [], "req": 1, "server": "token"})
+            assert 5 in service._consumers[consumer].unacked
+            if consumer == b"killed":
+                service.forget(consumer)  # it died with item 5 in hand
+        service.handle(b"third", b"next", {"more": 0, "ack": [5], "req": 2, "server": "token"})  # handed out
+        with caplog.at_level(logging.WARNING, logger="lazyseq.serve"):
+            service.handle(b"stopped", b"next", {"more": 1, "ack": [5], "req": 9, "server": "token"})  # back
+        assert [record.getMessage() for record in caplog.records] == [
+            f"item 5 of the stream was handed out twice: consumer {b'stopped'.hex()}, taken for dead, had handed it "
+            "out before another consumer got it"
+        ]
+    finally:
+        service.close()
+
+
+def test_a_ctrl_c_as_an_item_s_error_is_raised_leaves_it_to_the_next_read(monkeypatch):
+    # The caller got the KeyboardInterrupt, never the error, and the next read acknowledged the item as handed out.
+    from lazyseq.views import errors
+
+    def items():
+        yield 0
+        raise ValueError("item 1 is bad")
+
+    chain_of, interrupted = errors.chain_of, []
+
+    def interrupted_once(error):  # where Python's SIGINT handler may raise, as the error is raised
+        if not interrupted:
+            interrupted.append(True)
+            raise KeyboardInterrupt
+        return chain_of(error)
+
+    with lazyseq.serve(items(), LOOPBACK) as server, lazyseq.connect(server.address) as stream:
+        assert next(stream) == 0
+        monkeypatch.setattr(errors, "chain_of", interrupted_once)
+        with pytest.raises(KeyboardInterrupt):
+            next(stream)
+        with pytest.raises(lazyseq.EvaluationError, match=r"^failed to compute stream\[1\]: RemoteError: ValueError"):
+            next(stream)
+        assert list(stream) == []
 
 
 def test_a_with_block_left_on_an_error_leaves_the_item_in_hand_to_another_consumer():
@@ -1442,7 +1494,7 @@ def test_a_consumer_that_gets_its_own_items_back_hands_them_out_once_and_no_warn
     service = StreamService(iter([]), max_buffered=2, max_wanted=8, send=lambda *message: None)
     service.token = "token"
     try:
-        service._returned.append((3, b"item", {"seq": 3}, [], b"back"))  # it held item 3 when taken for dead
+        service._returned.append((3, b"item", {"seq": 3}, [], (b"back",)))  # it held item 3 when taken for dead
         service.hello(b"back", {}, False)
         service.hello(b"other", {}, False)
         with caplog.at_level(logging.WARNING, logger="lazyseq.serve"):

@@ -379,9 +379,10 @@ class RemoteStream(Iterator[Any]):
     """The items of a stream served by :func:`~lazyseq.serve`; each one goes to exactly one consumer.
 
     ``ahead`` items are asked for ahead of use. An item counts as delivered
-    once its caller is done with it: it comes back for the next item, calls
-    :meth:`sync` (which waits until the server knows) or closes the
-    consumer (not a ``with`` block left on an exception). Items received and
+    once its caller is done with it: it comes back for the next item (whose
+    request says so: a process killed before that request left goes without
+    having said it), calls :meth:`sync` (which waits until the server knows)
+    or closes the consumer (not a ``with`` block left on an exception). Items received and
     not delivered when the consumer dies (the one its caller was working on
     too) go to another consumer.
 
@@ -484,6 +485,11 @@ class RemoteStream(Iterator[Any]):
                 if server == self._server:  # (else sent by a server that is gone: nobody to acknowledge it to)
                     self._owed.append(seq)
                     self._handed.append(seq)
+            if status == "error":  # (within the try: a Ctrl-C as it is raised puts it back, below)
+                try:
+                    raise value
+                except Exception as error:
+                    errors.reraise(error)
         except KeyboardInterrupt:
             # interrupted as the lock was let go: the caller has not got the item (unless another thread reads now)
             if taken is not None and self._lock.acquire(blocking=False):
@@ -494,11 +500,6 @@ class RemoteStream(Iterator[Any]):
                 finally:
                     self._lock.release()
             raise
-        if status == "error":
-            try:
-                raise value
-            except Exception as error:
-                errors.reraise(error)
         return value
 
     def __reduce__(self) -> tuple[Any, ...]:

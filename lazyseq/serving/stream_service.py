@@ -60,7 +60,8 @@ class _Consumer:
 
     def __init__(self) -> None:
         self.wanted = 0  # items asked for and not sent yet
-        # seq -> (kind, header, buffers, previous holder or None): sent, not acknowledged
+        # seq -> (kind, header, buffers, the consumers that held it before, left or taken for dead): sent, not
+        # acknowledged
         self.unacked: dict[int, tuple] = {}
         self.request = 0  # the last of its requests acted on: what the items sent to it say ("acked")
 
@@ -102,10 +103,11 @@ class StreamService:
         self.send: Send = send if send is not None else _not_connected
         self._consumers: dict[bytes, _Consumer] = {}
         self._drawn: deque[tuple] = deque()  # (seq, kind, header, buffers) drawn, not handed out
-        # (seq, kind, header, buffers, holder): handed to a consumer that left without acknowledging them
+        # (seq, kind, header, buffers, holders): handed to consumers that left without acknowledging them, the last
+        # one last
         self._returned: deque[tuple] = deque()
         # seq -> the consumer taken for dead that had it: items acknowledged by the one they went to next, lately
-        self._taken_over: dict[int, bytes] = {}
+        self._taken_over: dict[int, tuple[bytes, ...]] = {}
         # seq -> the consumer taken for dead that said it handed it out, after it was sent to another consumer: out
         # twice if that one hands it out too, not to be handed out again if it does not
         self._handed_late: dict[int, bytes] = {}
@@ -181,8 +183,8 @@ class StreamService:
                 unknown.append(seq)
             elif seq in self._handed_late:
                 self._out_twice(seq, self._handed_late.pop(seq), consumer)
-            elif entry[3] is not None and entry[3] != consumer:  # another holder, which may say it handed it out too
-                taken_over[seq] = entry[3]
+            elif holders := tuple(h for h in entry[3] if h != consumer):  # which may say they handed it out too
+                taken_over[seq] = holders
                 if len(taken_over) > TAKEN_OVER_KEPT:
                     del taken_over[next(iter(taken_over))]
         if unknown and (self._returned or len(self._consumers) > 1):
@@ -205,15 +207,15 @@ class StreamService:
         if not acks:
             return
         late = set(acks)
-        kept = [entry for entry in self._returned if entry[0] not in late or entry[4] != consumer]
+        kept = [entry for entry in self._returned if entry[0] not in late or consumer not in entry[4]]
         if len(kept) < len(self._returned):
             self._returned = deque(kept)
         for state in self._consumers.values():
             for seq in late.intersection(state.unacked):
-                if state.unacked[seq][3] == consumer:
+                if consumer in state.unacked[seq][3]:
                     self._handed_late[seq] = consumer
         for seq in sorted(late.intersection(self._taken_over)):
-            if self._taken_over[seq] == consumer:
+            if consumer in self._taken_over[seq]:
                 del self._taken_over[seq]  # logged once, whatever acknowledges it again
                 self._out_twice(seq, consumer, None)
 
@@ -234,7 +236,7 @@ class StreamService:
         if state is not None:
             for seq, entry in sorted(state.unacked.items()):
                 if self._handed_late.pop(seq, None) is None:
-                    self._returned.append((seq, *entry[:3], consumer))
+                    self._returned.append((seq, *entry[:3], (*entry[3], consumer)))
             self._hand_out()
 
     def fds(self) -> list[int]:
@@ -284,9 +286,9 @@ class StreamService:
             for consumer in waiting:
                 if not (returned or drawn):
                     break
-                seq, kind, header, buffers, previous = returned.popleft() if returned else (*drawn.popleft(), None)
+                seq, kind, header, buffers, holders = returned.popleft() if returned else (*drawn.popleft(), ())
                 state = consumers[consumer] = consumers.pop(consumer)  # to the end of the line
-                state.unacked[seq] = (kind, header, buffers, previous)
+                state.unacked[seq] = (kind, header, buffers, holders)
                 state.wanted -= 1
                 self._send_to(consumer, state, kind, header, buffers)
         if self.exhausted and not (returned or drawn) and not any(s.unacked for s in consumers.values()):
