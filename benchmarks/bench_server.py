@@ -257,7 +257,7 @@ def raw_run(address: str, count: int) -> Callable[[], None]:
     return run
 
 
-def served_stream_run(address: str, count: int, ahead: int) -> Callable[[], None]:
+def one_at_a_time_run(address: str, count: int, ahead: int) -> Callable[[], None]:
     """The first ``count`` rows, one at a time, of what the server serves (a view read in order, or a stream)."""
 
     def run() -> None:
@@ -450,13 +450,13 @@ def bench_small_items(count: int, repeats: int) -> tuple[list[list[str]], list[R
     stream, push = ServerProcess("stream", "", 0, 0), ServerProcess("push", "", 0, 0)
     try:
         runs = {
-            f"served view in order, ahead={ahead}": served_stream_run(view.address, count, ahead)
+            f"served view in order, ahead={ahead}": one_at_a_time_run(view.address, count, ahead)
             for ahead in (4, 16, 64)
         }
         runs.update(
             {
-                "served stream, ahead=4": served_stream_run(stream.address, count, 4),
-                "served stream, ahead=16": served_stream_run(stream.address, count, 16),
+                "served stream, ahead=4": one_at_a_time_run(stream.address, count, 4),
+                "served stream, ahead=16": one_at_a_time_run(stream.address, count, 16),
                 "hand-written PUSH/PULL (no acknowledgement)": pull_run(push.address, count),
             }
         )
