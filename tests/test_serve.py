@@ -1336,6 +1336,29 @@ def test_an_item_handed_out_twice_is_logged_after_it_passed_through_several_cons
         service.close()
 
 
+def test_an_item_handed_out_twice_is_logged_once_the_consumer_that_had_it_next_has_left(caplog):
+    # Alone again when it came back, the consumer taken for dead had its late acknowledgements taken as its own.
+    from lazyseq.serving.stream_service import StreamService
+
+    service = StreamService(iter([]), max_buffered=2, max_wanted=8, send=lambda *message: None)
+    service.token = "token"
+    try:
+        service._returned.append((1, b"item", {"seq": 1}, [], (b"stopped",)))  # it held item 1, taken for dead
+        service.hello(b"other", {}, False)
+        service.handle(b"other", b"next", {"more": 1, "ack": [], "req": 1, "server": "token"})
+        service.handle(b"other", b"next", {"more": 0, "ack": [1], "req": 2, "server": "token"})  # handed out
+        service.forget(b"other")  # and left
+        service.hello(b"stopped", {}, False)  # back, told it was forgotten
+        with caplog.at_level(logging.WARNING, logger="lazyseq.serve"):
+            service.handle(b"stopped", b"next", {"more": 1, "ack": [1], "req": 1, "server": "token"})
+        assert [record.getMessage() for record in caplog.records] == [
+            f"item 1 of the stream was handed out twice: consumer {b'stopped'.hex()}, taken for dead, had handed it "
+            "out before another consumer got it"
+        ]
+    finally:
+        service.close()
+
+
 def test_a_ctrl_c_as_an_item_s_error_is_raised_leaves_it_to_the_next_read(monkeypatch):
     # The caller got the KeyboardInterrupt, never the error, and the next read acknowledged the item as handed out.
     from lazyseq.views import errors

@@ -273,11 +273,10 @@ class Connection:
                 message = self._parse(frames)
                 if message[0] != b"several":
                     return message
-                first, *rest = opened(message[1], message[2], _ONE_KINDS)
+                self._unread.extend(opened(message[1], message[2], _ONE_KINDS))  # (a Ctrl-C from here: kept)
             except wire.ProtocolError:
                 continue
-            self._unread.extend(rest)
-            return first
+            return self._unread.popleft()
 
     def check_heard(self, waiting_for: str, since: float) -> None:
         """``ServerLost`` if nothing came from the server for ``timeout`` since ``since`` (or since the last message,

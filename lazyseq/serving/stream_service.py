@@ -187,7 +187,7 @@ class StreamService:
                 taken_over[seq] = holders
                 if len(taken_over) > TAKEN_OVER_KEPT:
                     del taken_over[next(iter(taken_over))]
-        if unknown and (self._returned or len(self._consumers) > 1):
+        if unknown and (self._returned or self._taken_over or self._handed_late or len(self._consumers) > 1):
             # handed out before this consumer was taken for dead (their acknowledgement lost with the connection),
             # or acknowledged again (it goes on until it knows the server knows): only its own items count
             self._late_acks(consumer, unknown)
