@@ -382,9 +382,9 @@ class RemoteStream(Iterator[Any]):
     once its caller is done with it: it comes back for the next item (whose
     request says so: a process killed before that request left goes without
     having said it), calls :meth:`sync` (which waits until the server knows)
-    or closes the consumer (not a ``with`` block left on an exception). Items received and
-    not delivered when the consumer dies (the one its caller was working on
-    too) go to another consumer.
+    or closes the consumer (not a ``with`` block left on an exception).
+    Items received and not delivered when the consumer dies (the one its
+    caller was working on too) go to another consumer.
 
     >>> import lazyseq
     >>> with lazyseq.serve(iter(["a", "b", "c"]), "tcp://127.0.0.1:0") as server:

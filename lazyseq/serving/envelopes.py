@@ -35,7 +35,7 @@ from .wire import ProtocolError, dumps
 
 __all__ = ["GROUP_BYTES", "GROUP_MESSAGES", "Outbox", "opened"]
 
-GROUP_BYTES = 1 << 16  # messages travel together up to this many bytes of buffers
+GROUP_BYTES = 1 << 16  # messages travel together up to this many bytes (headers and buffers)
 GROUP_MESSAGES = 256  # and this many messages
 
 Message = tuple[bytes, Any, list]  # (kind, header, buffers); the header as JSON text once kept

@@ -140,7 +140,7 @@ class ServerLoop:
         self._router = router
         self._stop_fd, self._stopper_fd = os.pipe()
         self._release_at_end = False  # stopped from the thread itself (by the collector): it releases all
-        self._outbox = Outbox()  # what is sent to consumers that read several messages in one: until the next wait
+        self._outbox = Outbox()  # what is sent to consumers that read several messages in one: until sent together
         self._several: set[bytes] = set()  # (those consumers)
         service.send = self._send
         service.token = self._token
