@@ -980,7 +980,7 @@ class ScriptedConnection:
     def send(self, kind, header, flags=0):
         self.sent.append((kind, header))
 
-    def receive(self, waiting_for):
+    def receive(self, waiting_for, since=None):
         return self.messages.pop(0)
 
     def receive_within(self, seconds, waiting_for):
@@ -2881,6 +2881,34 @@ def test_a_read_waiting_for_another_threads_read_hears_that_the_server_is_lost_i
     with view._lock:  # another thread's read
         with pytest.raises(lazyseq.ServerLost, match=r"no answer for 10\.\d s \(timeout=1\) while waiting for item 3"):
             RemoteView._await_turn(view, "item 3", began)
+
+
+def test_the_read_holding_a_served_views_connection_counts_the_silence_from_the_earliest_read_waiting(
+    silent_connection,
+):
+    # A read that saw the connection free, and lost it to a read begun after it, waited for that read's timeout,
+    # then for its own.
+    from lazyseq.serving.client import RemoteView
+
+    connection, began = silent_connection
+    view = RemoteView(connection, {"length": 10}, ahead=0, settings={})
+    view._reads._began[-1] = began  # another thread's read, begun 10 s ago, waiting for its turn
+    with pytest.raises(lazyseq.ServerLost, match=r"no answer for 10\.\d s \(timeout=1\) while waiting for item 3"):
+        view[3]
+    assert view._reads.earliest(None) == began  # (the other read's, still under way)
+
+
+def test_the_read_holding_a_served_streams_connection_counts_the_silence_from_the_earliest_read_waiting(
+    silent_connection,
+):
+    # Another thread's next() waited for the lock with no check of the server's silence at all: two timeouts.
+    from lazyseq.serving.client import RemoteStream
+
+    connection, began = silent_connection
+    stream = RemoteStream(connection, ahead=2)
+    stream._reads._began[-1] = began
+    with pytest.raises(lazyseq.ServerLost, match=r"no answer for 10\.\d s \(timeout=1\) while waiting for the next"):
+        next(stream)
 
 
 class WatchedLock:

@@ -21,11 +21,12 @@ from ..views.base import View
 from ..views.display import describe_spec
 from ..views.keys import Positions
 from . import wire
-from .chunk_reads import ChunkReads
+from .chunk_reads import ChunkReads, Taken
 from .connection import Connection
 from .endpoints import check_endpoint
 from .failures import restore_failure
 from .frames import DONTWAIT
+from .reads_begun import ReadsBegun
 from .shared_items import ReceivedPool, hello_fields
 
 __all__ = ["RemoteStream", "RemoteView", "connect"]
@@ -74,6 +75,7 @@ class RemoteView(View[Any]):
         self._served = Served.from_welcome(info)  # a server back at the address must serve the same
         self._replaced: LoaderError | None = None  # set once it serves something else
         self._lock = threading.Lock()
+        self._reads = ReadsBegun()  # the reads of threads sharing this view's connection, under way
         self._next_req = 0
         self._asked: dict[int, int] = {}  # request number -> index, for requests not answered yet
         self._asking: dict[int, int] = {}  # index -> its request number
@@ -93,31 +95,32 @@ class RemoteView(View[Any]):
         return self._spec
 
     def _get(self, i: int) -> Any:
-        began = time.monotonic()  # (another thread's read may hold the connection first: the timeout counts from now)
-        if self._connection.pid != os.getpid():  # a forked worker: its parent's sockets are not its own
-            self._connect_here()
-        self._await_turn(f"item {i}", began)
-        with self._lock:
-            if self._replaced is not None:
-                raise self._replaced
-            n = self._len
-            in_order = i == self._last + 1  # then every item asked for or arrived is still wanted
-            stop = i + 1 + self._ahead if in_order else i + 1
-            wanted = range(i, stop if n is None else min(n, stop))
-            self._last = i
-            if not in_order:  # a jump: the items read ahead are not needed
-                for j in [j for j in self._arrived if j not in wanted]:
-                    del self._arrived[j]
-                for j in [j for j in self._asking if j not in wanted]:
-                    del self._asked[self._asking.pop(j)]
-            missing = [j for j in wanted if j not in self._arrived and j not in self._asking]
-            # Read in order, the items ahead are asked for in runs, once half of them have been used: one request
-            # every few reads rather than one per read (each costs the reader a send).
-            if missing and (missing[0] == i or len(wanted) - len(missing) - 1 <= self._ahead // 2):
-                self._ask(missing)
-            while i not in self._arrived:
-                self._receive_one(f"item {i}", began)
-            status, value = self._arrived.pop(i)
+        # (another thread's read may hold the connection first: the timeout counts from this read's start)
+        with self._reads.begun() as began:
+            if self._connection.pid != os.getpid():  # a forked worker: its parent's sockets are not its own
+                self._connect_here()
+            self._await_turn(f"item {i}", began)
+            with self._lock:
+                if self._replaced is not None:
+                    raise self._replaced
+                n = self._len
+                in_order = i == self._last + 1  # then every item asked for or arrived is still wanted
+                stop = i + 1 + self._ahead if in_order else i + 1
+                wanted = range(i, stop if n is None else min(n, stop))
+                self._last = i
+                if not in_order:  # a jump: the items read ahead are not needed
+                    for j in [j for j in self._arrived if j not in wanted]:
+                        del self._arrived[j]
+                    for j in [j for j in self._asking if j not in wanted]:
+                        del self._asked[self._asking.pop(j)]
+                missing = [j for j in wanted if j not in self._arrived and j not in self._asking]
+                # Read in order, the items ahead are asked for in runs, once half of them have been used: one request
+                # every few reads rather than one per read (each costs the reader a send).
+                if missing and (missing[0] == i or len(wanted) - len(missing) - 1 <= self._ahead // 2):
+                    self._ask(missing)
+                while i not in self._arrived:
+                    self._receive_one(f"item {i}")
+                status, value = self._arrived.pop(i)
         if status == "error":
             raise value
         return value
@@ -126,7 +129,18 @@ class RemoteView(View[Any]):
         n = self._len
         if n is None or len(idx) < 2 or not self._at_once:  # (a view that may end is read until it does)
             return super()._get_many(idx)
-        began = time.monotonic()  # (as in _get)
+        with self._reads.begun() as began:  # (as in _get)
+            taken = self._take_many(idx, n, began)
+        if taken.apart:  # each item can travel, not all of them in one message (objects, say): one by one from now
+            self._at_once = False
+            return super()._get_many(idx)
+        if taken.error is not None:
+            i = taken.at  # noqa: F841  # the item that failed: the chain of views names it (see views/errors.py)
+            raise taken.error
+        return taken.chunk
+
+    def _take_many(self, idx: Positions, n: int, began: float) -> Taken:
+        """Ask for items ``idx`` at once (of ``n``), and wait for their answers."""
         if self._connection.pid != os.getpid():
             self._connect_here()
         waiting_for = f"items {ItemsAt(np.asarray(idx))}"
@@ -146,20 +160,12 @@ class RemoteView(View[Any]):
                 self._await_turn(waiting_for, began)
                 with self._lock:
                     if not self._chunks.waiting(requests):
-                        taken = self._chunks.take(requests, len(idx))
-                        break
-                    self._receive_one(waiting_for, began)
+                        return self._chunks.take(requests, len(idx))
+                    self._receive_one(waiting_for)
         except BaseException:  # a Ctrl-C, a server lost: the answers still to come are dropped, not kept
             with self._lock:
                 self._chunks.abandon(requests)
             raise
-        if taken.apart:  # each item can travel, not all of them in one message (objects, say): one by one from now
-            self._at_once = False
-            return super()._get_many(idx)
-        if taken.error is not None:
-            i = taken.at  # noqa: F841  # the item that failed: the chain of views names it (see views/errors.py)
-            raise taken.error
-        return taken.chunk
 
     def _await_turn(self, waiting_for: str, began: float) -> None:
         """Wait while another thread's read holds the connection, hearing ``ServerLost`` in time meanwhile.
@@ -186,6 +192,7 @@ class RemoteView(View[Any]):
     def _connect_here(self) -> None:
         self._connection, info = _open_connection(self._settings)
         self._lock = threading.Lock()
+        self._reads.only_this_thread()
         self._asked, self._asking, self._arrived, self._last = {}, {}, {}, -1
         self._chunks = ChunkReads()
         self._drop_pool()  # the parent's (closed in this process as it was forked): it names its slots
@@ -212,8 +219,9 @@ class RemoteView(View[Any]):
                 self._connection.send(b"get", header)
                 start = k
 
-    def _receive_one(self, waiting_for: str, since: float | None) -> None:
-        kind, header, buffers = self._connection.receive(waiting_for, since)
+    def _receive_one(self, waiting_for: str) -> None:
+        # (the server's silence counted from the start of the earliest read under way: see .reads_begun)
+        kind, header, buffers = self._connection.receive(waiting_for, self._reads.earliest(None))
         if kind == b"restarted":
             self._server_restarted()
             return
@@ -407,6 +415,7 @@ class RemoteStream(Iterator[Any]):
         self._ended = False
         self._gaps = connection.gaps()  # the heartbeats' gaps the server confirmed it lived through (see __next__)
         self._lock = threading.Lock()
+        self._reads = ReadsBegun()  # the reads of threads sharing this stream, under way
 
     @property
     def address(self) -> str:
@@ -442,7 +451,7 @@ class RemoteStream(Iterator[Any]):
             )
         taken = None
         try:
-            with self._lock:
+            with self._reads.begun(), self._lock:  # (a thread that waits meanwhile: see .reads_begun)
                 # the caller came back: what it had is acknowledged with the next request, or at once if it waits
                 unsent = self._requests if self._acknowledge_owed() else None
                 while True:
@@ -544,7 +553,7 @@ class RemoteStream(Iterator[Any]):
 
     def _receive_one(self, waiting_for: str = "the next item of the stream") -> bytes:
         """Take in one message from the server; its kind."""
-        return self._take_in(*self._connection.receive(waiting_for=waiting_for))
+        return self._take_in(*self._connection.receive(waiting_for, self._reads.earliest(None)))
 
     def _take_in(self, kind: bytes, header: Any, buffers: list) -> bytes:
         """Act on a message from the server; its kind."""
