@@ -35,6 +35,11 @@ repeat, and each comparison is a ratio of timings taken in the same run.
    hand-written pyzmq PUSH/PULL pair sending the same rows as Fuel's server
    does (a JSON header and the buffer, no acknowledgement: an item queued for
    a consumer that leaves is lost), in items a second.
+6. Threads sharing a served view: items that take 5 ms each to compute (the
+   GIL free, as a file read), served by 4 worker threads, 200 read a run in
+   a shuffled order, through ``prefetch`` with 4 worker threads and with 4
+   worker processes, vs the same items read without a loader: the speedup
+   (at most 4, the server's workers).
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ import lazyseq
 
 ROWS_PER_FILE, WIDTH = 20_000, 248
 FUEL_PRODUCE, FUEL_TRAIN, FUEL_BATCHES = 0.005, 0.010, 50
+SLOW_ITEM, SLOW_WORKERS = 0.005, 4
 RAW_AHEAD = 4
 PUSH_HWM = 10  # Fuel's default
 
@@ -93,6 +99,11 @@ def fuel_batches() -> lazyseq.View:
     return lazyseq.smap(slow_batch, range(FUEL_BATCHES))
 
 
+def slow_item(i: int) -> np.ndarray:
+    time.sleep(SLOW_ITEM)
+    return np.full((1, 8), i)
+
+
 def small_rows() -> Iterator[np.ndarray]:
     """Rows of 8 float32, for ever."""
     for i in itertools.count():
@@ -115,13 +126,14 @@ def serve_main(kind: str, directory: str, batch: int, count: int, keys: str | No
         source = lazyseq.open_npy(make_files(directory))
     elif kind == "fuel":
         source = fuel_batches()
+    elif kind == "slow-items":
+        source = lazyseq.smap(slow_item, range(1_000_000))
     else:
         source = gathered_batches(directory, batch, count)
     keypair = tuple(k.encode() for k in keys.split(",")) if keys else None
     address = f"ipc://{directory}/served.sock" if kind == "batches-ipc" else "tcp://127.0.0.1:0"
-    server = lazyseq.serve(
-        source, address, nworkers=0 if kind in ("fuel", "stream", "small-view") else 2, curve_keypair=keypair
-    )
+    nworkers = {"fuel": 0, "stream": 0, "small-view": 0, "slow-items": SLOW_WORKERS}.get(kind, 2)
+    server = lazyseq.serve(source, address, nworkers=nworkers, curve_keypair=keypair)
     print(server.address, flush=True)
     try:
         server.serve_forever()
@@ -477,6 +489,44 @@ def bench_small_items(count: int, repeats: int) -> tuple[list[list[str]], list[R
     ]
 
 
+def shuffled_run(address: str, count: int, method: str | None) -> Callable[[], None]:
+    """``count`` items of the served view in a shuffled order: through ``prefetch`` with 4 workers of ``method``,
+    or without a loader."""
+
+    def run() -> None:
+        with lazyseq.connect(address) as remote:
+            items = remote.shuffle(seed=0)[:count]
+            if method is None:
+                consume(items)
+            else:
+                with lazyseq.prefetch(items, nworkers=4, method=method) as ahead:
+                    consume(ahead)
+
+    return run
+
+
+def bench_threads_sharing(count: int, repeats: int) -> tuple[list[list[str]], list[Result]]:
+    server = ServerProcess("slow-items", "", 0, 0)
+    try:
+        runs = {
+            "no loader": shuffled_run(server.address, count, None),
+            "prefetch, 4 threads": shuffled_run(server.address, count, "thread"),
+            "prefetch, 4 processes": shuffled_run(server.address, count, "process"),
+        }
+        times = measure(runs, repeats)
+    finally:
+        server.stop()
+    alone = min(times["no loader"])
+    rows = [
+        [name, f"{min(t):.3f} s", f"{statistics.median(t):.3f} s", f"{alone / min(t):.2f}"] for name, t in times.items()
+    ]
+    return rows, [
+        Result(f"6. 5 ms items, {name} vs no loader", f"{min(t):.3f} s", f"{alone:.3f} s", f"{alone / min(t):.2f}")
+        for name, t in times.items()
+        if name != "no loader"
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke test: few batches and repeats")
@@ -490,6 +540,7 @@ def main() -> None:
         return serve_main(args.serve, args.data, args.batch, args.count, args.keys)
     count, repeats = (40, 2) if args.quick else (400, 5)
     stream_count = 2_000 if args.quick else 20_000
+    slow_count = 20 if args.quick else 200
     with tempfile.TemporaryDirectory() as directory:
         print(
             f"lazyseq {lazyseq.__version__}, pyzmq {zmq.__version__} (libzmq {zmq.zmq_version()}), {os.cpu_count()} cores"
@@ -513,10 +564,16 @@ def main() -> None:
         stream_rows, stream_results = bench_small_items(stream_count, repeats)
         print(f"\n5. {stream_count:,} rows of 8 float32 per run, one at a time (from connect to the last row)")
         print(table(["run", "best", "median", "items/s"], stream_rows))
+        sharing_rows, sharing_results = bench_threads_sharing(slow_count, repeats)
+        print(
+            f"\n6. {slow_count} items of {SLOW_ITEM * 1e3:g} ms ({SLOW_WORKERS} server workers), shuffled, from connect "
+            "to the last item"
+        )
+        print(table(["run", "best", "median", "speedup"], sharing_rows))
     print(
         "\nsummary (ratio: the reference's time / lazyseq's, above 1 when lazyseq is faster; in 2, served time / ideal)"
     )
-    print(summary(results + fuel_results + curve_results + consumer_results + stream_results))
+    print(summary(results + fuel_results + curve_results + consumer_results + stream_results + sharing_results))
 
 
 if __name__ == "__main__":

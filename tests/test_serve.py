@@ -2911,6 +2911,91 @@ def test_the_read_holding_a_served_streams_connection_counts_the_silence_from_th
         next(stream)
 
 
+class HeldItem:
+    """Item ``held`` is computed once ``release`` is set (``computing`` says it is being computed); others at once."""
+
+    def __init__(self, held=0):
+        self.held, self.computing, self.release = held, threading.Event(), threading.Event()
+
+    def __call__(self, i):
+        if i == self.held:
+            self.computing.set()
+            self.release.wait(30)
+        return i * 10
+
+
+def test_threads_reading_one_served_view_at_once_do_not_wait_for_each_other():
+    # They took turns on its connection: a read waited for the others' answers, and a thread prefetch over a served
+    # view did no better than no loader (the server computed for one read at a time).
+    held = HeldItem()
+    with lazyseq.serve(lazyseq.smap(held, range(20)), LOOPBACK, nworkers=2) as server:
+        remote = lazyseq.connect(server.address)
+        first = []
+        reader = threading.Thread(target=lambda: first.append(remote[0]))
+        reader.start()
+        try:
+            assert held.computing.wait(30)  # that read holds the connection, waiting for its answer
+            assert [remote[5], remote[7], list(remote[2:4])] == [50, 70, [20, 30]]  # meanwhile
+            [spare] = remote._all_spares  # a connection of its own, kept for the next reads
+            assert remote._spares == [spare]
+        finally:
+            held.release.set()
+            reader.join()
+        assert first == [0] and remote[9] == 90
+        remote.close()
+        assert remote._all_spares == [] and spare._connection.closed
+    assert lazyseq_threads() == []
+
+
+def test_threads_reading_one_served_view_at_once_open_connections_up_to_a_limit(monkeypatch):
+    monkeypatch.setattr("lazyseq.serving.client.SPARE_CONNECTIONS", 1)
+    held = [HeldItem(2), HeldItem(3)]
+    with lazyseq.serve(lazyseq.smap(lambda i: held[i % 2](i), range(4)), LOOPBACK, nworkers=3) as server:
+        with lazyseq.connect(server.address) as remote:
+            got = []
+            readers = [threading.Thread(target=lambda i=i: got.append(remote[i])) for i in (2, 3)]  # (jumps)
+            try:
+                readers[0].start()
+                assert held[0].computing.wait(30)
+                readers[1].start()  # through a spare connection
+                assert held[1].computing.wait(30)
+                assert remote._spares == [] and len(remote._all_spares) == 1
+                waiting = threading.Thread(target=lambda: got.append(remote[1]))  # waits for the view's connection
+                waiting.start()
+                held[0].release.set()
+                waiting.join()
+                readers[0].join()
+                assert sorted(got) == [10, 20]
+            finally:
+                held[0].release.set(), held[1].release.set()
+                for reader in readers:
+                    reader.join()
+            assert sorted(got) == [10, 20, 30]
+
+
+def test_a_spare_connection_to_a_server_that_serves_another_view_is_refused():
+    from lazyseq.serving.client import Served
+
+    held = HeldItem()
+    with lazyseq.serve(lazyseq.smap(held, range(20)), LOOPBACK, nworkers=2) as server:
+        with lazyseq.connect(server.address) as remote:
+            remote._served = Served("view", 30, False, None)  # what it served when this consumer connected
+            reader = threading.Thread(target=remote.__getitem__, args=(0,))
+            reader.start()
+            try:
+                assert held.computing.wait(30)
+                with pytest.raises(lazyseq.LoaderError) as caught:
+                    remote[5]
+            finally:
+                held.release.set()
+                reader.join()
+            assert str(caught.value) == (
+                f"connect: the server at {server.address} came back serving a view of length 20, "
+                "where it served a view of length 30: connect again to read what it serves now"
+            )
+            assert remote._all_spares == []
+
+
 class WatchedLock:
     """A lock that says when a thread waits for it with a timeout (as a read waiting for another thread's does)."""
 
@@ -2935,8 +3020,9 @@ class WatchedLock:
         self._lock.release()
 
 
-def test_a_ctrl_c_as_a_read_gets_its_turn_leaves_the_consumer_usable():
+def test_a_ctrl_c_as_a_read_gets_its_turn_leaves_the_consumer_usable(monkeypatch):
     # Raised as the lock was taken, it left the lock held: every later read waited for ever.
+    monkeypatch.setattr("lazyseq.serving.client.SPARE_CONNECTIONS", 0)  # (no connection of its own: it waits)
     with lazyseq.serve(np.arange(10) * 10, LOOPBACK) as server, lazyseq.connect(server.address) as remote:
         lock = remote._lock = WatchedLock()
         lock.acquire()  # another thread's read
@@ -2954,8 +3040,9 @@ def test_a_ctrl_c_as_a_read_gets_its_turn_leaves_the_consumer_usable():
         assert not lock.locked() and remote[6] == 60
 
 
-def test_a_ctrl_c_while_a_read_waits_for_another_threads_read_is_raised_at_once():
+def test_a_ctrl_c_while_a_read_waits_for_another_threads_read_is_raised_at_once(monkeypatch):
     # It was held back until the other read ended: minutes, for an item that takes minutes to compute.
+    monkeypatch.setattr("lazyseq.serving.client.SPARE_CONNECTIONS", 0)
     with lazyseq.serve(np.arange(10) * 10, LOOPBACK) as server, lazyseq.connect(server.address) as remote:
         lock = remote._lock = WatchedLock()
         lock.acquire()  # another thread's read, which goes on

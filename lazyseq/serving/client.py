@@ -37,6 +37,9 @@ RECENT = 256  # stream items remembered as handed out: sent again after a lost c
 # to make)
 ACK_WHILE_WAITING = 0.02
 CONFIRM_ON_CLOSE = 1.0  # seconds a stream's close() waits for the server to know every item handed out
+# Connections of their own that threads reading one served view open while another thread's read holds its
+# connection, at most (beyond them, a read waits for one to be free)
+SPARE_CONNECTIONS = 15
 
 
 class RemoteView(View[Any]):
@@ -76,6 +79,9 @@ class RemoteView(View[Any]):
         self._replaced: LoaderError | None = None  # set once it serves something else
         self._lock = threading.Lock()
         self._reads = ReadsBegun()  # the reads of threads sharing this view's connection, under way
+        self._spares: list[RemoteView] = []  # connections of their own for reads of other threads, free now
+        self._all_spares: list[RemoteView] = []  # and all of them (closed with this view)
+        self._spares_lock = threading.Lock()
         self._next_req = 0
         self._asked: dict[int, int] = {}  # request number -> index, for requests not answered yet
         self._asking: dict[int, int] = {}  # index -> its request number
@@ -95,6 +101,12 @@ class RemoteView(View[Any]):
         return self._spec
 
     def _get(self, i: int) -> Any:
+        spare = self._spare_if_busy()
+        if spare is not None:
+            try:
+                return spare._get(i)
+            finally:
+                self._spares.append(spare)
         # (another thread's read may hold the connection first: the timeout counts from this read's start)
         with self._reads.begun() as began:
             if self._connection.pid != os.getpid():  # a forked worker: its parent's sockets are not its own
@@ -129,6 +141,12 @@ class RemoteView(View[Any]):
         n = self._len
         if n is None or len(idx) < 2 or not self._at_once:  # (a view that may end is read until it does)
             return super()._get_many(idx)
+        spare = self._spare_if_busy()
+        if spare is not None:
+            try:
+                return spare._get_many(idx)
+            finally:
+                self._spares.append(spare)
         with self._reads.begun() as began:  # (as in _get)
             taken = self._take_many(idx, n, began)
         if taken.apart:  # each item can travel, not all of them in one message (objects, say): one by one from now
@@ -167,6 +185,42 @@ class RemoteView(View[Any]):
                 self._chunks.abandon(requests)
             raise
 
+    def _spare_if_busy(self) -> RemoteView | None:
+        """A connection of its own for this read, taken from the free ones or opened, if another thread's read holds
+        this view's connection (None: read through it).
+
+        Threads reading one served view at once (the workers of a thread
+        ``prefetch``) would otherwise take turns: the server computes for one
+        read at a time, and each waits for the others' round trips. A spare
+        is another consumer of the server, as a copy of this view in a worker
+        process is; free again once the read ends, kept for later reads, and
+        closed with this view.
+        """
+        connection = self._connection
+        if not self._lock.locked() or connection.pid != os.getpid() or self._replaced is not None or connection.closed:
+            return None
+        try:
+            return self._spares.pop()  # (the last one freed: a thread reading in order keeps its read-ahead)
+        except IndexError:
+            pass
+        with self._spares_lock:
+            if len(self._all_spares) >= SPARE_CONNECTIONS:
+                return None
+            connection, info = _open_connection(self._settings)
+            try:
+                replaced = self._serving_another(info)
+                if replaced is not None:
+                    raise replaced
+                spare = RemoteView(connection, info, self._ahead, self._settings)
+            except BaseException:
+                connection.close()
+                raise
+            self._all_spares.append(spare)
+        if connection.closed:  # this view was closed meanwhile (its close() may have missed this one)
+            spare.close()
+            return None
+        return spare
+
     def _await_turn(self, waiting_for: str, began: float) -> None:
         """Wait while another thread's read holds the connection, hearing ``ServerLost`` in time meanwhile.
 
@@ -193,6 +247,8 @@ class RemoteView(View[Any]):
         self._connection, info = _open_connection(self._settings)
         self._lock = threading.Lock()
         self._reads.only_this_thread()
+        self._spares, self._all_spares = [], []  # the parent's (closed in this process as it was forked)
+        self._spares_lock = threading.Lock()
         self._asked, self._asking, self._arrived, self._last = {}, {}, {}, -1
         self._chunks = ChunkReads()
         self._drop_pool()  # the parent's (closed in this process as it was forked): it names its slots
@@ -309,16 +365,24 @@ class RemoteView(View[Any]):
 
     def _check_still_served(self, info: Any) -> None:
         """``LoaderError`` (now and at every later read) if a server that came back serves another view."""
+        replaced = self._serving_another(info)
+        if replaced is not None:
+            self._replaced = replaced
+            raise replaced
         served = Served.from_welcome(info)
-        if served.differs_from(self._served):
-            self._replaced = LoaderError(
-                f"connect: the server at {self.address} came back serving {served.described()}, where it served "
-                f"{self._served.described()}: connect again to read what it serves now"
-            )
-            raise self._replaced
         if served.items is not None or self._served.items is None:  # what the items are, once known, is compared on
             self._served = served
             self._spec = wire.decode_spec(info.get("items"))  # (and views above may have found it once: kept)
+
+    def _serving_another(self, info: Any) -> LoaderError | None:
+        """The error to raise if a server's welcome, ``info``, says that it serves another view than this one."""
+        served = Served.from_welcome(info)
+        if not served.differs_from(self._served):
+            return None
+        return LoaderError(
+            f"connect: the server at {self.address} came back serving {served.described()}, where it served "
+            f"{self._served.described()}: connect again to read what it serves now"
+        )
 
     def _describe(self) -> str:
         return f"served({self.address}) {self._remote_label}"
@@ -330,6 +394,8 @@ class RemoteView(View[Any]):
         """
         try:
             self._connection.close()  # a read waiting in another thread wakes up, and raises
+            while self._all_spares:
+                self._all_spares.pop().close()
         finally:  # a Ctrl-C raised once the connection is released: the pool too
             if self._lock.acquire(blocking=False):  # else a read is in progress: the pool goes with this view
                 try:
@@ -760,7 +826,10 @@ def connect(
     ``ahead`` items asked for ahead of use (asked in runs, once half of them
     have been read), a batch (``remote.batch(k)``, after ``shuffle`` too)
     asks for its items at once and gets them in one message, and
-    ``shard(remote, rank, world_size)`` splits it between trainers. A served stream comes back as a :class:`RemoteStream`,
+    ``shard(remote, rank, world_size)`` splits it between trainers. Threads
+    reading it at once (a thread ``prefetch``) do not wait for each other: a
+    read that finds its connection busy opens one of its own, kept for later
+    reads and closed with the view. A served stream comes back as a :class:`RemoteStream`,
     whose items no other consumer gets. A server that does not answer for
     ``timeout`` seconds raises :class:`~lazyseq.ServerLost` naming the
     address; one that comes back within ``timeout`` is reconnected to.
