@@ -39,7 +39,9 @@ repeat, and each comparison is a ratio of timings taken in the same run.
    GIL free, as a file read), served by 4 worker threads, 200 read a run in
    a shuffled order, through ``prefetch`` with 4 worker threads and with 4
    worker processes, vs the same items read without a loader: the speedup
-   (at most 4, the server's workers).
+   (at most 4, the server's workers); and the batches of 1., read in order
+   through ``prefetch`` with 2 worker threads (``ahead`` 4 and 16), vs read
+   without a loader (the view reads ahead on its own).
 """
 
 from __future__ import annotations
@@ -505,26 +507,48 @@ def shuffled_run(address: str, count: int, method: str | None) -> Callable[[], N
     return run
 
 
-def bench_threads_sharing(count: int, repeats: int) -> tuple[list[list[str]], list[Result]]:
-    server = ServerProcess("slow-items", "", 0, 0)
+def prefetched_run(address: str, ahead: int | None) -> Callable[[], None]:
+    """The served batches through ``prefetch`` with 2 worker threads over ``connect(address, ahead=ahead)``, or
+    read without a loader (``ahead=None``: the default)."""
+
+    def run() -> None:
+        with lazyseq.connect(address, ahead=ahead or 4) as remote:
+            if ahead is None:
+                consume(remote)
+            else:
+                with lazyseq.prefetch(remote, nworkers=2) as loaded:
+                    consume(loaded)
+
+    return run
+
+
+def bench_threads_sharing(
+    directory: str, count: int, batches: int, repeats: int
+) -> tuple[list[list[str]], list[Result]]:
+    slow, quick = ServerProcess("slow-items", "", 0, 0), ServerProcess("batches", directory, 256, batches)
     try:
         runs = {
-            "no loader": shuffled_run(server.address, count, None),
-            "prefetch, 4 threads": shuffled_run(server.address, count, "thread"),
-            "prefetch, 4 processes": shuffled_run(server.address, count, "process"),
+            "slow items, no loader": shuffled_run(slow.address, count, None),
+            "slow items, prefetch, 4 threads": shuffled_run(slow.address, count, "thread"),
+            "slow items, prefetch, 4 processes": shuffled_run(slow.address, count, "process"),
+            "batches, no loader": prefetched_run(quick.address, None),
+            "batches, prefetch, 2 threads, ahead=4": prefetched_run(quick.address, 4),
+            "batches, prefetch, 2 threads, ahead=16": prefetched_run(quick.address, 16),
         }
         times = measure(runs, repeats)
     finally:
-        server.stop()
-    alone = min(times["no loader"])
-    rows = [
-        [name, f"{min(t):.3f} s", f"{statistics.median(t):.3f} s", f"{alone / min(t):.2f}"] for name, t in times.items()
-    ]
-    return rows, [
-        Result(f"6. 5 ms items, {name} vs no loader", f"{min(t):.3f} s", f"{alone:.3f} s", f"{alone / min(t):.2f}")
-        for name, t in times.items()
-        if name != "no loader"
-    ]
+        slow.stop()
+        quick.stop()
+    rows, results = [], []
+    for name, t in times.items():
+        kind = name.split(",")[0]
+        alone = min(times[f"{kind}, no loader"])
+        rows.append([name, f"{min(t):.3f} s", f"{statistics.median(t):.3f} s", f"{alone / min(t):.2f}"])
+        if not name.endswith("no loader"):
+            what = "5 ms items, shuffled" if kind == "slow items" else "256 x 248 batches"
+            label = f"6. {what}, {name.split(', ', 1)[1]} vs no loader"
+            results.append(Result(label, f"{min(t):.3f} s", f"{alone:.3f} s", f"{alone / min(t):.2f}"))
+    return rows, results
 
 
 def main() -> None:
@@ -564,10 +588,10 @@ def main() -> None:
         stream_rows, stream_results = bench_small_items(stream_count, repeats)
         print(f"\n5. {stream_count:,} rows of 8 float32 per run, one at a time (from connect to the last row)")
         print(table(["run", "best", "median", "items/s"], stream_rows))
-        sharing_rows, sharing_results = bench_threads_sharing(slow_count, repeats)
+        sharing_rows, sharing_results = bench_threads_sharing(directory, slow_count, count, repeats)
         print(
-            f"\n6. {slow_count} items of {SLOW_ITEM * 1e3:g} ms ({SLOW_WORKERS} server workers), shuffled, from connect "
-            "to the last item"
+            f"\n6. threads sharing a served view: {slow_count} items of {SLOW_ITEM * 1e3:g} ms ({SLOW_WORKERS} server "
+            f"workers), shuffled; {count} batches of 256 x 248 (2 server workers), in order; from connect to the last"
         )
         print(table(["run", "best", "median", "speedup"], sharing_rows))
     print(

@@ -2973,6 +2973,18 @@ def test_threads_reading_one_served_view_at_once_open_connections_up_to_a_limit(
             assert sorted(got) == [10, 20, 30]
 
 
+def test_reads_of_items_asked_for_ahead_in_another_order_keep_the_others():
+    # Threads reading a served view in turn (a thread prefetch over it) read its items in either order: each read
+    # of an item but the next counted as a jump, dropped the items asked for ahead, and asked for them again.
+    with lazyseq.serve(np.arange(20) * 10, LOOPBACK) as server, lazyseq.connect(server.address, ahead=4) as remote:
+        asked, send = [], remote._connection.send
+        remote._connection.send = lambda kind, header, flags=0: (asked.append(header), send(kind, header, flags))[1]
+        assert [remote[i] for i in (0, 2, 1, 3, 5, 4, 12, 13)] == [0, 20, 10, 30, 50, 40, 120, 130]
+        # (items 0-4, then ahead as half of them are read; a jump to 12: that one alone, then in order from 13)
+        assert [(h["index"], h.get("count", 1)) for h in asked] == [(0, 5), (5, 2), (7, 3), (12, 1), (13, 5)]
+        assert sorted(remote._asking.keys() | remote._arrived.keys()) == [14, 15, 16, 17]  # (nothing else kept)
+
+
 def test_a_spare_connection_to_a_server_that_serves_another_view_is_refused():
     from lazyseq.serving.client import Served
 

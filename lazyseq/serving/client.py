@@ -101,7 +101,7 @@ class RemoteView(View[Any]):
         return self._spec
 
     def _get(self, i: int) -> Any:
-        spare = self._spare_if_busy()
+        spare = self._spare_if_busy(i in self._asking or i in self._arrived)
         if spare is not None:
             try:
                 return spare._get(i)
@@ -115,15 +115,17 @@ class RemoteView(View[Any]):
             with self._lock:
                 if self._replaced is not None:
                     raise self._replaced
-                n = self._len
-                in_order = i == self._last + 1  # then every item asked for or arrived is still wanted
+                n, after = self._len, i == self._last + 1
+                # in order: the next one, or one asked for ahead (threads reading in turn come in either order)
+                in_order = after or i in self._asking or i in self._arrived
                 stop = i + 1 + self._ahead if in_order else i + 1
                 wanted = range(i, stop if n is None else min(n, stop))
                 self._last = i
-                if not in_order:  # a jump: the items read ahead are not needed
-                    for j in [j for j in self._arrived if j not in wanted]:
+                if not after:  # a jump: what was read ahead is not needed; in order, what is far behind
+                    kept = range(i - self._ahead, sys.maxsize) if in_order else wanted
+                    for j in [j for j in self._arrived if j not in kept]:
                         del self._arrived[j]
-                    for j in [j for j in self._asking if j not in wanted]:
+                    for j in [j for j in self._asking if j not in kept]:
                         del self._asked[self._asking.pop(j)]
                 missing = [j for j in wanted if j not in self._arrived and j not in self._asking]
                 # Read in order, the items ahead are asked for in runs, once half of them have been used: one request
@@ -141,7 +143,7 @@ class RemoteView(View[Any]):
         n = self._len
         if n is None or len(idx) < 2 or not self._at_once:  # (a view that may end is read until it does)
             return super()._get_many(idx)
-        spare = self._spare_if_busy()
+        spare = self._spare_if_busy(self._chunks.expects(idx))
         if spare is not None:
             try:
                 return spare._get_many(idx)
@@ -185,19 +187,27 @@ class RemoteView(View[Any]):
                 self._chunks.abandon(requests)
             raise
 
-    def _spare_if_busy(self) -> RemoteView | None:
+    def _spare_if_busy(self, expected: bool) -> RemoteView | None:
         """A connection of its own for this read, taken from the free ones or opened, if another thread's read holds
-        this view's connection (None: read through it).
+        this view's connection, unless what the read wants is ``expected`` there (None: read through it).
 
         Threads reading one served view at once (the workers of a thread
         ``prefetch``) would otherwise take turns: the server computes for one
         read at a time, and each waits for the others' round trips. A spare
         is another consumer of the server, as a copy of this view in a worker
         process is; free again once the read ends, kept for later reads, and
-        closed with this view.
+        closed with this view. A read of what the view's connection asked for
+        already (read ahead: threads of a ``prefetch`` over this view read the
+        items in turn) waits for it instead.
         """
         connection = self._connection
-        if not self._lock.locked() or connection.pid != os.getpid() or self._replaced is not None or connection.closed:
+        if (
+            expected
+            or not self._lock.locked()
+            or connection.pid != os.getpid()
+            or self._replaced is not None
+            or connection.closed
+        ):
             return None
         try:
             return self._spares.pop()  # (the last one freed: a thread reading in order keeps its read-ahead)
