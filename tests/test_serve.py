@@ -2973,6 +2973,30 @@ def test_threads_reading_one_served_view_at_once_open_connections_up_to_a_limit(
             assert sorted(got) == [10, 20, 30]
 
 
+def test_a_thread_prefetch_over_a_served_view_that_fails_does_not_wait_for_reads_still_under_way():
+    # Closing on the failure waited for its worker threads, one of them waiting for an item from the server: up to
+    # the server's timeout (a server gone: ServerLost came two or three timeouts late), or the item's own time.
+    held = HeldItem(1)
+
+    def item(i):
+        if i == 0:
+            held.computing.wait(30)  # item 1 is being computed, for the read of another worker
+            raise ValueError("item 0 is bad")
+        return held(i)
+
+    with lazyseq.serve(lazyseq.smap(item, range(10)), LOOPBACK, nworkers=2) as server:
+        with lazyseq.connect(server.address, timeout=2) as remote:
+            try:
+                with pytest.raises(lazyseq.EvaluationError, match="item 0 is bad"):
+                    with lazyseq.prefetch(remote, nworkers=2, inline_below=0) as loaded:
+                        loaded[0]
+                assert [t.name for t in threading.enumerate() if t.name.startswith("lazyseq-prefetch")] == []
+                assert not held.release.is_set()  # (item 1 still computing)
+            finally:
+                held.release.set()
+            assert remote[1] == 10
+
+
 def test_reads_of_items_asked_for_ahead_in_another_order_keep_the_others():
     # Threads reading a served view in turn (a thread prefetch over it) read its items in either order: each read
     # of an item but the next counted as a jump, dropped the items asked for ahead, and asked for them again.

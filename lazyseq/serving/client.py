@@ -16,6 +16,7 @@ from ..extras import require
 from ..loading.closing import hurried, interrupts_deferred, wait_unless_hurried
 from ..loading.failures import LoaderError
 from ..loading.jobs import ItemsAt
+from ..loading.thread_workers import worker_stopping
 from ..views import errors
 from ..views.base import View
 from ..views.display import describe_spec
@@ -246,6 +247,8 @@ class RemoteView(View[Any]):
             while not wait_unless_hurried(lambda seconds: lock.acquire(timeout=seconds), self._connection.interval):
                 if hurried():
                     return
+                if worker_stopping():
+                    raise self._connection.stopping(waiting_for)
                 self._connection.check_heard(waiting_for, began)
             lock.release()
 

@@ -23,6 +23,7 @@ from typing import Any
 from ..arguments import seconds
 from ..loading.closing import Finalizer, interrupts_deferred, interrupts_held
 from ..loading.failures import LoaderError
+from ..loading.thread_workers import worker_stopping
 from . import wire
 from .endpoints import is_ipv6
 from .envelopes import opened
@@ -235,6 +236,8 @@ class Connection:
                         f"{waiting_for}: {reason if isinstance(reason, str) else 'no reason given'}"
                     )
                 return message
+            if worker_stopping():  # a worker thread of a loader that is closing: nobody waits for this any more
+                raise self.stopping(waiting_for)
             overdue = time.monotonic() - max(beat.last_answer, waited_since) > self.timeout  # (then no poll first)
             if not overdue and poller.poll(int(self.interval * 1000)):
                 if self.closed:  # woken by close() from another thread
@@ -277,6 +280,14 @@ class Connection:
             except wire.ProtocolError:
                 continue
             return self._unread.popleft()
+
+    def stopping(self, waiting_for: str) -> LoaderError:
+        """What a read in a worker thread of a loader that is closing raises, rather than wait on (its loader would
+        wait for it to end, up to the server's ``timeout`` for one that went away)."""
+        return LoaderError(
+            f"connect: stopped waiting for {waiting_for} from the server at {self.address}: the loader reading it is "
+            "closing"
+        )
 
     def check_heard(self, waiting_for: str, since: float) -> None:
         """``ServerLost`` if nothing came from the server for ``timeout`` since ``since`` (or since the last message,
