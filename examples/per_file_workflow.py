@@ -102,7 +102,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         for row in metadata:
             print(f"{row['file']}: {row['samples']} samples, loudest channel {row['loudest_channel']}")
         spectra = gather_spectra(metadata, os.path.join(folder, "spectra"), args.method, args.workers)
-        print(f"{len(spectra)} spectra of {spectra[0].shape[0]} values in {os.path.join(folder, 'spectra')}")
+        where = os.path.join(folder, "spectra") if args.folder else "a temporary folder (--folder DIR keeps them)"
+        print(f"{len(spectra)} spectra of {spectra[0].shape[0]} values in {where}")
     return metadata
 
 

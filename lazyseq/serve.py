@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
+import os
 import signal
 import stat
 import sys
@@ -51,6 +52,14 @@ def load_source(spec: str) -> Any:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise SystemExit(f"lazyseq.serve: expected MODULE:ATTR (e.g. my_project.data:train), got {spec!r}")
+    if module_name.endswith(".py") or "/" in module_name or os.sep in module_name:  # a file's path
+        path = os.path.normpath(module_name).removesuffix(".py")
+        name = os.path.basename(path) if os.path.isabs(path) else path.replace(os.sep, ".")
+        where = f" (from {os.path.dirname(path)}, or with it on PYTHONPATH)" if os.path.isabs(path) else ""
+        raise SystemExit(
+            f"lazyseq.serve: {spec!r} names a file: name its module and attribute as python -m would{where}, "
+            f"e.g. {name}:{attr}"
+        )
     sys.path.insert(0, "")  # modules in the current directory, as with python -m
     try:
         module = importlib.import_module(module_name)

@@ -32,3 +32,11 @@ def test_per_file_workflow_collects_metadata_in_order(tmp_path, capsys, method):
     assert f"6 spectra of {example.BINS * 3} values in {tmp_path / 'spectra'}" in out
     spectra = sorted(os.listdir(tmp_path / "spectra"))
     assert spectra == ["data-00000.npy", "manifest.json"]
+
+
+def test_per_file_workflow_without_a_folder_does_not_name_the_one_it_removed(capsys):
+    example = load_example("per_file_workflow")
+    example.main(["--files", "2", "--workers", "0"])
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"2 spectra of {example.BINS * 3} values in a temporary folder (--folder DIR keeps them)"
+    )

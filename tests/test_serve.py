@@ -446,6 +446,19 @@ def test_an_iterator_that_gives_nothing_to_serve_is_refused():
     assert str(caught.value) == (
         "serve: the generator has ended (or was closed): it has nothing left to serve; make a new one"
     )
+    drawn = threading.Event()
+
+    def short():
+        yield from range(3)
+        drawn.set()  # the server drew every item, and serves them still
+
+    items = short()
+    with lazyseq.serve(items, LOOPBACK) as server:
+        assert drawn.wait(30)
+        with pytest.raises(ValueError, match="^serve: this iterator is served already"):  # (not "has ended")
+            lazyseq.serve(items, LOOPBACK)
+        with lazyseq.connect(server.address) as stream:
+            assert list(stream) == [0, 1, 2]
     with pytest.raises(TypeError) as caught:
         lazyseq.serve(count, LOOPBACK)
     assert str(caught.value) == (
@@ -577,6 +590,20 @@ def test_closing_a_consumer_from_another_thread_wakes_its_reader_with_a_clear_er
     assert isinstance(error, lazyseq.LoaderError) and type(error).__name__ == "ConnectionClosed"
     assert str(error) == f"connect: the connection to {server.address} was closed while waiting for item 0"
     assert lazyseq_threads() == []
+
+
+def test_reading_a_closed_consumer_says_it_is_closed():
+    # It said the connection was closed "while sending 'get'" (or 'next'): a word of the protocol.
+    with lazyseq.serve(np.arange(10.0), LOOPBACK) as server, lazyseq.serve(iter(range(5)), LOOPBACK) as streamed:
+        remote, stream = lazyseq.connect(server.address), lazyseq.connect(streamed.address)
+        remote.close(), stream.close()
+        for read, address in ((lambda: remote[2], server.address), (lambda: next(stream), streamed.address)):
+            with pytest.raises(lazyseq.LoaderError) as caught:
+                read()
+            assert str(caught.value) == (
+                f"connect: this consumer of the server at {address} is closed: connect again to read from it"
+            )
+        assert len(remote) == 10  # (known without the server)
 
 
 def test_a_stream_served_from_another_process(server_process):
@@ -1840,6 +1867,9 @@ def test_a_public_address_needs_keys():
         ("serve", "inproc://data", "'inproc://data' is an inproc:// endpoint, which only sockets of one ZeroMQ"),
         ("connect", "inproc://data", "'inproc://data' is an inproc:// endpoint, which only sockets of one ZeroMQ"),
         ("serve", "udp://127.0.0.1:0", "'udp://127.0.0.1:0' is a udp:// endpoint; a lazyseq server and its clients"),
+        # (it said the port had to be a number, and that the host was the port)
+        ("connect", "tcp://localhost", "'tcp://localhost' has no port: add one, as in 'tcp://localhost:5557'"),
+        ("serve", "tcp://[::1]", "'tcp://[::1]' has no port: add one, as in 'tcp://[::1]:5557', or port 0 for any"),
     ],
 )
 def test_endpoints_no_server_can_use_are_refused(call, address, message):
@@ -1906,9 +1936,11 @@ def test_a_curve_keypair_must_be_a_public_key_and_its_secret_key():
     assert lazyseq_threads() == []
 
 
-def test_a_bool_is_not_a_count():
+def test_a_bool_is_not_a_count_and_a_string_is_not_a_flag():
     with pytest.raises(TypeError, match=r"^connect: ahead must be a positive integer, got True$"):
         lazyseq.connect("tcp://127.0.0.1:5557", ahead=True)
+    with pytest.raises(TypeError, match=r"^connect: shared_memory must be True or False, got 'no'$"):
+        lazyseq.connect("tcp://127.0.0.1:5557", shared_memory="no")  # (taken for True)
 
 
 @pytest.mark.parametrize(
@@ -2056,6 +2088,16 @@ def test_the_command_says_what_is_wrong_with_its_argument():
     ("arguments", "message"),
     [
         (["nosuchmodule:x"], "lazyseq.serve: cannot import 'nosuchmodule': No module named 'nosuchmodule'"),
+        (  # (a file's path ended in importlib's TypeError, with a traceback)
+            ["./data.py:batches"],
+            "lazyseq.serve: './data.py:batches' names a file: name its module and attribute as python -m would, "
+            "e.g. data:batches",
+        ),
+        (
+            ["/srv/project/data.py:batches"],
+            "lazyseq.serve: '/srv/project/data.py:batches' names a file: name its module and attribute as python -m "
+            "would (from /srv/project, or with it on PYTHONPATH), e.g. data:batches",
+        ),
         (
             ["string:digits", "--address", "bogus"],
             "lazyseq.serve: address must look like 'tcp://127.0.0.1:5557'",
@@ -2576,7 +2618,7 @@ def test_a_worker_process_that_dies_on_a_batch_fails_that_batch_and_new_workers_
                     outcomes.append(str(error))
     assert outcomes[:1] + outcomes[2:] == [list(range(k, k + 4)) for k in (0, 8, 12, 16)]
     assert re.search(
-        r"could not compute items 4 to 7: .* died with exit code 3 while computing item 4 to 7$", outcomes[1]
+        r"could not compute items 4 to 7: .* died with exit code 3 while computing items 4 to 7$", outcomes[1]
     )
 
 

@@ -690,6 +690,10 @@ def test_other_parameters_are_refused_unless_overwrite(tmp_path):
         lazyseq.write_npy(pipeline(N), tmp_path)  # sized from bytes_per_shard: one shard
     with pytest.raises(FileExistsError, match=r"\(items: arrays, were tuples of 2; length: 30, was 57\)"):
         lazyseq.write_npy(rows(30), tmp_path, rows_per_shard=10)
+    with pytest.raises(FileExistsError, match=r"\(length: 5, was 57\)"):  # (not rows_per_shard, cut to the length)
+        lazyseq.write_npy(pipeline(5), tmp_path, rows_per_shard=10)
+    with pytest.raises(FileExistsError, match=r"\(length: 40, was 57; rows_per_shard: 20, was 10\)"):
+        lazyseq.write_npy(pipeline(40), tmp_path, rows_per_shard=20)  # (no other rows_per_shard goes on with them)
     with pytest.raises(FileExistsError, match=r"\(dtype of field 'f0': float32, was float64\)"):
         lazyseq.write_npy(pipeline(N).smap(lambda t: (t[0].astype(np.float32), t[1])), tmp_path, rows_per_shard=10)
     assert len(os.listdir(tmp_path)) == 13  # untouched
@@ -710,6 +714,21 @@ def test_shard_files_without_a_manifest_are_not_overwritten(tmp_path):
     lazyseq.write_npy(np.arange(5.0), tmp_path, overwrite=True)
     assert sorted(os.listdir(tmp_path)) == ["data-00000.npy", "manifest.json", "notes.txt"]
     np.testing.assert_array_equal(np.load(tmp_path / "data-00000.npy"), np.arange(5.0))
+
+
+def test_open_npy_of_shards_whose_manifest_is_gone_says_how_to_read_each_field(tmp_path):
+    # It said the directory was not written by write_npy, and suggested one glob over all its .npy files: the
+    # fields' files end to end, as one view.
+    lazyseq.write_npy(lazyseq.collate([np.arange(4.0), np.arange(4.0) * 100]), tmp_path, rows_per_shard=2)
+    os.remove(tmp_path / "manifest.json")
+    with pytest.raises(FileNotFoundError) as info:
+        lazyseq.open_npy(tmp_path)
+    assert str(info.value) == (
+        f"open_npy: {tmp_path} has no manifest.json, but holds 4 files named like write_npy's shards (fields f0, "
+        "f1): without the manifest they cannot be checked; write them again (write_npy with overwrite=True), or "
+        f"open each field's files with a glob pattern ({str(tmp_path / 'f0-*.npy')!r}, "
+        f"{str(tmp_path / 'f1-*.npy')!r}) and lazyseq.collate them"
+    )
 
 
 def test_open_npy_of_a_directory_without_a_finished_run(tmp_path):
@@ -907,6 +926,8 @@ def test_arguments_are_checked(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match=r"^write_npy: the directory is an empty path; give '\.' for the current "):
         lazyseq.write_npy([1.0], "")  # it wrote into the current directory
+    with pytest.raises(TypeError, match=r"^write_npy: directory must be a path \(a str or an os.PathLike\), got None$"):
+        lazyseq.write_npy([1.0], None)  # (os.fsdecode's message, naming no argument)
     assert os.listdir(tmp_path) == []
 
 

@@ -81,6 +81,20 @@ def read_manifest(directory: str) -> Written:
                 f"{directory} holds shards of a write_npy run that did not finish (no {MANIFEST}, only "
                 f"{PROGRESS}): call write_npy again with the same arguments to finish it"
             )
+        shards = _shard_files(directory)
+        if shards:  # of a run whose manifest and progress log were removed (or another program's, named alike)
+            fields = sorted({name.rsplit("-", 1)[0] for name in shards})
+            patterns = [repr(os.path.join(directory, f"{field}-*.npy")) for field in fields]
+            reading = (
+                f"open them with a glob pattern ({patterns[0]})"
+                if len(fields) == 1
+                else f"open each field's files with a glob pattern ({', '.join(patterns)}) and lazyseq.collate them"
+            )
+            raise FileNotFoundError(
+                f"{directory} has no {MANIFEST}, but holds {len(shards)} files named like write_npy's shards "
+                f"(fields {', '.join(fields)}): without the manifest they cannot be checked; write them again "
+                f"(write_npy with overwrite=True), or {reading}"
+            )
         raise FileNotFoundError(
             f"{directory} has no {MANIFEST}: it was not written by write_npy (open its files with a glob "
             f"pattern such as {os.path.join(directory, '*.npy')!r})"
@@ -91,6 +105,11 @@ def read_manifest(directory: str) -> Written:
         return _written(data, data["shards"], complete=True)
     except (ValueError, KeyError, TypeError, OverflowError, RecursionError, IsADirectoryError) as error:
         raise ValueError(f"{path} is not a write_npy manifest: {type(error).__name__}: {error}") from None
+
+
+def _shard_files(directory: str) -> list[str]:
+    """The names of the files in ``directory`` named as write_npy names its shards, sorted."""
+    return sorted(name for name in os.listdir(directory) if SHARD_FILE_NAME.fullmatch(name))
 
 
 def _lock_soon(fd: int, fcntl: Any) -> None:
@@ -225,7 +244,7 @@ def prepare(
     _make_directory(directory)
     previous = None if overwrite else _read_state(directory)
     if previous is None and not overwrite:
-        strays = sorted(name for name in os.listdir(directory) if SHARD_FILE_NAME.fullmatch(name))
+        strays = _shard_files(directory)
         if strays:
             shown = ", ".join(strays[:3]) + (", ..." if len(strays) > 3 else "")
             raise FileExistsError(

@@ -368,12 +368,13 @@ class Layout:
         if self.length != other.length:
             changes.append(f"length: {self.length}, was {other.length}")
         whole = self.rows_per_shard == self.length and other.rows_per_shard == other.length  # one shard each
-        if self.rows_per_shard != other.rows_per_shard and not whole:  # (a larger rows_per_shard is the length)
+        # (a larger rows_per_shard is the length: the same one given for another length may be cut to it)
+        cut = self.length != other.length and self.rows_per_shard == min(other.rows_per_shard, self.length)
+        if self.rows_per_shard != other.rows_per_shard and not whole and not cut:
             # (rows_per_shard=None sizes shards from bytes_per_shard: a number the caller may never have given)
-            changes.append(
-                f"rows_per_shard: {self.rows_per_shard}, was {other.rows_per_shard}: "
-                f"rows_per_shard={other.rows_per_shard} goes on with them"
-            )
+            same = self.length == other.length  # (else nothing goes on with them)
+            hint = f": rows_per_shard={other.rows_per_shard} goes on with them" if same else ""
+            changes.append(f"rows_per_shard: {self.rows_per_shard}, was {other.rows_per_shard}{hint}")
         return changes
 
 

@@ -240,6 +240,8 @@ def write_npy(
     sync = flag(sync, "write_npy: sync")
     check_progress(progress, "write_npy")  # before the directory is touched
     # bytes too, as os functions take them; absolute, as the workers see it (a Ray worker's own directory differs)
+    if not isinstance(directory, (str, bytes, os.PathLike)):
+        raise TypeError(f"write_npy: directory must be a path (a str or an os.PathLike), got {directory!r}")
     directory = os.fsdecode(directory)
     if not directory:  # an unset setting, perhaps: not the current directory
         raise ValueError("write_npy: the directory is an empty path; give '.' for the current directory")

@@ -153,24 +153,32 @@ def is_an_items_own(error: BaseException) -> bool:
     return getattr(error, "lazyseq_item_failure", False) is True
 
 
-def describe_items(tasks: Iterable[tuple[Hashable, Any]]) -> str:
-    """The items of ``(task, argument)`` pairs that a failure concerns, in order where they can be ordered.
+def describe_items(noun: str, tasks: Iterable[tuple[Hashable, Any]]) -> str:
+    """The items of ``(task, argument)`` pairs that a failure concerns, after ``noun`` (plural for several), in order
+    where they can be ordered.
 
     An item is named by its argument, as the loader's caller numbers it (a
-    served view's task is a consumer and an index; its argument the index),
-    or by its task where it has no argument (``load_buffers``' batches).
+    served view's task is a consumer and an index; its argument the index, or
+    the positions of the items it reads at once), or by its task where it has
+    no argument (``load_buffers``' batches).
 
-    >>> describe_items([((b"consumer", 12), 12), ((b"consumer", 3), 3)])
-    '3, 12'
-    >>> describe_items([(4, None), (2, None)])
-    '2, 4'
+    >>> describe_items("item", [((b"consumer", 12), 12), ((b"consumer", 3), 3)])
+    'items 3, 12'
+    >>> describe_items("batch", [(4, None)])
+    'batch 4'
     """
-    listed = [task if arg is None else arg for task, arg in tasks]
+    pairs = list(tasks)
+    listed = [task if arg is None else arg for task, arg in pairs]
     try:
         listed.sort()
     except TypeError:  # items that cannot be compared: as they came
         pass
-    return ", ".join(map(str, listed))
+    several = len(listed) > 1 or any(len(getattr(arg, "positions", ())) > 1 for _, arg in pairs)  # (ItemsAt)
+    return f"{_plural(noun) if several else noun} {', '.join(map(str, listed))}"
+
+
+def _plural(noun: str) -> str:
+    return noun + ("es" if noun.endswith(("s", "sh", "ch", "x")) else "s")
 
 
 def exit_description(code: int | None) -> str:

@@ -472,10 +472,10 @@ class ProcessWorkers:
         suspects = [task for task, (_, number) in busy.items() if number == began] if finished < began else []
         doing = ""
         if suspects:
-            doing = f" while computing {self._task_name} {describe_items((t, busy[t][0]) for t in suspects)}"
+            doing = f" while computing {describe_items(self._task_name, ((t, busy[t][0]) for t in suspects))}"
         elif busy:
-            unsent = describe_items((task, arg) for task, (arg, _) in busy.items())
-            doing = f" between two tasks, with {self._task_name} {unsent} not sent back"
+            unsent = describe_items(self._task_name, ((task, arg) for task, (arg, _) in busy.items()))
+            doing = f" between two tasks, with {unsent} not sent back"
         if k not in self._started:  # before our code ran, or while unpickling the pipeline or running start_hook
             doing = (
                 " while starting, before it could compute anything; what it printed (the cause, usually a "

@@ -278,14 +278,14 @@ class RayWorkers:
         if isinstance(error, (WorkerCrashedError, NodeDiedError)):
             self.close()
             raise WorkerDied(
-                f"{self._owner}: the Ray worker computing {self._task_name} {describe_items(zip(tasks, args))} died "
+                f"{self._owner}: the Ray worker computing {describe_items(self._task_name, zip(tasks, args))} died "
                 f"{RETRIES + 1} times; the last time: {type(error).__name__}: {error}",
                 tasks,
             ) from error
         if error is not None:
             self.close()
             raise LoaderError(
-                f"{self._owner}: Ray could not compute {self._task_name} {describe_items(zip(tasks, args))}: "
+                f"{self._owner}: Ray could not compute {describe_items(self._task_name, zip(tasks, args))}: "
                 f"{type(error).__name__}: {error}"
             ) from error
         if outcomes[0][0] == "load_failed":  # no task can run where the pipeline cannot be loaded

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..arguments import flag
 from ..extras import require
 from ..loading.closing import hurried, interrupts_deferred, wait_unless_hurried
 from ..loading.failures import LoaderError
@@ -875,7 +876,7 @@ def connect(
         "server_key": server_key,
         "curve_keypair": curve_keypair,
         "ahead": ahead,
-        "shared_memory": bool(shared_memory),
+        "shared_memory": flag(shared_memory, "connect: shared_memory"),
     }
     connection, info = _open_connection(settings)
     try:

@@ -388,7 +388,9 @@ class _InUse:
         connection._using.acquire()
         if connection.closed:
             connection._using.release()
-            raise connection._closed(self._describe())
+            raise ConnectionClosed(
+                f"connect: this consumer of the server at {connection.address} is closed: connect again to read from it"
+            )
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, _: object) -> None:
         connection = self.connection
@@ -400,7 +402,7 @@ class _InUse:
 
     def _describe(self) -> str:
         what = self.what
-        return f"{self.doing} {what.decode()!r}" if isinstance(what, bytes) else f"{self.doing} {what}"
+        return f"{self.doing} a request" if isinstance(what, bytes) else f"{self.doing} {what}"  # (bytes: its kind)
 
 
 class _Heartbeat(threading.Thread):

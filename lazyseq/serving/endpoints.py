@@ -39,6 +39,10 @@ def check_endpoint(address: object, owner: str, *, binding: bool) -> str:
             "a server and its clients never share one; use tcp://127.0.0.1:PORT, or ipc://PATH on this machine"
         )
     if transport == "tcp":
+        if ":" not in rest or rest.endswith("]"):  # (an IPv6 host alone: tcp://[::1])
+            example = f"tcp://{rest or '127.0.0.1'}:5557"
+            free = ", or port 0 for any free one" if binding else ""
+            raise ValueError(f"{owner}: {address!r} has no port: add one, as in {example!r}{free}")
         port = rest.rpartition(":")[2]
         low = 0 if binding else 1
         if not (binding and port == "*") and not (

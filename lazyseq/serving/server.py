@@ -153,16 +153,15 @@ def _stop_in(pid: int, stop: Callable[[], None]) -> None:
 def _check_servable(source: Iterable) -> None:
     """``ValueError`` for an iterator that gives nothing to serve: a generator used up, or one a server serves (an
     iterable that makes an iterator of its own for each, a set, say, is served twice as well as once)."""
+    if isinstance(source, Iterator):  # (first: a server that drew every item of a short one still serves them)
+        for server in list(_open_servers.values()):
+            if not server.closed and server._source is source:
+                raise ValueError(
+                    f"serve: this iterator is served already, at {server.address}: two servers would split its "
+                    "items; connect every consumer to that one"
+                )
     if inspect.isgenerator(source) and inspect.getgeneratorstate(source) == inspect.GEN_CLOSED:
         raise ValueError("serve: the generator has ended (or was closed): it has nothing left to serve; make a new one")
-    if not isinstance(source, Iterator):
-        return
-    for server in list(_open_servers.values()):
-        if not server.closed and server._source is source:
-            raise ValueError(
-                f"serve: this iterator is served already, at {server.address}: two servers would split its items; "
-                "connect every consumer to that one"
-            )
 
 
 def serve(
