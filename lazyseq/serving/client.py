@@ -218,17 +218,17 @@ class RemoteView(View[Any]):
         with self._spares_lock:
             if len(self._all_spares) >= SPARE_CONNECTIONS:
                 return None
-            connection, info = _open_connection(self._settings)
+            opened, info = _open_connection(self._settings)
             try:
                 replaced = self._serving_another(info)
                 if replaced is not None:
                     raise replaced
-                spare = RemoteView(connection, info, self._ahead, self._settings)
+                spare = RemoteView(opened, info, self._ahead, self._settings)
             except BaseException:
-                connection.close()
+                opened.close()
                 raise
             self._all_spares.append(spare)
-        if connection.closed:  # this view was closed meanwhile (its close() may have missed this one)
+        if self._connection.closed:  # this view was closed meanwhile (its close() may have missed this one)
             spare.close()
             return None
         return spare
