@@ -81,10 +81,6 @@ class ChunkReads:
                 self.drop(self._ahead.pop(next(iter(self._ahead))))
         return wanted, to_send
 
-    def expects(self, idx: Positions) -> bool:
-        """Whether the items ``idx`` are a run asked for ahead."""
-        return len(idx) > 0 and (int(idx[0]), int(idx[-1]) + 1) in self._ahead
-
     def _ask(self, positions: list[int], number: Callable[[], int]) -> tuple[list[int], list]:
         requests: list[int] = []
         to_send: list[tuple[int, list[int]]] = []

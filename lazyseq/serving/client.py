@@ -103,7 +103,7 @@ class RemoteView(View[Any]):
         return self._spec
 
     def _get(self, i: int) -> Any:
-        spare = self._spare_if_busy(i in self._asking or i in self._arrived)
+        spare = self._spare_if_busy()
         if spare is not None:
             try:
                 return spare._get(i)
@@ -145,7 +145,7 @@ class RemoteView(View[Any]):
         n = self._len
         if n is None or len(idx) < 2 or not self._at_once:  # (a view that may end is read until it does)
             return super()._get_many(idx)
-        spare = self._spare_if_busy(self._chunks.expects(idx))
+        spare = self._spare_if_busy()
         if spare is not None:
             try:
                 return spare._get_many(idx)
@@ -189,27 +189,19 @@ class RemoteView(View[Any]):
                 self._chunks.abandon(requests)
             raise
 
-    def _spare_if_busy(self, expected: bool) -> RemoteView | None:
+    def _spare_if_busy(self) -> RemoteView | None:
         """A connection of its own for this read, taken from the free ones or opened, if another thread's read holds
-        this view's connection, unless what the read wants is ``expected`` there (None: read through it).
+        this view's connection (None: read through it).
 
         Threads reading one served view at once (the workers of a thread
         ``prefetch``) would otherwise take turns: the server computes for one
-        read at a time, and each waits for the others' round trips. A spare
-        is another consumer of the server, as a copy of this view in a worker
-        process is; free again once the read ends, kept for later reads, and
-        closed with this view. A read of what the view's connection asked for
-        already (read ahead: threads of a ``prefetch`` over this view read the
-        items in turn) waits for it instead.
+        read at a time, and each waits for the others' round trips (or a slow
+        item's). A spare is another consumer of the server, as a copy of this
+        view in a worker process is; free again once the read ends, kept for
+        later reads, and closed with this view.
         """
         connection = self._connection
-        if (
-            expected
-            or not self._lock.locked()
-            or connection.pid != os.getpid()
-            or self._replaced is not None
-            or connection.closed
-        ):
+        if not self._lock.locked() or connection.pid != os.getpid() or self._replaced is not None or connection.closed:
             return None
         try:
             return self._spares.pop()  # (the last one freed: a thread reading in order keeps its read-ahead)
