@@ -37,6 +37,7 @@ from typing import IO, Any
 from .shard_files import matches, remove_temporaries, replace_atomically
 from .shard_layout import MANIFEST, PROGRESS, SHARD_FILE_NAME, Layout, ShardRecord
 from .shard_sync import sync_directory
+from .shard_writers import no_stale_writers
 
 __all__ = [
     "MANIFEST",
@@ -170,6 +171,7 @@ def writing_alone(directory: str) -> Iterator[None]:
             pass
         _locks.add(fd)
         try:
+            no_stale_writers(directory)  # (the workers of a run killed, still there)
             yield
         finally:
             _locks.discard(fd)

@@ -41,6 +41,7 @@ from .shard_files import matches, npy_header, remove_temporaries, write_npy_file
 from .shard_layout import FIRST_BLOCK_ROWS, Layout, ShardRecord, read_batch
 from .shard_pieces import Piece, PieceWritten, finish_shard, plan
 from .shard_sync import Syncer, sync_directory, sync_file
+from .shard_writers import hold_while_writing
 
 __all__ = ["ShardWrites", "write_npy"]
 
@@ -89,6 +90,7 @@ class ShardWrites(View[Any]):
         self._len = len(self._tasks)
 
     def _get(self, i: int) -> ShardRecord | PieceWritten:
+        hold_while_writing(self._directory)  # in a worker process: none writes once its run was killed
         task = self._tasks[i]
         if task.count == 1:
             return self._whole(task.shard)

@@ -17,7 +17,9 @@ from __future__ import annotations
 import os
 import threading
 
-__all__ = ["ParentWatch"]
+__all__ = ["ParentWatch", "consumer_gone", "watched"]
+
+_this_process: list[ParentWatch] = []  # the watch of this worker process, if it is one
 
 
 class ParentWatch:
@@ -30,17 +32,32 @@ class ParentWatch:
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="lazyseq-parent-watch", daemon=True)
         self._thread.start()
+        _this_process[:] = [self]
 
     def close(self) -> None:
         """Stop the thread; a worker process never needs to."""
         self._closing.set()
         self._thread.join()
 
+    def gone(self) -> bool:
+        """Whether the consumer is gone (this process is about to end)."""
+        return os.getppid() != self._parent or (self._consumer is not None and not _alive(self._consumer))
+
     def _watch(self) -> None:
-        while os.getppid() == self._parent and (self._consumer is None or _alive(self._consumer)):
+        while not self.gone():
             if self._closing.wait(self._check_seconds):
                 return
         os._exit(1)
+
+
+def watched() -> bool:
+    """Whether this is a worker process of lazyseq's, which ends with its consumer."""
+    return bool(_this_process) and _this_process[0]._thread.is_alive()
+
+
+def consumer_gone() -> bool:
+    """Whether this is a worker process whose consumer is gone (its watch ends it within ``check_seconds``)."""
+    return watched() and _this_process[0].gone()
 
 
 def _alive(pid: int) -> bool:
