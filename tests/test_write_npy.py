@@ -265,16 +265,21 @@ import ctypes, os, sys
 import numpy as np
 import lazyseq
 
+class PollFd(ctypes.Structure):
+    _fields_ = [("fd", ctypes.c_int), ("events", ctypes.c_short), ("revents", ctypes.c_short)]
+
 def item(i):
     if i == 5:
+        fifo = PollFd(os.open(sys.argv[2], os.O_RDONLY | os.O_NONBLOCK), 1, 0)
         print("blocked", os.getpid(), flush=True)
-        ctypes.PyDLL(None).open(sys.argv[2].encode(), os.O_RDONLY)  # until the FIFO is opened, the GIL held
+        ctypes.PyDLL(None).poll(ctypes.byref(fifo), 1, 60_000)  # until a byte comes (60 s at most), the GIL held
     return np.full(3, float(i))
 
 lazyseq.write_npy(lazyseq.smap(item, range(20)), sys.argv[1], rows_per_shard=10, nworkers=1, method="process")
 """
 
 
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="waits for a process that is not its child (Linux)")
 def test_a_run_waits_for_the_worker_processes_of_a_run_killed_before_it(tmp_path, monkeypatch):
     # A writer killed let go of the directory at once, but its worker processes went on for up to a quarter of a
     # second: a run started meanwhile found their temporary files, or a shard of theirs in place of its own.
@@ -284,27 +289,28 @@ def test_a_run_waits_for_the_worker_processes_of_a_run_killed_before_it(tmp_path
         [sys.executable, "-c", STALE_WORKER, str(out), str(fifo)], stdout=subprocess.PIPE, text=True
     )
     try:
-        worker = int(child.stdout.readline().split()[1])  # a worker process, in item 5 (it cannot notice yet)
+        worker = os.pidfd_open(int(child.stdout.readline().split()[1]))  # a worker process, in item 5
     finally:
         child.kill()
         child.wait()
         child.stdout.close()
-    ended = os.pidfd_open(worker)
     try:
         monkeypatch.setattr(lazyseq.io.shard_writers, "STALE_WAIT_SECONDS", 0.1)
         values = lazyseq.smap(lambda i: np.full(3, float(i)), range(20))
-        with pytest.raises(BlockingIOError) as caught:
+        with pytest.raises(BlockingIOError) as caught:  # (the worker cannot notice its consumer is gone yet)
             lazyseq.write_npy(values, out, rows_per_shard=10)
         assert str(caught.value) == (
             f"write_npy: worker processes of an earlier run into {out}, which was killed, still write there 0.1 s "
             "later: wait until they end (kill them if they hang), then call again"
         )
-        os.close(os.open(fifo, os.O_WRONLY))  # the worker goes on, and ends once it sees its consumer gone
-        assert select.select([ended], [], [], 30)[0] == [ended]
+        unblock = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        os.write(unblock, b"x")  # the worker goes on, and ends once it sees its consumer gone
+        os.close(unblock)
+        assert select.select([worker], [], [], 30)[0] == [worker]
     finally:
-        with contextlib.suppress(ProcessLookupError):  # (this test failing: the worker would wait for ever)
-            os.kill(worker, signal.SIGKILL)
-        os.close(ended)
+        with contextlib.suppress(ProcessLookupError):  # (this test failing: it would wait up to a minute)
+            signal.pidfd_send_signal(worker, signal.SIGKILL)
+        os.close(worker)
     written = lazyseq.write_npy(values, out, rows_per_shard=10)
     np.testing.assert_array_equal(np.asarray(written), np.repeat(np.arange(20.0), 3).reshape(20, 3))
     assert temporaries(out) == []

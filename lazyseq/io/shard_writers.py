@@ -8,12 +8,14 @@ only once they notice (within a quarter of a second, see
 land in the directory of the run that followed: temporary files left there,
 or a shard of the old run in place of one the new run had written and
 recorded. So each worker process of a run holds a shared lock on the run's
-progress log (:data:`~.shard_layout.PROGRESS`) for as long as it lives, and
-goes on only if its consumer is still there once it holds it; a new run,
-holding the directory's lock, waits until no worker holds the log's before
-it replaces it (``BlockingIOError`` after :data:`STALE_WAIT_SECONDS`). The
+progress log (:data:`~.shard_layout.PROGRESS`) while it writes a shard or a
+piece of one, and goes on only if its consumer is still there once it holds
+it; a new run, holding the directory's lock, waits until no worker holds the
+log's before it replaces it (``BlockingIOError`` after
+:data:`STALE_WAIT_SECONDS`). The
 locks are ``flock``\\ s (POSIX), gone with the processes; on a system without
-them, runs are not told apart.
+them, runs are not told apart. Ray's workers outlive runs, and take no lock: a
+run killed leaves its Ray tasks to end on their own.
 """
 
 from __future__ import annotations
@@ -21,35 +23,44 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from ..loading.parent_watch import consumer_gone, watched
 from .shard_layout import PROGRESS
 
-__all__ = ["STALE_WAIT_SECONDS", "hold_while_writing", "no_stale_writers"]
+__all__ = ["STALE_WAIT_SECONDS", "no_stale_writers", "writing_for"]
 
 STALE_WAIT_SECONDS = 2.0  # how long a new run waits for the worker processes of one killed to end
-_held: dict[str, int] = {}  # directory -> the descriptor of its progress log, locked by this worker process
+_held: set[int] = set()  # the descriptors of the progress logs this process holds locked now
 
 
-def hold_while_writing(directory: str) -> None:
-    """In a worker process of lazyseq's, before it writes into ``directory``: the shared lock of the run's progress
-    log, held until the process ends; the process ends at once if its consumer is gone already."""
-    if directory in _held or not watched():  # (a Ray worker outlives runs: it holds nothing)
+@contextmanager
+def writing_for(directory: str, consumer: int) -> Iterator[None]:
+    """Within the block, a worker process of lazyseq's that writes into ``directory`` for the run of process
+    ``consumer`` holds the shared lock of the run's progress log; it ends at once if that run was killed."""
+    if os.getpid() == consumer or not watched():  # the run's own process, or not a worker of it (Ray's)
+        yield
         return
     try:
         import fcntl
 
         fd = os.open(os.path.join(directory, PROGRESS), os.O_RDONLY)
     except (ImportError, OSError):  # no locks here; or no progress log: nothing to tell apart
+        yield
         return
+    _held.add(fd)
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH)  # (a new run looks at it a moment, with the directory's lock held)
-    except OSError:  # a file system without locks
-        os.close(fd)
-        return
-    _held[directory] = fd
-    if consumer_gone():  # killed before this process held the lock: a new run may write there now
-        os._exit(1)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)  # (a new run looks at it a moment, with the directory's lock held)
+        except OSError:  # a file system without locks
+            pass
+        if consumer_gone():  # killed before this process held the lock: a new run may write there now
+            os._exit(1)
+        yield
+    finally:
+        _held.discard(fd)
+        os.close(fd)  # (and the lock with it)
 
 
 def no_stale_writers(directory: str) -> None:
@@ -58,7 +69,7 @@ def no_stale_writers(directory: str) -> None:
     try:
         import fcntl
 
-        fd = os.open(os.path.join(directory, PROGRESS), os.O_RDONLY)
+        fd = _open(os.path.join(directory, PROGRESS))
     except (ImportError, OSError):  # no progress log: no run left workers
         return
     try:
@@ -81,9 +92,17 @@ def no_stale_writers(directory: str) -> None:
         os.close(fd)  # (and the lock with it)
 
 
+def _open(path: str) -> int:
+    """``path`` opened to be locked exclusively: for writing where allowed (NFS locks need it), else for reading."""
+    try:
+        return os.open(path, os.O_RDWR)
+    except PermissionError:
+        return os.open(path, os.O_RDONLY)
+
+
 def _let_go_in_child() -> None:
-    """In a process forked by a worker (by the user's code): the locks are the worker's, to end with it."""
-    for fd in _held.values():
+    """In a process forked meanwhile (by the pipeline's own code): the locks are its parent's."""
+    for fd in list(_held):
         with contextlib.suppress(OSError):
             os.close(fd)
     _held.clear()

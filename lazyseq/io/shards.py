@@ -41,7 +41,7 @@ from .shard_files import matches, npy_header, remove_temporaries, write_npy_file
 from .shard_layout import FIRST_BLOCK_ROWS, Layout, ShardRecord, read_batch
 from .shard_pieces import Piece, PieceWritten, finish_shard, plan
 from .shard_sync import Syncer, sync_directory, sync_file
-from .shard_writers import hold_while_writing
+from .shard_writers import writing_for
 
 __all__ = ["ShardWrites", "write_npy"]
 
@@ -88,13 +88,14 @@ class ShardWrites(View[Any]):
         self._tasks = plan(layout, 0) if tasks is None else tasks
         self._token = token
         self._len = len(self._tasks)
+        self._consumer = os.getpid()  # the run's process
 
     def _get(self, i: int) -> ShardRecord | PieceWritten:
-        hold_while_writing(self._directory)  # in a worker process: none writes once its run was killed
         task = self._tasks[i]
-        if task.count == 1:
-            return self._whole(task.shard)
-        return self._piece(task)
+        with writing_for(self._directory, self._consumer):  # (a worker process: none writes once its run is killed)
+            if task.count == 1:
+                return self._whole(task.shard)
+            return self._piece(task)
 
     def _whole(self, shard: int) -> ShardRecord:
         layout, directory = self._layout, self._directory
