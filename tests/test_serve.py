@@ -3051,6 +3051,26 @@ def test_reads_of_items_asked_for_ahead_in_another_order_keep_the_others():
         assert sorted(remote._asking.keys() | remote._arrived.keys()) == [14, 15, 16, 17]  # (nothing else kept)
 
 
+def test_a_ctrl_c_as_a_served_view_closes_leaves_no_spare_connection_open(monkeypatch):
+    # Raised once the view's own connection was closed, it skipped its spares: their sockets and threads lived on.
+    with lazyseq.serve(np.arange(10) * 10, LOOPBACK) as server:
+        remote = lazyseq.connect(server.address)
+        with remote._lock:  # another thread's read: this one takes a spare
+            assert remote[3] == 30
+        [spare] = remote._all_spares
+        close = remote._connection.close
+
+        def close_then_ctrl_c():
+            close()
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(remote._connection, "close", close_then_ctrl_c)
+        with pytest.raises(KeyboardInterrupt):
+            remote.close()
+        assert spare._connection.closed and remote._all_spares == []
+    assert lazyseq_threads() == []
+
+
 def test_a_spare_connection_to_a_server_that_serves_another_view_is_refused():
     from lazyseq.serving.client import Served
 

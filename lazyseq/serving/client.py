@@ -400,15 +400,27 @@ class RemoteView(View[Any]):
         """
         try:
             self._connection.close()  # a read waiting in another thread wakes up, and raises
-            while self._all_spares:
+        finally:  # a Ctrl-C raised once the connection is released: the spares and the pool too
+            try:
+                self._close_spares()
+            finally:
+                if self._lock.acquire(blocking=False):  # else a read is in progress: the pool goes with this view
+                    try:
+                        if self._connection.pid == os.getpid():  # (a forked child's copy was closed as it was forked)
+                            self._drop_pool()
+                    finally:
+                        self._lock.release()
+
+    def _close_spares(self) -> None:
+        """Close every spare connection, whatever one of them raises (a Ctrl-C): raised once all are closed."""
+        raised: BaseException | None = None
+        while self._all_spares:
+            try:
                 self._all_spares.pop().close()
-        finally:  # a Ctrl-C raised once the connection is released: the pool too
-            if self._lock.acquire(blocking=False):  # else a read is in progress: the pool goes with this view
-                try:
-                    if self._connection.pid == os.getpid():  # (a forked child's copy was closed as it was forked)
-                        self._drop_pool()
-                finally:
-                    self._lock.release()
+            except BaseException as error:
+                raised = raised or error
+        if raised is not None:
+            raise raised
 
     def __enter__(self) -> RemoteView:
         return self
