@@ -3049,6 +3049,15 @@ def test_reads_of_items_asked_for_ahead_in_another_order_keep_the_others():
         # (items 0-4, then ahead as half of them are read; a jump to 12: that one alone, then in order from 13)
         assert [(h["index"], h.get("count", 1)) for h in asked] == [(0, 5), (5, 2), (7, 3), (12, 1), (13, 5)]
         assert sorted(remote._asking.keys() | remote._arrived.keys()) == [14, 15, 16, 17]  # (nothing else kept)
+    with lazyseq.serve(np.arange(200), LOOPBACK) as server, lazyseq.connect(server.address, ahead=4) as remote:
+        asked, send = [], remote._connection.send
+        remote._connection.send = lambda kind, header, flags=0: (asked.append(header), send(kind, header, flags))[1]
+        assert [remote[i] for i in (0, 4, 3, 2, 1)] == [0, 4, 3, 2, 1]
+        assert [(h["index"], h.get("count", 1)) for h in asked] == [(0, 5), (5, 4)]  # (not 3 and 4 again, read)
+    with lazyseq.serve(np.arange(200), LOOPBACK) as server, lazyseq.connect(server.address, ahead=4) as remote:
+        assert [remote[i] for i in (0, *range(2, 100))] == [0, *range(2, 100)]
+        kept = remote._asking.keys() | remote._arrived.keys()
+        assert min(kept) == 100 and len(kept) <= 4  # (not item 1, skipped, for ever)
 
 
 def test_a_ctrl_c_as_a_served_view_closes_leaves_no_spare_connection_open(monkeypatch):
@@ -3069,6 +3078,52 @@ def test_a_ctrl_c_as_a_served_view_closes_leaves_no_spare_connection_open(monkey
             remote.close()
         assert spare._connection.closed and remote._all_spares == []
     assert lazyseq_threads() == []
+
+
+def test_spare_connections_open_side_by_side(monkeypatch):
+    # Each waited for the hello of the one opened before it: with the server gone, one timeout after another.
+    from lazyseq.serving import client
+
+    opening, release = threading.Event(), threading.Event()
+    open_connection = client._open_connection
+
+    def first_waits(settings):
+        if not opening.is_set():
+            opening.set()
+            release.wait(30)
+        return open_connection(settings)
+
+    with lazyseq.serve(np.arange(10) * 10, LOOPBACK) as server, lazyseq.connect(server.address) as remote:
+        monkeypatch.setattr(client, "_open_connection", first_waits)
+        got = []
+        with remote._lock:  # another thread's read: these take spares
+            reader = threading.Thread(target=lambda: got.append(remote[3]))
+            reader.start()
+            try:
+                assert opening.wait(30)
+                assert remote[4] == 40 and got == []  # (while the first spare is still being opened)
+            finally:
+                release.set()
+                reader.join()
+        assert got == [30] and len(remote._all_spares) == 2
+
+
+def test_an_items_error_read_through_a_spare_connection_names_the_served_view_once():
+    def item(i):
+        if i % 5 == 3:
+            raise ValueError(f"bad item {i}")
+        return i
+
+    with lazyseq.serve(lazyseq.smap(item, range(20)), LOOPBACK) as server, lazyseq.connect(server.address) as remote:
+        with remote._lock:  # another thread's read: these take a spare
+            for read, chain in (  # (it said "served[8] -> served[8] -> ...")
+                (lambda: remote[8], r"served\[8\] -> smap\([^)]*item\)\[8\]"),
+                (lambda: remote.batch(4)[3], r"batch\[3\] -> served\[13\] -> smap\([^)]*item\)\[13\]"),
+            ):
+                with pytest.raises(
+                    lazyseq.EvaluationError, match=f"^failed to compute {chain}: RemoteError: ValueError"
+                ):
+                    read()
 
 
 def test_a_spare_connection_to_a_server_that_serves_another_view_is_refused():

@@ -84,11 +84,14 @@ class RemoteView(View[Any]):
         self._spares: list[RemoteView] = []  # connections of their own for reads of other threads, free now
         self._all_spares: list[RemoteView] = []  # and all of them (closed with this view)
         self._spares_lock = threading.Lock()
+        self._opening = 0  # spares being opened
         self._next_req = 0
         self._asked: dict[int, int] = {}  # request number -> index, for requests not answered yet
         self._asking: dict[int, int] = {}  # index -> its request number
         self._arrived: dict[int, tuple[str, Any]] = {}  # index -> ("ok", value) or ("error", exception)
         self._last = -1
+        self._high = -1  # the highest index asked for since the last jump
+        self._behind = False  # whether items behind the last read may be kept (read in another order)
         self._pool: ReceivedPool | None = None  # on the server's machine: where it writes items (see .shared_items)
         self._slot_of: dict[int, int] = {}  # request number -> the slot of the pool it named
         self._chunks = ChunkReads()  # what reads of several items at once asked for
@@ -104,11 +107,15 @@ class RemoteView(View[Any]):
 
     def _get(self, i: int) -> Any:
         spare = self._spare_if_busy()
-        if spare is not None:
-            try:
-                return spare._get(i)
-            finally:
-                self._spares.append(spare)
+        if spare is None:
+            return self._read(i)
+        try:
+            return spare._read(i)  # (not its _get: the chain of views in an error names this view once)
+        finally:
+            self._spares.append(spare)
+
+    def _read(self, i: int) -> Any:
+        """Item ``i``, through this view's connection."""
         # (another thread's read may hold the connection first: the timeout counts from this read's start)
         with self._reads.begun() as began:
             if self._connection.pid != os.getpid():  # a forked worker: its parent's sockets are not its own
@@ -123,13 +130,15 @@ class RemoteView(View[Any]):
                 stop = i + 1 + self._ahead if in_order else i + 1
                 wanted = range(i, stop if n is None else min(n, stop))
                 self._last = i
-                if not after:  # a jump: what was read ahead is not needed; in order, what is far behind
-                    kept = range(i - self._ahead, sys.maxsize) if in_order else wanted
-                    for j in [j for j in self._arrived if j not in kept]:
-                        del self._arrived[j]
-                    for j in [j for j in self._asking if j not in kept]:
-                        del self._asked[self._asking.pop(j)]
-                missing = [j for j in wanted if j not in self._arrived and j not in self._asking]
+                if not in_order:  # a jump: what was read ahead is not needed
+                    self._keep_only(wanted)
+                    self._high = i - 1
+                elif not after or self._behind:  # read in another order: what is far behind is not needed
+                    self._keep_only(range(i - self._ahead, sys.maxsize))
+                    self._behind = any(j < i for j in self._arrived) or any(j < i for j in self._asking)
+                # those up to the highest asked for were asked for already (read since, some of them): not again
+                missing = [] if i in self._arrived or i in self._asking else [i]
+                missing += range(max(i + 1, self._high + 1), wanted.stop)
                 # Read in order, the items ahead are asked for in runs, once half of them have been used: one request
                 # every few reads rather than one per read (each costs the reader a send).
                 if missing and (missing[0] == i or len(wanted) - len(missing) - 1 <= self._ahead // 2):
@@ -146,15 +155,15 @@ class RemoteView(View[Any]):
         if n is None or len(idx) < 2 or not self._at_once:  # (a view that may end is read until it does)
             return super()._get_many(idx)
         spare = self._spare_if_busy()
-        if spare is not None:
-            try:
-                return spare._get_many(idx)
-            finally:
+        reader = self if spare is None else spare
+        try:
+            with reader._reads.begun() as began:  # (as in _read)
+                taken = reader._take_many(idx, n, began)
+        finally:
+            if spare is not None:
                 self._spares.append(spare)
-        with self._reads.begun() as began:  # (as in _get)
-            taken = self._take_many(idx, n, began)
         if taken.apart:  # each item can travel, not all of them in one message (objects, say): one by one from now
-            self._at_once = False
+            self._at_once = reader._at_once = False
             return super()._get_many(idx)
         if taken.error is not None:
             i = taken.at  # noqa: F841  # the item that failed: the chain of views names it (see views/errors.py)
@@ -207,9 +216,11 @@ class RemoteView(View[Any]):
             return self._spares.pop()  # (the last one freed: a thread reading in order keeps its read-ahead)
         except IndexError:
             pass
-        with self._spares_lock:
-            if len(self._all_spares) >= SPARE_CONNECTIONS:
+        with self._spares_lock:  # (not held while one is opened: each waits for its own hello, not the others')
+            if len(self._all_spares) + self._opening >= SPARE_CONNECTIONS:
                 return None
+            self._opening += 1
+        try:
             opened, info = _open_connection(self._settings)
             try:
                 replaced = self._serving_another(info)
@@ -220,10 +231,20 @@ class RemoteView(View[Any]):
                 opened.close()
                 raise
             self._all_spares.append(spare)
+        finally:
+            with self._spares_lock:
+                self._opening -= 1
         if self._connection.closed:  # this view was closed meanwhile (its close() may have missed this one)
             spare.close()
             return None
         return spare
+
+    def _keep_only(self, kept: range) -> None:
+        """Drop the items asked for or arrived but for ``kept`` (their answers are dropped as they come)."""
+        for j in [j for j in self._arrived if j not in kept]:
+            del self._arrived[j]
+        for j in [j for j in self._asking if j not in kept]:
+            del self._asked[self._asking.pop(j)]
 
     def _await_turn(self, waiting_for: str, began: float) -> None:
         """Wait while another thread's read holds the connection, hearing ``ServerLost`` in time meanwhile.
@@ -254,8 +275,8 @@ class RemoteView(View[Any]):
         self._lock = threading.Lock()
         self._reads.only_this_thread()
         self._spares, self._all_spares = [], []  # the parent's (closed in this process as it was forked)
-        self._spares_lock = threading.Lock()
-        self._asked, self._asking, self._arrived, self._last = {}, {}, {}, -1
+        self._spares_lock, self._opening = threading.Lock(), 0
+        self._asked, self._asking, self._arrived, self._last, self._high, self._behind = {}, {}, {}, -1, -1, False
         self._chunks = ChunkReads()
         self._drop_pool()  # the parent's (closed in this process as it was forked): it names its slots
         self._open_pool(info)
@@ -266,6 +287,7 @@ class RemoteView(View[Any]):
         for k in range(1, len(indices) + 1):
             if k == len(indices) or indices[k] != indices[k - 1] + 1 or k - start == wire.MAX_COUNT:
                 first, count, req = indices[start], k - start, self._next_req
+                self._high = max(self._high, indices[k - 1])
                 self._next_req += count
                 for offset in range(count):
                     self._asked[req + offset], self._asking[first + offset] = first + offset, req + offset
