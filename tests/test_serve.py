@@ -3126,6 +3126,22 @@ def test_an_items_error_read_through_a_spare_connection_names_the_served_view_on
                     read()
 
 
+def test_a_restart_whose_check_was_cut_short_is_checked_at_the_next_read():
+    # A read stopped in the hello to a new server instance (a Ctrl-C; a loader closing) left it unchecked: a server
+    # serving another view would have been read as the old one.
+    from lazyseq.serving.client import Served
+
+    with lazyseq.serve(np.arange(20), LOOPBACK) as server, lazyseq.connect(server.address) as remote:
+        remote._restarting, remote._served = True, Served("view", 30, False, None)  # (what it served before)
+        with pytest.raises(
+            lazyseq.LoaderError,
+            match=r"came back serving a view of length 20 \(items int64\), where it served a view of length 30",
+        ):
+            remote[3]
+        with pytest.raises(lazyseq.LoaderError, match="came back serving"):
+            remote.batch(4)[0]
+
+
 def test_a_spare_connection_to_a_server_that_serves_another_view_is_refused():
     from lazyseq.serving.client import Served
 

@@ -79,6 +79,7 @@ class RemoteView(View[Any]):
         self._spec = wire.decode_spec(info.get("items"))  # what the served view's items are, where it knows
         self._served = Served.from_welcome(info)  # a server back at the address must serve the same
         self._replaced: LoaderError | None = None  # set once it serves something else
+        self._restarting = False  # a new server instance was found, and not told apart from the last one yet
         self._lock = threading.Lock()
         self._reads = ReadsBegun()  # the reads of threads sharing this view's connection, under way
         self._spares: list[RemoteView] = []  # connections of their own for reads of other threads, free now
@@ -124,6 +125,8 @@ class RemoteView(View[Any]):
             with self._lock:
                 if self._replaced is not None:
                     raise self._replaced
+                if self._restarting:
+                    self._server_restarted()
                 n, after = self._len, i == self._last + 1
                 # in order: the next one, or one asked for ahead (threads reading in turn come in either order)
                 in_order = after or i in self._asking or i in self._arrived
@@ -179,6 +182,8 @@ class RemoteView(View[Any]):
         with self._lock:
             if self._replaced is not None:
                 raise self._replaced
+            if self._restarting:
+                self._server_restarted()
             requests, to_send = self._chunks.plan(idx, n, self._number_request)
             try:
                 for req, positions in to_send:
@@ -275,7 +280,7 @@ class RemoteView(View[Any]):
         self._lock = threading.Lock()
         self._reads.only_this_thread()
         self._spares, self._all_spares = [], []  # the parent's (closed in this process as it was forked)
-        self._spares_lock, self._opening = threading.Lock(), 0
+        self._spares_lock, self._opening, self._restarting = threading.Lock(), 0, False
         self._asked, self._asking, self._arrived, self._last, self._high, self._behind = {}, {}, {}, -1, -1, False
         self._chunks = ChunkReads()
         self._drop_pool()  # the parent's (closed in this process as it was forked): it names its slots
@@ -377,12 +382,14 @@ class RemoteView(View[Any]):
 
         The last server's pool goes (items read from it stay readable); the new one makes another.
         """
+        self._restarting = True  # until it is done: a read cut short (a Ctrl-C, a loader closing) leaves it to the next
         self._drop_pool()
         info = self._connection.hello()
         self._check_still_served(info)
         self._at_once = isinstance(info, dict) and info.get("at_once") is True  # (the next reads; those asked: again)
         self._open_pool(info)
         self._ask_again()
+        self._restarting = False
 
     def _ask_again(self) -> None:
         """Ask again for everything asked and not answered (an answer that comes twice is dropped)."""
