@@ -52,10 +52,11 @@ def load_source(spec: str) -> Any:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise SystemExit(f"lazyseq.serve: expected MODULE:ATTR (e.g. my_project.data:train), got {spec!r}")
-    if module_name.endswith(".py") or "/" in module_name or os.sep in module_name:  # a file's path
+    if "/" in module_name or os.sep in module_name or (module_name.endswith(".py") and os.path.isfile(module_name)):
         path = os.path.normpath(module_name).removesuffix(".py")
-        name = os.path.basename(path) if os.path.isabs(path) else path.replace(os.sep, ".")
-        where = f" (from {os.path.dirname(path)}, or with it on PYTHONPATH)" if os.path.isabs(path) else ""
+        outside = os.path.isabs(path) or path.startswith(os.pardir + os.sep)  # (not a module path from here)
+        name = os.path.basename(path) if outside else path.replace(os.sep, ".")
+        where = f" (from {os.path.dirname(path)}, or with it on PYTHONPATH)" if outside else ""
         raise SystemExit(
             f"lazyseq.serve: {spec!r} names a file: name its module and attribute as python -m would{where}, "
             f"e.g. {name}:{attr}"

@@ -2094,6 +2094,11 @@ def test_the_command_says_what_is_wrong_with_its_argument():
             "e.g. data:batches",
         ),
         (
+            ["../project/data.py:batches"],
+            "lazyseq.serve: '../project/data.py:batches' names a file: name its module and attribute as python -m "
+            "would (from ../project, or with it on PYTHONPATH), e.g. data:batches",
+        ),
+        (
             ["/srv/project/data.py:batches"],
             "lazyseq.serve: '/srv/project/data.py:batches' names a file: name its module and attribute as python -m "
             "would (from /srv/project, or with it on PYTHONPATH), e.g. data:batches",

@@ -741,6 +741,12 @@ def test_a_missing_shard_is_named_on_open(tmp_path):
     )
 
 
+def test_a_rows_per_shard_cut_to_an_earlier_length_is_not_called_another(tmp_path):
+    lazyseq.write_npy(pipeline(5), tmp_path, rows_per_shard=10)  # (one shard of 5 rows)
+    with pytest.raises(FileExistsError, match=r"other parameters \(length: 57, was 5\):"):
+        lazyseq.write_npy(pipeline(N), tmp_path, rows_per_shard=10)
+
+
 def test_other_parameters_are_refused_unless_overwrite(tmp_path):
     lazyseq.write_npy(pipeline(N), tmp_path, rows_per_shard=10)
     with pytest.raises(FileExistsError) as info:

@@ -368,8 +368,11 @@ class Layout:
         if self.length != other.length:
             changes.append(f"length: {self.length}, was {other.length}")
         whole = self.rows_per_shard == self.length and other.rows_per_shard == other.length  # one shard each
-        # (a larger rows_per_shard is the length: the same one given for another length may be cut to it)
-        cut = self.length != other.length and self.rows_per_shard == min(other.rows_per_shard, self.length)
+        # (a larger rows_per_shard is the length: the same one given for another length may be cut to it, or was)
+        cut = self.length != other.length and (
+            self.rows_per_shard == min(other.rows_per_shard, self.length)
+            or other.rows_per_shard == min(self.rows_per_shard, other.length)
+        )
         if self.rows_per_shard != other.rows_per_shard and not whole and not cut:
             # (rows_per_shard=None sizes shards from bytes_per_shard: a number the caller may never have given)
             same = self.length == other.length  # (else nothing goes on with them)
