@@ -1,6 +1,6 @@
 """How fast a served pipeline is, next to the same pipeline read locally and to raw pyzmq.
 
-    python benchmarks/bench_server.py          # about two minutes
+    python benchmarks/bench_server.py          # about two and a half minutes
     python benchmarks/bench_server.py --quick  # a few seconds: a smoke test, numbers too rough to quote
 
 Every server runs in a process of its own, on loopback, started once per
