@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Any
 
+from .parent_locks import parents_only
 from .shard_files import matches, remove_temporaries, replace_atomically
 from .shard_layout import MANIFEST, PROGRESS, SHARD_FILE_NAME, Layout, ShardRecord
 from .shard_sync import sync_directory
@@ -179,19 +180,9 @@ def writing_alone(directory: str) -> Iterator[None]:
         os.close(fd)
 
 
-_locks: set[int] = set()  # the descriptors of the directories locked by this process
-
-
-def _let_go_of_inherited_locks() -> None:
-    """In a forked child (a worker process started meanwhile): the lock is its parent's, to end with its run."""
-    for fd in list(_locks):
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    _locks.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_let_go_of_inherited_locks)
+# the descriptors of the directories locked by this process (a worker process forked meanwhile: its parent's, to end
+# with its run)
+_locks: set[int] = parents_only(set())
 
 
 def _make_directory(directory: str) -> None:

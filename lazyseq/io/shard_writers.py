@@ -20,19 +20,19 @@ run killed leaves its Ray tasks to end on their own.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from ..loading.parent_watch import consumer_gone, watched
+from .parent_locks import parents_only
 from .shard_layout import PROGRESS
 
 __all__ = ["STALE_WAIT_SECONDS", "no_stale_writers", "writing_for"]
 
 STALE_WAIT_SECONDS = 2.0  # how long a new run waits for the worker processes of one killed to end
-_held: set[int] = set()  # the descriptors of the progress logs this process holds locked now
+_held: set[int] = parents_only(set())  # the descriptors of the progress logs this process holds locked now
 
 
 @contextmanager
@@ -98,15 +98,3 @@ def _open(path: str) -> int:
         return os.open(path, os.O_RDWR)
     except PermissionError:
         return os.open(path, os.O_RDONLY)
-
-
-def _let_go_in_child() -> None:
-    """In a process forked meanwhile (by the pipeline's own code): the locks are its parent's."""
-    for fd in list(_held):
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    _held.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_let_go_in_child)
