@@ -1936,6 +1936,14 @@ def test_a_curve_keypair_must_be_a_public_key_and_its_secret_key():
     assert lazyseq_threads() == []
 
 
+def test_a_wrong_key_leaves_no_zmq_context_behind(recwarn):
+    # The consumer's ZeroMQ context was made before its keys were checked, and left to the collector.
+    with pytest.raises(ValueError, match="^connect: server_key"):
+        lazyseq.connect("tcp://127.0.0.1:5557", server_key=b"not a key")
+    gc.collect()
+    assert [str(w.message) for w in recwarn if "Unclosed context" in str(w.message)] == []
+
+
 def test_a_bool_is_not_a_count_and_a_string_is_not_a_flag():
     with pytest.raises(TypeError, match=r"^connect: ahead must be a positive integer, got True$"):
         lazyseq.connect("tcp://127.0.0.1:5557", ahead=True)

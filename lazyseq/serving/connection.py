@@ -61,14 +61,14 @@ class Connection:
         self.timeout = float(timeout)
         self.name = os.urandom(12)
         self._zmq = zmq
-        context = self._context = zmq.Context()
         curve = None
-        if server_key is not None:
+        if server_key is not None:  # (checked before anything is made: a wrong key leaves nothing to close)
             public, secret = keypair_bytes(
                 curve_keypair if curve_keypair is not None else zmq.curve_keypair(), "connect"
             )
             curve = (key_bytes(server_key, "connect: server_key"), public, secret)
         self._curve = curve
+        context = self._context = zmq.Context()
         socket = self._socket = self._open(zmq.DEALER, self.name)
         self._poller = zmq.Poller()
         self._poller.register(socket, zmq.POLLIN)
