@@ -4,6 +4,7 @@ import hashlib
 import os
 import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 
@@ -45,8 +46,7 @@ def pipeline(n, **transform):
 def contents(directory):
     """Every file in ``directory`` and the digest of its bytes."""
     return {
-        name: hashlib.sha256(open(os.path.join(directory, name), "rb").read()).hexdigest()
-        for name in sorted(os.listdir(directory))
+        name: hashlib.sha256(Path(directory, name).read_bytes()).hexdigest() for name in sorted(os.listdir(directory))
     }
 
 
