@@ -604,6 +604,15 @@ def test_reading_a_closed_consumer_says_it_is_closed():
                 f"connect: this consumer of the server at {address} is closed: connect again to read from it"
             )
         assert len(remote) == 10  # (known without the server)
+    with lazyseq.serve(np.arange(100), LOOPBACK) as server, lazyseq.connect(server.address, ahead=8) as remote:
+        assert remote[0] == 0
+        while 1 not in remote._arrived:  # (asked for ahead)
+            remote._receive_one("item 1")
+        remote.close()
+        for read in (lambda: remote[1], lambda: remote.batch(4)[3]):  # (item 1, read ahead, came back)
+            with pytest.raises(lazyseq.LoaderError, match="^connect: this consumer of the server at .* is closed"):
+                read()
+        assert len(remote._asking) <= 8  # (each read after close asked again, for ever)
 
 
 def test_a_stream_served_from_another_process(server_process):

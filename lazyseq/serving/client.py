@@ -123,6 +123,8 @@ class RemoteView(View[Any]):
                 self._connect_here()
             self._await_turn(f"item {i}", began)
             with self._lock:
+                if self._connection.closed:  # (its items read ahead too: none is read once it is closed)
+                    raise self._connection.closed_error()
                 if self._replaced is not None:
                     raise self._replaced
                 if self._restarting:
@@ -180,6 +182,8 @@ class RemoteView(View[Any]):
         waiting_for = f"items {ItemsAt(np.asarray(idx))}"
         self._await_turn(waiting_for, began)
         with self._lock:
+            if self._connection.closed:
+                raise self._connection.closed_error()
             if self._replaced is not None:
                 raise self._replaced
             if self._restarting:

@@ -144,6 +144,12 @@ class Connection:
         except Exception:  # the socket is gone (closed meanwhile): so is the message
             pass
 
+    def closed_error(self) -> ConnectionClosed:
+        """What a read of a consumer closed already raises."""
+        return ConnectionClosed(
+            f"connect: this consumer of the server at {self.address} is closed: connect again to read from it"
+        )
+
     def _closed(self, doing: str) -> ConnectionClosed:
         return ConnectionClosed(f"connect: the connection to {self.address} was closed while {doing}")
 
@@ -388,9 +394,7 @@ class _InUse:
         connection._using.acquire()
         if connection.closed:
             connection._using.release()
-            raise ConnectionClosed(
-                f"connect: this consumer of the server at {connection.address} is closed: connect again to read from it"
-            )
+            raise connection.closed_error()
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, _: object) -> None:
         connection = self.connection
