@@ -569,6 +569,8 @@ class RemoteStream(Iterator[Any]):
         taken = None
         try:
             with self._reads.begun(), self._lock:  # (a thread that waits meanwhile: see .reads_begun)
+                if self._connection.closed:  # (its items received too: none is handed out once it is closed)
+                    raise self._connection.closed_error()
                 # the caller came back: what it had is acknowledged with the next request, or at once if it waits
                 unsent = self._requests if self._acknowledge_owed() else None
                 while True:

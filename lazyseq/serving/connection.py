@@ -392,9 +392,9 @@ class _InUse:
     def __enter__(self) -> None:
         connection = self.connection
         connection._using.acquire()
-        if connection.closed:
+        if connection.closed:  # (by another thread, as this read went on: one begun after is told so before)
             connection._using.release()
-            raise connection.closed_error()
+            raise connection._closed(self._describe())
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, _: object) -> None:
         connection = self.connection
