@@ -1012,6 +1012,7 @@ class ScriptedConnection:
     def __init__(self, messages):
         self.messages, self.sent = list(messages), []
         self.address, self.server, self.pid = "tcp://127.0.0.1:1", "token", os.getpid()
+        self.closed = False
 
     def send(self, kind, header, flags=0):
         self.sent.append((kind, header))
