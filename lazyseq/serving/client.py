@@ -123,12 +123,7 @@ class RemoteView(View[Any]):
                 self._connect_here()
             self._await_turn(f"item {i}", began)
             with self._lock:
-                if self._connection.closed:  # (its items read ahead too: none is read once it is closed)
-                    raise self._connection.closed_error()
-                if self._replaced is not None:
-                    raise self._replaced
-                if self._restarting:
-                    self._server_restarted()
+                self._check_readable()
                 n, after = self._len, i == self._last + 1
                 # in order: the next one, or one asked for ahead (threads reading in turn come in either order)
                 in_order = after or i in self._asking or i in self._arrived
@@ -182,12 +177,7 @@ class RemoteView(View[Any]):
         waiting_for = f"items {ItemsAt(np.asarray(idx))}"
         self._await_turn(waiting_for, began)
         with self._lock:
-            if self._connection.closed:
-                raise self._connection.closed_error()
-            if self._replaced is not None:
-                raise self._replaced
-            if self._restarting:
-                self._server_restarted()
+            self._check_readable()
             requests, to_send = self._chunks.plan(idx, n, self._number_request)
             try:
                 for req, positions in to_send:
@@ -206,6 +196,17 @@ class RemoteView(View[Any]):
             with self._lock:
                 self._chunks.abandon(requests)
             raise
+
+    def _check_readable(self) -> None:
+        """With the lock held, before a read asks for anything: it raises if this view is closed (its items read
+        ahead too: none is read once it is closed) or the server serves another view; a new server instance whose
+        check was cut short is checked now."""
+        if self._connection.closed:
+            raise self._connection.closed_error()
+        if self._replaced is not None:
+            raise self._replaced
+        if self._restarting:
+            self._server_restarted()
 
     def _spare_if_busy(self) -> RemoteView | None:
         """A connection of its own for this read, taken from the free ones or opened, if another thread's read holds
