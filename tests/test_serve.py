@@ -3256,3 +3256,31 @@ def test_a_ctrl_c_while_a_read_waits_for_another_threads_read_is_raised_at_once(
             done.set()
             other.join()
         assert remote[6] == 60
+
+
+def test_the_items_computed_ahead_for_a_consumer_that_left_are_not_computed_for_nobody():
+    # They stayed queued for the server's workers: the next consumer waited for all of them (10 items of a slow
+    # pipeline: 10 times its cost) before its own first item was even started.
+    started, release, computed = threading.Event(), threading.Event(), []
+
+    def slow_from_one(i):
+        computed.append(i)
+        if i == 1:
+            started.set()
+            release.wait(10)
+        return i
+
+    with lazyseq.serve(lazyseq.smap(slow_from_one, range(100)), LOOPBACK, nworkers=1, max_buffered=10) as server:
+        service = server._loop._service
+        with lazyseq.connect(server.address) as first:
+            assert first[0] == 0
+            assert started.wait(10)  # item 1 in the worker, items 2 to 10 behind it
+            name = first._connection.name
+        deadline = time.monotonic() + 10
+        while name in service.consumers and time.monotonic() < deadline:  # (its goodbye is read by another thread)
+            threading.Event().wait(0.01)
+        assert name not in service.consumers
+        release.set()
+        with lazyseq.connect(server.address) as second:
+            assert second[50] == 50
+    assert [i for i in computed if i < 50] == [0, 1]

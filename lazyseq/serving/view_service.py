@@ -204,16 +204,13 @@ class ViewService:
         self._submit(self._running_engine(), request.tasks(consumer, req))
 
     def forget(self, consumer: bytes) -> None:
-        """Drop what is held for a consumer that left or died (tasks in progress end unread)."""
+        """Drop what is held for a consumer that left or died: its tasks not started are cancelled, those in progress
+        end unread."""
         self._close_pool(consumer)
         reads = self._reads.pop(consumer, None)
-        engine = self._engine
-        if reads is not None and engine is not None:
-            for i in reads.held:
-                engine.ready.pop((consumer, i), None)
-            for req, request in reads.chunks.items():
-                for key, _ in request.tasks(consumer, req):
-                    engine.ready.pop(key, None)
+        if reads is not None:
+            self._let_go([(consumer, i) for i in reads.held])
+            self._let_go([key for req, request in reads.chunks.items() for key, _ in request.tasks(consumer, req)])
 
     def _close_pool(self, consumer: bytes) -> None:
         self._pool_slots.pop(consumer, None)
@@ -278,15 +275,20 @@ class ViewService:
 
     def _drop_ahead(self, consumer: bytes, reads: _Reads) -> None:
         """Forget the items computed ahead that were not asked for; cancel those not started."""
+        dropped = [i for i in reads.held if i not in reads.waiting]
+        reads.held.difference_update(dropped)
+        self._let_go([(consumer, i) for i in dropped])
+
+    def _let_go(self, keys: list) -> None:
+        """Forget the results of tasks ``keys``; cancel those not started (those in progress end unread)."""
         engine = self._engine
-        for i in [i for i in reads.held if i not in reads.waiting]:
-            reads.held.discard(i)
-            if engine is not None:
-                key = (consumer, i)
-                engine.ready.pop(key, None)
-                if key in engine.pending and key not in engine.cancelled:
-                    engine.workers.cancel(key)
-                    engine.cancelled.add(key)
+        if engine is None:
+            return
+        for key in keys:
+            engine.ready.pop(key, None)
+            if key in engine.pending and key not in engine.cancelled:
+                engine.workers.cancel(key)
+                engine.cancelled.add(key)
 
     def work(self) -> None:
         """Take the results that have arrived, and send those that consumers asked for."""
