@@ -512,6 +512,7 @@ def test_workers_exit_when_the_parent_is_killed(start_method, tmp_path):
     finally:
         parent.kill()
         parent.wait()
+        parent.stdout.close()
     deadline = time.monotonic() + 10
     while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)  # polling an outside condition, with a deadline
