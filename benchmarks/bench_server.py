@@ -20,9 +20,12 @@ repeat, and each comparison is a ratio of timings taken in the same run.
    machine would (``shared_memory=False``: everything through the socket),
    over loopback TCP and over ``ipc://`` (a Unix socket).
 2. Fuel's tutorial workload: 5 ms to produce a batch, 10 ms to train on it,
-   5 epochs of 10 batches; served vs the ideal max(producer, consumer) (the
-   consumer alone, measured: its sleeps overshoot on a busy machine), and the
-   same loop in one process.
+   5 epochs of 10 batches; served (a view read by index, and a stream of
+   epoch after epoch, as Fuel's server iterates: drawn ahead before anyone
+   asks) vs the ideal max(producer, consumer) (the consumer alone, measured:
+   its sleeps overshoot on a busy machine), next to a Fuel-style PUSH/PULL
+   server (hand-written pyzmq, the batches pushed as they are made, none
+   acknowledged) and the same loop in one process.
 3. CURVE encryption on: the loader-bound run again, through the socket.
 4. Batched by the consumer: the rows of the same files served as they are,
    and the consumer making the batches of 1. (``remote.gather(picks).batch(256)``;
@@ -101,6 +104,12 @@ def fuel_batches() -> lazyseq.View:
     return lazyseq.smap(slow_batch, range(FUEL_BATCHES))
 
 
+def fuel_epochs() -> Iterator[np.ndarray]:
+    """The batches of ``fuel_batches``, epoch after epoch, for ever: what Fuel's server iterates over."""
+    while True:
+        yield from (slow_batch(i) for i in range(FUEL_BATCHES))
+
+
 def slow_item(i: int) -> np.ndarray:
     time.sleep(SLOW_ITEM)
     return np.full((1, 8), i)
@@ -116,7 +125,9 @@ def serve_main(kind: str, directory: str, batch: int, count: int, keys: str | No
     if kind == "raw":
         return raw_server(batch)
     if kind == "push":
-        return push_server()
+        return push_server(small_rows())
+    if kind == "fuel-push":
+        return push_server(fuel_epochs())
     if kind == "handwritten":
         return handwritten_server(directory, batch, count)
     source: Any
@@ -128,13 +139,15 @@ def serve_main(kind: str, directory: str, batch: int, count: int, keys: str | No
         source = lazyseq.open_npy(make_files(directory))
     elif kind == "fuel":
         source = fuel_batches()
+    elif kind == "fuel-stream":
+        source = fuel_epochs()
     elif kind == "slow-items":
         source = lazyseq.smap(slow_item, range(1_000_000))
     else:
         source = gathered_batches(directory, batch, count)
     keypair = tuple(k.encode() for k in keys.split(",")) if keys else None
     address = f"ipc://{directory}/served.sock" if kind == "batches-ipc" else "tcp://127.0.0.1:0"
-    nworkers = {"fuel": 0, "stream": 0, "small-view": 0, "slow-items": SLOW_WORKERS}.get(kind, 2)
+    nworkers = {"fuel": 0, "fuel-stream": 0, "stream": 0, "small-view": 0, "slow-items": SLOW_WORKERS}.get(kind, 2)
     server = lazyseq.serve(source, address, nworkers=nworkers, curve_keypair=keypair)
     print(server.address, flush=True)
     try:
@@ -159,16 +172,16 @@ def raw_server(batch: int) -> None:
     context.term()
 
 
-def push_server() -> None:
-    """Fuel's transport: a PUSH socket sending each row with a JSON header (dtype, shape), as long as it can."""
+def push_server(items: Iterator[np.ndarray]) -> None:
+    """Fuel's transport: a PUSH socket sending each item with a JSON header (dtype, shape), as long as it can."""
     context = zmq.Context()
     socket = context.socket(zmq.PUSH)
     socket.set_hwm(PUSH_HWM)
     port = socket.bind_to_random_port("tcp://127.0.0.1")
     print(f"tcp://127.0.0.1:{port}", flush=True)
-    for row in small_rows():
-        header = json.dumps([{"dtype": row.dtype.str, "shape": row.shape}]).encode()
-        socket.send_multipart([header, row], copy=False)
+    for item in items:
+        header = json.dumps([{"dtype": item.dtype.str, "shape": item.shape}]).encode()
+        socket.send_multipart([header, item], copy=False)
 
 
 def handwritten_server(directory: str, batch: int, count: int) -> None:
@@ -214,17 +227,17 @@ class ServerProcess:
 # -- consumers ------------------------------------------------------------------------------------
 
 
-def consume(batches, train_seconds: float = 0.0) -> None:
-    for b in batches:
+def consume(batches, train_seconds: float = 0.0, count: int | None = None) -> None:
+    for b in batches if count is None else itertools.islice(batches, count):
         b[0, 0]  # touch the data
         if train_seconds:
             time.sleep(train_seconds)
 
 
-def served_run(address: str, train_seconds: float = 0.0, **options) -> Callable[[], None]:
+def served_run(address: str, train_seconds: float = 0.0, count: int | None = None, **options) -> Callable[[], None]:
     def run() -> None:
         with lazyseq.connect(address, **options) as remote:
-            consume(remote, train_seconds)
+            consume(remote, train_seconds, count)
 
     return run
 
@@ -282,7 +295,7 @@ def one_at_a_time_run(address: str, count: int, ahead: int) -> Callable[[], None
     return run
 
 
-def pull_run(address: str, count: int) -> Callable[[], None]:
+def pull_run(address: str, count: int, train_seconds: float = 0.0) -> Callable[[], None]:
     def run() -> None:
         context = zmq.Context()
         socket = context.socket(zmq.PULL)
@@ -291,7 +304,9 @@ def pull_run(address: str, count: int) -> Callable[[], None]:
         for _ in range(count):
             header, buffer = socket.recv_multipart(copy=False)
             [field] = json.loads(header.bytes)
-            np.frombuffer(buffer.buffer, field["dtype"]).reshape(field["shape"])[0]
+            np.frombuffer(buffer.buffer, field["dtype"]).reshape(field["shape"]).flat[0]  # touch the data
+            if train_seconds:
+                time.sleep(train_seconds)
         socket.close(0)
         context.term()
 
@@ -374,17 +389,21 @@ def bench_loader_bound(directory: str, count: int, repeats: int) -> tuple[list[l
 
 
 def bench_fuel(repeats: int) -> tuple[list[list[str]], list[Result]]:
-    server = ServerProcess("fuel", "", 0, 0)
+    servers = [ServerProcess(kind, "", 0, 0) for kind in ("fuel", "fuel-stream", "fuel-push")]
+    view, stream, push = (server.address for server in servers)
     ready = [np.zeros((100, 128))] * FUEL_BATCHES
     try:
         runs = {
             "in one process": local_run(fuel_batches(), 0, FUEL_TRAIN),
-            "served": served_run(server.address, FUEL_TRAIN),
+            "served": served_run(view, FUEL_TRAIN),
+            "served as a stream": served_run(stream, FUEL_TRAIN, FUEL_BATCHES),
+            "Fuel-style PUSH/PULL": pull_run(push, FUEL_BATCHES, FUEL_TRAIN),
             "the consumer alone (batches ready)": lambda: consume(ready, FUEL_TRAIN),
         }
         times = measure(runs, repeats)
     finally:
-        server.stop()
+        for server in servers:
+            server.stop()
     nominal = FUEL_BATCHES * max(FUEL_PRODUCE, FUEL_TRAIN)
     ideal = max(min(times["the consumer alone (batches ready)"]), nominal)  # sleeps overshoot on a busy machine
     rows = [
@@ -392,12 +411,25 @@ def bench_fuel(repeats: int) -> tuple[list[list[str]], list[Result]]:
     ]
     rows.append(["nominal max(producer, consumer)", f"{nominal:.3f} s", "", f"{nominal / ideal:.3f}"])
     served, alone = min(times["served"]), min(times["in one process"])
+    streamed, pushed = min(times["served as a stream"]), min(times["Fuel-style PUSH/PULL"])
     return rows, [
         Result(
             "2. Fuel's workload: served vs ideal (consumer alone)",
             f"{served:.3f} s",
             f"{ideal:.3f} s",
             f"{served / ideal:.3f}",
+        ),
+        Result(
+            "2. Fuel's workload: served as a stream vs ideal",
+            f"{streamed:.3f} s",
+            f"{ideal:.3f} s",
+            f"{streamed / ideal:.3f}",
+        ),
+        Result(
+            "2. Fuel's workload: Fuel-style PUSH/PULL vs ideal",
+            f"{pushed:.3f} s",
+            f"{ideal:.3f} s",
+            f"{pushed / ideal:.3f}",
         ),
         Result(
             "2. Fuel's workload: in one process vs ideal", f"{alone:.3f} s", f"{ideal:.3f} s", f"{alone / ideal:.3f}"
