@@ -20,7 +20,7 @@ from .output_arrays import Output, check_distinct, check_out, match_out, new_out
 from .progress import progress_bar
 from .sparse import is_sparse, stack_rows
 from .views.itemtypes import SequenceLike
-from .views.sources import as_view
+from .views.sources import sized_view
 
 if TYPE_CHECKING:
     from .loading.prefetch import PrefetchView
@@ -120,7 +120,7 @@ def evaluate(
     batch_size = integer(batch_size, "evaluate: batch_size", low=1)
     options = LoaderOptions.check("evaluate", nworkers, method)  # checked whether workers are asked for or not
     ahead = Buffering.resolve(max_buffered, options, BATCHES_AHEAD)
-    items = as_view(data)
+    items = sized_view(data, "evaluate: data")
     n = items._need_length("evaluate()")
     if n == 0:
         raise ValueError(f"evaluate: data is empty, so there is nothing to call fn on; {EMPTY_SHARD}")

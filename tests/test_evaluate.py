@@ -718,3 +718,16 @@ def test_a_batch_like_the_first_is_checked_all_the_same():
     with pytest.raises(TypeError, match=r"^evaluate: the int64 results of batch 1 do not fit the int8 output"):
         lazyseq.evaluate(lambda b: b * 40, np.arange(10), batch_size=4, out=out)
     assert out.tolist() == [0, 40, 80, 120, 0, 0, 0, 0, 0, 0]
+
+
+def test_data_that_is_no_sequence_is_named_with_what_to_do():
+    # It said "cannot make a view of int" and, for a generator, to use lazyseq.uniter(), which evaluate then
+    # refused for want of a length.
+    with pytest.raises(TypeError) as caught:
+        lazyseq.evaluate(np.asarray, 5)
+    assert str(caught.value) == "evaluate: data must be a sequence (with __len__ and __getitem__ by position), not int"
+    with pytest.raises(TypeError) as caught:
+        lazyseq.evaluate(np.asarray, (i for i in range(3)))
+    assert str(caught.value).endswith(
+        "not generator: list(iterable) gives its items a length and positions, where they fit in memory"
+    )

@@ -666,3 +666,65 @@ def test_tensors_with_a_gradient_are_read_as_arrays():
     assert score(expected, lazyseq.collate([rows, LABELS]), batch_size=BATCH, progress=False) == expected.score(
         plain, LABELS
     )
+
+
+def test_a_metric_or_a_history_that_cannot_be_used_is_refused_before_any_work():
+    # fit trained validate_every steps before failing on metric="accuracy" ('str' object is not callable) or on
+    # history={} (no append); score predicted all the data first.
+    calls = []
+
+    class Counting(GaussianNB):
+        def partial_fit(self, *args, **kwargs):
+            calls.append(1)
+            return super().partial_fit(*args, **kwargs)
+
+    message = (
+        "fit: metric must be a function metric(y_true, y_pred), such as sklearn.metrics.accuracy_score, "
+        "not 'accuracy' (a scorer's name is not one)"
+    )
+    data = labelled(LABELS)
+    with pytest.raises(TypeError) as caught:
+        fit(Counting(), data.batch(BATCH), classes=CLASSES, validation=data, metric="accuracy", progress=False)
+    assert str(caught.value) == message
+    with pytest.raises(TypeError) as caught:
+        fit(Counting(), data.batch(BATCH), classes=CLASSES, validation=data, history={}, progress=False)
+    assert str(caught.value) == "fit: history must be a list, which each validation appends its result to, not dict"
+    assert calls == []
+    model = GaussianNB().fit(X, LABELS)
+    with pytest.raises(TypeError) as caught:
+        score(model, lazyseq.smap(lambda item: calls.append(item) or item, data), metric="accuracy")
+    assert str(caught.value) == message.replace("fit:", "score:") and calls == []
+    with pytest.raises(TypeError, match=r"^fit: epochs must be a positive integer, got 1.5$"):
+        fit(GaussianNB(), data.batch(BATCH), classes=CLASSES, epochs=1.5)  # (a ValueError, as for 0)
+
+
+def test_dummy_estimators_are_scored_as_their_score_does():
+    # Refused: their score() takes X=None too, so it is not the mixin's, although it computes the same.
+    from sklearn.dummy import DummyClassifier, DummyRegressor
+
+    classifier = DummyClassifier(strategy="most_frequent").fit(X, LABELS)
+    regressor = DummyRegressor(strategy="median").fit(X, TARGETS)
+    assert score(classifier, labelled(LABELS), 32, progress=False) == classifier.score(X, LABELS)
+    assert score(regressor, labelled(TARGETS), 32, progress=False) == pytest.approx(regressor.score(X, TARGETS))
+
+
+def test_a_regressor_scored_without_its_rule_is_told_of_a_regression_metric():
+    glm = PoissonRegressor().fit(X, np.exp(TARGETS / 10))
+    with pytest.raises(TypeError, match=r"pass metric=, for instance metric=sklearn\.metrics\.r2_score, to score"):
+        score(glm, labelled(np.exp(TARGETS / 10)))
+
+
+def test_data_that_is_no_sequence_is_named_and_rows_of_one_value_are_explained():
+    model = GaussianNB().fit(X, LABELS)
+    with pytest.raises(TypeError) as caught:
+        predict(model, (row for row in X))
+    assert str(caught.value) == (
+        "predict: data must be a sequence (with __len__ and __getitem__ by position), not generator: "
+        "list(iterable) gives its items a length and positions, where they fit in memory"
+    )
+    with pytest.raises(TypeError, match=r"^fit: validation must be a sequence .*, not int$"):
+        fit(GaussianNB(), labelled(LABELS).batch(BATCH), classes=CLASSES, validation=5)
+    for data in ([tuple(row) for row in X], X[:, 0]):  # a tuple of numbers is (X, y, ...); a number is no row
+        with pytest.raises(ValueError, match="Expected 2D array") as caught:
+            predict(model, data, progress=False)
+        assert caught.value.__notes__[0].startswith("X holds one value per item (shape (120,)): an item is a row of X")

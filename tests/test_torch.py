@@ -693,6 +693,29 @@ def test_to_device_arguments():
     with pytest.raises(ValueError, match="to_device: pin_memory=True needs a CUDA device, got cpu"):
         to_device([], "cpu", pin_memory=True)
     assert list(to_device([], "cpu")) == []
+    # torch's own errors named neither the function nor the argument ('int' object is not iterable; device()
+    # received an invalid combination of arguments, with its list of every constructor)
+    with pytest.raises(TypeError) as caught:
+        to_device(5, "cpu")
+    assert str(caught.value) == "to_device: batches must be an iterable of batches (a view, a loader, a list), not int"
+    for device in (None, 1.5, True):
+        with pytest.raises(TypeError) as caught:
+            to_device([], device)
+        assert str(caught.value) == (
+            f"to_device: device must be a torch.device or its name ('cpu', 'cuda:0'), not {device!r}"
+        )
+    with pytest.raises(RuntimeError, match=r"^to_device: device 'gpu': Expected one of cpu, cuda"):
+        to_device([], "gpu")
+
+
+def test_predict_refuses_a_model_that_is_no_module():
+    # It failed on the model's missing .training flag (AttributeError: 'function' object has no attribute...).
+    with pytest.raises(TypeError) as caught:
+        predict(lambda x: x * 2, np.arange(10.0), batch_size=4)
+    assert str(caught.value) == (
+        "predict: model must be a torch.nn.Module, not function: lazyseq.evaluate(fn, data) applies any function "
+        "to batches"
+    )
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")

@@ -35,6 +35,7 @@ def test_mypy_finds_no_errors():
         api_usage.views_that_keep_their_items,
         api_usage.batches,
         api_usage.loaders,
+        api_usage.scores,
         api_usage.shards,
     ],
 )

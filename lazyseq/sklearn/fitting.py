@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import inspect
 import itertools
-import numbers
-from collections.abc import Callable, Iterable, Iterator, Sized
+from collections.abc import Callable, Iterable, Iterator, MutableSequence, Sized
 from typing import Any, TypeVar
 
+from ..arguments import integer
 from ..loading.buffers import BufferLoader
 from ..progress import ProgressBar, progress_bar
 from ..views.base import View
-from ..views.sources import as_view
+from ..views.sources import sized_view
 from .items import FeatureLayout, fields
-from .scoring import score, score_rule
+from .scoring import check_metric, score, score_rule
 
 __all__ = ["fit"]
 
@@ -72,6 +72,11 @@ def fit(
     """
     call = _PartialFit(estimator, classes, _whole_arrays_hint(batches, "batches"))
     _check_count("validate_every", validate_every)
+    check_metric(metric, "fit")
+    if history is not None and not isinstance(history, MutableSequence):
+        raise TypeError(
+            f"fit: history must be a list, which each validation appends its result to, not {type(history).__name__}"
+        )
     source = _Batches(batches, epochs, steps)
     check = None if validation is None else _Validation(estimator, validation, metric, history)
     step = epoch = 0
@@ -249,7 +254,7 @@ class _Validation:
 
     def __init__(self, estimator: Any, validation: Any, metric: Callable | None, history: list | None) -> None:
         self.estimator = estimator
-        self.data = as_view(validation)  # checked now, not after the first hundred steps
+        self.data = sized_view(validation, "fit: validation")  # checked now, not after the first hundred steps
         self.metric = metric
         self.history = history
         rule = "metric" if metric is not None else score_rule(estimator, "fit")
@@ -296,5 +301,4 @@ def _whole_arrays_hint(given: Any, name: str) -> str:
 
 
 def _check_count(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"fit: {name} must be a positive integer, got {value!r}")
+    integer(value, f"fit: {name}", low=1)

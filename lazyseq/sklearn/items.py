@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import numbers
 import sys
-from collections.abc import Callable, Mapping, Sized
+from collections.abc import Callable, Iterator, Mapping, Sized
 from typing import Any
 
 import numpy as np
 
 from ..evaluate import EMPTY_SHARD
 from ..views.chunks import default_collate, is_tensor
-from ..views.sources import as_view
+from ..views.sources import sized_view
 
-__all__ = ["ITEM_SHAPES", "FeatureLayout", "ItemReading", "fields", "rows_of"]
+__all__ = ["ITEM_SHAPES", "FeatureLayout", "ItemReading", "fields", "rows_explained", "rows_of"]
 
 ITEM_SHAPES = "(X, y), (X, y, sample_weight) or X alone"
 
@@ -34,6 +35,30 @@ def fields(batch: Any, where: str, layout: FeatureLayout | None = None) -> tuple
     if batch is None or isinstance(batch, (Mapping, str, bytes, numbers.Number)) or getattr(batch, "ndim", None) == 0:
         raise TypeError(f"{where} is of type {type(batch).__name__}; it must be {ITEM_SHAPES}")
     return rows_of(batch), None, None
+
+
+@contextlib.contextmanager
+def rows_explained(X: Any) -> Iterator[None]:
+    """Where the estimator refuses ``X`` with a ``ValueError`` and ``X`` holds one value per item, say why (a note).
+
+    >>> import numpy as np
+    >>> try:
+    ...     with rows_explained(np.array([1.0, 2.0])):
+    ...         raise ValueError("Expected 2D array, got 1D array instead")
+    ... except ValueError as error:
+    ...     print(error.__notes__[0])  # doctest: +ELLIPSIS
+    X holds one value per item (shape (2,)): an item is a row of X (an array or a list of its features), ...
+    """
+    try:
+        yield
+    except ValueError as error:
+        if getattr(X, "ndim", None) == 1:
+            error.add_note(
+                f"X holds one value per item (shape {X.shape}): an item is a row of X (an array or a list of its "
+                "features), or a tuple (X, y, ...) whose X is a row, so a tuple of numbers is read as (X, y, ...); "
+                "one feature makes rows of one value (x[:, None])"
+            )
+        raise
 
 
 class FeatureLayout:
@@ -113,7 +138,7 @@ class ItemReading:
     @classmethod
     def of(cls, data: Any, caller: str) -> ItemReading:
         """The reading of ``data``'s items (told from its first batch unless known); a ValueError if it has none."""
-        items = as_view(data)
+        items = sized_view(data, f"{caller}: data")
         if items._need_length(f"{caller}()") == 0:
             raise ValueError(f"{caller}: data is empty, so there is nothing to {caller}; {EMPTY_SHARD}")
         return cls(spec=items._item_spec())

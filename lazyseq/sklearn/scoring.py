@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import numpy as np
 
 from ..evaluate import evaluate
-from .items import ItemReading
+from .items import ItemReading, rows_explained
 
-__all__ = ["predict", "score", "score_rule"]
+__all__ = ["check_metric", "predict", "score", "score_rule"]
+
+T = TypeVar("T")
 
 
 def predict(
@@ -23,8 +25,8 @@ def predict(
     *,
     nworkers: int = 0,
     progress: bool | None = None,
-) -> np.ndarray:
-    """``estimator.<method>`` over ``data`` in chunks of ``batch_size`` items, as one array.
+) -> Any:
+    """``estimator.<method>`` over ``data`` in chunks of ``batch_size`` items, as one array (or sparse matrix).
 
     ``method`` is any method that returns a row per sample: ``"predict"``,
     ``"predict_proba"``, ``"decision_function"``, ``"transform"``, ... Items
@@ -56,7 +58,9 @@ def predict(
     reading = ItemReading.of(data, "predict")
 
     def on_batch(batch: Any) -> Any:
-        return compute(reading.features(batch, f"{method}: a batch of data"))
+        X = reading.features(batch, f"{method}: a batch of data")
+        with rows_explained(X):
+            return compute(X)
 
     return evaluate(
         on_batch,
@@ -91,6 +95,30 @@ def _method(estimator: Any, name: str) -> Callable:
 # -- score --------------------------------------------------------------------------------------
 
 
+@overload
+def score(
+    estimator: Any,
+    data: Any,
+    batch_size: int = ...,
+    metric: None = ...,
+    *,
+    nworkers: int = ...,
+    progress: bool | None = ...,
+) -> float: ...
+
+
+@overload
+def score(
+    estimator: Any,
+    data: Any,
+    batch_size: int = ...,
+    metric: Callable[..., T] = ...,
+    *,
+    nworkers: int = ...,
+    progress: bool | None = ...,
+) -> T: ...
+
+
 def score(
     estimator: Any,
     data: Any,
@@ -99,7 +127,7 @@ def score(
     *,
     nworkers: int = 0,
     progress: bool | None = None,
-) -> float:
+) -> Any:
     """The score of ``estimator`` on ``data``, computed in chunks of ``batch_size`` items.
 
     Items are ``(X, y)``, ``(X, y, sample_weight)`` or X alone, read as
@@ -131,6 +159,7 @@ def score(
     >>> score(model, test, metric=f1_score, progress=False)
     0.8
     """
+    check_metric(metric, "score")
     rule = "metric" if metric is not None else score_rule(estimator, "score")
     reading = ItemReading.of(data, "score")
     collect, finish = _scorer(rule, estimator, metric, reading)
@@ -144,6 +173,24 @@ def score(
         description="score",
     )
     return finish(results)
+
+
+def check_metric(metric: Any, caller: str) -> None:
+    """A ``TypeError`` (before any work) unless ``metric`` is None or a function ``metric(y_true, y_pred)``.
+
+    >>> check_metric("accuracy", "score")
+    Traceback (most recent call last):
+    ...
+    TypeError: score: metric must be a function metric(y_true, y_pred), such as sklearn.metrics.accuracy_score, not \
+'accuracy' (a scorer's name is not one)
+    """
+    if metric is None or callable(metric):
+        return
+    named = " (a scorer's name is not one)" if isinstance(metric, str) else ""
+    raise TypeError(
+        f"{caller}: metric must be a function metric(y_true, y_pred), such as sklearn.metrics.accuracy_score, "
+        f"not {metric!r}{named}"
+    )
 
 
 # How ``estimator.score`` is computed, keyed by the function that computes it (found when first needed).
@@ -165,10 +212,11 @@ def score_rule(estimator: Any, caller: str) -> str:
     if rule == "accuracy" and not is_classifier(scorer) or rule == "r2" and not is_regressor(scorer):
         rule = None
     if rule is None:
+        example = "r2_score" if is_regressor(scorer) else "accuracy_score"
         raise TypeError(
             f"{caller}: {name}.score cannot be computed in chunks (lazyseq knows how for classifiers, regressors, "
             "KMeans, PCA, FactorAnalysis, GaussianMixture and KernelDensity); pass metric=, for instance "
-            "metric=sklearn.metrics.accuracy_score, to score its predictions"
+            f"metric=sklearn.metrics.{example}, to score its predictions"
         )
     return rule
 
@@ -178,6 +226,7 @@ def _known_rules() -> dict[Callable, str]:
         from sklearn.base import ClassifierMixin, RegressorMixin
         from sklearn.cluster import KMeans
         from sklearn.decomposition import PCA, FactorAnalysis
+        from sklearn.dummy import DummyClassifier, DummyRegressor
         from sklearn.mixture import GaussianMixture
         from sklearn.neighbors import KernelDensity, KNeighborsClassifier, RadiusNeighborsClassifier
 
@@ -186,7 +235,9 @@ def _known_rules() -> dict[Callable, str]:
                 ClassifierMixin.score: "accuracy",
                 KNeighborsClassifier.score: "accuracy",  # ClassifierMixin.score, X=None aside
                 RadiusNeighborsClassifier.score: "accuracy",
+                DummyClassifier.score: "accuracy",  # (X=None aside)
                 RegressorMixin.score: "r2",
+                DummyRegressor.score: "r2",  # (X=None aside)
                 KMeans.score: "total",  # shared by MiniBatchKMeans and BisectingKMeans
                 PCA.score: "mean",
                 FactorAnalysis.score: "mean",
@@ -232,7 +283,8 @@ def _supervised(estimator: Any, metric: Callable, reading: ItemReading) -> tuple
                 f"score: the items of data are X alone, but {name} is scored against targets: "
                 "items must be (X, y) or (X, y, sample_weight)"
             )
-        predictions = estimator.predict(X)
+        with rows_explained(X):
+            predictions = estimator.predict(X)
         y = _column(y)  # a list would be taken for several outputs
         return (predictions, y) if weights is None else (predictions, y, _column(weights))
 
@@ -261,7 +313,8 @@ def _per_sample(estimator: Any, reduce: Callable[[np.ndarray], Any], reading: It
             raise TypeError(
                 f"score: the items of data carry sample weights, but {type(estimator).__name__}.score takes none"
             )
-        return estimator.score_samples(X)
+        with rows_explained(X):
+            return estimator.score_samples(X)
 
     return collect, lambda samples: float(reduce(samples))
 
@@ -272,7 +325,8 @@ def _chunk_totals(estimator: Any, reading: ItemReading) -> tuple[Callable, Calla
 
     def collect(batch: Any) -> np.ndarray:
         X, _, weights = reading.fields(batch, "score: a batch of data")
-        totals.append(estimator.score(X, sample_weight=weights))
+        with rows_explained(X):
+            totals.append(estimator.score(X, sample_weight=weights))
         return np.empty((_count_rows(X), 0))  # evaluate wants a row per item; the totals are kept aside
 
     return collect, lambda _: math.fsum(totals)

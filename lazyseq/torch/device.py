@@ -60,12 +60,18 @@ class DeviceFeeder(Iterator[Any]):
         dtype: torch.dtype | None = None,
     ) -> None:
         ahead = integer(ahead, "to_device: ahead", low=0)
-        self.device = torch.device(device)
+        self.device = _device(device)
         self.ahead = ahead
         if transfer is None:
             transfer = transfer_for(self.device, pin_memory, non_blocking, dtype)
         self._transfer = transfer
-        self._source = iter(batches)
+        try:
+            self._source = iter(batches)
+        except TypeError:
+            raise TypeError(
+                f"to_device: batches must be an iterable of batches (a view, a loader, a list), "
+                f"not {type(batches).__name__}"
+            ) from None
         self._owns_source = self._source is not batches  # an iterator made here is closed here, not the caller's
         self._slots = [Slot(self._transfer.new_event()) for _ in range(ahead + 1)]
         self._sent: deque = deque()  # (slot, skeleton, device leaves) or _Failure, in the source's order
@@ -193,6 +199,19 @@ class DeviceFeeder(Iterator[Any]):
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{self._delivered} delivered, {len(self._sent)} ahead"
         return f"to_device({self.device}, ahead={self.ahead})  [{state}]"
+
+
+def _device(device: Any) -> torch.device:
+    """``device`` as a ``torch.device``; errors name the argument (torch's own list every constructor it has)."""
+    if isinstance(device, torch.device):
+        return device
+    if not isinstance(device, (str, int)) or isinstance(device, bool):
+        raise TypeError(f"to_device: device must be a torch.device or its name ('cpu', 'cuda:0'), not {device!r}")
+    try:
+        return torch.device(device)
+    except RuntimeError as error:  # an unknown name; an index where no accelerator is
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise RuntimeError(f"to_device: device {device!r}: {reason}") from None
 
 
 def to_device(

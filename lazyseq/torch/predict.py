@@ -70,6 +70,11 @@ def predict(
            [13.5],
            [17.5]])
     """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(
+            f"predict: model must be a torch.nn.Module, not {type(model).__name__}: lazyseq.evaluate(fn, data) "
+            "applies any function to batches"
+        )
     handed = _Handed()
     feeder = to_device(handed, device, ahead=0, dtype=dtype)
 

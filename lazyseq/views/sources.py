@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from itertools import chain, islice
 from typing import Any, overload
 
@@ -18,7 +18,16 @@ from .chunks import is_tensor, new_rows
 from .itemtypes import SequenceLike, T
 from .keys import Positions, positions_array
 
-__all__ = ["ArraySource", "SequenceSource", "TensorSource", "as_view", "is_sequence_like", "view", "views_of"]
+__all__ = [
+    "ArraySource",
+    "SequenceSource",
+    "TensorSource",
+    "as_view",
+    "is_sequence_like",
+    "sized_view",
+    "view",
+    "views_of",
+]
 
 _BUILTIN_SEQUENCES = (list, tuple, str, bytes, bytearray)
 
@@ -316,6 +325,26 @@ def as_view(obj: SequenceLike[Any] | np.ndarray) -> View[Any]:
             "by position) is needed; use lazyseq.uniter() for an iterable"
         )
     return SequenceSource(obj)
+
+
+def sized_view(obj: Any, what: str) -> View[Any]:
+    """``obj`` as a view (see :func:`as_view`) for ``what`` (``"evaluate: data"``), which reads it in batches by
+    position and so needs its length: anything else is a ``TypeError`` naming ``what``.
+
+    >>> len(sized_view([1, 2, 3], "evaluate: data"))
+    3
+    >>> sized_view(5, "evaluate: data")
+    Traceback (most recent call last):
+    ...
+    TypeError: evaluate: data must be a sequence (with __len__ and __getitem__ by position), not int
+    """
+    if isinstance(obj, (View, np.ndarray, range)) or is_tensor(obj) or is_sparse(obj) or is_sequence_like(obj):
+        return as_view(obj)
+    hint = ": list(iterable) gives its items a length and positions, where they fit in memory"
+    raise TypeError(
+        f"{what} must be a sequence (with __len__ and __getitem__ by position), not {type(obj).__name__}"
+        f"{hint if isinstance(obj, Iterable) else ''}"
+    )
 
 
 def _indexable_tensor(obj: Any) -> bool:

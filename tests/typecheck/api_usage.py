@@ -17,7 +17,7 @@ import numpy as np
 
 import lazyseq
 from lazyseq import View
-from lazyseq.sklearn import fit
+from lazyseq.sklearn import fit, predict, score
 
 
 def length(word: str) -> int:
@@ -190,6 +190,23 @@ def loaders() -> None:
         assert_type(dataset[0], str)
         assert_type(dataset[[0, 2]], Any)  # a batch, stacked
         assert_type(as_dataset(np.ones((3, 2)))[0], np.ndarray)
+
+
+def scores() -> None:
+    if find_spec("sklearn") is None:  # scikit-learn is optional
+        return
+    from sklearn.dummy import DummyClassifier
+
+    x, y = np.zeros((4, 2)), np.array([0, 1, 1, 1])
+    model = DummyClassifier().fit(x, y)
+    data = lazyseq.collate([x, y])
+    assert_type(score(model, data, progress=False), float)  # estimator.score's
+    assert_type(score(model, data, metric=confusion, progress=False), np.ndarray)  # what the metric returns
+    assert_type(predict(model, x, progress=False), Any)  # an array, or a sparse matrix for a vectorizer
+
+
+def confusion(y_true: Any, y_pred: Any) -> np.ndarray:
+    return np.array([[(y_true == a).sum() * (y_pred == b).sum() for b in (0, 1)] for a in (0, 1)])
 
 
 def no_argument() -> None:
