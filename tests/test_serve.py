@@ -2183,7 +2183,8 @@ def test_serve_forever_returns_when_a_signal_handler_closes_the_server_as_its_wa
     assert server.closed and lazyseq_threads() == []
 
 
-def test_the_guide_two_script_workflow_runs_as_written(tmp_path):
+@pytest.mark.parametrize("served", ["data:batches", "data:stream"])
+def test_the_guide_two_script_workflow_runs_as_written(tmp_path, served):
     guide = (TESTS.parent / "docs" / "guide" / "serving.md").read_text()
     blocks = [block.split("```")[0] for block in guide.split("```python\n")[1:]]
     for name in ("data.py", "train.py"):
@@ -2191,7 +2192,7 @@ def test_the_guide_two_script_workflow_runs_as_written(tmp_path):
     alone = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, capture_output=True, text=True, check=True)
     assert alone.stdout.startswith("training took ")
     server = subprocess.Popen(
-        [sys.executable, "-m", "lazyseq.serve", "data:batches", "--address", "tcp://127.0.0.1:0"],
+        [sys.executable, "-m", "lazyseq.serve", served, "--address", "tcp://127.0.0.1:0"],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         text=True,
