@@ -722,12 +722,16 @@ def test_a_batch_like_the_first_is_checked_all_the_same():
 
 def test_data_that_is_no_sequence_is_named_with_what_to_do():
     # It said "cannot make a view of int" and, for a generator, to use lazyseq.uniter(), which evaluate then
-    # refused for want of a length.
+    # refused for want of a length unless given size=.
     with pytest.raises(TypeError) as caught:
         lazyseq.evaluate(np.asarray, 5)
     assert str(caught.value) == "evaluate: data must be a sequence (with __len__ and __getitem__ by position), not int"
     with pytest.raises(TypeError) as caught:
         lazyseq.evaluate(np.asarray, (i for i in range(3)))
     assert str(caught.value).endswith(
-        "not generator: list(iterable) gives its items a length and positions, where they fit in memory"
+        "not generator: lazyseq.uniter(iterable, size=n) where its length n is known, or list(iterable) where it "
+        "ends and fits in memory"
     )
+    assert lazyseq.evaluate(np.asarray, lazyseq.uniter((i for i in range(3)), size=3)).tolist() == [0, 1, 2]
+    with pytest.raises(TypeError, match=r"not dict: list\(d\.values\(\)\) for its values$"):
+        lazyseq.evaluate(np.asarray, {"a": 1})

@@ -690,12 +690,28 @@ def test_a_metric_or_a_history_that_cannot_be_used_is_refused_before_any_work():
         fit(Counting(), data.batch(BATCH), classes=CLASSES, validation=data, history={}, progress=False)
     assert str(caught.value) == "fit: history must be a list, which each validation appends its result to, not dict"
     assert calls == []
+    from sklearn.metrics import get_scorer
+
+    with pytest.raises(TypeError, match=r": a scorer takes \(estimator, X, y\); pass its function \(functools"):
+        fit(Counting(), data.batch(BATCH), classes=CLASSES, validation=data, metric=get_scorer("accuracy"))
+    assert calls == []
+
+    class Log:  # anything that appends
+        def __init__(self):
+            self.entries = []
+
+        def append(self, entry):
+            self.entries.append(entry)
+
+    log = Log()
+    fit(GaussianNB(), data.batch(BATCH), classes=CLASSES, validation=data, history=log, progress=False)
+    assert [entry["step"] for entry in log.entries] == [8]
     model = GaussianNB().fit(X, LABELS)
     with pytest.raises(TypeError) as caught:
         score(model, lazyseq.smap(lambda item: calls.append(item) or item, data), metric="accuracy")
     assert str(caught.value) == message.replace("fit:", "score:") and calls == []
     with pytest.raises(TypeError, match=r"^fit: epochs must be a positive integer, got 1.5$"):
-        fit(GaussianNB(), data.batch(BATCH), classes=CLASSES, epochs=1.5)  # (a ValueError, as for 0)
+        fit(GaussianNB(), data.batch(BATCH), classes=CLASSES, epochs=1.5)  # (was a ValueError; 0 still is one)
 
 
 def test_dummy_estimators_are_scored_as_their_score_does():
@@ -720,7 +736,8 @@ def test_data_that_is_no_sequence_is_named_and_rows_of_one_value_are_explained()
         predict(model, (row for row in X))
     assert str(caught.value) == (
         "predict: data must be a sequence (with __len__ and __getitem__ by position), not generator: "
-        "list(iterable) gives its items a length and positions, where they fit in memory"
+        "lazyseq.uniter(iterable, size=n) where its length n is known, or list(iterable) where it ends and fits in "
+        "memory"
     )
     with pytest.raises(TypeError, match=r"^fit: validation must be a sequence .*, not int$"):
         fit(GaussianNB(), labelled(LABELS).batch(BATCH), classes=CLASSES, validation=5)
@@ -728,3 +745,9 @@ def test_data_that_is_no_sequence_is_named_and_rows_of_one_value_are_explained()
         with pytest.raises(ValueError, match="Expected 2D array") as caught:
             predict(model, data, progress=False)
         assert caught.value.__notes__[0].startswith("X holds one value per item (shape (120,)): an item is a row of X")
+    from sklearn.isotonic import IsotonicRegression  # takes a 1-D X: its own errors get no note
+
+    isotonic = IsotonicRegression(out_of_bounds="raise").fit(X[:, 0], TARGETS)
+    with pytest.raises(ValueError, match="below the interpolation range") as caught:
+        predict(isotonic, X[:, 0] - 100, progress=False)
+    assert not hasattr(caught.value, "__notes__") or not any("one value per item" in n for n in caught.value.__notes__)

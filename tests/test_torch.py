@@ -702,10 +702,24 @@ def test_to_device_arguments():
         with pytest.raises(TypeError) as caught:
             to_device([], device)
         assert str(caught.value) == (
-            f"to_device: device must be a torch.device or its name ('cpu', 'cuda:0'), not {device!r}"
+            f"to_device: device must be a torch.device, its name ('cpu', 'cuda:0') or an accelerator's index, "
+            f"not {device!r}"
         )
+    if not torch.accelerator.is_available():  # an index, numpy's too, is an accelerator's, as torch reads it
+        for index in (0, np.int64(0)):
+            with pytest.raises(RuntimeError, match=r"^to_device: device 0: Cannot access accelerator device"):
+                to_device([], index)
     with pytest.raises(RuntimeError, match=r"^to_device: device 'gpu': Expected one of cpu, cuda"):
         to_device([], "gpu")
+    with pytest.raises(TypeError, match=r"^predict: device must be a torch.device, its name .* not None$"):
+        predict(torch.nn.Linear(2, 1), np.zeros((3, 2), np.float32), device=None)
+
+    class Broken:  # an iterable whose own __iter__ fails: its error, not a message about what batches must be
+        def __iter__(self):
+            raise TypeError("a bug in the loader")
+
+    with pytest.raises(TypeError, match="^a bug in the loader$"):
+        to_device(Broken(), "cpu")
 
 
 def test_predict_refuses_a_model_that_is_no_module():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
-from collections.abc import Callable, Iterable, Iterator, MutableSequence, Sized
+from collections.abc import Callable, Iterable, Iterator, Sized
 from typing import Any, TypeVar
 
 from ..arguments import integer
@@ -73,7 +73,7 @@ def fit(
     call = _PartialFit(estimator, classes, _whole_arrays_hint(batches, "batches"))
     _check_count("validate_every", validate_every)
     check_metric(metric, "fit")
-    if history is not None and not isinstance(history, MutableSequence):
+    if history is not None and not callable(getattr(history, "append", None)):
         raise TypeError(
             f"fit: history must be a list, which each validation appends its result to, not {type(history).__name__}"
         )

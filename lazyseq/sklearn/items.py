@@ -39,7 +39,7 @@ def fields(batch: Any, where: str, layout: FeatureLayout | None = None) -> tuple
 
 @contextlib.contextmanager
 def rows_explained(X: Any) -> Iterator[None]:
-    """Where the estimator refuses ``X`` with a ``ValueError`` and ``X`` holds one value per item, say why (a note).
+    """Where scikit-learn refuses ``X`` for holding one value per item (not 2-D), say why (a note).
 
     >>> import numpy as np
     >>> try:
@@ -51,10 +51,10 @@ def rows_explained(X: Any) -> Iterator[None]:
     """
     try:
         yield
-    except ValueError as error:
-        if getattr(X, "ndim", None) == 1:
+    except ValueError as error:  # scikit-learn's refusal of a 1-D X (others take one: IsotonicRegression)
+        if getattr(X, "ndim", None) == 1 and "Expected 2D array" in str(error):
             error.add_note(
-                f"X holds one value per item (shape {X.shape}): an item is a row of X (an array or a list of its "
+                f"X holds one value per item (shape {tuple(X.shape)}): an item is a row of X (an array or a list of its "
                 "features), or a tuple (X, y, ...) whose X is a row, so a tuple of numbers is read as (X, y, ...); "
                 "one feature makes rows of one value (x[:, None])"
             )

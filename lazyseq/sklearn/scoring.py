@@ -184,12 +184,15 @@ def check_metric(metric: Any, caller: str) -> None:
     TypeError: score: metric must be a function metric(y_true, y_pred), such as sklearn.metrics.accuracy_score, not \
 'accuracy' (a scorer's name is not one)
     """
-    if metric is None or callable(metric):
+    if metric is None or callable(metric) and not hasattr(metric, "_score_func"):
         return
-    named = " (a scorer's name is not one)" if isinstance(metric, str) else ""
+    if callable(metric):  # a scorer (make_scorer, get_scorer): it takes (estimator, X, y)
+        why = ": a scorer takes (estimator, X, y); pass its function (functools.partial for its keywords)"
+    else:
+        why = " (a scorer's name is not one)" if isinstance(metric, str) else ""
     raise TypeError(
         f"{caller}: metric must be a function metric(y_true, y_pred), such as sklearn.metrics.accuracy_score, "
-        f"not {metric!r}{named}"
+        f"not {metric!r}{why}"
     )
 
 

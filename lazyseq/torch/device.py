@@ -21,7 +21,7 @@ from ..nested import flatten, rebuild
 from .tensors import _becomes_tensor, _tensor
 from .transfer import Slot, Transfer, transfer_for
 
-__all__ = ["DeviceFeeder", "to_device"]
+__all__ = ["DeviceFeeder", "as_device", "to_device"]
 
 
 class _Failure:
@@ -60,18 +60,17 @@ class DeviceFeeder(Iterator[Any]):
         dtype: torch.dtype | None = None,
     ) -> None:
         ahead = integer(ahead, "to_device: ahead", low=0)
-        self.device = _device(device)
+        self.device = as_device(device, "to_device")
         self.ahead = ahead
         if transfer is None:
             transfer = transfer_for(self.device, pin_memory, non_blocking, dtype)
         self._transfer = transfer
-        try:
-            self._source = iter(batches)
-        except TypeError:
+        if not hasattr(type(batches), "__iter__") and not hasattr(type(batches), "__getitem__"):
             raise TypeError(
                 f"to_device: batches must be an iterable of batches (a view, a loader, a list), "
                 f"not {type(batches).__name__}"
-            ) from None
+            )
+        self._source = iter(batches)
         self._owns_source = self._source is not batches  # an iterator made here is closed here, not the caller's
         self._slots = [Slot(self._transfer.new_event()) for _ in range(ahead + 1)]
         self._sent: deque = deque()  # (slot, skeleton, device leaves) or _Failure, in the source's order
@@ -201,17 +200,32 @@ class DeviceFeeder(Iterator[Any]):
         return f"to_device({self.device}, ahead={self.ahead})  [{state}]"
 
 
-def _device(device: Any) -> torch.device:
-    """``device`` as a ``torch.device``; errors name the argument (torch's own list every constructor it has)."""
+def as_device(device: Any, caller: str) -> torch.device:
+    """``device`` as a ``torch.device``, for ``caller``; errors name the argument (torch's own list every
+    constructor it has).
+
+    >>> as_device("cpu", "to_device")
+    device(type='cpu')
+    >>> as_device(None, "predict")
+    Traceback (most recent call last):
+    ...
+    TypeError: predict: device must be a torch.device, its name ('cpu', 'cuda:0') or an accelerator's index, not None
+    """
     if isinstance(device, torch.device):
         return device
-    if not isinstance(device, (str, int)) or isinstance(device, bool):
-        raise TypeError(f"to_device: device must be a torch.device or its name ('cpu', 'cuda:0'), not {device!r}")
+    if not isinstance(device, str):
+        try:
+            device = integer(device, f"{caller}: device", low=0)
+        except TypeError:
+            raise TypeError(
+                f"{caller}: device must be a torch.device, its name ('cpu', 'cuda:0') or an accelerator's index, "
+                f"not {device!r}"
+            ) from None
     try:
         return torch.device(device)
     except RuntimeError as error:  # an unknown name; an index where no accelerator is
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise RuntimeError(f"to_device: device {device!r}: {reason}") from None
+        raise RuntimeError(f"{caller}: device {device!r}: {reason}") from None
 
 
 def to_device(

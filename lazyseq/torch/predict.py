@@ -14,7 +14,7 @@ from ..evaluate import evaluate
 from ..loading.options import Method
 from ..nested import flatten
 from ..views.itemtypes import SequenceLike
-from .device import to_device
+from .device import as_device, to_device
 
 __all__ = ["predict"]
 
@@ -75,6 +75,7 @@ def predict(
             f"predict: model must be a torch.nn.Module, not {type(model).__name__}: lazyseq.evaluate(fn, data) "
             "applies any function to batches"
         )
+    device = as_device(device, "predict")
     handed = _Handed()
     feeder = to_device(handed, device, ahead=0, dtype=dtype)
 

@@ -340,10 +340,17 @@ def sized_view(obj: Any, what: str) -> View[Any]:
     """
     if isinstance(obj, (View, np.ndarray, range)) or is_tensor(obj) or is_sparse(obj) or is_sequence_like(obj):
         return as_view(obj)
-    hint = ": list(iterable) gives its items a length and positions, where they fit in memory"
+    if isinstance(obj, Mapping):
+        hint = ": list(d.values()) for its values"
+    elif isinstance(obj, Iterable):
+        hint = (
+            ": lazyseq.uniter(iterable, size=n) where its length n is known, or list(iterable) where it ends and "
+            "fits in memory"
+        )
+    else:
+        hint = ""
     raise TypeError(
-        f"{what} must be a sequence (with __len__ and __getitem__ by position), not {type(obj).__name__}"
-        f"{hint if isinstance(obj, Iterable) else ''}"
+        f"{what} must be a sequence (with __len__ and __getitem__ by position), not {type(obj).__name__}{hint}"
     )
 
 
