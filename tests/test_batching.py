@@ -446,3 +446,17 @@ def test_a_batch_read_through_unbatch_past_the_end_of_data_of_unknown_length_is_
     with pytest.raises(EndOfData, match=message):
         past.batch(2)[0]  # read as one batch: it was numpy's IndexError, wrapped in an EvaluationError
     assert items[[3, 4]].batch(2)[0].tolist() == [13, 14]
+
+
+def test_batches_whose_last_is_short_are_not_taken_for_alike():
+    # batch described every batch as a full one, and concatenate, trusting that, stacked a part's batches: a read
+    # of several items taking in the short last batch failed (MixedShapes), even with collate_fn=list.
+    batches = lazyseq.batch(np.arange(21.0).reshape(7, 3), 4)
+    both = lazyseq.concatenate([batches, batches])
+    got = lazyseq.batch(both, 4, collate_fn=list)[0]
+    assert [b.shape for b in got] == [(4, 3), (3, 3), (4, 3), (3, 3)]
+    assert all(np.array_equal(g, e) for g, e in zip(got, list(both), strict=True))
+    assert lazyseq.batch(lazyseq.concatenate([batches]), 2, collate_fn=list)[0][1].tolist() == batches[1].tolist()
+    assert repr(batches).splitlines()[0] == "batch(4)  [len 2, items float64 (4, 3), the last of 3]"
+    for alike in (lazyseq.batch(np.zeros((8, 3)), 4), lazyseq.batch(np.zeros((7, 3)), 4, drop_last=True)):
+        assert repr(alike).splitlines()[0].endswith("items float64 (4, 3)]")

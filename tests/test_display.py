@@ -14,7 +14,7 @@ def pipeline():
 def test_repr_shows_the_pipeline_and_the_items():
     assert repr(pipeline()) == "\n".join(
         [
-            "batch(64)  [len 2, items (float64 (64, 248), int64 (64,))]",
+            "batch(64)  [len 2, items (float64 (64, 248), int64 (64,)), the last of 36]",
             "└─ shuffle(seed=0, epoch=0)  [len 100]",
             "   └─ collate  [len 100]",
             "      ├─ array float64 (100, 248)  [len 100]",
@@ -60,7 +60,9 @@ def test_html_for_notebooks_is_the_same_tree_escaped():
     assert (
         pipeline()
         ._repr_html_()
-        .startswith('<pre style="line-height: 1.3"><b>batch(64)  [len 2, items (float64 (64, 248), int64 (64,))]</b>\n')
+        .startswith(
+            '<pre style="line-height: 1.3"><b>batch(64)  [len 2, items (float64 (64, 248), int64 (64,)), the last of 36]</b>\n'
+        )
     )
 
 

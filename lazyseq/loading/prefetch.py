@@ -89,7 +89,7 @@ class PrefetchView(View[T_co]):
             self._max_buffered,
             start=self._starts,
             slot_count=self._slots_ahead() + 2,  # the items being read hold one or two (processes)
-            slot_bytes=self._shm_size or slot_bytes_for_spec(self._parent._item_spec()),
+            slot_bytes=self._shm_size or slot_bytes_for_spec(self._parent._item_spec_at_most()),
             slot_budget=0 if self._max_buffered.size is not None else SLOT_BUDGET,
             task_name=self._task_name,
             cost=self._cost,

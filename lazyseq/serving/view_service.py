@@ -114,7 +114,7 @@ class ViewService:
         if not slots:
             return {}
         self._pools[consumer], self._pool_slots[consumer] = None, slots
-        item_bytes = bytes_of_spec(self.view._item_spec())
+        item_bytes = bytes_of_spec(self.view._item_spec_at_most())
         pool = self._make_pool(consumer, item_bytes) if item_bytes else None
         return {} if pool is None else {"pool": pool.announcement()}
 

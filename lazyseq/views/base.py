@@ -230,6 +230,11 @@ class View(Fluent[T_co], Sequence[T_co]):
         specs = {p._item_spec() for p in self._parents}
         return specs.pop() if len(specs) == 1 else None
 
+    def _item_spec_at_most(self) -> tuple[Any, ...] | None:
+        """An ``_item_spec()`` whose arrays are at least as large as any item's, to size buffers by: the same, but
+        for batches whose last one is short (described as full ones)."""
+        return self._item_spec()
+
     # -- length ---------------------------------------------------------------
 
     def __len__(self) -> int:
@@ -501,14 +506,19 @@ class View(Fluent[T_co], Sequence[T_co]):
 
         return html_tree(self._repr_lines(prefix="", child_prefix=""))
 
+    def _items_description(self) -> str | None:
+        """What ``repr`` says the items are (``float64 (64, 248)``); None where that is not known."""
+        from .display import describe_spec
+
+        spec = self._item_spec()
+        return None if spec is None else describe_spec(spec)
+
     def _repr_lines(self, prefix: str, child_prefix: str, depth: int = 0) -> list[str]:
         length = f"len {self._len}" if self._len is not None else "length unknown" if self._may_end() else "infinite"
         if depth == 0:
-            from .display import describe_spec
-
-            spec = self._item_spec()
-            if spec is not None:
-                length += f", items {describe_spec(spec)}"
+            items = self._items_description()
+            if items is not None:
+                length += f", items {items}"
         lines = [f"{prefix}{self._describe()}  [{length}]"]
         parents = self._parents
         if depth > 12:

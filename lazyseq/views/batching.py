@@ -191,7 +191,33 @@ class BatchView(View[Any]):
     def _item_spec(self) -> tuple | None:
         from .display import batched_spec
 
+        if self._collate_fn is not None or self._short_last_batch():  # batches not all alike
+            return None
+        return batched_spec(self._parent._item_spec(), self._k)
+
+    def _item_spec_at_most(self) -> tuple | None:
+        from .display import batched_spec
+
         return None if self._collate_fn is not None else batched_spec(self._parent._item_spec(), self._k)
+
+    def _items_description(self) -> str | None:
+        """The batches' description where all but the last are alike: ``float64 (4, 3), the last of 3``."""
+        from .display import describe_spec
+
+        if not self._short_last_batch():
+            return super()._items_description()
+        spec = self._item_spec_at_most()
+        if spec is None:
+            return None
+        n = self._parent._len
+        return f"{describe_spec(spec)}, the last of {n % self._k}" if n is not None else describe_spec(spec)
+
+    def _short_last_batch(self) -> bool:
+        """Whether the last batch may hold fewer than ``k`` items (neither dropped nor padded)."""
+        if self._drop_last or self._pad is not None:
+            return False
+        n = self._parent._len
+        return n % self._k != 0 if n is not None else self._parent._may_end()
 
     def _describe(self) -> str:
         options = [str(self._k)]
