@@ -217,7 +217,7 @@ def test_unbatch_checks_that_each_batch_holds_batch_size_items():
     with pytest.raises(lazyseq.EvaluationError) as caught:
         list(lazyseq.unbatch([[1, 2], [3]], 2))
     assert str(caught.value).endswith(
-        "ValueError: unbatch: batch 1 (the last: see last_batch_size) holds 1 items, not 2 (batch_size=2)"
+        "ValueError: unbatch: batch 1 (the last: see last_batch_size) holds 1 item, not 2 (batch_size=2)"
     )
     with pytest.raises(lazyseq.EvaluationError) as caught:  # was item 7, silently: batches of 3 read as of 2
         lazyseq.unbatch(lazyseq.batch(np.arange(10), 3), 2)[5]

@@ -489,3 +489,34 @@ def test_a_permutation_drawn_as_another_thread_sets_the_epoch_is_not_kept_for_th
     monkeypatch.setattr(np.random, "default_rng", drawn_as_the_epoch_is_set_back)
     assert shuffled[0] == epoch_1[0]  # read as the epoch was set: of epoch 1
     assert list(shuffled) == epoch_0
+
+
+def test_a_view_of_unknown_length_is_not_called_infinite_by_its_list_keys():
+    class Five:  # an iterable read again from the start each time
+        def __iter__(self):
+            return iter(range(5))
+
+    view = lazyseq.uniter(Five())
+    for key, what in (([-1], "negative index -1"), ([True] * 5, "a boolean mask")):
+        with pytest.raises(TypeError) as caught:
+            view[key]
+        assert str(caught.value) == f"uniter: {what} needs a length, but the view has no known length"
+
+
+def test_a_failure_in_a_batch_of_list_items_names_the_item():
+    items = [0, 1, 2, 3]
+    view = lazyseq.view(items)
+    del items[2:]  # (the list shrank after the view was made)
+    with pytest.raises(lazyseq.EvaluationError) as caught:
+        lazyseq.batch(lazyseq.concatenate([view, [9]]), 5)[0]
+    assert str(caught.value) == (
+        "failed to compute batch[0] -> concatenate[2] -> sequence[2]: IndexError: list index out of range"
+    )
+
+
+def test_reprs_of_a_long_array_repeated_one_part_and_an_unbatch_with_a_last_size():
+    assert repr(lazyseq.repeat(np.zeros((100, 100)), 3)).splitlines()[0] == (
+        "repeat(array float64 (100, 100))  [len 3]"
+    )
+    assert repr(lazyseq.concatenate([[1, 2]])).splitlines()[0].startswith("concatenate(1 part)  [len 2")
+    assert repr(lazyseq.unbatch(lazyseq.batch(np.arange(6), 4), 4, 2)).splitlines()[0] == "unbatch(4, 2)  [len 6]"

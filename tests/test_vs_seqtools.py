@@ -548,14 +548,19 @@ def test_split_rejects_spans_outside_the_sequence(edges, theirs):
     if edges in ([(4, 4)], [4, 4]):
         assert plain(lazyseq.split(data, edges)) == ([[]] if edges == [(4, 4)] else [[0, 1, 2, 3], [], []])
     else:
-        with pytest.raises(ValueError, match=r"split: span \(-?\d+, -?\d+\) is not within 0..4 in increasing order"):
+        pattern = (
+            r"split: span \(-?\d+, -?\d+\) is not within 0..4 in increasing order"
+            if isinstance(edges[0], tuple)
+            else (r"split: edge -?\d+ is not within 0..4")
+        )
+        with pytest.raises(ValueError, match=pattern):
             lazyseq.split(data, edges)
 
 
 def test_split_with_decreasing_edges_is_an_error():
     """seqtools gives an empty piece and then overlapping ones; lazyseq refuses edges out of order."""
     assert plain(seqtools.split(list(range(6)), [4, 2])) == [[0, 1, 2, 3], [], [2, 3, 4, 5]]
-    with pytest.raises(ValueError, match=r"span \(4, 2\) is not within 0..6 in increasing order"):
+    with pytest.raises(ValueError, match=r"^split: edges must not decrease, got 2 after 4$"):
         lazyseq.split(list(range(6)), [4, 2])
 
 

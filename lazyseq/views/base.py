@@ -320,7 +320,9 @@ class View(Fluent[T_co], Sequence[T_co]):
             if not isinstance(key, int):  # an index array (operator.index gives exact ints)
                 from .gather import GatherView
 
-                return GatherView(self, array_key(key, self._len, self._label(), self._error_name()))
+                return GatherView(
+                    self, array_key(key, self._len, self._label(), self._error_name(), endless=self.endless)
+                )
         i = self._check_index(key)
         try:
             return self._get(i)

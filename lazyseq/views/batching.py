@@ -243,6 +243,7 @@ class UnbatchView(View[Any]):
         if not 0 <= last <= batch_size:
             raise ValueError(f"unbatch: last_batch_size must be between 0 and {batch_size}, got {last_batch_size}")
         last = last or batch_size  # 0, like None: every batch is full
+        self._last = last
         self._parent = parent
         self._parents = (parent,)
         self._size = batch_size
@@ -301,7 +302,7 @@ class UnbatchView(View[Any]):
             return size if n is None else min(size, n - b * size)
         if n is None:  # data of unknown length: its last batch may be short, and ends it
             if held > size or (held < size and not self._may_end()):
-                raise ValueError(f"unbatch: batch {b} holds {held} items, not {size} (batch_size={size})")
+                raise ValueError(f"unbatch: batch {b} holds {_items(held)}, not {size} (batch_size={size})")
             return held
         last = (b + 1) * size >= n
         expected = n - b * size if last else size
@@ -309,7 +310,7 @@ class UnbatchView(View[Any]):
         # than it gives (a padded batch), not fewer.
         if held < expected or (held > expected and not last):
             where = " (the last: see last_batch_size)" if last else ""
-            raise ValueError(f"unbatch: batch {b}{where} holds {held} items, not {expected} (batch_size={size})")
+            raise ValueError(f"unbatch: batch {b}{where} holds {_items(held)}, not {expected} (batch_size={size})")
         return held
 
     def _check_writable(self, i: int) -> None:
@@ -356,7 +357,11 @@ class UnbatchView(View[Any]):
         return unbatched_spec(spec)
 
     def _describe(self) -> str:
-        return f"unbatch({self._size})"
+        return f"unbatch({self._size})" if self._last == self._size else f"unbatch({self._size}, {self._last})"
+
+
+def _items(count: int) -> str:
+    return "1 item" if count == 1 else f"{count} items"
 
 
 def _ended(i: int, b: int) -> EndOfData:

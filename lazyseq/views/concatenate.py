@@ -130,7 +130,8 @@ class ConcatenateView(View[Any]):
         return ((self._parents[p], j),)
 
     def _describe(self) -> str:
-        return f"concatenate({len(self._parents)} parts)"
+        count = len(self._parents)
+        return f"concatenate({count} part{'' if count == 1 else 's'})"
 
     def __reduce__(self) -> tuple[Any, ...]:  # the parts, not the arrays behind them (memory maps pickle small)
         return (ConcatenateView, (list(self._parents),))

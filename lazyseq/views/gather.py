@@ -178,7 +178,9 @@ def gather(sequence: SequenceLike[Any] | np.ndarray, indexes: Indexes | np.ndarr
             raise TypeError(
                 f"gather: indexes must be a sequence of integers (one item is sequence[i]), got {indexes!r:.60}"
             ) from None
-    return GatherView(parent, array_key(indexes, parent._len, "gather", "gather's sequence", masks=False))
+    return GatherView(
+        parent, array_key(indexes, parent._len, "gather", "gather's sequence", masks=False, endless=parent.endless)
+    )
 
 
 take = gather

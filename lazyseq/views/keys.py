@@ -140,11 +140,17 @@ def out_of_range(index: int, length: int | None, target: str) -> IndexError:
 
 
 def array_key(
-    key: list[Any] | np.ndarray, length: int | None, label: str, target: str | None = None, masks: bool = True
+    key: list[Any] | np.ndarray,
+    length: int | None,
+    label: str,
+    target: str | None = None,
+    masks: bool = True,
+    endless: str = "is infinite",
 ) -> np.ndarray:
     """Validate a list or array used as a key: integer positions (negative allowed) or, if ``masks``, a boolean mask.
 
-    ``label`` names the view in errors about the key's type, ``target`` (default ``label``) what it indexes.
+    ``label`` names the view in errors about the key's type, ``target`` (default ``label``) what it indexes,
+    ``endless`` why it has no length (``View.endless``) where ``length`` is None.
     """
     target = label if target is None else target
     try:
@@ -160,7 +166,7 @@ def array_key(
                 "index with the mask (view[mask]) or give np.flatnonzero(mask)"
             )
         if length is None:
-            raise TypeError(f"{label}: a boolean mask needs a length, but the view is infinite")
+            raise TypeError(f"{label}: a boolean mask needs a length, but the view {endless}")
         if len(keys) != length:
             raise IndexError(f"{label}: boolean mask of length {len(keys)} does not match length {length}")
         positions = np.flatnonzero(keys)
@@ -173,7 +179,7 @@ def array_key(
         negative = positions < 0
         if negative.any():
             if length is None:
-                raise TypeError(f"{label}: negative index {keys[negative][0]} needs a length, but the view is infinite")
+                raise TypeError(f"{label}: negative index {keys[negative][0]} needs a length, but the view {endless}")
             positions[negative] += length
         bad = (positions < 0) if length is None else (positions < 0) | (positions >= length)
         if bad.any():
@@ -181,14 +187,16 @@ def array_key(
     elif keys.dtype.kind == "u" or keys.dtype == object or isinstance(key, list):
         # Indices no int64 holds: numpy gives uint64, float64 or object arrays; read the Python values instead.
         values = keys.tolist() if isinstance(key, np.ndarray) else key
-        positions = _python_positions(values, length, label, target, keys.dtype)
+        positions = _python_positions(values, length, label, target, keys.dtype, endless)
     else:
         raise TypeError(f"{label} indices must be integers, slices or integer arrays, not an array of {keys.dtype}")
     positions.flags.writeable = False
     return positions
 
 
-def _python_positions(values: list, length: int | None, label: str, target: str, dtype: np.dtype) -> np.ndarray:
+def _python_positions(
+    values: list, length: int | None, label: str, target: str, dtype: np.dtype, endless: str
+) -> np.ndarray:
     """``array_key`` for integers of any size, one at a time, with the same errors."""
     positions = []
     for value in values:
@@ -200,7 +208,7 @@ def _python_positions(values: list, length: int | None, label: str, target: str,
             ) from None
         if j < 0:
             if length is None:
-                raise TypeError(f"{label}: negative index {j} needs a length, but the view is infinite")
+                raise TypeError(f"{label}: negative index {j} needs a length, but the view {endless}")
             j += length
         if j < 0 or (length is not None and j >= length):
             raise out_of_range(operator.index(value), length, target)

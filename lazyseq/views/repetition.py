@@ -75,6 +75,8 @@ class RepeatView(View[Any]):
 
 def _brief(value: Any) -> str:
     """A short repr of ``value``: never a whole long list, never an error (a view's repr must not fail)."""
+    if isinstance(value, np.ndarray) and value.size > 8:  # (reprlib cuts through its text, brackets left open)
+        return f"array {value.dtype} {value.shape}"
     try:
         text = reprlib.repr(value)
     except Exception:  # the value's own __repr__ failed

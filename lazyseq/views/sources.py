@@ -230,7 +230,13 @@ class SequenceSource(View[Any]):
 
     def _get_many(self, idx: Positions) -> list:
         if self._builtin:
-            return list(map(self.source.__getitem__, idx.tolist() if type(idx) is not range else idx))
+            positions = idx.tolist() if type(idx) is not range else idx
+            try:
+                return list(map(self.source.__getitem__, positions))
+            except Exception:
+                for i in positions:  # (read again, no side effects in a list: the chain names the item that failed)
+                    self.source[i]
+                raise
         if self._batched:
             positions = list(idx) if type(idx) is range else idx.tolist()
             items = self.source.__getitems__(positions)

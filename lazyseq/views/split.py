@@ -64,6 +64,11 @@ def _spans(edges: Any, n: int) -> list[tuple[int, int]]:
         spans = [(integer(a, "split: a span's start"), integer(b, "split: a span's stop")) for a, b in edges]
     else:
         bounds = [0, *(integer(e, "split: an edge") for e in edges), n]
+        for before, edge in zip(bounds[:-2], bounds[1:-1]):  # (the edges given, each after the one before)
+            if not 0 <= edge <= n:
+                raise ValueError(f"split: edge {edge} is not within 0..{n}")
+            if edge < before:
+                raise ValueError(f"split: edges must not decrease, got {edge} after {before}")
         spans = list(zip(bounds[:-1], bounds[1:]))
     for start, stop in spans:
         if not 0 <= start <= stop <= n:
