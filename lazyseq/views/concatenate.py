@@ -214,6 +214,12 @@ def concatenate(  # type: ignore[overload-cannot-match]
 ) -> View[np.ndarray]: ...
 
 
+# Lists (or tuples, views) of several item types, ints and strings say: mypy infers no T for them either. (No
+# arrays here: an array's Any would make every overload above match as well, and mypy would infer Any for them.)
+@overload
+def concatenate(sequences: Sequence[list[Any] | tuple[Any, ...] | View[Any]]) -> View[Any]: ...
+
+
 def concatenate(sequences: Sequence[SequenceLike[Any] | np.ndarray]) -> View[Any]:
     """A view of the sequences one after the other.
 

@@ -67,6 +67,7 @@ def rows_of_an_array() -> None:
     assert_type(lazyseq.shuffle(np.ones((4, 2)), seed=0), View[np.ndarray])
     assert_type(lazyseq.concatenate([np.zeros((2, 3)), np.ones((1, 3))]), View[np.ndarray])
     assert_type(lazyseq.concatenate([rows, np.zeros((1, 2))]), View[np.ndarray])  # views and arrays mixed
+    assert_type(lazyseq.concatenate([[1, 2], ["a", "b"]]), View[Any])  # lists of several item types
     assert_type(lazyseq.concatenate([np.zeros((1, 2)), rows.shuffle(seed=0), [np.ones(2)]]), View[np.ndarray])
 
 
