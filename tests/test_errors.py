@@ -72,6 +72,7 @@ def test_a_stop_iteration_raised_by_an_item_names_the_item_when_iterating(tmp_pa
         with pytest.raises(lazyseq.EvaluationError) as info:
             list(view)
         assert str(info.value) == f"failed to compute {chain}: StopIteration: "
+        assert type(info.value.__cause__) is StopIteration  # (was the RuntimeError Python wraps it in, iterating)
     with pytest.raises(lazyseq.EvaluationError) as info:
         lazyseq.write_npy(lazyseq.smap(exhausted_on_three, range(6)), tmp_path)
     assert str(info.value) == (

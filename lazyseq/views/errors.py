@@ -85,7 +85,7 @@ def reraise(error: Exception) -> NoReturn:
         # The item's own code read another view, whose item failed: one chain, down to the first failure.
         cause = raised.__cause__ if raised.__cause__ is not None else error  # (none: a worker process's, restored)
         raise EvaluationError(f"{_FAILED}{chain} -> {str(raised).removeprefix(_FAILED)}") from cause
-    raise EvaluationError(f"{_FAILED}{where}: {type(raised).__name__}: {message_of(raised)}") from error
+    raise EvaluationError(f"{_FAILED}{where}: {type(raised).__name__}: {message_of(raised)}") from raised
 
 
 _FAILED = "failed to compute "
@@ -94,13 +94,14 @@ _FAILED = "failed to compute "
 def item_failure(error: BaseException) -> BaseException:
     """What an item raised: a ``StopIteration`` that a generator over the items turned into a ``RuntimeError``.
 
-    >>> import lazyseq
+    >>> def items():  # a generator over the items, as lazyseq's own are
+    ...     yield next(iter([]))  # an item that raises StopIteration
     >>> try:
-    ...     list(lazyseq.smap(lambda x: next(iter([])), [1]))  # an item that raises StopIteration
-    ... except lazyseq.EvaluationError as error:
-    ...     raised = error.__cause__
-    >>> type(raised).__name__, type(item_failure(raised)).__name__, type(item_failure(ValueError())).__name__
-    ('RuntimeError', 'StopIteration', 'ValueError')
+    ...     list(items())
+    ... except RuntimeError as error:
+    ...     wrapped = error
+    >>> type(wrapped.__cause__).__name__, type(item_failure(wrapped)).__name__, type(item_failure(ValueError())).__name__
+    ('StopIteration', 'StopIteration', 'ValueError')
     """
     cause = error.__cause__
     if type(error) is RuntimeError and isinstance(cause, StopIteration) and "raised StopIteration" in str(error):
