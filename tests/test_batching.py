@@ -458,5 +458,6 @@ def test_batches_whose_last_is_short_are_not_taken_for_alike():
     assert all(np.array_equal(g, e) for g, e in zip(got, list(both), strict=True))
     assert lazyseq.batch(lazyseq.concatenate([batches]), 2, collate_fn=list)[0][1].tolist() == batches[1].tolist()
     assert repr(batches).splitlines()[0] == "batch(4)  [len 2, items float64 (4, 3), the last of 3]"
+    assert repr(lazyseq.unbatch(batches, 4, 3)).splitlines()[0] == "unbatch(4, 3)  [len 7, items float64 (3,)]"
     for alike in (lazyseq.batch(np.zeros((8, 3)), 4), lazyseq.batch(np.zeros((7, 3)), 4, drop_last=True)):
         assert repr(alike).splitlines()[0].endswith("items float64 (4, 3)]")

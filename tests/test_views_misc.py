@@ -519,4 +519,7 @@ def test_reprs_of_a_long_array_repeated_one_part_and_an_unbatch_with_a_last_size
         "repeat(array float64 (100, 100))  [len 3]"
     )
     assert repr(lazyseq.concatenate([[1, 2]])).splitlines()[0].startswith("concatenate(1 part)  [len 2")
-    assert repr(lazyseq.unbatch(lazyseq.batch(np.arange(6), 4), 4, 2)).splitlines()[0] == "unbatch(4, 2)  [len 6]"
+    assert (
+        repr(lazyseq.unbatch(lazyseq.batch(np.arange(6), 4), 4, 2)).splitlines()[0]
+        == "unbatch(4, 2)  [len 6, items int64]"
+    )

@@ -351,7 +351,7 @@ class UnbatchView(View[Any]):
     def _item_spec(self) -> tuple | None:
         from .display import unbatched_spec
 
-        spec = self._parent._item_spec()
+        spec = self._parent._item_spec_at_most()  # (a short last batch holds rows like the others')
         if spec is not None and spec[0] != "array" and not self._collated:  # a tuple of items, perhaps
             return None
         return unbatched_spec(spec)
