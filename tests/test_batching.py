@@ -461,3 +461,42 @@ def test_batches_whose_last_is_short_are_not_taken_for_alike():
     assert repr(lazyseq.unbatch(batches, 4, 3)).splitlines()[0] == "unbatch(4, 3)  [len 7, items float64 (3,)]"
     for alike in (lazyseq.batch(np.zeros((8, 3)), 4), lazyseq.batch(np.zeros((7, 3)), 4, drop_last=True)):
         assert repr(alike).splitlines()[0].endswith("items float64 (4, 3)]")
+
+
+def test_views_of_batches_whose_last_is_short_still_size_buffers_for_a_full_batch():
+    # Only the batch view itself said how large its batches are: a shuffle, a slice, a collate of it, a batch of
+    # it sized a process loader's slots (or a served view's pool) from the first batch read, the short one perhaps.
+    from lazyseq.loading.prefetch import slot_bytes_for_spec
+    from lazyseq.loading.shared_slots import slot_bytes_for
+
+    batches = lazyseq.view(np.zeros((10, 3), ">f4")).batch(4)  # 4, 4 and 2 rows
+    full = slot_bytes_for(4 * 3 * 4)
+    for above in (batches.shuffle(seed=0), batches[1:], lazyseq.concatenate([batches, batches]), batches.cycle()):
+        assert above._item_spec() is None and slot_bytes_for_spec(above._item_spec_at_most()) == full
+    pairs = lazyseq.collate([batches, batches])
+    assert pairs._item_spec() is None and pairs._item_spec_at_most() == ("tuple", (batches._item_spec_at_most(),) * 2)
+    assert repr(lazyseq.unbatch(batches.shuffle(seed=0), 4, 2)).splitlines()[0].endswith("items >f4 (3,)]")
+    assert batches.batch(2, drop_last=True)[0].dtype == np.dtype(">f4")  # (was float32: the dtype lost)
+    with lazyseq.prefetch(batches.shuffle(seed=0), nworkers=1, method="process") as ahead:
+        assert sorted(len(b) for b in ahead) == [2, 4, 4]
+
+
+def test_a_batch_of_list_items_is_read_once_and_fails_with_one_traceback():
+    calls = []
+
+    class Files(list):  # a list whose reads have effects (files opened, say)
+        def __getitem__(self, i):
+            calls.append(i)
+            if i == 3:
+                raise OSError(f"cannot read file {i}")
+            return super().__getitem__(i)
+
+    with pytest.raises(lazyseq.EvaluationError, match=r"^failed to compute batch\[0\] -> sequence\[3\]: OSError"):
+        lazyseq.view(Files(range(8))).batch(4, collate_fn=list)[0]
+    assert calls == [0, 1, 2, 3]
+    items = [0, 1, 2]
+    view = lazyseq.view(items)
+    del items[1:]
+    with pytest.raises(lazyseq.EvaluationError) as caught:
+        view.batch(3)[0]
+    assert caught.value.__cause__.__context__ is None  # (not raised again while handling the first IndexError)

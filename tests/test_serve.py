@@ -3286,3 +3286,14 @@ def test_the_items_computed_ahead_for_a_consumer_that_left_are_not_computed_for_
         with lazyseq.connect(server.address) as second:
             assert second[50] == 50
     assert [i for i in computed if i < 50] == [0, 1]
+
+
+def test_served_batches_whose_last_is_short_say_how_large_the_others_are():
+    # The welcome said nothing of their items: a consumer's unbatch lost its rows' description, and its loaders
+    # sized their buffers from the first batch read.
+    batches = lazyseq.view(np.zeros((10, 3), np.float32)).batch(4)
+    with lazyseq.serve(batches, LOOPBACK) as server, lazyseq.connect(server.address) as remote:
+        assert remote._item_spec() is None  # (not all alike)
+        assert remote._item_spec_at_most() == batches._item_spec_at_most()
+        rows = lazyseq.unbatch(remote, 4, 2)
+        assert repr(rows).splitlines()[0].endswith("items float32 (3,)]") and len(list(rows)) == 10

@@ -76,7 +76,7 @@ class RemoteView(View[Any]):
         self._ahead = ahead
         self._settings = settings  # what connect() was given: a copy of this view in a worker reconnects
         self._remote_label = str(info.get("label", "a view"))
-        self._spec = wire.decode_spec(info.get("items"))  # what the served view's items are, where it knows
+        self._take_specs(info)
         self._served = Served.from_welcome(info)  # a server back at the address must serve the same
         self._replaced: LoaderError | None = None  # set once it serves something else
         self._restarting = False  # a new server instance was found, and not told apart from the last one yet
@@ -105,6 +105,15 @@ class RemoteView(View[Any]):
 
     def _item_spec(self) -> tuple[Any, ...] | None:
         return self._spec
+
+    def _item_spec_at_most(self) -> tuple[Any, ...] | None:
+        return self._spec_at_most
+
+    def _take_specs(self, info: dict) -> None:
+        """What the served view's items are, where it knows; and what its largest are (a short last batch aside)."""
+        self._spec = wire.decode_spec(info.get("items"))
+        at_most = info.get("items_at_most")  # (not sent by a server of an earlier version)
+        self._spec_at_most = self._spec if at_most is None else wire.decode_spec(at_most)
 
     def _get(self, i: int) -> Any:
         spare = self._spare_if_busy()
@@ -412,7 +421,7 @@ class RemoteView(View[Any]):
         served = Served.from_welcome(info)
         if served.items is not None or self._served.items is None:  # what the items are, once known, is compared on
             self._served = served
-            self._spec = wire.decode_spec(info.get("items"))  # (and views above may have found it once: kept)
+            self._take_specs(info)  # (and views above may have found it once: kept)
 
     def _serving_another(self, info: Any) -> LoaderError | None:
         """The error to raise if a server's welcome, ``info``, says that it serves another view than this one."""

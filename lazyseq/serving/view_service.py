@@ -85,6 +85,7 @@ class ViewService:
             "may_end": view._may_end(),
             "label": view._describe(),
             "items": wire.encode_spec(view._item_spec()),  # a consumer's batches take their dtypes
+            "items_at_most": wire.encode_spec(view._item_spec_at_most()),  # (all alike but a short last batch)
             "at_once": True,  # items are also asked for several at once, with 'positions' (see .chunk_requests)
         }
 

@@ -232,8 +232,11 @@ class View(Fluent[T_co], Sequence[T_co]):
 
     def _item_spec_at_most(self) -> tuple[Any, ...] | None:
         """An ``_item_spec()`` whose arrays are at least as large as any item's, to size buffers by: the same, but
-        for batches whose last one is short (described as full ones)."""
-        return self._item_spec()
+        for batches whose last one is short (described as full ones), and views of their items."""
+        if not self._items_like_parents or not self._parents:
+            return self._item_spec()
+        specs = {p._item_spec_at_most() for p in self._parents}
+        return specs.pop() if len(specs) == 1 else None
 
     # -- length ---------------------------------------------------------------
 

@@ -80,10 +80,11 @@ class BatchView(View[Any]):
             raise self._mixed_shapes(span, error) from None
 
     def _items_spec(self) -> tuple | None:
-        """The parent's ``_item_spec()``, found once."""
+        """The parent's ``_item_spec_at_most()``, found once (the dtypes a batch takes; a short batch among the items
+        makes a batch of mixed shapes, refused all the same)."""
         spec = self._spec
         if spec is False:
-            spec = self._spec = self._parent._item_spec()
+            spec = self._spec = self._parent._item_spec_at_most()
         return spec  # type: ignore[return-value]
 
     def _mixed_shapes(self, span: range, error: MixedShapes) -> ValueError:
@@ -198,7 +199,7 @@ class BatchView(View[Any]):
     def _item_spec_at_most(self) -> tuple | None:
         from .display import batched_spec
 
-        return None if self._collate_fn is not None else batched_spec(self._parent._item_spec(), self._k)
+        return None if self._collate_fn is not None else batched_spec(self._parent._item_spec_at_most(), self._k)
 
     def _items_description(self) -> str | None:
         """The batches' description where all but the last are alike: ``float64 (4, 3), the last of 3``."""
@@ -210,7 +211,8 @@ class BatchView(View[Any]):
         if spec is None:
             return None
         n = self._parent._len
-        return f"{describe_spec(spec)}, the last of {n % self._k}" if n is not None else describe_spec(spec)
+        last = f"the last of {n % self._k}" if n is not None else "the last maybe fewer"
+        return f"{describe_spec(spec)}, {last}"
 
     def _short_last_batch(self) -> bool:
         """Whether the last batch may hold fewer than ``k`` items (neither dropped nor padded)."""
@@ -357,7 +359,8 @@ class UnbatchView(View[Any]):
         return unbatched_spec(spec)
 
     def _describe(self) -> str:
-        return f"unbatch({self._size})" if self._last == self._size else f"unbatch({self._size}, {self._last})"
+        last = getattr(self, "_last", self._size)  # (an unbatch pickled before it was kept)
+        return f"unbatch({self._size})" if last == self._size else f"unbatch({self._size}, {last})"
 
 
 def _items(count: int) -> str:

@@ -64,7 +64,13 @@ class CollateView(View[Any]):
 
     @remembered_spec
     def _item_spec(self) -> tuple | None:
-        specs = tuple(p._item_spec() for p in self._parents)
+        return self._fields_spec(tuple(p._item_spec() for p in self._parents))
+
+    def _item_spec_at_most(self) -> tuple | None:
+        return self._fields_spec(tuple(p._item_spec_at_most() for p in self._parents))
+
+    def _fields_spec(self, specs: tuple) -> tuple | None:
+        """The spec of items whose fields are as ``specs`` say (None where none is known)."""
         if all(s is None for s in specs):
             return None
         return ("tuple", specs) if self._keys is None else ("dict", specs, tuple(self._keys))

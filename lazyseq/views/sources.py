@@ -221,7 +221,7 @@ class SequenceSource(View[Any]):
     def __init__(self, data: Any) -> None:
         self.source = data
         self._len = len(data)
-        self._builtin = isinstance(data, _BUILTIN_SEQUENCES)
+        self._builtin = type(data) in _BUILTIN_SEQUENCES  # (a subclass may read files, say, in its __getitem__)
         # torch's convention for reading many items in one call; None disables it, as in torch's DataLoader
         self._batched = not self._builtin and callable(getattr(data, "__getitems__", None))
 
@@ -234,10 +234,9 @@ class SequenceSource(View[Any]):
             try:
                 return list(map(self.source.__getitem__, positions))
             except Exception:
-                for i in positions:  # (read again, no side effects in a list: the chain names the item that failed)
-                    self.source[i]
-                raise
-        if self._batched:
+                pass  # read again one by one below, out of this handler (a list reads without side effects): the
+                # chain of views then names the item that failed
+        elif self._batched:
             positions = list(idx) if type(idx) is range else idx.tolist()
             items = self.source.__getitems__(positions)
             if len(items) != len(positions):
