@@ -301,15 +301,18 @@ class TensorSource(SequenceSource):
 
 
 @overload
-def as_view(obj: np.ndarray) -> View[np.ndarray]: ...
+def as_view(obj: np.ndarray, sized_for: str | None = None) -> View[np.ndarray]: ...
 
 
 @overload
-def as_view(obj: SequenceLike[T]) -> View[T]: ...
+def as_view(obj: SequenceLike[T], sized_for: str | None = None) -> View[T]: ...
 
 
-def as_view(obj: SequenceLike[Any] | np.ndarray) -> View[Any]:
-    """``obj`` itself if it is a view, else a view over the existing sequence or array (see :func:`view`)."""
+def as_view(obj: SequenceLike[Any] | np.ndarray, sized_for: str | None = None) -> View[Any]:
+    """``obj`` itself if it is a view, else a view over the existing sequence or array (see :func:`view`).
+
+    ``sized_for`` names what reads it by position and needs its length (see :func:`sized_view`).
+    """
     if isinstance(obj, View):
         return obj
     if isinstance(obj, np.ndarray):
@@ -325,11 +328,29 @@ def as_view(obj: SequenceLike[Any] | np.ndarray) -> View[Any]:
             "range(-(-X.shape[0] // k)))"
         )
     if not is_sequence_like(obj):
-        raise TypeError(
+        raise _not_a_sequence(obj, sized_for)
+    return SequenceSource(obj)
+
+
+def _not_a_sequence(obj: Any, sized_for: str | None) -> TypeError:
+    """The error for ``obj``, no sequence: where ``sized_for`` needs a length, how to give it one."""
+    if sized_for is None:
+        return TypeError(
             f"cannot make a view of {type(obj).__name__}: a sequence (with __len__ and __getitem__ "
             "by position) is needed; use lazyseq.uniter() for an iterable"
         )
-    return SequenceSource(obj)
+    if isinstance(obj, Mapping):
+        hint = ": list(d.values()) for its values"
+    elif isinstance(obj, Iterable):
+        hint = (
+            ": lazyseq.uniter(iterable, size=n) where its length n is known, or list(iterable) where it ends and "
+            "fits in memory"
+        )
+    else:
+        hint = ""
+    return TypeError(
+        f"{sized_for} must be a sequence (with __len__ and __getitem__ by position), not {type(obj).__name__}{hint}"
+    )
 
 
 def sized_view(obj: Any, what: str) -> View[Any]:
@@ -343,20 +364,7 @@ def sized_view(obj: Any, what: str) -> View[Any]:
     ...
     TypeError: evaluate: data must be a sequence (with __len__ and __getitem__ by position), not int
     """
-    if isinstance(obj, (View, np.ndarray, range)) or is_tensor(obj) or is_sparse(obj) or is_sequence_like(obj):
-        return as_view(obj)
-    if isinstance(obj, Mapping):
-        hint = ": list(d.values()) for its values"
-    elif isinstance(obj, Iterable):
-        hint = (
-            ": lazyseq.uniter(iterable, size=n) where its length n is known, or list(iterable) where it ends and "
-            "fits in memory"
-        )
-    else:
-        hint = ""
-    raise TypeError(
-        f"{what} must be a sequence (with __len__ and __getitem__ by position), not {type(obj).__name__}{hint}"
-    )
+    return as_view(obj, what)
 
 
 def _indexable_tensor(obj: Any) -> bool:
