@@ -6,7 +6,6 @@ A :class:`~lazyseq.loading.backends.WorkerBackend` (see that module for the prot
 from __future__ import annotations
 
 import atexit
-import contextlib
 import functools
 import queue
 import threading
@@ -200,9 +199,12 @@ _exit_hook_set: list[bool] = []
 
 def _join_busy_threads() -> None:
     """At exit: wait for them; a Ctrl-C ends the wait, quietly (the program is ending, as asked)."""
-    threads = list(_busy_at_exit)
-    with contextlib.suppress(KeyboardInterrupt), interrupts_deferred():
-        wait_unless_hurried(functools.partial(_ended, threads), _join_seconds())
+    try:  # (not contextlib.suppress: a Ctrl-C while it is made got through)
+        threads = list(_busy_at_exit)
+        with interrupts_deferred():
+            wait_unless_hurried(functools.partial(_ended, threads), _join_seconds())
+    except KeyboardInterrupt:
+        pass
 
 
 class _Ticket:
