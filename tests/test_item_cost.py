@@ -279,18 +279,34 @@ def test_a_slow_first_item_that_fails_still_leaves_the_next_items_with_the_worke
     assert len(names) == 5 and all(name.startswith("lazyseq-prefetch-") for name in names)
 
 
-def test_items_far_below_the_threshold_are_timed_one_in_four_at_random():
-    # Every fourth: items slow one time in two or four were never timed, and stayed in the reader.
+def timings_left_out(seconds, count=400, inline_below=1e-3):
+    """The items left untimed after each of ``count`` timings of ``seconds``, from the third on."""
+    cost = ItemCost(inline_below=inline_below)
+    skips = []
+    for _ in range(count):
+        cost.add(seconds)
+        skips.append(cost.untimed)
+    assert cost.inline
+    return skips[2:]
+
+
+def test_items_far_below_the_threshold_are_timed_at_random_one_per_twice_the_thresholds_worth():
+    # Every n-th: items slow one time in two or four were never timed, and stayed in the reader.
+    nearer = timings_left_out(2.5e-4)  # twice the threshold: 8 items, one timed (a skip of 7 on average)
+    assert set(nearer) == set(range(15)) and 6 < np.mean(nearer) < 8
+    far = timings_left_out(1e-5)  # 200 items: one in 16 at most (a timing costs a few microseconds at most)
+    assert set(far) == set(range(31)) and 14 < np.mean(far) < 16
+    assert timings_left_out(6e-4, count=3) == [0]  # over half the threshold: every item is timed
+
+
+def test_an_untimed_item_that_took_long_brings_back_one_in_four():
     cost = ItemCost(inline_below=1e-3)
     skips = []
     for _ in range(400):
-        cost.add(1e-4)
+        cost.add(1e-5)
+        cost.untimed_was_slow()
         skips.append(cost.untimed)
-    assert cost.inline and set(skips[2:]) == set(range(7)) and 2.5 < np.mean(skips[2:]) < 3.5
-    near = ItemCost(inline_below=1e-3)
-    for seconds in (6e-4, 6e-4, 6e-4):  # over half the threshold: every item is timed
-        near.add(seconds)
-    assert near.inline and near.untimed == 0
+    assert set(skips) == set(range(7)) and 2.5 < np.mean(skips) < 3.5
 
 
 def test_untimed_items_still_go_to_the_workers_when_they_get_slow():
@@ -411,3 +427,105 @@ def test_the_block_runs_where_no_thread_can_start(monkeypatch):
     with start_if_slow(0.0, lambda: started.append(True)):
         ran.append(True)
     assert ran == [True] and started == []
+
+
+@pytest.fixture
+def one_at_a_time(monkeypatch):
+    """Items computed by the reader one at a time (no runs), whatever the machine's speed."""
+    monkeypatch.setattr("lazyseq.loading.item_cost.RUN_SECONDS", 0.0)
+    monkeypatch.setattr("lazyseq.loading.options.INLINE_BELOW", 1.0)
+
+
+def test_reads_in_order_compute_their_items_at_once_without_the_loaders_other_steps(one_at_a_time):
+    # A read through the loader took ten microseconds or more of bookkeeping with the caches cold after an item: reads
+    # in order that follow one the reader computed now compute their item at once (InlineReads), and nothing else.
+    log = []
+
+    def logged(x):
+        log.append(("computed", x, threading.current_thread().name))
+        return x * x
+
+    with lazyseq.prefetch(lazyseq.smap(logged, range(50)), nworkers=2) as ahead:
+        reads = iter(ahead)
+        squares = [next(reads) for _ in range(10)]
+        assert type(ahead._run).__name__ == "InlineReads" and ahead._order.last == 9
+        squares += list(reads)
+        assert not ahead.workers_running
+    assert squares == [x * x for x in range(50)]
+    assert log == [("computed", x, threading.current_thread().name) for x in range(50)]
+
+
+def test_an_item_that_fails_among_reads_one_at_a_time_raises_at_its_read_and_reading_goes_on(one_at_a_time):
+    computed = []
+    view = lazyseq.smap(functools.partial(inverse_of_x_minus_10, computed), range(20))
+    with lazyseq.prefetch(view, nworkers=2) as ahead:
+        reads = iter(ahead)
+        assert [next(reads) for _ in range(10)] == [1 / (x - 10) for x in range(10)]
+        with pytest.raises(lazyseq.EvaluationError) as raised:
+            next(reads)
+        assert list(reads) == [1 / (x - 10) for x in range(11, 20)]
+    assert str(raised.value) == (
+        "failed to compute prefetch[10] -> smap(partial(inverse_of_x_minus_10))[10]: ZeroDivisionError: division by zero"
+    )
+    assert computed == list(range(20))
+
+
+def test_reads_one_at_a_time_follow_an_epoch_set_between_them(one_at_a_time):
+    data, epoch0, epoch1 = shuffle_and_its_two_orders(30)
+    with lazyseq.prefetch(data.smap(int), nworkers=2) as ahead:
+        reads = iter(ahead)
+        first = [next(reads) for _ in range(8)]
+        data.set_epoch(1)  # on the shuffle below, between two reads
+        rest = list(reads)
+    assert first == epoch0[:8] and rest == epoch1[8:]
+
+
+def test_reads_one_at_a_time_go_on_after_the_loader_is_closed_between_them(one_at_a_time):
+    with lazyseq.prefetch(lazyseq.smap(lambda x: x + 1, range(30)), nworkers=2) as ahead:
+        reads = iter(ahead)
+        first = [next(reads) for _ in range(8)]
+        engine = ahead._engine
+        ahead.close()
+        rest = list(reads)
+        assert ahead._engine is not engine  # read with a new one
+    assert first + rest == list(range(1, 31))
+
+
+def test_reads_one_at_a_time_hand_items_that_get_slow_to_the_workers(monkeypatch):
+    monkeypatch.setattr("lazyseq.loading.item_cost.RUN_SECONDS", 0.0)
+
+    def slow_after_40(x):
+        if x >= 40:
+            time.sleep(0.02)
+        return threading.current_thread().name
+
+    # One in 16 items timed at most while they are this cheap: an item that turned out slow brings back one in four.
+    with lazyseq.prefetch(lazyseq.smap(slow_after_40, range(80)), nworkers=2, inline_below=0.005) as ahead:
+        names = list(ahead)
+    assert set(names[:40]) == {threading.current_thread().name}
+    assert all(name.startswith("lazyseq-prefetch-") for name in names[60:])
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_reads_one_at_a_time_with_a_loader_of_its_own(one_at_a_time):
+    with lazyseq.prefetch(lazyseq.smap(lambda x: (x, os.getpid()), range(20)), nworkers=2) as ahead:
+        reads = iter(ahead)
+        assert [next(reads)[0] for _ in range(8)] == list(range(8))
+        parent_engine = ahead._engine
+        read_end, write_end = os.pipe()
+        child = os.fork()
+        if child == 0:  # pragma: no cover (the child)
+            try:
+                items = list(reads)
+                ok = [x for x, _ in items] == list(range(8, 20)) and {pid for _, pid in items} == {os.getpid()}
+                ok = ok and ahead._engine is not parent_engine
+                os.write(write_end, b"ok" if ok else repr(items).encode())
+            finally:
+                os._exit(0)
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as told:
+            answer = told.read()
+        os.waitpid(child, 0)
+        assert answer == b"ok"
+        assert [x for x, _ in reads] == list(range(8, 20))  # the parent's reads go on with its own
+        assert ahead._engine is parent_engine

@@ -219,10 +219,10 @@ class Engine:
                 raise
         return self._compute(self._job, arg, cost)
 
-    def compute_many_here(self, read: Callable[[Any], Any], arg: Any, count: int) -> Any:
-        """``read(arg)``, the ``count`` items that ``arg`` names read at once in the reader's thread, and timed.
+    def compute_with(self, read: Callable[[Any], Any], arg: Any, count: int = 1) -> Any:
+        """``read(arg)``, the ``count`` items that ``arg`` names, computed in the reader's thread and timed as any.
 
-        The items are cheap enough to compute here (:attr:`inline`), and read
+        The items are cheap enough to compute here (:attr:`inline`); read
         together they may cost less still (vectorized): their average is timed.
         """
         return self._compute(read, arg, self.cost, count)  # type: ignore[arg-type]  # as in compute_here
@@ -262,9 +262,13 @@ class Engine:
     def _compute(self, call: Callable[[Any], Any], arg: Any, cost: ItemCost, count: int = 1) -> Any:
         """``call(arg)``, timed unless ``cost`` lets it go untimed; an error closes the engine as :meth:`failed` says."""
         try:
-            if cost.untimed:
+            if cost.untimed > 0:  # (reads in other threads may take it below 0)
                 cost.untimed -= 1
-                return call(arg)
+                began = perf_counter()
+                value = call(arg)
+                if perf_counter() - began > cost.slow_above:  # the items may have got slow
+                    cost.untimed_was_slow()
+                return value
             return self._timed(call, arg, cost, count)
         except BaseException as error:
             self.failed(error)

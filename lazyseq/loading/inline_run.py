@@ -6,15 +6,23 @@ time when they are read in order; each of the next reads then takes its item
 without a lock or any other step. A run is of the engine and of the epochs of
 the shuffles below that it was computed with: once either changes, its items
 are not used.
+
+Items read in order that are cheap enough for the reader, but not that cheap,
+are computed one at a time; the reads that follow are :class:`InlineReads`:
+each computes its item at once, without the lock and the checks of a read
+through the loader, while nothing changed since the last one (engine, epochs,
+process) and items stay cheap.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..views.shuffle import EPOCH_CHANGES
+from .fork_safety import fork_generation
 
-__all__ = ["MISSING", "InlineRun", "epoch_stamp"]
+__all__ = ["MISSING", "InlineReads", "InlineRun", "epoch_stamp"]
 
 MISSING: Any = object()  # not in the run (or taken already): the read computes its item
 
@@ -74,6 +82,77 @@ class InlineRun:
             self._error = None
             raise error
         return MISSING
+
+
+class InlineReads:
+    """The reads in order from item ``start`` on, each computed by ``engine``'s reader with ``read(i)``.
+
+    Items are timed as any the reader computes (``engine.compute_with``). A read of any
+    other item, or with another engine, after an epoch was set anywhere, in a
+    forked child, or once items are too slow for the reader (or cheap enough
+    for runs), finds it ``MISSING``: the loader reads that item itself. ``order`` follows the reads.
+
+    >>> from lazyseq.loading.item_cost import ItemCost
+    >>> from lazyseq.loading.prefetch import ReadOrder
+    >>> class Engine:
+    ...     cost = ItemCost(inline_below=1e-3)
+    ...     def compute_with(self, read, i):
+    ...         return read(i)
+    ...     def check_open(self):
+    ...         pass
+    >>> engine, order = Engine(), ReadOrder(length=10, capacity=3)
+    >>> reads = InlineReads(engine, 4, lambda i: i * i, order)
+    >>> reads.take(4, engine), reads.take(4, engine) is MISSING, reads.take(5, engine), order.last
+    (16, True, 25, 5)
+    >>> engine.cost.add(0.5)  # slow items (twice): the loader's workers compute the next ones
+    >>> engine.cost.add(0.5)
+    >>> reads.take(6, engine) is MISSING
+    True
+    """
+
+    __slots__ = ("_changes", "_cost", "_engine", "_failed", "_generation", "_next", "_order", "_read", "_timings")
+
+    def __init__(self, engine: Any, start: int, read: Callable[[int], Any], order: Any) -> None:
+        self._engine = engine
+        self._next = start
+        self._read = read
+        self._cost = engine.cost
+        self._timings = self._cost.count
+        self._order = order
+        self._changes = EPOCH_CHANGES[0]
+        self._generation = fork_generation()
+        self._failed: tuple[int, Exception] | None = None  # an item and its error, kept for its read
+
+    def take(self, i: int, engine: Any, raising: bool = True) -> Any:
+        """Item ``i``, computed now, if it is the next one in order, with ``engine``, and items are still cheap.
+
+        An item's error is raised; ``raising=False`` keeps it, for the read
+        that goes on through the view to raise it there (as :meth:`InlineRun.take`).
+        """
+        if i != self._next or engine is not self._engine or self._changes != EPOCH_CHANGES[0]:
+            failed = self._failed
+            if failed is not None and failed[0] == i and raising:
+                self._failed = None
+                raise failed[1]
+            return MISSING
+        cost = self._cost
+        if cost.count != self._timings:  # timed since: still an item at a time (not slow, nor cheap enough for runs)?
+            if not cost.inline or cost.in_runs:
+                return MISSING
+            self._timings = cost.count
+        if self._generation != fork_generation():  # a forked child
+            return MISSING
+        self._next = i + 1
+        self._order.last = i  # read, as far as guessing the next reads goes (at step 1, as before)
+        try:
+            value = engine.compute_with(self._read, i)
+        except Exception as error:
+            if raising:
+                raise
+            self._failed = (i, error)
+            return MISSING
+        engine.check_open()  # closed by another thread while this one computed
+        return value
 
 
 def epoch_stamp(view: Any) -> tuple[int, Any]:

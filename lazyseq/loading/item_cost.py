@@ -19,6 +19,7 @@ run that long.
 
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 import time
@@ -30,8 +31,13 @@ from typing import Any
 __all__ = ["FIRST_ONLY_ABOVE", "RUN_FEWEST", "RUN_ITEMS", "RUN_SECONDS", "ItemCost", "TimedJob", "start_if_slow"]
 
 SMOOTHING = 0.2  # weight of the newest timing in the running estimate
-TIME_ONE_IN = 4  # items well under the threshold: the reader times one in this many, on average
-_SKIPS = random.Random(0)  # how many to skip before the next timing (not the global generator: it is the user's)
+TIME_ONE_IN = 4  # items under half the threshold: the reader times at least one in this many, on average
+TIME_AT_MOST_ONE_IN = 16  # and at most one in this many
+# Where in its range each skip of untimed items falls: fractions spread evenly, in an order drawn once (not by the
+# global generator: it is the user's). A draw at each timing took a few microseconds, with the caches cold after the item.
+_FRACTIONS = [(k + 0.5) / 101 for k in range(101)]
+random.Random(0).shuffle(_FRACTIONS)
+_SKIPS = itertools.cycle(_FRACTIONS)
 FIRST_ONLY_ABOVE = 10  # the first timing alone sends items to the workers only above this many thresholds
 RECENT = 16  # timings kept to tell slow items that come back regularly from hiccups
 RECENT_FEWEST = 8  # timings needed to tell
@@ -53,9 +59,14 @@ class ItemCost:
     mean is over twice the threshold, the workers take the items; they give
     them back once the estimate and the mean of the latest ``RECENT_FEWEST``
     timings are both under the threshold.
-    While items cost less than half the threshold, the reader times only one
-    in ``TIME_ONE_IN`` (``untimed`` says how many it may skip): timing costs
-    about a microsecond, a few percent of an item this cheap.
+    While items cost less than half the threshold, the reader times only some
+    (``untimed`` says how many it may skip): a timing costs a few microseconds
+    (with the caches cold after the item), a few percent of an item this
+    cheap. About one in ``TIME_ONE_IN`` at least, one in ``TIME_AT_MOST_ONE_IN``
+    at most, and otherwise one per twice the threshold's worth of items (what
+    one slow item costs). An untimed item that turns out slow (its seconds are
+    looked at, not added: that would count slow items more often than others)
+    brings back timing one in ``TIME_ONE_IN``.
 
     >>> cost = ItemCost(inline_below=1e-3)
     >>> cost.inline  # the first items are computed by the reader, to time them
@@ -79,6 +90,7 @@ class ItemCost:
 
     def __init__(self, inline_below: float) -> None:
         self.inline_below = inline_below
+        self.slow_above = 2 * inline_below  # items that cost more are slow
         self.estimate: float | None = None
         self.count = 0
         self.inline = inline_below > 0
@@ -100,7 +112,7 @@ class ItemCost:
         self.estimate = estimate
         recent = self._recent
         recent.append(seconds)
-        slow = seconds > 2 * self.inline_below
+        slow = seconds > self.slow_above
         if self.inline:
             # a pattern of slow items can only begin with a slow one: cheap items pay a comparison, not a look
             if estimate > (FIRST_ONLY_ABOVE if self.count == 1 else 2) * self.inline_below or (
@@ -108,10 +120,18 @@ class ItemCost:
             ):
                 self.inline = False
             elif self.count > 2 and max(seconds, estimate) < self.inline_below / 2:  # far from the threshold
-                # about one in TIME_ONE_IN, not every TIME_ONE_IN-th: items slow one time in 2 or 4 are timed too
-                self.untimed = _SKIPS.randrange(2 * TIME_ONE_IN - 1)
+                self._leave_untimed(2 * self.inline_below / max(seconds, estimate))  # 4 at least
         elif estimate < self.inline_below and self._latest_mean() < self.inline_below:
             self.inline = True
+
+    def untimed_was_slow(self) -> None:
+        """An item left untimed took over :attr:`slow_above`: one in ``TIME_ONE_IN`` is timed again, at random."""
+        self._leave_untimed(TIME_ONE_IN)
+
+    def _leave_untimed(self, between: float) -> None:
+        """Let about one in ``between`` items (``TIME_AT_MOST_ONE_IN`` at most) be timed, not every n-th: items slow
+        one time in 2 or 4 are timed too."""
+        self.untimed = int(next(_SKIPS) * (2 * min(between, TIME_AT_MOST_ONE_IN) - 1))
 
     # Worker threads add timings while the reader does: each reads a copy of the recent ones, taken in one call.
 

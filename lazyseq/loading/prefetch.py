@@ -24,7 +24,7 @@ from .closing import interrupts_deferred
 from .engine import Engine
 from .failures import LoaderClosed, LoaderError, WorkerDied, is_an_items_own, raised_by_an_item
 from .fork_safety import ForkLocalLock
-from .inline_run import MISSING, InlineRun, epoch_stamp
+from .inline_run import MISSING, InlineReads, InlineRun, epoch_stamp
 from .item_cost import RUN_ITEMS, ItemCost
 from .jobs import ReadItem
 from .options import LoaderOptions, Method, StartHook, StartMethod
@@ -75,7 +75,7 @@ class PrefetchView(View[T_co]):
         self._send_ahead: Callable[[], None] = _nothing  # sends the next expected items (see _start)
         self._starts = 0  # how many times workers were started: each start gets new random seeds
         self._cost: ItemCost | None = None  # what items cost, timed by the first engine
-        self._run: InlineRun | None = None  # cheap items the reader computed ahead, read in order
+        self._run: InlineRun | InlineReads | None = None  # cheap items the reader computes, read in order
         self._epoch_watch = EpochWatch(parent)  # of the pipeline's shuffles when the workers started
         # items ahead of the reader that a worker died computing: reported when read, and not computed ahead again
         self._deaths: dict[int, WorkerDied] = {}
@@ -166,10 +166,13 @@ class PrefetchView(View[T_co]):
                 order = self._order
                 cost = engine.cost  # engine.inline, without a call at every read
                 if cost is not None and cost.inline and i not in engine.pending and i not in engine.ready:
-                    if order.read(i) and order.step == 1 and cost.in_runs and not (engine.pending or engine.ready):
+                    in_order = order.read(i) and order.step == 1 and not (engine.pending or engine.ready)
+                    if in_order and cost.in_runs:
                         value = self._compute_run(engine, order, i)
                     else:
                         value = engine.compute_here(i) if cost.count else self._compute_first(engine, order, i)
+                        if in_order:
+                            self._compute_next_reads(engine, order, i)
                     engine.check_open()  # closed by another thread while this one computed: see close()
                     return value
                 self._run = None  # the workers compute ahead now, up to max_buffered: not the reader
@@ -199,7 +202,7 @@ class PrefetchView(View[T_co]):
                 if cost.count < 2:  # the first two items, timed alone, say whether items are worth the workers
                     first = self._get(int(idx[0]))
                     return [first, *chunk_rows(self._get_many(idx[1:]))]
-                chunk = engine.compute_many_here(self._parent._get_many, idx, len(idx))
+                chunk = engine.compute_with(self._parent._get_many, idx, len(idx))
                 self._order.read_many(idx)
                 engine.check_open()  # closed by another thread while this one computed: see close()
                 # A batch must not depend on who computed its items: as a list of them, unless it is the same.
@@ -302,6 +305,13 @@ class PrefetchView(View[T_co]):
         closed = self._engine is not engine  # by another thread, meanwhile: what it computed is not kept
         self._run = InlineRun(engine, i, values, error, self._parent, stamp) if more and not closed else None
         return value
+
+    def _compute_next_reads(self, engine: Engine, order: ReadOrder, i: int) -> None:
+        """After item ``i``, read in order and computed by the reader: the next reads in order compute their items at
+        once, with less to do than a read through the loader (:class:`InlineReads`), while items are not for runs."""
+        cost = engine.cost
+        if cost.count > 2 and not cost.in_runs and not self._deaths and self._engine is engine:  # type: ignore[union-attr]
+            self._run = InlineReads(engine, i + 1, self._parent._get, order)
 
     @staticmethod
     def _compute_first(engine: Engine, order: ReadOrder, i: int) -> Any:
