@@ -299,14 +299,25 @@ def test_items_far_below_the_threshold_are_timed_at_random_one_per_twice_the_thr
     assert timings_left_out(6e-4, count=3) == [0]  # over half the threshold: every item is timed
 
 
-def test_an_untimed_item_that_took_long_brings_back_one_in_four():
+def test_an_untimed_item_that_took_long_brings_the_next_timing_within_one_in_four():
     cost = ItemCost(inline_below=1e-3)
     skips = []
     for _ in range(400):
-        cost.add(1e-5)
+        cost.untimed = 30  # (as items at a hundredth of the threshold may leave)
         cost.untimed_was_slow()
         skips.append(cost.untimed)
     assert set(skips) == set(range(7)) and 2.5 < np.mean(skips) < 3.5
+    # Each slow item drew again: the next timing came later than one in four (one in seven, for slow items only).
+    left = []
+    for _ in range(50):
+        cost.untimed_was_slow()
+        left.append(cost.untimed)
+    assert left == sorted(left, reverse=True)  # never put off
+
+
+def test_timings_of_zero_seconds_leave_items_untimed_as_the_cheapest():
+    # A coarse clock (or a very cheap item) gave 0.0 seconds: "ZeroDivisionError: float division by zero" at the read.
+    assert set(timings_left_out(0.0)) == set(range(31))  # one in 16, as items far below the threshold
 
 
 def test_untimed_items_still_go_to_the_workers_when_they_get_slow():
@@ -529,3 +540,73 @@ def test_a_forked_child_reads_one_at_a_time_with_a_loader_of_its_own(one_at_a_ti
         assert answer == b"ok"
         assert [x for x, _ in reads] == list(range(8, 20))  # the parent's reads go on with its own
         assert ahead._engine is parent_engine
+
+
+def test_an_items_keyboardinterrupt_among_reads_one_at_a_time_leaves_the_next_reads_to_a_new_loader(one_at_a_time):
+    # The reads that followed used the loader the interrupt closed: LoaderClosed, after computing their item.
+    computed = []
+
+    def square_but_10(x):
+        computed.append(x)
+        if x == 10:
+            raise KeyboardInterrupt
+        return x * x
+
+    with lazyseq.prefetch(lazyseq.smap(square_but_10, range(30)), nworkers=2) as ahead:
+        assert [ahead[i] for i in range(10)] == [x * x for x in range(10)]
+        assert type(ahead._run).__name__ == "InlineReads"
+        with pytest.raises(KeyboardInterrupt):
+            ahead[10]
+        assert [ahead[i] for i in range(11, 14)] == [121, 144, 169]
+    assert computed == list(range(14))
+
+
+def test_an_items_systemexit_among_reads_one_at_a_time_ends_nothing_else(one_at_a_time):
+    def exit_at_10(x):
+        if x == 10:
+            raise SystemExit(3)
+        return x
+
+    with lazyseq.prefetch(lazyseq.smap(exit_at_10, range(20)), nworkers=2) as ahead:
+        reads = iter(ahead)
+        assert [next(reads) for _ in range(10)] == list(range(10))
+        with pytest.raises(SystemExit):
+            next(reads)
+        assert list(reads) == list(range(11, 20))
+
+
+def test_a_read_that_finds_items_slow_leaves_the_next_ones_to_the_workers(monkeypatch):
+    monkeypatch.setattr("lazyseq.loading.item_cost.RUN_SECONDS", 0.0)
+
+    def slow_from_10(x):
+        time.sleep(0.06 if x >= 10 else 0.003)  # over half the threshold: every item timed
+        return threading.current_thread().name
+
+    other = lazyseq.arange(5).shuffle(seed=0)
+    with lazyseq.prefetch(lazyseq.smap(slow_from_10, range(14)), nworkers=2, inline_below=0.005) as ahead:
+        reads = iter(ahead)
+        names = [next(reads) for _ in range(11)]
+        other.set_epoch(1)  # an epoch set anywhere: item 11 is read with every step of a read through the loader
+        names.append(next(reads))  # its timing makes items too slow for the reader
+        assert not ahead._cost.inline
+        names += list(reads)
+    me = threading.current_thread().name
+    assert [k for k, name in enumerate(names) if name == me] == list(range(12))
+
+
+def test_items_read_together_are_found_slow_by_their_average(monkeypatch):
+    # An untimed read of 64 items was compared with what one item may take: 173 reads in 200 taken for slow.
+    now = [0.0]
+    monkeypatch.setattr("lazyseq.loading.engine.perf_counter", lambda: now[0])
+    slow = []
+    untimed_was_slow = ItemCost.untimed_was_slow
+    monkeypatch.setattr(ItemCost, "untimed_was_slow", lambda cost: slow.append(True) or untimed_was_slow(cost))
+
+    def ten_microseconds(x):
+        now[0] += 10e-6
+        return x
+
+    with lazyseq.prefetch(lazyseq.smap(ten_microseconds, range(64 * 200)), nworkers=2) as ahead:
+        batches = list(ahead.batch(64))
+        assert ahead._cost.inline and ahead._cost.count < 100  # most reads left untimed
+    assert len(batches) == 200 and batches[-1].tolist() == list(range(64 * 199, 64 * 200)) and slow == []

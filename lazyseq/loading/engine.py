@@ -266,7 +266,7 @@ class Engine:
                 cost.untimed -= 1
                 began = perf_counter()
                 value = call(arg)
-                if perf_counter() - began > cost.slow_above:  # the items may have got slow
+                if perf_counter() - began > cost.slow_above * count:  # the items may have got slow
                     cost.untimed_was_slow()
                 return value
             return self._timed(call, arg, cost, count)

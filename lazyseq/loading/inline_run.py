@@ -95,7 +95,7 @@ class InlineReads:
     >>> from lazyseq.loading.item_cost import ItemCost
     >>> from lazyseq.loading.prefetch import ReadOrder
     >>> class Engine:
-    ...     cost = ItemCost(inline_below=1e-3)
+    ...     cost, closed = ItemCost(inline_below=1e-3), False
     ...     def compute_with(self, read, i):
     ...         return read(i)
     ...     def check_open(self):
@@ -129,7 +129,7 @@ class InlineReads:
         An item's error is raised; ``raising=False`` keeps it, for the read
         that goes on through the view to raise it there (as :meth:`InlineRun.take`).
         """
-        if i != self._next or engine is not self._engine or self._changes != EPOCH_CHANGES[0]:
+        if i != self._next or engine is not self._engine or engine.closed or self._changes != EPOCH_CHANGES[0]:
             failed = self._failed
             if failed is not None and failed[0] == i and raising:
                 self._failed = None

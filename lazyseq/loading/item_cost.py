@@ -38,6 +38,7 @@ TIME_AT_MOST_ONE_IN = 16  # and at most one in this many
 _FRACTIONS = [(k + 0.5) / 101 for k in range(101)]
 random.Random(0).shuffle(_FRACTIONS)
 _SKIPS = itertools.cycle(_FRACTIONS)
+_TICK = 1e-9  # a timing of 0 seconds (a coarse clock) counts as this
 FIRST_ONLY_ABOVE = 10  # the first timing alone sends items to the workers only above this many thresholds
 RECENT = 16  # timings kept to tell slow items that come back regularly from hiccups
 RECENT_FEWEST = 8  # timings needed to tell
@@ -120,17 +121,20 @@ class ItemCost:
             ):
                 self.inline = False
             elif self.count > 2 and max(seconds, estimate) < self.inline_below / 2:  # far from the threshold
-                self._leave_untimed(2 * self.inline_below / max(seconds, estimate))  # 4 at least
+                self._leave_untimed(2 * self.inline_below / max(seconds, estimate, _TICK))  # 4 at least
         elif estimate < self.inline_below and self._latest_mean() < self.inline_below:
             self.inline = True
 
     def untimed_was_slow(self) -> None:
-        """An item left untimed took over :attr:`slow_above`: one in ``TIME_ONE_IN`` is timed again, at random."""
+        """An item left untimed took over :attr:`slow_above`: the next timing comes as soon as one in ``TIME_ONE_IN``
+        would bring it, or sooner (each slow item may bring it closer, none puts it off)."""
+        untimed = self.untimed
         self._leave_untimed(TIME_ONE_IN)
+        self.untimed = min(untimed, self.untimed)
 
     def _leave_untimed(self, between: float) -> None:
-        """Let about one in ``between`` items (``TIME_AT_MOST_ONE_IN`` at most) be timed, not every n-th: items slow
-        one time in 2 or 4 are timed too."""
+        """Let about one in ``between`` items (``TIME_AT_MOST_ONE_IN`` at most) be timed, at random, not every n-th:
+        items slow one time in 2 or 4 are timed too."""
         self.untimed = int(next(_SKIPS) * (2 * min(between, TIME_AT_MOST_ONE_IN) - 1))
 
     # Worker threads add timings while the reader does: each reads a copy of the recent ones, taken in one call.

@@ -310,7 +310,7 @@ class PrefetchView(View[T_co]):
         """After item ``i``, read in order and computed by the reader: the next reads in order compute their items at
         once, with less to do than a read through the loader (:class:`InlineReads`), while items are not for runs."""
         cost = engine.cost
-        if cost.count > 2 and not cost.in_runs and not self._deaths and self._engine is engine:  # type: ignore[union-attr]
+        if cost.inline and cost.count > 2 and not cost.in_runs and not self._deaths and self._engine is engine:  # type: ignore[union-attr]
             self._run = InlineReads(engine, i + 1, self._parent._get, order)
 
     @staticmethod
