@@ -290,12 +290,12 @@ def timings_left_out(seconds, count=400, inline_below=1e-3):
     return skips[2:]
 
 
-def test_items_far_below_the_threshold_are_timed_at_random_one_per_twice_the_thresholds_worth():
+def test_items_far_below_the_threshold_are_timed_at_random_one_per_four_thresholds_worth():
     # Every n-th: items slow one time in two or four were never timed, and stayed in the reader.
-    nearer = timings_left_out(2.5e-4)  # twice the threshold: 8 items, one timed (a skip of 7 on average)
-    assert set(nearer) == set(range(15)) and 6 < np.mean(nearer) < 8
-    far = timings_left_out(1e-5)  # 200 items: one in 16 at most (a timing costs a few microseconds at most)
-    assert set(far) == set(range(31)) and 14 < np.mean(far) < 16
+    nearer = timings_left_out(2.5e-4)  # four thresholds: 16 items, one timed (a skip of 15 on average)
+    assert set(nearer) == set(range(31)) and 14 < np.mean(nearer) < 16
+    far = timings_left_out(1e-5)  # 400 items: one in 32 at most (a timing costs a few microseconds at most)
+    assert set(far) == set(range(63)) and 30 < np.mean(far) < 32
     assert timings_left_out(6e-4, count=3) == [0]  # over half the threshold: every item is timed
 
 
@@ -317,7 +317,7 @@ def test_an_untimed_item_that_took_long_brings_the_next_timing_within_one_in_fou
 
 def test_timings_of_zero_seconds_leave_items_untimed_as_the_cheapest():
     # A coarse clock (or a very cheap item) gave 0.0 seconds: "ZeroDivisionError: float division by zero" at the read.
-    assert set(timings_left_out(0.0)) == set(range(31))  # one in 16, as items far below the threshold
+    assert set(timings_left_out(0.0)) == set(range(63))  # one in 32, as items far below the threshold
 
 
 def test_untimed_items_still_go_to_the_workers_when_they_get_slow():
@@ -510,7 +510,7 @@ def test_reads_one_at_a_time_hand_items_that_get_slow_to_the_workers(monkeypatch
             time.sleep(0.02)
         return threading.current_thread().name
 
-    # One in 16 items timed at most while they are this cheap: an item that turned out slow brings back one in four.
+    # One in 32 items timed at most while they are this cheap: an item that turned out slow brings back one in four.
     with lazyseq.prefetch(lazyseq.smap(slow_after_40, range(80)), nworkers=2, inline_below=0.005) as ahead:
         names = list(ahead)
     assert set(names[:40]) == {threading.current_thread().name}

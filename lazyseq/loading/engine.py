@@ -217,15 +217,7 @@ class Engine:
             except BaseException as error:  # only now: the timer thread has finished starting the workers
                 self.failed(error)
                 raise
-        return self._compute(self._job, arg, cost)
-
-    def compute_with(self, read: Callable[[Any], Any], arg: Any, count: int = 1) -> Any:
-        """``read(arg)``, the ``count`` items that ``arg`` names, computed in the reader's thread and timed as any.
-
-        The items are cheap enough to compute here (:attr:`inline`); read
-        together they may cost less still (vectorized): their average is timed.
-        """
-        return self._compute(read, arg, self.cost, count)  # type: ignore[arg-type]  # as in compute_here
+        return self.compute_with(self._job, arg)
 
     def compute_run_here(self, args: Iterable[Any]) -> tuple[list, BaseException | None]:
         """``job(arg)`` for ``args`` in turn, in the reader's thread, until about ``RUN_SECONDS`` of work is done.
@@ -259,17 +251,24 @@ class Engine:
             cost.add((now - began) / len(values))
         return values, error
 
-    def _compute(self, call: Callable[[Any], Any], arg: Any, cost: ItemCost, count: int = 1) -> Any:
-        """``call(arg)``, timed unless ``cost`` lets it go untimed; an error closes the engine as :meth:`failed` says."""
+    def compute_with(self, read: Callable[[Any], Any], arg: Any, count: int = 1) -> Any:
+        """``read(arg)``, the ``count`` items that ``arg`` names, computed in the reader's thread and timed as any.
+
+        The items are cheap enough to compute here (:attr:`inline`); read
+        together they may cost less still (vectorized): their average is
+        timed. Timed, unless the cost lets them go untimed; an error closes
+        the engine as :meth:`failed` says.
+        """
+        cost: ItemCost = self.cost  # type: ignore[assignment]  # as in compute_here
         try:
             if cost.untimed > 0:  # (reads in other threads may take it below 0)
                 cost.untimed -= 1
                 began = perf_counter()
-                value = call(arg)
+                value = read(arg)
                 if perf_counter() - began > cost.slow_above * count:  # the items may have got slow
                     cost.untimed_was_slow()
                 return value
-            return self._timed(call, arg, cost, count)
+            return self._timed(read, arg, cost, count)
         except BaseException as error:
             self.failed(error)
             raise

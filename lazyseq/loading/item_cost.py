@@ -32,7 +32,8 @@ __all__ = ["FIRST_ONLY_ABOVE", "RUN_FEWEST", "RUN_ITEMS", "RUN_SECONDS", "ItemCo
 
 SMOOTHING = 0.2  # weight of the newest timing in the running estimate
 TIME_ONE_IN = 4  # items under half the threshold: the reader times at least one in this many, on average
-TIME_AT_MOST_ONE_IN = 16  # and at most one in this many
+TIME_AT_MOST_ONE_IN = 32  # and at most one in this many
+UNTIMED_THRESHOLDS = 4  # otherwise about one per this many thresholds' worth of items
 # Where in its range each skip of untimed items falls: fractions spread evenly, in an order drawn once (not by the
 # global generator: it is the user's). A draw at each timing took a few microseconds, with the caches cold after the item.
 _FRACTIONS = [(k + 0.5) / 101 for k in range(101)]
@@ -63,11 +64,11 @@ class ItemCost:
     While items cost less than half the threshold, the reader times only some
     (``untimed`` says how many it may skip): a timing costs a few microseconds
     (with the caches cold after the item), a few percent of an item this
-    cheap. About one in ``TIME_ONE_IN`` at least, one in ``TIME_AT_MOST_ONE_IN``
-    at most, and otherwise one per twice the threshold's worth of items (what
-    one slow item costs). An untimed item that turns out slow (its seconds are
-    looked at, not added: that would count slow items more often than others)
-    brings back timing one in ``TIME_ONE_IN``.
+    cheap. About one per ``UNTIMED_THRESHOLDS`` thresholds' worth of items, one
+    in ``TIME_AT_MOST_ONE_IN`` at most. The seconds of an item left untimed
+    are still looked at, not added (that would count slow items more often
+    than others): one that turns out slow brings the next timing within one in
+    ``TIME_ONE_IN``.
 
     >>> cost = ItemCost(inline_below=1e-3)
     >>> cost.inline  # the first items are computed by the reader, to time them
@@ -121,7 +122,7 @@ class ItemCost:
             ):
                 self.inline = False
             elif self.count > 2 and max(seconds, estimate) < self.inline_below / 2:  # far from the threshold
-                self._leave_untimed(2 * self.inline_below / max(seconds, estimate, _TICK))  # 4 at least
+                self._leave_untimed(UNTIMED_THRESHOLDS * self.inline_below / max(seconds, estimate, _TICK))
         elif estimate < self.inline_below and self._latest_mean() < self.inline_below:
             self.inline = True
 
