@@ -107,6 +107,25 @@ def test_read_frame_reads_one_message_and_nothing_after_it():
             os.close(write)
 
 
+def test_a_worker_far_ahead_sends_cheap_results_half_its_hand_at_a_time():
+    # Three to a write woke the consumer a time in three results: its CPU and the workers' went to the wake-ups.
+    import os
+
+    from lazyseq.loading.worker_process import Outbox
+
+    read, write = os.pipe()
+    try:
+        outbox = Outbox(write)
+        held = []
+        for k in range(10):  # ten tasks in hand: the first result has nine after it
+            outbox.add(b"r%d" % k)
+            held.append(outbox.due(remaining=9 - k, seconds=1e-5))
+        assert held == [False, False, False, False, True, True, True, True, True, True]
+    finally:
+        os.close(read)
+        os.close(write)
+
+
 def test_cheap_results_go_back_together_and_a_slow_or_last_one_at_once():
     import os
 

@@ -257,8 +257,11 @@ class Outbox:
     A result waits here while the worker computes the next task of its run,
     as long as that is quick: tasks take under half of ``HOLD_SECONDS``, and
     the oldest message waiting is younger than that. Results then go
-    ``TOGETHER`` to a write (the consumer, woken once, reads them all), or
-    fewer when the run ends. A quick task's result held while a slow one of
+    ``TOGETHER`` to a write at least (the consumer, woken once, reads them
+    all), or half of those the worker has in hand (results held and tasks
+    left) if that is more, or fewer when the run ends: a worker far ahead of
+    the consumer wakes it less often (each wake-up takes both sides'
+    CPU), one close behind it holds back little. A quick task's result held while a slow one of
     the same run is computed goes after ``LateSender.LATE_SECONDS`` (see
     :class:`LateSender`). Results alike in their slots that follow each
     other go as one :class:`~.messages.AlikeResults`. The framing is
@@ -268,6 +271,7 @@ class Outbox:
 
     HOLD_SECONDS = 0.0005
     TOGETHER = 3
+    IN_HAND_SHARE = 0.5
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
@@ -312,7 +316,10 @@ class Outbox:
         """Whether to write now: ``remaining`` tasks of the current run are left, the last one took ``seconds``."""
         if remaining == 0 or seconds >= self.HOLD_SECONDS / 2:  # nothing to wait for, or the next comes late
             return True
-        return self._count >= self.TOGETHER or perf_counter() - self._oldest >= self.HOLD_SECONDS
+        count = self._count
+        return count >= max(self.TOGETHER, int((remaining + count) * self.IN_HAND_SHARE)) or (
+            perf_counter() - self._oldest >= self.HOLD_SECONDS
+        )
 
     def send(self) -> None:
         with self._lock:
