@@ -175,3 +175,14 @@ def test_a_slice_of_an_infinite_view_with_more_items_than_a_view_can_index_says_
     with pytest.raises(ValueError, match=message):
         lazyseq.gather(lazyseq.cycle("ab"), range(5, 10**20))
     assert len(lazyseq.cycle([1])[1 : 2**63]) == 2**63 - 1
+
+
+def test_reading_past_the_end_through_a_slice_of_data_of_unknown_length_names_the_slices_index():
+    # The error named the parent's index alone: "uniter index 12 out of range", for items[2:][10].
+    items = lazyseq.uniter(iter(range(5)))[2:]
+    with pytest.raises(lazyseq.views.errors.EndOfData) as ended:
+        items[10]
+    assert str(ended.value) == (
+        "slice index 10 out of range: uniter index 12 out of range: the iterable ended after 5 items"
+    )
+    assert list(lazyseq.uniter(iter(range(5)))[2:]) == [2, 3, 4]

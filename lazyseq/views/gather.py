@@ -118,7 +118,11 @@ class StridedView(View[Any]):
         return j
 
     def _get(self, i: int) -> Any:
-        return self._parent._get(self._position(i))
+        j = self._position(i)
+        try:
+            return self._parent._get(j)
+        except EndOfData as end:  # the parent's index is not the one asked for
+            raise EndOfData(f"slice index {i} out of range: {end}") from None
 
     def _get_many(self, idx: Positions) -> Any:
         if self._stop is not None and len(idx):  # the furthest item asked for must lie before stop
