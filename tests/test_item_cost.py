@@ -320,7 +320,11 @@ def test_timings_of_zero_seconds_leave_items_untimed_as_the_cheapest():
     assert set(timings_left_out(0.0)) == set(range(63))  # one in 32, as items far below the threshold
 
 
-def test_untimed_items_still_go_to_the_workers_when_they_get_slow():
+@pytest.mark.parametrize("in_runs", [True, False], ids=["in runs", "one at a time"])
+def test_untimed_items_still_go_to_the_workers_when_they_get_slow(in_runs, monkeypatch):
+    if not in_runs:  # one in 32 items timed at most: an item that turned out slow brings back one in four
+        monkeypatch.setattr("lazyseq.loading.item_cost.RUN_SECONDS", 0.0)
+
     def slow_after_40(x):
         if x >= 40:
             time.sleep(0.02)
@@ -366,13 +370,15 @@ def inverse_of_x_minus_10(computed, x):
     return 1 / (x - 10)
 
 
-def test_an_item_that_fails_in_a_run_raises_at_its_own_read_after_the_items_before_it(long_runs):
+@pytest.mark.parametrize(("how", "computed_first"), [("long_runs", 11), ("one_at_a_time", 10)])
+def test_an_item_that_fails_raises_at_its_own_read_after_the_items_before_it(how, computed_first, request):
+    request.getfixturevalue(how)  # in runs, or one at a time
     computed = []
     view = lazyseq.smap(functools.partial(inverse_of_x_minus_10, computed), range(20))
     with lazyseq.prefetch(view, nworkers=2) as ahead:
         reads = iter(ahead)
         assert [next(reads) for _ in range(10)] == [1 / (x - 10) for x in range(10)]
-        assert computed == list(range(11))  # the run from item 3 stopped at item 10
+        assert computed == list(range(computed_first))  # a run from item 3 stopped at item 10
         with pytest.raises(lazyseq.EvaluationError) as raised:
             next(reads)
         assert list(reads) == [1 / (x - 10) for x in range(11, 20)]
@@ -466,21 +472,6 @@ def test_reads_in_order_compute_their_items_at_once_without_the_loaders_other_st
     assert log == [("computed", x, threading.current_thread().name) for x in range(50)]
 
 
-def test_an_item_that_fails_among_reads_one_at_a_time_raises_at_its_read_and_reading_goes_on(one_at_a_time):
-    computed = []
-    view = lazyseq.smap(functools.partial(inverse_of_x_minus_10, computed), range(20))
-    with lazyseq.prefetch(view, nworkers=2) as ahead:
-        reads = iter(ahead)
-        assert [next(reads) for _ in range(10)] == [1 / (x - 10) for x in range(10)]
-        with pytest.raises(lazyseq.EvaluationError) as raised:
-            next(reads)
-        assert list(reads) == [1 / (x - 10) for x in range(11, 20)]
-    assert str(raised.value) == (
-        "failed to compute prefetch[10] -> smap(partial(inverse_of_x_minus_10))[10]: ZeroDivisionError: division by zero"
-    )
-    assert computed == list(range(20))
-
-
 def test_reads_one_at_a_time_follow_an_epoch_set_between_them(one_at_a_time):
     data, epoch0, epoch1 = shuffle_and_its_two_orders(30)
     with lazyseq.prefetch(data.smap(int), nworkers=2) as ahead:
@@ -500,21 +491,6 @@ def test_reads_one_at_a_time_go_on_after_the_loader_is_closed_between_them(one_a
         rest = list(reads)
         assert ahead._engine is not engine  # read with a new one
     assert first + rest == list(range(1, 31))
-
-
-def test_reads_one_at_a_time_hand_items_that_get_slow_to_the_workers(monkeypatch):
-    monkeypatch.setattr("lazyseq.loading.item_cost.RUN_SECONDS", 0.0)
-
-    def slow_after_40(x):
-        if x >= 40:
-            time.sleep(0.02)
-        return threading.current_thread().name
-
-    # One in 32 items timed at most while they are this cheap: an item that turned out slow brings back one in four.
-    with lazyseq.prefetch(lazyseq.smap(slow_after_40, range(80)), nworkers=2, inline_below=0.005) as ahead:
-        names = list(ahead)
-    assert set(names[:40]) == {threading.current_thread().name}
-    assert all(name.startswith("lazyseq-prefetch-") for name in names[60:])
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
