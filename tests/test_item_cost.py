@@ -586,3 +586,33 @@ def test_items_read_together_are_found_slow_by_their_average(monkeypatch):
         batches = list(ahead.batch(64))
         assert ahead._cost.inline and ahead._cost.count < 100  # most reads left untimed
     assert len(batches) == 200 and batches[-1].tolist() == list(range(64 * 199, 64 * 200)) and slow == []
+
+
+@pytest.mark.parametrize("method", ["thread", "process"])
+def test_threads_reading_one_loader_take_turns_computing_items_in_the_reader(method, one_at_a_time):
+    # Reads one at a time computed their item without the loader's lock: a source with one cursor (a file read with
+    # seek, then read) gave other items' values to two threads reading the same loader.
+    inside, overlaps = [0], []
+
+    def one_at_once(i):
+        inside[0] += 1
+        time.sleep(0.0002)  # the GIL is free: another thread computing an item now would be inside too
+        overlaps.append(inside[0] > 1)
+        inside[0] -= 1
+        return i
+
+    ahead = lazyseq.prefetch(lazyseq.smap(one_at_once, range(200)), nworkers=1, method=method, inline_below=1.0)
+    results = {}
+
+    def read_all(k):
+        results[k] = list(ahead)
+
+    with ahead:
+        threads = [threading.Thread(target=read_all, args=(k,)) for k in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert type(ahead._run).__name__ == "InlineReads" and not ahead.workers_running
+    assert results == {0: list(range(200)), 1: list(range(200))}
+    assert len(overlaps) == 400 and not any(overlaps)

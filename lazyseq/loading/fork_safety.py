@@ -78,6 +78,8 @@ class ForkLocalLock:
     >>> lock = ForkLocalLock()
     >>> with lock, lock:
     ...     pass
+    >>> lock.here().acquire(blocking=False)
+    True
     """
 
     __slots__ = ("_generation", "_lock")
@@ -86,10 +88,14 @@ class ForkLocalLock:
         self._lock = threading.RLock()
         self._generation = _forks[0]
 
-    def __enter__(self) -> None:
+    def here(self) -> Any:
+        """The lock of this process (a ``threading.RLock``), to hold without ``with``: good until the next fork."""
         if self._generation != _forks[0]:
             self._lock, self._generation = threading.RLock(), _forks[0]
-        self._lock.acquire()
+        return self._lock
+
+    def __enter__(self) -> None:
+        self.here().acquire()
 
     def __exit__(self, *exc_info: object) -> None:
         self._lock.release()

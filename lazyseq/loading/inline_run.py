@@ -92,6 +92,7 @@ class InlineReads:
     forked child, or once items are too slow for the reader (or cheap enough
     for runs), finds it ``MISSING``: the loader reads that item itself. ``order`` follows the reads.
 
+    >>> import threading
     >>> from lazyseq.loading.item_cost import ItemCost
     >>> from lazyseq.loading.prefetch import ReadOrder
     >>> class Engine:
@@ -101,7 +102,7 @@ class InlineReads:
     ...     def check_open(self):
     ...         pass
     >>> engine, order = Engine(), ReadOrder(length=10, capacity=3)
-    >>> reads = InlineReads(engine, 4, lambda i: i * i, order)
+    >>> reads = InlineReads(engine, 4, lambda i: i * i, order, threading.RLock())
     >>> reads.take(4, engine), reads.take(4, engine) is MISSING, reads.take(5, engine), order.last
     (16, True, 25, 5)
     >>> engine.cost.add(0.5)  # slow items (twice): the loader's workers compute the next ones
@@ -110,10 +111,22 @@ class InlineReads:
     True
     """
 
-    __slots__ = ("_changes", "_cost", "_engine", "_failed", "_generation", "_next", "_order", "_read", "_timings")
+    __slots__ = (
+        "_changes",
+        "_cost",
+        "_engine",
+        "_failed",
+        "_generation",
+        "_lock",
+        "_next",
+        "_order",
+        "_read",
+        "_timings",
+    )
 
-    def __init__(self, engine: Any, start: int, read: Callable[[int], Any], order: Any) -> None:
+    def __init__(self, engine: Any, start: int, read: Callable[[int], Any], order: Any, lock: Any) -> None:
         self._engine = engine
+        self._lock = lock  # the loader's, held by its reads: the reader computes one item at a time
         self._next = start
         self._read = read
         self._cost = engine.cost
@@ -142,15 +155,21 @@ class InlineReads:
             self._timings = cost.count
         if self._generation != fork_generation():  # a forked child
             return MISSING
-        self._next = i + 1
-        self._order.last = i  # read, as far as guessing the next reads goes (at step 1, as before)
-        try:
-            value = engine.compute_with(self._read, i)
-        except Exception as error:
-            if raising:
-                raise
-            self._failed = (i, error)
+        lock = self._lock
+        if not lock.acquire(blocking=False):  # another thread computes an item here: this one waits its turn there
             return MISSING
+        try:
+            self._next = i + 1
+            self._order.last = i  # read, as far as guessing the next reads goes (at step 1, as before)
+            try:
+                value = engine.compute_with(self._read, i)
+            except Exception as error:
+                if raising:
+                    raise
+                self._failed = (i, error)
+                return MISSING
+        finally:
+            lock.release()
         engine.check_open()  # closed by another thread while this one computed
         return value
 

@@ -31,9 +31,9 @@ from typing import Any
 __all__ = ["FIRST_ONLY_ABOVE", "RUN_FEWEST", "RUN_ITEMS", "RUN_SECONDS", "ItemCost", "TimedJob", "start_if_slow"]
 
 SMOOTHING = 0.2  # weight of the newest timing in the running estimate
-TIME_ONE_IN = 4  # items under half the threshold: the reader times at least one in this many, on average
-TIME_AT_MOST_ONE_IN = 32  # and at most one in this many
-UNTIMED_THRESHOLDS = 4  # otherwise about one per this many thresholds' worth of items
+TIME_ONE_IN = 4  # after an untimed item found slow: the next timing within this many items, on average
+UNTIMED_THRESHOLDS = 4  # items under half the threshold: one timed per this many thresholds' worth of them, about
+TIME_AT_MOST_ONE_IN = 32  # and one in this many at least
 # Where in its range each skip of untimed items falls: fractions spread evenly, in an order drawn once (not by the
 # global generator: it is the user's). A draw at each timing took a few microseconds, with the caches cold after the item.
 _FRACTIONS = [(k + 0.5) / 101 for k in range(101)]

@@ -311,7 +311,7 @@ class PrefetchView(View[T_co]):
         once, with less to do than a read through the loader (:class:`InlineReads`), while items are not for runs."""
         cost = engine.cost
         if cost.inline and cost.count > 2 and not cost.in_runs and not self._deaths and self._engine is engine:  # type: ignore[union-attr]
-            self._run = InlineReads(engine, i + 1, self._parent._get, order)
+            self._run = InlineReads(engine, i + 1, self._parent._get, order, self._lock.here())
 
     @staticmethod
     def _compute_first(engine: Engine, order: ReadOrder, i: int) -> Any:
