@@ -9,9 +9,9 @@ are not used.
 
 Items read in order that are cheap enough for the reader, but not that cheap,
 are computed one at a time; the reads that follow are :class:`InlineReads`:
-each computes its item at once, without the lock and the checks of a read
-through the loader, while nothing changed since the last one (engine, epochs,
-process) and items stay cheap.
+each computes its item at once, without the checks of a read through the
+loader, while nothing changed since the last one (engine, epochs, process)
+and items stay cheap.
 """
 
 from __future__ import annotations
@@ -87,10 +87,13 @@ class InlineRun:
 class InlineReads:
     """The reads in order from item ``start`` on, each computed by ``engine``'s reader with ``read(i)``.
 
-    Items are timed as any the reader computes (``engine.compute_with``). A read of any
-    other item, or with another engine, after an epoch was set anywhere, in a
-    forked child, or once items are too slow for the reader (or cheap enough
-    for runs), finds it ``MISSING``: the loader reads that item itself. ``order`` follows the reads.
+    Items are timed as any the reader computes (``engine.compute_with``). A
+    read of any other item, or with another engine, after an epoch was set
+    anywhere, in a forked child, or once items are too slow for the reader
+    (or cheap enough for runs), finds it ``MISSING``: the loader reads that
+    item itself. ``order`` follows the reads. Each holds ``lock``, the
+    loader's, while it computes (the reader computes one item at a time, as
+    through the loader); one that finds it held is ``MISSING`` too.
 
     >>> import threading
     >>> from lazyseq.loading.item_cost import ItemCost
@@ -126,7 +129,7 @@ class InlineReads:
 
     def __init__(self, engine: Any, start: int, read: Callable[[int], Any], order: Any, lock: Any) -> None:
         self._engine = engine
-        self._lock = lock  # the loader's, held by its reads: the reader computes one item at a time
+        self._lock = lock
         self._next = start
         self._read = read
         self._cost = engine.cost

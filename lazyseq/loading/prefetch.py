@@ -309,8 +309,8 @@ class PrefetchView(View[T_co]):
     def _compute_next_reads(self, engine: Engine, order: ReadOrder, i: int) -> None:
         """After item ``i``, read in order and computed by the reader: the next reads in order compute their items at
         once, with less to do than a read through the loader (:class:`InlineReads`), while items are not for runs."""
-        cost = engine.cost
-        if cost.inline and cost.count > 2 and not cost.in_runs and not self._deaths and self._engine is engine:  # type: ignore[union-attr]
+        cost: ItemCost = engine.cost  # type: ignore[assignment]  # items are computed here only with a cost
+        if cost.inline and cost.count > 2 and not cost.in_runs and not self._deaths and self._engine is engine:
             self._run = InlineReads(engine, i + 1, self._parent._get, order, self._lock.here())
 
     @staticmethod

@@ -254,17 +254,17 @@ class BuiltInPlace:
 class Outbox:
     """Messages to the consumer not written yet, written together with one system call.
 
-    A result waits here while the worker computes the next task of its run,
-    as long as that is quick: tasks take under half of ``HOLD_SECONDS``, and
-    the oldest message waiting is younger than that. Results then go
-    ``TOGETHER`` to a write at least (the consumer, woken once, reads them
-    all), or half of those the worker has in hand (results held and tasks
-    left) if that is more, or fewer when the run ends: a worker far ahead of
-    the consumer wakes it less often (each wake-up takes both sides'
-    CPU), one close behind it holds back little. A quick task's result held while a slow one of
-    the same run is computed goes after ``LateSender.LATE_SECONDS`` (see
-    :class:`LateSender`). Results alike in their slots that follow each
-    other go as one :class:`~.messages.AlikeResults`. The framing is
+    A result waits here while the worker computes the next task of its run, as
+    long as that is quick: tasks take under half of ``HOLD_SECONDS``, and the
+    oldest message waiting is younger than that. Results then go ``TOGETHER``
+    to a write at least (the consumer, woken once, reads them all), or half of
+    those the worker has in hand (results held and tasks left) if that is
+    more, or fewer when the run ends: a worker far ahead of the consumer wakes
+    it less often (each wake-up takes both sides' CPU), one close behind it
+    holds back little. A quick task's result held while a slow one of the same
+    run is computed goes after ``LateSender.LATE_SECONDS`` (see
+    :class:`LateSender`). Results alike in their slots that follow each other
+    go as one :class:`~.messages.AlikeResults`. The framing is
     :mod:`multiprocessing.connection`'s, so the consumer reads them as
     messages sent one by one.
     """
