@@ -11,7 +11,9 @@ repeat, and each comparison is a ratio of timings taken in the same run.
 1. Loader-bound: batches of 256 x 248 float64 gathered at random from four
    memory-mapped ``.npy`` files, the server's 2 worker threads computing them,
    vs the same pipeline read locally through ``prefetch`` with 2 worker
-   threads; vs a hand-written server (pyzmq and numpy, no lazyseq) that
+   threads (with its defaults, which compute batches this cheap in the
+   reader, and with ``inline_below=0``: every batch in a worker thread, as
+   the server's workers compute them); vs a hand-written server (pyzmq and numpy, no lazyseq) that
    gathers the same batches in its one thread and sends them (what this
    machine gives a served pipeline); and the same bytes sent by a bare pyzmq
    ROUTER/DEALER pair (the transport's limit), in GB/s, for these batches and
@@ -255,9 +257,9 @@ def served_rows_run(address: str, directory: str, batch: int, count: int, shuffl
     return run
 
 
-def local_run(view: lazyseq.View, nworkers: int, train_seconds: float = 0.0) -> Callable[[], None]:
+def local_run(view: lazyseq.View, nworkers: int, train_seconds: float = 0.0, **options) -> Callable[[], None]:
     def run() -> None:
-        with lazyseq.prefetch(view, nworkers=nworkers) as ahead:
+        with lazyseq.prefetch(view, nworkers=nworkers, **options) as ahead:
             consume(ahead, train_seconds)
 
     return run
@@ -354,6 +356,7 @@ def bench_loader_bound(directory: str, count: int, repeats: int) -> tuple[list[l
             view = gathered_batches(directory, batch, count)
             runs = {
                 "local prefetch, 2 threads": local_run(view, 2),
+                "local prefetch, 2 threads computing every batch": local_run(view, 2, inline_below=0),
                 "served, shared memory": served_run(servers["batches"].address),
                 "served, socket": served_run(servers["batches"].address, shared_memory=False),
                 "served over ipc://, socket": served_run(servers["batches-ipc"].address, shared_memory=False),
@@ -372,9 +375,10 @@ def bench_loader_bound(directory: str, count: int, repeats: int) -> tuple[list[l
             rows.append(
                 [label, name, f"{best:.3f} s", f"{statistics.median(seconds):.3f} s", f"{gigabytes / best:.2f}"]
             )
-        local, shared, socket, ipc, handwritten, raw = (min(times[name]) for name in runs)
+        local, in_workers, shared, socket, ipc, handwritten, raw = (min(times[name]) for name in runs)
         for name, lazy, reference, seconds in [
             ("served, shared memory", shared, "local prefetch", local),
+            ("served, shared memory", shared, "local prefetch, batches in its threads", in_workers),
             ("served, socket", socket, "local prefetch", local),
             ("served, socket", socket, "hand-written server", handwritten),
             ("served, socket", socket, "raw pyzmq", raw),
