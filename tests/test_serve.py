@@ -1182,6 +1182,22 @@ def test_small_messages_are_kept_together_up_to_a_size_and_a_large_one_goes_alon
     assert list(outbox.drain()) == [] and outbox.take(b"a") is None
 
 
+def test_the_outbox_keeps_nothing_of_a_consumer_once_its_messages_are_sent_or_dropped(monkeypatch):
+    # a server that many consumers connect to, one after the other, must not grow with each of them
+    from lazyseq.serving import envelopes
+
+    monkeypatch.setattr(envelopes, "GROUP_MESSAGES", 2)
+    outbox = envelopes.Outbox()
+    for consumer in (b"drained", b"taken", b"dropped", b"full"):
+        assert outbox.put(consumer, b"item", {"n": 0}, []) == []
+    assert len(outbox.put(b"full", b"item", {"n": 1}, [])) == 0
+    assert [kind for kind, _, _ in outbox.put(b"full", b"item", {"n": 2}, [])] == [b"several"]
+    assert outbox.take(b"taken") is not None
+    outbox.drop(b"dropped")
+    assert sorted(consumer for consumer, *_ in outbox.drain()) == [b"drained", b"full"]
+    assert (outbox._kept, outbox._bytes) == ({}, {})
+
+
 @pytest.mark.parametrize(
     "header, buffers, problem",
     [

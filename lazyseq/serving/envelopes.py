@@ -60,7 +60,7 @@ class Outbox:
         kept = self._kept.get(consumer)
         now: list[Message] = []
         if kept and (size + self._bytes[consumer] > GROUP_BYTES or len(kept) == GROUP_MESSAGES):
-            now.append(_together(self._kept.pop(consumer)))
+            now.append(_together(self._take(consumer)))
             kept = None
         if size > GROUP_BYTES:
             now.append((kind, text, buffers))
@@ -76,17 +76,22 @@ class Outbox:
         if not self._kept:  # (at every turn of the loop)
             return
         kept, self._kept = self._kept, {}
+        self._bytes.clear()
         for consumer, messages in kept.items():
             yield (consumer, *_together(messages))
 
     def take(self, consumer: bytes) -> Message | None:
         """What was kept for ``consumer``, as one message (None if nothing was)."""
-        kept = self._kept.pop(consumer, None)
+        kept = self._take(consumer)
         return None if kept is None else _together(kept)
 
     def drop(self, consumer: bytes) -> None:
         """Forget what was kept for ``consumer`` (it left)."""
-        self._kept.pop(consumer, None)
+        self._take(consumer)
+
+    def _take(self, consumer: bytes) -> list[tuple[bytes, bytes, list]] | None:
+        self._bytes.pop(consumer, None)
+        return self._kept.pop(consumer, None)
 
 
 def _together(messages: list[tuple[bytes, bytes, list]]) -> Message:
