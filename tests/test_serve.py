@@ -920,7 +920,40 @@ def test_a_server_back_at_the_address_serving_another_view_is_an_error_not_other
             f"connect: the server at {server.address} came back serving {described[0]}, where it served "
             f"{described[1]}: connect again to read what it serves now"
         )
-        assert again.value is caught.value
+        assert type(again.value) is lazyseq.LoaderError and str(again.value) == str(caught.value)
+        assert again.value is not caught.value  # one error raised again would hold the frames of every read
+    finally:
+        remote.close()
+
+
+def slept(i):
+    time.sleep(0.002)
+    return i
+
+
+def test_a_loader_left_over_a_view_whose_server_came_back_serving_another_goes_with_its_threads():
+    # The error raised at every read was one object, which held the frames of the first read that raised it: a
+    # loader's worker thread, the loader, the view; the threads, still running, kept all of them from the collector.
+    server = lazyseq.serve(lazyseq.smap(slept, range(30)), LOOPBACK)  # (slow enough for the loader's threads)
+    remote = lazyseq.connect(server.address, timeout=10.0)
+    before = set(threading.enumerate())
+    try:
+        loader = lazyseq.prefetch(remote, nworkers=2)
+        reads = iter(loader)
+        assert next(reads) == 0
+        server.close()
+        with lazyseq.serve(np.arange(20), server.address):
+            with pytest.raises(lazyseq.LoaderError, match="came back serving a view of length 20"):
+                for _ in reads:
+                    pass
+        del reads
+        threads = [t for t in threading.enumerate() if t not in before and t.name.startswith("lazyseq-prefetch-")]
+        assert threads
+        del loader
+        gc.collect()
+        for thread in threads:
+            thread.join(30)
+        assert [thread.name for thread in threads if thread.is_alive()] == []
     finally:
         remote.close()
 

@@ -78,7 +78,7 @@ class RemoteView(View[Any]):
         self._remote_label = str(info.get("label", "a view"))
         self._take_specs(info)
         self._served = Served.from_welcome(info)  # a server back at the address must serve the same
-        self._replaced: LoaderError | None = None  # set once it serves something else
+        self._replaced: str | None = None  # why, once it serves something else: raised anew at every read
         self._restarting = False  # a new server instance was found, and not told apart from the last one yet
         self._lock = threading.Lock()
         self._reads = ReadsBegun()  # the reads of threads sharing this view's connection, under way
@@ -212,8 +212,8 @@ class RemoteView(View[Any]):
         check was cut short is checked now."""
         if self._connection.closed:
             raise self._connection.closed_error()
-        if self._replaced is not None:
-            raise self._replaced
+        if self._replaced is not None:  # (a new error each time: one raised before holds the frames it went through)
+            raise LoaderError(self._replaced)
         if self._restarting:
             self._server_restarted()
 
@@ -416,7 +416,7 @@ class RemoteView(View[Any]):
         """``LoaderError`` (now and at every later read) if a server that came back serves another view."""
         replaced = self._serving_another(info)
         if replaced is not None:
-            self._replaced = replaced
+            self._replaced = str(replaced)
             raise replaced
         served = Served.from_welcome(info)
         if served.items is not None or self._served.items is None:  # what the items are, once known, is compared on
