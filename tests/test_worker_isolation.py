@@ -648,6 +648,98 @@ def test_a_forked_child_reads_a_loader_that_a_parent_thread_was_waiting_on(tmp_p
     assert done == (f"child read {first}\nchild exit 0\n", "", 0)
 
 
+FORK_WHILE_IMPORTING_SCRIPT = textwrap.dedent(
+    """
+    import faulthandler, importlib.abc, os, sys, threading, warnings
+    import lazyseq
+
+    warnings.filterwarnings("ignore", r"This process \\(pid=\\d+\\) is multi-threaded, use of fork", DeprecationWarning)
+
+    turn, release = threading.Event(), threading.Event()
+
+    class SlowImport(importlib.abc.MetaPathFinder):
+        \"\"\"The process workers' module imported slowly by any thread but the main one (holding its import lock).\"\"\"
+
+        def find_spec(self, name, path, target=None):
+            if name == "lazyseq.loading.process_workers" and threading.current_thread() is not threading.main_thread():
+                turn.set()
+                release.wait()
+            return None
+
+    def same(i):
+        return i
+
+    if __name__ == "__main__":
+        sys.meta_path.insert(0, SlowImport())
+        ahead = lazyseq.prefetch(lazyseq.smap(same, range(10)), nworkers=2, method="process")
+        reader = threading.Thread(target=lambda: (list(ahead), turn.set()))  # its first read starts the workers
+        reader.start()
+        turn.wait()  # the reader imports the module, or has read everything
+        child = os.fork()
+        if child == 0:
+            faulthandler.dump_traceback_later(30, exit=True)
+            print("child read", ahead[5], flush=True)
+            ahead.close()
+            os._exit(0)
+        release.set()
+        reader.join()
+        _, status = os.waitpid(child, 0)
+        ahead.close()
+        print("child exit", os.waitstatus_to_exitcode(status), flush=True)
+    """
+)
+
+
+def test_a_child_forked_while_a_thread_starts_process_workers_starts_its_own(tmp_path):
+    # The reader imported the workers' module on its first read: the child inherited its import lock held, for ever.
+    done = run_unless_hung(tmp_path, FORK_WHILE_IMPORTING_SCRIPT, "", hung="the parent waiting for its child")
+    assert done == ("child read 5\nchild exit 0\n", "", 0)
+
+
+FORK_WHILE_TRACKING_SCRIPT = textwrap.dedent(
+    """
+    import faulthandler, os, sys, threading, warnings
+    from multiprocessing import resource_tracker
+    import lazyseq
+
+    warnings.filterwarnings("ignore", r"This process \\(pid=\\d+\\) is multi-threaded, use of fork", DeprecationWarning)
+
+    def same(i):
+        return i
+
+    if __name__ == "__main__":
+        ahead = lazyseq.prefetch(lazyseq.smap(same, range(10)), nworkers=1, method="process", start_method=sys.argv[1])
+        holding, release = threading.Event(), threading.Event()
+
+        def hold():  # as a thread starting spawn or forkserver workers does, making sure the tracker runs
+            with resource_tracker._resource_tracker._lock:
+                holding.set()
+                release.wait()
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        holding.wait()
+        child = os.fork()
+        if child == 0:
+            faulthandler.dump_traceback_later(30, exit=True)
+            print("child read", ahead[5], flush=True)
+            ahead.close()
+            os._exit(0)
+        release.set()
+        holder.join()
+        _, status = os.waitpid(child, 0)
+        print("child exit", os.waitstatus_to_exitcode(status), flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
+def test_a_child_forked_while_a_thread_holds_the_resource_trackers_lock_starts_workers(tmp_path, start_method):
+    # The child inherited multiprocessing's resource tracker lock held, and waited for it for ever.
+    done = run_unless_hung(tmp_path, FORK_WHILE_TRACKING_SCRIPT, start_method, hung="the parent waiting for its child")
+    assert done == ("child read 5\nchild exit 0\n", "", 0)
+
+
 class FailsWhenUnpickled:
     """A part of a pipeline that raises as a spawned worker unpickles it."""
 
