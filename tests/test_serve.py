@@ -2023,6 +2023,14 @@ def test_a_timeout_must_be_seconds_the_server_accepts_too(timeout, error):
     assert lazyseq_threads() == []
 
 
+@pytest.mark.parametrize(("timeout", "most"), [(10.0, 500), (2.0, 250), (0.1, 50)])
+def test_a_consumer_tries_to_reconnect_at_least_every_half_heartbeat(timeout, most):
+    # Tries up to a second apart could miss a server back late within a short timeout: reported lost.
+    with lazyseq.serve(range(5), LOOPBACK) as server, lazyseq.connect(server.address, timeout=timeout) as remote:
+        sockets = (remote._connection._socket, remote._connection.heartbeat._socket)
+        assert [socket.getsockopt(zmq.RECONNECT_IVL_MAX) for socket in sockets] == [most, most]
+
+
 def test_curve_lets_allowed_clients_in_and_keeps_others_out(caplog):
     caplog.set_level(logging.INFO, logger="lazyseq.serve")
     server_keys, client_keys, stranger_keys = zmq.curve_keypair(), zmq.curve_keypair(), zmq.curve_keypair()

@@ -109,7 +109,8 @@ class Connection:
         socket.setsockopt(zmq.IPV6, is_ipv6(self.address))
         socket.setsockopt(zmq.ROUTING_ID, name)
         socket.setsockopt(zmq.RECONNECT_IVL, 50)
-        socket.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+        # tries spaced by at most half a heartbeat: a server back late within the timeout is not missed by a long wait
+        socket.setsockopt(zmq.RECONNECT_IVL_MAX, max(50, int(self.interval * 500)))
         socket.setsockopt(zmq.SNDTIMEO, int(self.timeout * 1000))  # no peer to send to: ServerLost, not a hang
         if self._curve is not None:
             socket.curve_serverkey, socket.curve_publickey, socket.curve_secretkey = self._curve
