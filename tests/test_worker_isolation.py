@@ -658,10 +658,10 @@ FORK_WHILE_IMPORTING_SCRIPT = textwrap.dedent(
     turn, release = threading.Event(), threading.Event()
 
     class SlowImport(importlib.abc.MetaPathFinder):
-        \"\"\"The process workers' module imported slowly by any thread but the main one (holding its import lock).\"\"\"
+        \"\"\"The first module that another thread than the main one imports comes slowly (its import lock held).\"\"\"
 
         def find_spec(self, name, path, target=None):
-            if name == "lazyseq.loading.process_workers" and threading.current_thread() is not threading.main_thread():
+            if threading.current_thread() is not threading.main_thread() and not turn.is_set():
                 turn.set()
                 release.wait()
             return None
@@ -671,7 +671,7 @@ FORK_WHILE_IMPORTING_SCRIPT = textwrap.dedent(
 
     if __name__ == "__main__":
         sys.meta_path.insert(0, SlowImport())
-        ahead = lazyseq.prefetch(lazyseq.smap(same, range(10)), nworkers=2, method="process")
+        ahead = lazyseq.prefetch(lazyseq.smap(same, range(10)), nworkers=2, method="process", start_method=sys.argv[1])
         reader = threading.Thread(target=lambda: (list(ahead), turn.set()))  # its first read starts the workers
         reader.start()
         turn.wait()  # the reader imports the module, or has read everything
@@ -690,9 +690,11 @@ FORK_WHILE_IMPORTING_SCRIPT = textwrap.dedent(
 )
 
 
-def test_a_child_forked_while_a_thread_starts_process_workers_starts_its_own(tmp_path):
-    # The reader imported the workers' module on its first read: the child inherited its import lock held, for ever.
-    done = run_unless_hung(tmp_path, FORK_WHILE_IMPORTING_SCRIPT, "", hung="the parent waiting for its child")
+@pytest.mark.parametrize("start_method", ["fork", "spawn", "forkserver"])
+def test_a_child_forked_while_a_thread_starts_process_workers_starts_its_own(tmp_path, start_method):
+    # The reader imported modules as it started the workers (the workers' own, numpy.random, multiprocessing's): a
+    # child forked meanwhile inherited that module's import lock held, for ever.
+    done = run_unless_hung(tmp_path, FORK_WHILE_IMPORTING_SCRIPT, start_method, hung="the parent waiting for its child")
     assert done == ("child read 5\nchild exit 0\n", "", 0)
 
 

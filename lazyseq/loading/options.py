@@ -10,7 +10,6 @@ threads have.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import multiprocessing
 import os
@@ -127,10 +126,10 @@ class LoaderOptions:
         if seed is not None:
             seed = integer(seed, f"{owner}: seed", low=0, expected="a non-negative integer or None")
         where = _where(owner, method, hook, inline_below)
-        if method == "process" and count:
-            # Imported now, in the thread that makes the loader, not by the one that first reads it: an import under
-            # way in another thread as the program forks leaves the child that module's import lock held for ever.
-            importlib.import_module("lazyseq.loading.process_workers")
+        if method == "process" and count:  # what starting the workers imports: now, not in the thread that reads
+            from .process_workers import import_for_start
+
+            import_for_start(multiprocessing.get_context(start_method).get_start_method())
         return cls(owner, count, method, hook, start_method, blas, where, seed)
 
     @property

@@ -16,6 +16,7 @@ process sentinels, so a worker that dies is noticed at once.
 from __future__ import annotations
 
 import functools
+import importlib
 import multiprocessing
 import multiprocessing.util
 import os
@@ -113,6 +114,30 @@ class _InSlots(NamedTuple):
     seconds: list[float]  # what each took in its worker
 
 
+POPEN_MODULES = {
+    "fork": "multiprocessing.popen_fork",
+    "spawn": "multiprocessing.popen_spawn_posix",
+    "forkserver": "multiprocessing.popen_forkserver",
+}
+
+
+def import_for_start(start_method: str) -> None:
+    """Import what starting workers with ``start_method`` imports, in the thread that calls this.
+
+    Loaders call it as they are made, so that the thread that first reads one
+    (and starts its workers) imports nothing: an import under way in another
+    thread as the program forks leaves the child that module's import lock
+    held for ever, and the child's own workers would never start.
+    """
+    # Every worker seeds numpy's global generator first thing; numpy imports numpy.random at first use, which
+    # takes 15-25 ms: imported once for the program, forked workers find it imported.
+    import numpy.random  # noqa: F401
+
+    importlib.import_module(POPEN_MODULES.get(start_method, POPEN_MODULES["spawn"]))
+    if start_method != "fork":  # their workers' resources are tracked: the tracker is started with the first ones
+        import multiprocessing.resource_tracker  # noqa: F401
+
+
 class ProcessWorkers:
     """``options.nworkers`` worker processes computing ``job(arg)``, with ``slot_count`` shared slots for results.
 
@@ -158,9 +183,7 @@ class ProcessWorkers:
         # a forked worker seeds torch under a timer if torch was imported (see .seeding): what a death by it means
         self._seeds_torch_timed = context.get_start_method() == "fork" and "torch" in sys.modules
         self._runs_script = context.get_start_method() != "fork" and _main_is_a_script()  # again, in each worker
-        # Every worker seeds numpy's global generator first thing; numpy imports numpy.random at first use, which
-        # takes 15-25 ms. Imported here, once for the program, forked workers find it imported.
-        import numpy.random  # noqa: F401
+        import_for_start(context.get_start_method())  # (done as the loader was made, where options were checked)
 
         work: Any = (job, options.start_hook)
         if options.pickles_pipeline:

@@ -60,7 +60,8 @@ class Outbox:
         kept = self._kept.get(consumer)
         now: list[Message] = []
         if kept and (size + self._bytes[consumer] > GROUP_BYTES or len(kept) == GROUP_MESSAGES):
-            now.append(_together(self._take(consumer)))
+            self._take(consumer)
+            now.append(_together(kept))
             kept = None
         if size > GROUP_BYTES:
             now.append((kind, text, buffers))
