@@ -168,10 +168,13 @@ def _widest(old: np.dtype, new: np.dtype, batch_index: int, key: str = "") -> np
     if wider is not None and same_kind_of_value(old, new):
         if not (old.kind in "iu" and new.kind in "iu" and wider.kind not in "iu"):
             return wider
+    if old.fields is not None or new.fields is not None:
+        why = "records convert neither to plain values nor to records of other fields"
+    else:
+        why = "numbers, strings and bytes do not mix, and int64 with uint64 would be floats"
     raise TypeError(
-        f"evaluate: fn returned {new.str} results for batch {batch_index}{_in_output(key)}, but {old} ones before, "
-        "and no dtype holds both as they are (numbers, strings and bytes do not mix, and int64 with uint64 would be "
-        "floats): return one dtype, with .astype in fn"
+        f"evaluate: fn returned {new} results for batch {batch_index}{_in_output(key)}, but {old} ones before, "
+        f"and no dtype holds both as they are ({why}): return one dtype, with .astype in fn"
     )
 
 

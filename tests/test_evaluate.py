@@ -125,15 +125,29 @@ def test_owned_outputs_widen_when_later_batches_need_it():
 def test_widening_keeps_the_kind_of_every_value():
     # int64 then uint64 made floats (2**62 + 1 read back as 2**62), numbers then strings made strings
     for first, later, name in [
-        (np.array([2**62 + 1]), np.array([2**64 - 1], np.uint64), "<u8"),
+        (np.array([2**62 + 1]), np.array([2**64 - 1], np.uint64), "uint64"),
         (np.array([0]), np.array(["x"]), "<U1"),
-        (np.array(["2026-01-01"], "datetime64[D]"), np.array([3]), "<i8"),
+        (np.array(["2026-01-01"], "datetime64[D]"), np.array([3]), "int64"),
     ]:
         with pytest.raises(TypeError) as caught:
             lazyseq.evaluate(lambda b, first=first, later=later: first if b[0] == 0 else later, [0, 1], batch_size=1)
         assert str(caught.value).startswith(f"evaluate: fn returned {name} results for batch 1, but {first.dtype} ones")
     wider = lazyseq.evaluate(lambda b: b.astype(np.uint8) if b[0] == 0 else b.astype(np.int8) - 1, [0, 1], batch_size=1)
     assert wider.dtype == np.int16 and wider.tolist() == [0, 0]  # integers that an integer dtype holds together
+
+
+def test_records_of_other_fields_are_named_by_their_fields():
+    # The later ones were named |V8, and the reason given was that of numbers and strings.
+    def records(b):
+        return np.zeros(len(b), [("a", "<i4")] if b[0] == 0 else [("a", "<i8")])
+
+    with pytest.raises(TypeError) as caught:
+        lazyseq.evaluate(records, lazyseq.view(np.arange(8)), batch_size=4)
+    assert str(caught.value) == (
+        "evaluate: fn returned [('a', '<i8')] results for batch 1, but [('a', '<i4')] ones before, and no dtype holds "
+        "both as they are (records convert neither to plain values nor to records of other fields): return one "
+        "dtype, with .astype in fn"
+    )
 
 
 def test_widening_to_a_finer_unit_of_time_keeps_the_earlier_times_or_says_it_cannot():

@@ -652,6 +652,24 @@ def test_a_vectorizers_sparse_results_come_back_as_one_sparse_matrix():
     assert (hashed != hashing.transform(docs)).nnz == 0
 
 
+@pytest.mark.parametrize("call", [predict, score])
+def test_items_whose_x_are_sparse_rows_are_refused_saying_so(call):
+    # scikit-learn was given a list of 1 x 5 sparse matrices: "Expected 2D array, got 1D array instead".
+    sparse = pytest.importorskip("scipy.sparse")
+    from sklearn.linear_model import SGDClassifier
+
+    x, y = sparse.random(20, 5, density=0.5, format="csr", random_state=0), np.arange(20) % 2
+    model = SGDClassifier(random_state=0).fit(x, y)
+    items = [(x[i], y[i]) for i in range(20)] if call is score else [x[i] for i in range(20)]
+    with pytest.raises(lazyseq.EvaluationError) as caught:
+        call(model, items, progress=False)
+    assert str(caught.value) == (
+        f"failed to compute batch[0]: TypeError: {call.__name__}: the items' X are sparse rows "
+        f"({type(x).__name__}), and items are read as dense rows: make each item's X dense (row.toarray()[0]), or "
+        "call the estimator on the sparse matrix itself"
+    )
+
+
 def test_tensors_with_a_gradient_are_read_as_arrays():
     # A batch of tensor items, now one tensor, reached scikit-learn as it was: "Can't call numpy() on Tensor that
     # requires grad" (and a tensor on a GPU would not have been read either).

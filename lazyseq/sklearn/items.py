@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..evaluate import EMPTY_SHARD
+from ..sparse import is_sparse
 from ..views.chunks import default_collate, is_tensor
 from ..views.sources import sized_view
 
@@ -123,7 +124,8 @@ class ItemReading:
     (True, True)
     """
 
-    def __init__(self, spec: tuple[Any, ...] | None = None) -> None:
+    def __init__(self, spec: tuple[Any, ...] | None = None, caller: str = "lazyseq.sklearn") -> None:
+        self._caller = caller
         self.layout = FeatureLayout()  # the batches of one call are read one way
         self._python_rows = False
         self._told = False  # whether the items were seen (a first batch made)
@@ -141,7 +143,7 @@ class ItemReading:
         items = sized_view(data, f"{caller}: data")
         if items._need_length(f"{caller}()") == 0:
             raise ValueError(f"{caller}: data is empty, so there is nothing to {caller}; {EMPTY_SHARD}")
-        return cls(spec=items._item_spec())
+        return cls(spec=items._item_spec(), caller=caller)
 
     def fields(self, batch: Any, where: str) -> tuple[Any, Any, Any]:
         """``(X, y, sample_weight)`` of a batch, ``None`` for what it does not hold."""
@@ -164,6 +166,12 @@ class ItemReading:
             first = items[0]
             self.x_alone = not (isinstance(first, tuple) or type(first) is list and first and not _is_value(first[0]))
             x = first[0] if not self.x_alone and len(first) else first
+            if is_sparse(x):  # (scikit-learn would be given a list of them, and say it wants a 2-D array)
+                raise TypeError(
+                    f"{self._caller}: the items' X are sparse rows ({type(x).__name__}), and items are read as dense "
+                    "rows: make each item's X dense (row.toarray()[0]), or call the estimator on the sparse matrix "
+                    "itself"
+                )
             self._python_rows = not _array_like(x)
             self._told = True
         if not self._python_rows:
