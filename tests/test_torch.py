@@ -556,6 +556,15 @@ def test_to_device_values_order_structure_dtypes():
         assert np.shares_memory(batch["x"].numpy(), batches[k]["x"])  # no copy on the CPU
 
 
+def test_to_device_refuses_one_mapping_for_its_batches():
+    # Its keys were taken for the batches, and came back as they were.
+    with pytest.raises(TypeError) as caught:
+        to_device({"x": np.zeros(3), "y": np.ones(3)}, "cpu")
+    assert str(caught.value) == (
+        "to_device: batches must be an iterable of batches, got one dict (a batch?): give [batch] for one batch"
+    )
+
+
 def test_to_device_leaves_tensors_on_the_device_alone():
     t = torch.arange(3)
     (got,) = list(to_device([(t, "s")], "cpu"))

@@ -11,7 +11,7 @@ safe; elsewhere the events are stand-ins that are always complete.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -60,6 +60,11 @@ class DeviceFeeder(Iterator[Any]):
         dtype: torch.dtype | None = None,
     ) -> None:
         ahead = integer(ahead, "to_device: ahead", low=0)
+        if isinstance(batches, Mapping):  # its keys would be taken for the batches
+            raise TypeError(
+                f"to_device: batches must be an iterable of batches, got one {type(batches).__name__} (a batch?): "
+                "give [batch] for one batch"
+            )
         self.device = as_device(device, "to_device")
         self.ahead = ahead
         if transfer is None:
