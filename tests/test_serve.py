@@ -1816,9 +1816,10 @@ def test_garbage_is_logged_and_the_server_goes_on(caplog):
         rogue.send_multipart([wire.TAG, b"get", b"{}", b"extra"])
         rogue.send_multipart([wire.TAG, b"get", b'{"req": 0, "index": 1, "count": 0}'])
         rogue.send_multipart([wire.TAG, b"get", b'{"req": 0, "index": 1, "count": 257}'])
+        rogue.send_multipart([wire.TAG, b"get", b'{"req": 1, "index": %s}' % (b"9" * 4300)])  # (written: an error)
         rogue.send_multipart([wire.TAG, b"sync", b"{}"])  # answered once the messages before it were read
-        answers = [rogue.recv_multipart() for _ in range(7)]
-        assert [kind for _, kind, _ in answers] == [b"refused"] * 6 + [b"synced"]  # told, where it speaks lazyseq
+        answers = [rogue.recv_multipart() for _ in range(8)]
+        assert [kind for _, kind, _ in answers] == [b"refused"] * 7 + [b"synced"]  # told, where it speaks lazyseq
         assert json.loads(answers[1][2]) == {"message": "unknown request b'launch'"}
         rogue.send_multipart([wire.TAG, b"get", b"[" * 200_000])  # over the size limit: cut off by ZeroMQ
         rogue.close()  # cut off
@@ -1842,6 +1843,7 @@ def test_garbage_is_logged_and_the_server_goes_on(caplog):
         "a 'get' request carries no buffers",
         "'get' needs a 'count' from 1 to 256, if any",
         "'get' needs a 'count' from 1 to 256, if any",
+        "a header is not valid JSON (an integer of 4300 digits: longer than any count)",
         "a 'get' request carries no buffers",
     ]
 

@@ -321,7 +321,7 @@ class ServerLoop:
                 raise wire.ProtocolError(f"unknown request {kind[:20]!r}")
             if len(received) != 4:
                 raise wire.ProtocolError(f"a {kind.decode()!r} request carries no buffers")
-            header = wire.loads(received[3].buffer)
+            header = wire.loads(received[3].buffer, request=True)
             if kind == b"ping":
                 self._heartbeat(consumer, header)
                 return

@@ -66,6 +66,7 @@ MAX_DEPTH = 64  # nesting deeper than this is refused, on both sides
 MAX_DIMENSIONS = 64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32
 MAX_INT_BITS = 4096  # larger ints are refused (JSON parsers stop at about 4,300 digits)
 MAX_COUNT = 256  # items one 'get' may ask for, one answer each
+REQUEST_INT_DIGITS = 19  # the longest integer of a request (a request's or an item's number: int64)
 # items one 'get' may ask for as one chunk, one answer for all (positions of 19 digits fit in a request's 64 KiB)
 MAX_POSITIONS = 2048
 MAX_TIMEOUT = 86400.0  # seconds: the longest silence a consumer may ask the server to wait out (its hello's timeout)
@@ -86,12 +87,30 @@ def dumps(header: Any) -> bytes:
     return _JSON.encode(header).encode()
 
 
-def loads(frame: bytes | memoryview) -> Any:
-    """A header from the bytes of its frame; :class:`ProtocolError` if it is not JSON."""
+def loads(frame: bytes | memoryview, *, request: bool = False) -> Any:
+    """A header from the bytes of its frame; :class:`ProtocolError` if it is not JSON.
+
+    A consumer's ``request`` holds no item: numbers in it are request and item
+    numbers, and one longer than any of them is refused.
+
+    >>> loads(b'{"req": 12345678901234567890123}', request=True)
+    Traceback (most recent call last):
+    ...
+    lazyseq.serving.wire.ProtocolError: a header is not valid JSON (an integer of 23 digits: longer than any count)
+    """
     try:
-        return _JSON_DECODER.decode(str(frame, "utf-8"))
+        return (_REQUEST_DECODER if request else _JSON_DECODER).decode(str(frame, "utf-8"))
     except (ValueError, RecursionError) as error:  # not JSON, not UTF-8, an int too long to convert...
         raise ProtocolError(f"a header is not valid JSON ({error})") from None
+
+
+def _request_int(text: str) -> int:
+    if len(text.lstrip("-")) > REQUEST_INT_DIGITS:
+        raise ValueError(f"an integer of {len(text.lstrip('-'))} digits: longer than any count")
+    return int(text)
+
+
+_REQUEST_DECODER = json.JSONDecoder(parse_int=_request_int)
 
 
 # -- encoding (the server) -------------------------------------------------------------------
