@@ -284,6 +284,20 @@ def test_the_pools_of_a_server_take_an_eighth_of_the_shared_memory_at_most(monke
             assert len(pool_reads) == 10  # no room for its pool: the socket
 
 
+def test_a_server_makes_at_most_max_pools_pools_at_once(monkeypatch, pool_reads):
+    # Each pool holds descriptors of the server's: consumers saying hello without end (closed at once, each of its
+    # own name) made the server run out of them, and its thread end ("Too many open files").
+    monkeypatch.setattr(shared_items, "MAX_POOLS", 1)
+    with lazyseq.serve(BATCHES, LOOPBACK) as server:
+        with lazyseq.connect(server.address) as first, lazyseq.connect(server.address) as second:
+            assert [batch.tolist() for batch in second] == [batch.tolist() for batch in BATCHES]
+            assert [batch.tolist() for batch in first] == [batch.tolist() for batch in BATCHES]
+            assert len(pool_reads) == 10 and len(served_pools()) == 1  # the first one's (each name once)
+        with lazyseq.connect(server.address) as third:  # the first ones' pools went with their goodbyes
+            assert [batch.tolist() for batch in third] == [batch.tolist() for batch in BATCHES]
+            assert len(pool_reads) == 20
+
+
 VANISHING_CONSUMER = """
 import os, sys
 import lazyseq

@@ -142,6 +142,7 @@ class ServerLoop:
         self._release_at_end = False  # stopped from the thread itself (by the collector): it releases all
         self._outbox = Outbox()  # what is sent to consumers that read several messages in one: until sent together
         self._several: set[bytes] = set()  # (those consumers)
+        self._fds_failed = False  # whether the service's descriptors could not be had at the last turn
         service.send = self._send
         service.token = self._token
         self.thread = threading.Thread(target=self._run, name="lazyseq-serve", daemon=True)
@@ -188,7 +189,7 @@ class ServerLoop:
             service.work()  # listening now: a stream draws its first items before anyone asks
             while not daemon_thread_at_exit():  # the program ends: its finalizers close the workers, quietly
                 self._send_kept()  # the results handed out together (work()), before the wait
-                fds = set(service.fds())
+                fds = self._service_fds()
                 for fd in watched - fds:
                     poller.unregister(fd)
                 for fd in fds - watched:
@@ -237,6 +238,19 @@ class ServerLoop:
             os.close(self._stop_fd)
             if self._release_at_end:
                 self._release()
+
+    def _service_fds(self) -> set[int]:
+        """What the service's results wake the loop with; none while descriptors run out (its results are then
+        taken in at each turn of the loop, at least every ``SWEEP_SECONDS``), which is logged once."""
+        try:
+            fds = set(self._service.fds())
+        except OSError as error:  # too many open files: the pipe that signals results could not be made
+            if not self._fds_failed:
+                log.warning("the server at %s cannot watch its workers' results for now: %s", self.address, error)
+            self._fds_failed = True
+            return set()
+        self._fds_failed = False
+        return fds
 
     def _send(self, consumer: bytes, kind: bytes, header: Any, buffers: list) -> None:
         """Send a message to ``consumer``: with the others sent to it before the next wait, if it reads them so."""

@@ -53,11 +53,12 @@ from ..machine import this_machine
 from ..views.chunks import aligned  # each buffer of an item starts where a loader's arrays would in its slot
 from .wire import ProtocolError
 
-__all__ = ["EXTRA_SLOTS", "ReceivedPool", "ServedPool", "hello_fields", "item_bytes", "same_machine"]
+__all__ = ["EXTRA_SLOTS", "MAX_POOLS", "ReceivedPool", "ServedPool", "hello_fields", "item_bytes", "same_machine"]
 
 NAME = "lazyseq-served-"  # the start of every pool's name; a random token follows
 EXTRA_SLOTS = 4  # slots beyond those asked ahead: items the consumer's loop still holds
 MAX_SLOTS = 256
+MAX_POOLS = 64  # consumers with a pool at once, each holding descriptors of the server's: the others use the socket
 MAX_POOL_SHARE = 8  # a server's pools take at most this fraction of the shared memory available, together
 
 
@@ -91,11 +92,13 @@ class ServedPool:
         self._slots = SharedSlots(count, slot_bytes, "serve", name=self.name)
 
     @classmethod
-    def sized(cls, count: int, item_bytes: int, others: int = 0) -> ServedPool | None:
-        """A pool whose slots hold items of ``item_bytes``, beside pools of ``others`` bytes.
+    def sized(cls, count: int, item_bytes: int, others: int = 0, pools: int = 0) -> ServedPool | None:
+        """A pool whose slots hold items of ``item_bytes``, beside ``pools`` others of ``others`` bytes in all.
 
-        None if they would take more than a share of the shared memory available.
+        None if they would take more than a share of the shared memory available, or there are ``MAX_POOLS``.
         """
+        if pools >= MAX_POOLS:
+            return None
         slot_bytes = slot_bytes_for(aligned(item_bytes))
         if others + count * slot_bytes > (others + available_shared_memory()) // MAX_POOL_SHARE:
             return None

@@ -121,8 +121,10 @@ class ViewService:
 
     def _make_pool(self, consumer: bytes, item_bytes: int) -> ServedPool | None:
         """The pool of ``consumer``, for items of ``item_bytes``; None (and the socket) if there is no room for it."""
-        others = sum(made.size for made in self._pools.values() if made is not None)
-        pool = self._pools[consumer] = ServedPool.sized(self._pool_slots[consumer], item_bytes, others)
+        made = [pool for pool in self._pools.values() if pool is not None]
+        pool = self._pools[consumer] = ServedPool.sized(
+            self._pool_slots[consumer], item_bytes, sum(each.size for each in made), len(made)
+        )
         if pool is None:
             self._pools.pop(consumer)
             self._pool_slots.pop(consumer)
