@@ -2334,6 +2334,38 @@ def test_a_huge_request_or_item_harms_only_itself(caplog):
     assert any("an integer of 5000 digits: longer than any count" in r.getMessage() for r in caplog.records)
 
 
+def test_what_was_computed_ahead_for_a_consumer_gone_quiet_goes_before_its_timeout(monkeypatch):
+    # A consumer with a long timeout that was killed kept its items computed ahead until then: so many consumers
+    # said hello with a timeout of a day, asked for an item and left, and the server's memory grew with each.
+    from lazyseq.serving import server_loop
+    from lazyseq.serving.view_service import ViewService
+
+    monkeypatch.setattr(server_loop, "QUIET_HEARTBEATS", 0.2)  # a fifth of a heartbeat: quiet at once
+    idled, real_idle = threading.Event(), ViewService.idle
+
+    def idle(service, consumer):
+        real_idle(service, consumer)
+        idled.set()
+
+    monkeypatch.setattr(ViewService, "idle", idle)
+    with lazyseq.serve(lazyseq.smap(abs, range(30)), LOOPBACK, nworkers=1, max_buffered=8) as server:
+        context = zmq.Context()
+        quiet = context.socket(zmq.DEALER)  # no heartbeats
+        quiet.setsockopt(zmq.LINGER, 0)
+        quiet.connect(server.address)
+        quiet.send_multipart([wire.TAG, b"hello", wire.dumps({"timeout": 86400})])
+        assert quiet.recv_multipart()[1] == b"welcome"
+        quiet.send_multipart([wire.TAG, b"get", wire.dumps({"req": 0, "index": 0})])
+        assert wire.loads(quiet.recv_multipart()[2])["tree"] == 0
+        assert idled.wait(30)
+        [reads] = server._loop._service._reads.values()  # not forgotten: its hello, its reads go on
+        assert reads.held == set()
+        quiet.send_multipart([wire.TAG, b"get", wire.dumps({"req": 1, "index": 1})])
+        assert wire.loads(quiet.recv_multipart()[2])["tree"] == 1
+        quiet.close()
+        context.term()
+
+
 def test_pings_from_strangers_leave_nothing_on_the_server():
     with lazyseq.serve(range(3), LOOPBACK) as server:
         context = zmq.Context()

@@ -100,7 +100,7 @@ class Connection:
 
     @property
     def interval(self) -> float:
-        return min(self.timeout / 4, 1.0)
+        return wire.heartbeat_interval(self.timeout)
 
     def _open(self, kind: int, name: bytes) -> Any:
         zmq = self._zmq

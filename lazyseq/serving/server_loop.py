@@ -77,6 +77,7 @@ MAX_REQUEST_BYTES = 1 << 16  # consumers send small JSON requests: anything larg
 MAX_REQUEST_FRAMES = 5  # a request has 4 (with the consumer's identity), or 5 when cut short: more are dropped
 MAX_REQUESTS_AT_ONCE = 64  # then results get their turn
 SWEEP_SECONDS = 0.1  # how often the thread looks for consumers gone silent
+QUIET_HEARTBEATS = 3  # heartbeats missed after which a consumer's items computed ahead are let go (see _sweep)
 DEFAULT_CONSUMER_TIMEOUT = 10.0
 _CONSUMER_KINDS = {b"hello", b"get", b"next", b"sync", b"ping", b"bye"}
 
@@ -303,6 +304,11 @@ class ServerLoop:
             if consumer not in seen:
                 log.info("consumer %s went silent: freeing what it held", consumer.hex())
                 self._service.forget(consumer)
+        # One that missed a few heartbeats (killed, stopped, cut off) is not forgotten before its timeout, which it
+        # chose, but what was computed ahead for it goes meanwhile: computed again if it reads on.
+        for consumer, (heard, timeout) in seen.items():
+            if read_up_to - heard > QUIET_HEARTBEATS * wire.heartbeat_interval(timeout):
+                self._service.idle(consumer)
 
     def _act_on(self, consumer: bytes, kind: bytes, header: Any) -> None:
         service = self._service

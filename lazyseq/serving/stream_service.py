@@ -229,6 +229,9 @@ class StreamService:
             "another consumer" if then is None else f"consumer {then.hex()}",
         )
 
+    def idle(self, consumer: bytes) -> None:
+        """``consumer`` went quiet: what it was handed stays its own until it is forgotten (see the module)."""
+
     def forget(self, consumer: bytes) -> None:
         """A consumer left or died: what it did not acknowledge goes to the next one that asks (but for what a
         consumer taken for dead said it handed out after all)."""

@@ -215,6 +215,14 @@ class ViewService:
             self._let_go([(consumer, i) for i in reads.held])
             self._let_go([key for req, request in reads.chunks.items() for key, _ in request.tasks(consumer, req)])
 
+    def idle(self, consumer: bytes) -> None:
+        """``consumer`` went quiet (no heartbeat for a while): the items computed ahead for it go (not the ones it
+        asked for), computed again if it reads on."""
+        reads = self._reads.get(consumer)
+        if reads is not None and len(reads.held) > len(reads.waiting):
+            self._drop_ahead(consumer, reads)
+            reads.frontier = reads.last + 1
+
     def _close_pool(self, consumer: bytes) -> None:
         self._pool_slots.pop(consumer, None)
         pool = self._pools.pop(consumer, None)

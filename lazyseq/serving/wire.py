@@ -82,6 +82,11 @@ _JSON = json.JSONEncoder(separators=(",", ":"), allow_nan=False)  # one for all:
 _JSON_DECODER = json.JSONDecoder()  # given text: json.loads of bytes first guesses their encoding
 
 
+def heartbeat_interval(timeout: float) -> float:
+    """How often a consumer whose ``timeout`` this is pings its server: a quarter of it, a second at most."""
+    return min(timeout / 4, 1.0)
+
+
 def dumps(header: Any) -> bytes:
     """A header as the bytes of its frame."""
     return _JSON.encode(header).encode()
