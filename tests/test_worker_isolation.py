@@ -648,6 +648,21 @@ def test_a_forked_child_reads_a_loader_that_a_parent_thread_was_waiting_on(tmp_p
     assert done == (f"child read {first}\nchild exit 0\n", "", 0)
 
 
+CHILD_READS = """
+        child = os.fork()
+        if child == 0:
+            faulthandler.dump_traceback_later(30, exit=True)
+            print("child read", ahead[5], flush=True)
+            ahead.close()
+            os._exit(0)
+        release.set()
+        other.join()
+        _, status = os.waitpid(child, 0)
+        ahead.close()
+        print("child exit", os.waitstatus_to_exitcode(status), flush=True)
+"""  # the end of the scripts below: a child forked as another thread holds a lock reads the loader
+
+
 FORK_WHILE_IMPORTING_SCRIPT = textwrap.dedent(
     """
     import faulthandler, importlib.abc, os, sys, threading, warnings
@@ -672,21 +687,11 @@ FORK_WHILE_IMPORTING_SCRIPT = textwrap.dedent(
     if __name__ == "__main__":
         sys.meta_path.insert(0, SlowImport())
         ahead = lazyseq.prefetch(lazyseq.smap(same, range(10)), nworkers=2, method="process", start_method=sys.argv[1])
-        reader = threading.Thread(target=lambda: (list(ahead), turn.set()))  # its first read starts the workers
-        reader.start()
-        turn.wait()  # the reader imports the module, or has read everything
-        child = os.fork()
-        if child == 0:
-            faulthandler.dump_traceback_later(30, exit=True)
-            print("child read", ahead[5], flush=True)
-            ahead.close()
-            os._exit(0)
-        release.set()
-        reader.join()
-        _, status = os.waitpid(child, 0)
-        ahead.close()
-        print("child exit", os.waitstatus_to_exitcode(status), flush=True)
+        other = threading.Thread(target=lambda: (list(ahead), turn.set()))  # its first read starts the workers
+        other.start()
+        turn.wait()  # it imports a module, or has read everything
     """
+    + CHILD_READS
 )
 
 
@@ -718,20 +723,11 @@ FORK_WHILE_TRACKING_SCRIPT = textwrap.dedent(
                 holding.set()
                 release.wait()
 
-        holder = threading.Thread(target=hold)
-        holder.start()
+        other = threading.Thread(target=hold)
+        other.start()
         holding.wait()
-        child = os.fork()
-        if child == 0:
-            faulthandler.dump_traceback_later(30, exit=True)
-            print("child read", ahead[5], flush=True)
-            ahead.close()
-            os._exit(0)
-        release.set()
-        holder.join()
-        _, status = os.waitpid(child, 0)
-        print("child exit", os.waitstatus_to_exitcode(status), flush=True)
     """
+    + CHILD_READS
 )
 
 
