@@ -148,8 +148,8 @@ def _in_child() -> None:
     if forkserver is not None:
         _forget_forkserver(forkserver._forkserver)
     tracker = getattr(sys.modules.get("multiprocessing.resource_tracker"), "_resource_tracker", None)
-    if tracker is not None and hasattr(tracker, "_lock"):
-        tracker._lock = threading.RLock()  # held by another thread of the parent, perhaps (starting spawn workers)
+    if tracker is not None and hasattr(tracker, "_lock"):  # held by another thread of the parent, perhaps
+        tracker._lock = threading.RLock() if isinstance(tracker._lock, type(threading.RLock())) else threading.Lock()
     if getattr(_local, "forking", False):
         _random_lock().release()
         if sys.stdin is not None:

@@ -219,9 +219,10 @@ class ViewService:
         """``consumer`` went quiet (no heartbeat for a while): the items computed ahead for it go (not the ones it
         asked for), computed again if it reads on."""
         reads = self._reads.get(consumer)
-        if reads is not None and len(reads.held) > len(reads.waiting):
+        if reads is not None and any(i not in reads.waiting for i in reads.held):
             self._drop_ahead(consumer, reads)
             reads.frontier = reads.last + 1
+            reads.steady = False  # nothing more ahead as what it waits for comes: its next read in order says
 
     def _close_pool(self, consumer: bytes) -> None:
         self._pool_slots.pop(consumer, None)
