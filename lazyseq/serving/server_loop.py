@@ -9,8 +9,9 @@ by worker threads or processes, never by this thread, so that it goes on
 answering requests and heartbeats while an item takes its time.
 
 It checks every message (protocol tag, kind, a JSON header no larger than
-``MAX_REQUEST_BYTES``); a malformed one is logged (logger ``lazyseq.serve``)
-and dropped, and the server goes on serving everyone else.
+``MAX_REQUEST_BYTES``, no integer longer than an int64's); a malformed one is
+logged (logger ``lazyseq.serve``) and dropped, and the server goes on serving
+everyone else.
 
 Messages (frames: tag ``lazyseq/1``, kind, JSON header, buffers):
 
@@ -36,7 +37,9 @@ consumer -> server             server -> consumer
 
 A consumer that sends nothing (heartbeats included) for its ``timeout`` is
 taken for dead: what the server held for it is freed, and the stream items it
-had not acknowledged go to other consumers.
+had not acknowledged go to other consumers. One that misses
+``QUIET_HEARTBEATS`` heartbeats before that is idle: a view's items computed
+ahead for it go (see ``ViewService.idle``).
 """
 
 from __future__ import annotations
