@@ -110,7 +110,7 @@ def test_items_of_unknown_size_get_a_pool_with_the_first_of_them(pool_reads):
     with lazyseq.serve(lazyseq.smap(numbers, range(10)), LOOPBACK) as server:
         with lazyseq.connect(server.address) as remote:
             assert [item.tolist() for item in remote] == [[float(i)] * 3 for i in range(10)]
-    assert len(pool_reads) == 5  # the first 1 + 4 asked for before the first answer told where the pool is
+    assert len(pool_reads) == 10  # the first too: its answer says where the pool is
 
 
 def test_a_server_in_another_process_writes_assorted_items_into_the_consumer_s_pool(pool_reads):
@@ -125,21 +125,27 @@ def test_a_server_in_another_process_writes_assorted_items_into_the_consumer_s_p
         server.stop()
 
 
+MANY_BATCHES = lazyseq.view(np.arange(40 * 4 * 6, dtype=np.float64).reshape(-1, 6)).batch(4)  # 40 batches
+
+
 def test_items_the_consumer_holds_are_never_overwritten_and_more_than_the_pool_holds_come_through_the_socket(
     pool_reads,
 ):
-    with lazyseq.serve(BATCHES, LOOPBACK, nworkers=2) as server, lazyseq.connect(server.address, ahead=1) as remote:
-        held = [remote[i] for i in range(10)]  # a pool of 1 + 4 slots: five of them in shared memory
-        assert len(pool_reads) == 5
-        for _ in range(3):  # every slot is held: the socket it is
-            assert [batch.tolist() for batch in remote] == [batch.tolist() for batch in BATCHES]
-        assert len(pool_reads) == 5
-        del held[2:]  # two from the socket kept, three slots free again
-        for _ in range(3):
-            assert [batch.tolist() for batch in remote] == [batch.tolist() for batch in BATCHES]
-        assert len(pool_reads) == 35
-        kept = [remote[i] for i in range(10)]
-    assert [batch.tolist() for batch in held + kept] == [batch.tolist() for batch in [*BATCHES[:2], *BATCHES]]
+    expected = [batch.tolist() for batch in MANY_BATCHES]
+    with lazyseq.serve(MANY_BATCHES, LOOPBACK, nworkers=2) as server:
+        with lazyseq.connect(server.address, ahead=1) as remote:
+            held = [remote[i] for i in range(40)]
+            slots = remote._pool._slots.count  # 1 + 4 asked for by the consumer, and 10 computed ahead
+            assert (slots, len(pool_reads), sorted(pool_reads)) == (15, 15, list(range(15)))  # each handed over once
+            for _ in range(3):  # every slot is held: the socket it is
+                assert [batch.tolist() for batch in remote] == expected
+            assert len(pool_reads) == 15
+            del held[2:]  # two from the pool kept, thirteen slots handed back with the next request
+            for _ in range(3):
+                assert [batch.tolist() for batch in remote] == expected
+            assert len(pool_reads) >= 15 + 3 * 40 - 15
+            kept = [remote[i] for i in range(40)]
+    assert [batch.tolist() for batch in held + kept] == expected[:2] + expected
 
 
 def test_shared_memory_false_keeps_every_item_on_the_socket(pool_reads):
@@ -186,7 +192,15 @@ def test_the_server_lets_a_consumer_s_pool_go_when_it_leaves_or_says_hello_again
         connection.send(b"bye", {})
         connection.send(b"sync", {})  # answered once the goodbye was acted on
         assert connection.receive("synced")[0] == b"synced"
-        assert served_pools() == []
+        assert pools_once_tasks_end() == []  # (tasks computing into it, cancelled, hold it until a worker skips them)
+
+
+def pools_once_tasks_end(seconds=30.0):
+    """``served_pools()`` once none is left, or after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while served_pools() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return served_pools()
 
 
 def test_a_consumer_that_says_it_runs_elsewhere_gets_no_pool():
@@ -196,16 +210,31 @@ def test_a_consumer_that_says_it_runs_elsewhere_gets_no_pool():
         assert served_pools() == []
 
 
-def test_a_request_naming_slots_the_pool_lacks_is_refused_and_the_server_goes_on():
-    with raw_consumer(hello_fields(4)) as (connection, welcome, _):
-        count = welcome["pool"]["count"]
-        for slots in ([count], [-2], [0, 1], "0", [True]):
-            connection.send(b"get", {"req": 1, "index": 1, "slots": slots})
-            with pytest.raises(lazyseq.LoaderError, match="refused a request"):
-                connection.receive("item 1")
-        connection.send(b"get", {"req": 2, "index": 2, "slots": [0]})
-        kind, header, buffers = connection.receive("item 2")
-        assert (kind, header["slot"], header["places"], buffers) == (b"item", 0, [[0, 4 * 6 * 8]], [])
+def test_slots_handed_back_that_the_consumer_does_not_hold_are_ignored():
+    # Else a consumer could make the server write an item into a slot that holds another one it reads.
+    with raw_consumer(hello_fields(4), MANY_BATCHES) as (connection, welcome, (_, first, _)):
+        name, count = welcome["pool"]["name"], welcome["pool"]["count"]
+        held = {first["slot"]}
+        not_held = [slot for slot in range(count) if slot not in held]
+        for req, free in enumerate([not_held, [count, -2, "0", True, 1.0, None], "0", {"0": 1}], 1):
+            connection.send(b"get", {"req": req, "index": req, "free": free, "in": name})
+            kind, header, buffers = connection.receive(f"item {req}")
+            assert header["slot"] not in held and buffers == []
+            held.add(header["slot"])
+        connection.send(b"get", {"req": 5, "index": 5, "free": sorted(held), "in": "lazyseq-served-another"})
+        for req in range(5, 40):
+            if req > 5:
+                connection.send(b"get", {"req": req, "index": req})
+            kind, header, buffers = connection.receive(f"item {req}")
+            if "slot" in header:
+                assert header["slot"] not in held and buffers == []
+                held.add(header["slot"])
+            else:  # every slot is the consumer's: the socket
+                assert np.frombuffer(buffers[0]).reshape(4, 6).tolist() == MANY_BATCHES[req].tolist()
+        assert held == set(range(count))
+        connection.send(b"get", {"req": 40, "index": 0, "free": [3], "in": name})
+        kind, header, buffers = connection.receive("item 0")
+        assert (header["slot"], header["places"]) == (3, [[0, 4 * 6 * 8]])
 
 
 def test_pools_are_offered_only_to_consumers_of_this_machine():
@@ -271,11 +300,12 @@ def test_an_item_too_large_for_its_slot_comes_through_the_socket(pool_reads):
     items = lazyseq.smap(lambda n: np.ones(n * 1024), sizes)
     with lazyseq.serve(items, LOOPBACK) as server, lazyseq.connect(server.address, ahead=1) as remote:
         assert [batch.size for batch in remote] == [n * 1024 for n in sizes]
-    assert len(pool_reads) == 3  # not the first two (asked before the pool was known), nor the large one
+    assert len(pool_reads) == 5  # all but the large one
 
 
 def test_the_pools_of_a_server_take_an_eighth_of_the_shared_memory_at_most(monkeypatch, pool_reads):
-    monkeypatch.setattr(shared_items, "available_shared_memory", lambda: 64 * PAGE)  # room for one pool of 8 pages
+    # room for one pool of 18 pages: 8 slots the consumer asks for, and 10 for items computed ahead
+    monkeypatch.setattr(shared_items, "available_shared_memory", lambda: 8 * 18 * PAGE)
     with lazyseq.serve(BATCHES, LOOPBACK) as server:
         with lazyseq.connect(server.address) as first, lazyseq.connect(server.address) as second:
             assert [batch.tolist() for batch in first] == [batch.tolist() for batch in BATCHES]
@@ -313,10 +343,7 @@ def test_the_server_lets_go_of_the_pool_of_a_consumer_that_died_before_asking_fo
             [sys.executable, "-c", VANISHING_CONSUMER, server.address], capture_output=True, timeout=60
         )
         assert (ended.stdout, len(served_pools())) == (b"10\n", 1)
-        deadline = time.monotonic() + 30
-        while served_pools() and time.monotonic() < deadline:  # taken for dead: silent past its timeout
-            time.sleep(0.01)
-        assert served_pools() == []
+        assert pools_once_tasks_end() == []  # taken for dead: silent past its timeout
 
 
 def test_a_consumer_collected_without_close_lets_its_pool_go():
@@ -360,12 +387,16 @@ def test_a_forked_child_lets_go_of_the_pools_it_inherited():
     received = ReceivedPool.open(served.announcement())
     try:
         assert forked_child_report([]) == (0, [])
-        served.write(1, [b"kept"])
-        held = received.buffers(1, [[0, 4]])  # an item that the child inherits: readable there, its map kept
+        slot = served.take()
+        served.place(slot, [b"kept"])
+        served.hand_over(slot)
+        held = received.buffers(slot, [[0, 4]])  # an item that the child inherits: readable there, its map kept
         assert forked_child_report(held) == (1, [b"kept"])
         assert pool_descriptors() == 4  # the parent's pools work on
-        served.write(0, [b"more"])
-        assert bytes(received.buffers(0, [[0, 4]])[0]) == b"more"
+        slot = served.take()
+        served.place(slot, [b"more"])
+        served.hand_over(slot)
+        assert bytes(received.buffers(slot, [[0, 4]])[0]) == b"more"
     finally:
         received.close()
         served.close()
@@ -378,7 +409,7 @@ def test_a_forked_child_keeps_the_items_it_inherited_as_they_were_when_forked():
         check_a_forked_child_keeps_what_it_inherited(iter(remote), rows)
 
 
-def test_requests_waiting_when_the_consumer_says_hello_again_are_answered_through_the_socket():
+def test_requests_waiting_when_the_consumer_says_hello_again_are_answered_from_its_new_pool():
     gate = threading.Event()
 
     def gated(i):
@@ -392,17 +423,38 @@ def test_requests_waiting_when_the_consumer_says_hello_again_are_answered_throug
             connection.hello(hello_fields(4))
             connection.send(b"get", {"req": 0, "index": 0})
             first = connection.receive("item 0")[1]["pool"]["name"]
-            connection.send(b"get", {"req": 1, "index": 5, "slots": [2]})  # waits at the gate
-            connection.hello()  # the pool goes, and with it the slot that request named
+            connection.send(b"get", {"req": 1, "index": 5})  # waits at the gate
+            connection.hello()  # the pool goes
             connection.send(b"get", {"req": 2, "index": 1})
             kind, header, buffers = connection.receive("item 1")
-            assert header["pool"]["name"] != first
+            pool = header["pool"]
+            assert pool["name"] != first
             gate.set()
             kind, header, buffers = connection.receive("item 5")
-            assert (header["req"], "places" in header, np.frombuffer(buffers[0]).tolist()) == (1, False, [5.0] * 3)
+            assert read_from_pool(pool, header) == (1, [5.0] * 3)
         finally:
             gate.set()
             connection.close()
+
+
+def read_from_pool(pool, header):
+    """The request that ``header`` answers, and the item it says is in ``pool``, read there as a consumer would."""
+    assert header["in"] == pool["name"]
+    received = ReceivedPool.open(pool)
+    try:
+        return header["req"], np.frombuffer(received.buffers(header["slot"], header["places"])[0]).tolist()
+    finally:
+        received.close()
+
+
+def test_items_computed_into_a_pool_let_go_since_are_computed_again_into_the_new_one():
+    with raw_consumer(hello_fields(4), MANY_BATCHES) as (connection, welcome, _):  # 1 to 10 computed into its pool
+        pool = connection.hello()["pool"]  # said again: that pool goes, another is made
+        assert pool["name"] != welcome["pool"]["name"]
+        for req in range(1, 12):
+            connection.send(b"get", {"req": req, "index": req})
+            kind, header, buffers = connection.receive(f"item {req}")
+            assert read_from_pool(pool, header)[1] == MANY_BATCHES[req].reshape(-1).tolist()
 
 
 def test_a_consumer_closed_while_it_reads_an_item_from_its_pool_ends_the_read_cleanly(monkeypatch):
@@ -437,3 +489,54 @@ def test_a_pool_that_cannot_be_mapped_leaves_the_items_on_the_socket(monkeypatch
         assert pool_descriptors() == descriptors  # its descriptor closed, once
     finally:
         served.close()
+
+
+@pytest.fixture
+def served_pool_list(monkeypatch):
+    """Every pool the servers of this process make."""
+    made = []
+    real = ServedPool.__init__
+
+    def recorded(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(ServedPool, "__init__", recorded)
+    return made
+
+
+@pytest.mark.parametrize("ahead", [1, 4, 16])
+def test_worker_threads_build_batches_in_the_consumer_s_slots_without_a_copy(served_pool_list, pool_reads, ahead):
+    expected = [batch.tolist() for batch in MANY_BATCHES]
+    with lazyseq.serve(MANY_BATCHES, LOOPBACK, nworkers=2) as server:
+        with lazyseq.connect(server.address, ahead=ahead) as remote:
+            for _ in range(3):
+                assert [batch.tolist() for batch in remote] == expected
+    assert len(pool_reads) == 3 * 40 and [pool.copied for pool in served_pool_list] == [0]
+
+
+def test_items_built_elsewhere_are_copied_into_the_slot_they_go_out_in(served_pool_list, pool_reads):
+    with lazyseq.serve(lazyseq.smap(numbers, range(10)), LOOPBACK, nworkers=2) as server:
+        with lazyseq.connect(server.address) as remote:
+            assert [item.tolist() for item in remote] == [[float(i)] * 3 for i in range(10)]
+    assert len(pool_reads) == 10 and [pool.copied for pool in served_pool_list] == [10 * 3 * 8]
+
+
+def slow_numbers(i):
+    time.sleep(0.002)  # (long enough for jumps to cancel items being computed into slots)
+    return np.full(3, float(i))
+
+
+def test_slots_of_items_dropped_after_jumps_are_all_the_server_s_again(pool_reads):
+    # Jumps drop the items computed ahead (some done, some being computed, some not started), each in a slot taken
+    # for it; afterwards, a consumer that holds every item it reads is handed every slot of its pool, each once.
+    rng = np.random.default_rng(0)
+    with lazyseq.serve(lazyseq.smap(slow_numbers, range(60)), LOOPBACK, nworkers=2) as server:
+        with lazyseq.connect(server.address, ahead=2) as remote:
+            for start in rng.integers(0, 55, size=25).tolist():
+                expected = [[float(i)] * 3 for i in range(start, start + 3)]
+                assert [remote[i].tolist() for i in range(start, start + 3)] == expected
+            before = len(pool_reads)
+            held = [remote[i] for i in range(60)]
+            assert [item.tolist() for item in held] == [[float(i)] * 3 for i in range(60)]
+            assert sorted(pool_reads[before:]) == list(range(remote._pool._slots.count))

@@ -19,7 +19,7 @@ import numpy as np
 if TYPE_CHECKING:
     from ..views.base import View
 
-__all__ = ["CallFunction", "ItemsAt", "Job", "ReadItem", "ReadItemOrChunk"]
+__all__ = ["CallFunction", "IntoSlot", "ItemsAt", "Job", "ReadItem", "ReadItemOrChunk"]
 
 
 @runtime_checkable
@@ -75,8 +75,22 @@ class ItemsAt(NamedTuple):
         return shown if count <= 4 else f"{shown} and {count - 4} more"
 
 
+class IntoSlot(NamedTuple):
+    """The argument of a task that computes item ``item`` into ``slot`` (bytes), for a worker thread.
+
+    (A served view's worker threads build a batch in the slot of the consumer's pool that it goes out in.)
+    """
+
+    item: int
+    slot: np.ndarray
+
+    def __str__(self) -> str:  # named in messages as the item alone
+        return str(self.item)
+
+
 class ReadItemOrChunk(ReadItem):
-    """``job(i)`` is item ``i`` of ``view``; ``job(ItemsAt(positions))`` those items as one chunk (a served view's job).
+    """``job(i)`` is item ``i`` of ``view``; ``job(ItemsAt(positions))`` those items as one chunk (a served view's job);
+    ``job(IntoSlot(i, slot))`` item ``i``, built in ``slot`` where its view can.
 
     The chunk is what ``view._get_many`` reads (see :mod:`lazyseq.views.chunks`):
     a consumer that asks for a batch's items at once gets them as the local read
@@ -89,8 +103,11 @@ class ReadItemOrChunk(ReadItem):
     """
 
     def __call__(self, arg: Any) -> Any:
-        if type(arg) is ItemsAt:
+        kind = type(arg)
+        if kind is ItemsAt:
             return self.view._get_many(arg.positions)
+        if kind is IntoSlot:
+            return self.view._get_into(arg.item, arg.slot)
         return self.view._get(arg)
 
     def write_into(self, arg: Any, slot: np.ndarray) -> Any:

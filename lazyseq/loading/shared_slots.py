@@ -179,6 +179,11 @@ class SharedSlots:
         self._leases[slot] = weakref.ref(holder, self._releases[slot])
         return holder
 
+    def leased(self, slot: int) -> bool:
+        """Whether an array leased for ``slot`` is still in use."""
+        lease = self._leases.get(slot)
+        return lease is not None and lease() is not None
+
     def _release(self, slot: int, _ref: weakref.ref) -> None:
         """Called once the array leased for ``slot`` is gone, from whichever thread let go of it."""
         self._leases.pop(slot, None)

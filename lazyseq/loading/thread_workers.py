@@ -249,15 +249,19 @@ def _serve(
         ticket = tasks.get()
         if ticket is None:
             return
-        if not ticket.move("queued", "running"):
-            if ticket.move("cancelled", "skipped"):
-                put((ticket, "skipped", None))
-            continue
-        try:
-            value = job(ticket.arg)
-        except BaseException as error:  # whatever it is, the consumer must hear of it
-            put((ticket, "error", error))
-            del error
-            continue
-        put((ticket, "ok", value))
-        del value  # hold no reference to a delivered item between tasks
+        _run(ticket, job, put)
+        del ticket  # hold no reference to a delivered item, or to a task's argument, between tasks
+
+
+def _run(ticket: _Ticket, job: Callable[[Any], Any], put: Callable[[tuple], None]) -> None:
+    """Compute ``ticket``'s task (or skip it, cancelled) and put its result."""
+    if not ticket.move("queued", "running"):
+        if ticket.move("cancelled", "skipped"):
+            put((ticket, "skipped", None))
+        return
+    try:
+        value = job(ticket.arg)
+    except BaseException as error:  # whatever it is, the consumer must hear of it
+        put((ticket, "error", error))
+        return
+    put((ticket, "ok", value))

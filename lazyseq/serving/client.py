@@ -94,7 +94,6 @@ class RemoteView(View[Any]):
         self._high = -1  # the highest index asked for since the last jump
         self._behind = False  # whether items behind the last read may be kept (read in another order)
         self._pool: ReceivedPool | None = None  # on the server's machine: where it writes items (see .shared_items)
-        self._slot_of: dict[int, int] = {}  # request number -> the slot of the pool it named
         self._chunks = ChunkReads()  # what reads of several items at once asked for
         self._at_once = info.get("at_once") is True  # whether the server answers them (older ones do not)
         self._open_pool(info)
@@ -315,10 +314,9 @@ class RemoteView(View[Any]):
                     header["count"] = count
                 pool = self._pool
                 if pool is not None:
-                    slots = pool.take(count)
-                    if slots[0] >= 0:  # free ones come first
-                        header["slots"] = slots
-                        self._slot_of.update((req + k, slot) for k, slot in enumerate(slots) if slot >= 0)
+                    freed = pool.to_hand_back()
+                    if freed:
+                        header["free"], header["in"] = freed, pool.name
                 self._connection.send(b"get", header)
                 start = k
 
@@ -342,19 +340,15 @@ class RemoteView(View[Any]):
         if isinstance(answered, int) and answered in self._chunks.asked:
             self._chunks.answered(answered, kind, header, buffers, f"the server at {self.address}")
             return
-        slot = self._slot_of.pop(answered, -1) if isinstance(answered, int) else -1  # ours again with the answer
         places = header.get("places") if kind == b"item" else None
         pool = self._pool
-        if places is not None and (
-            slot < 0 or header.get("slot") != slot or pool is None or header.get("in") != pool.name
-        ):
-            if slot >= 0:
-                self._give_back(slot)
-            return  # written into a pool or slot no longer ours (a server gone since): asked again, not read
+        if places is not None and (pool is None or header.get("in") != pool.name):
+            return  # written into a pool no longer ours (a server gone since): asked again, not read
+        slot = header.get("slot")
         j = self._asked.pop(answered, None) if isinstance(answered, int) else None
-        if j is None or places is None:  # an answer to a request dropped after a jump; or not written into the slot
-            self._give_back(slot)
         if j is None:  # an answer to a request dropped after a jump, or answered already
+            if places is not None and pool is not None:
+                pool.not_read(slot)
             return
         del self._asking[j]
         where = f"the server at {self.address}"
@@ -364,8 +358,8 @@ class RemoteView(View[Any]):
                     assert pool is not None  # checked above
                     try:
                         buffers = pool.buffers(slot, places)
-                    except wire.ProtocolError:  # places outside the slot: nothing was leased
-                        self._give_back(slot)
+                    except wire.ProtocolError:  # nothing was leased: the slot, if the pool has it, goes back
+                        pool.not_read(slot)
                         raise
                 self._arrived[j] = ("ok", wire.decode(header.get("tree"), buffers))
             except wire.ProtocolError as error:
@@ -382,14 +376,10 @@ class RemoteView(View[Any]):
                 self._pool = ReceivedPool.open(fields["pool"])
 
     def _drop_pool(self) -> None:
-        """Let go of the pool and of the slots named in requests (with the lock held, or in a new process)."""
-        pool, self._pool, self._slot_of = self._pool, None, {}
+        """Let go of the pool (with the lock held, or in a new process)."""
+        pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()
-
-    def _give_back(self, slot: int) -> None:
-        if slot >= 0 and self._pool is not None:
-            self._pool.give_back(slot)
 
     def _server_restarted(self) -> None:
         """A new server at the address: read on if it serves the same view; ask it what the last one lost.
@@ -904,8 +894,9 @@ def connect(
     A served view read on the server's own machine (over loopback or
     ``ipc://``) gets its items' arrays through shared memory rather than the
     socket, where the system lets this process open the server's (Linux, the
-    same user): the server writes each item into a slot of a pool it made for
-    this consumer, reused once nothing refers to the item any more.
+    same user): the server's worker threads compute each item into a slot of a
+    pool it made for this consumer (a batch is built there, not copied), and
+    the slot is reused once nothing refers to the item any more.
     ``shared_memory=False`` keeps everything on the socket.
 
     >>> import lazyseq

@@ -1,4 +1,4 @@
-"""Items for a consumer on the same machine: written into shared memory that it maps, not sent through the socket.
+"""Items for a consumer on the same machine: computed into shared memory that it maps, not sent through the socket.
 
 Over a socket, every array of an item is copied into the kernel and out
 again, into memory the consumer has just allocated (and must fault in). A
@@ -12,29 +12,32 @@ The consumer opens it through ``/proc/<pid>/fd`` and checks that it is that
 pool (its name, its size): where it cannot (another user, another pid
 namespace, a system without ``/proc``), it reads on over the socket.
 
-From then on, each request names a free slot of the pool for each item it
-asks for; the server copies the item's buffers into that slot and sends only
-the item's tree and where its buffers lie (``places``: ``[offset, size]``
-pairs, checked by the consumer against the slot's size), naming the pool
-(``in``): a consumer reads only what was written into the pool it holds,
-and asks again for the rest. The consumer's
-arrays are views of a lease of the slot (see
-:class:`~lazyseq.loading.shared_slots.SharedSlots`): the slot is named in a
-request again only once nothing refers to the item. A slot named in a
-request comes back to the consumer with the answer to that request, used or
-not (an item too large for it, an error), so that the server never writes
-into a slot the consumer has since handed out. Nothing but plain bytes is
-read from the pool, as from the socket: no pickle either way.
+Every slot starts as the server's. The server's worker threads compute an
+item straight into a slot of its consumer's pool (a view that builds its
+batches in place, see ``View._get_into``, copies nothing at all); what an
+item's view builds elsewhere is copied into the slot as it is sent. The
+answer sends only the item's tree and where its buffers lie (``places``:
+``[offset, size]`` pairs, checked by the consumer against the slot's size),
+naming the slot and the pool (``in``): with it, the slot is the consumer's.
+The consumer's arrays are views of a lease of the slot (see
+:class:`~lazyseq.loading.shared_slots.SharedSlots`); once nothing refers to
+the item, its next request hands the slot back (``free``, naming the pool).
+So the server writes only into slots it holds, and the consumer reads only
+what was written into the pool it holds (an answer naming another pool is
+not read: the item is asked for again). Items the consumer holds beyond the
+pool's slots, and items computed while every slot was taken, come through
+the socket. Nothing but plain bytes is read from the pool, as from the
+socket: no pickle either way.
 
 >>> import numpy as np
 >>> served = ServedPool(2, 4096)
->>> places = served.write(1, [np.arange(3.0).view(np.uint8), b"zz"])
+>>> slot = served.take()
+>>> places = served.place(slot, [np.arange(3.0).view(np.uint8), b"zz"])  # copied: computed elsewhere
 >>> places
 [[0, 24], [64, 2]]
 >>> received = ReceivedPool.open(served.announcement())
->>> sorted(received.take(2))
-[0, 1]
->>> [bytes(buffer) for buffer in received.buffers(1, places)][1]
+>>> served.hand_over(slot)
+>>> [bytes(buffer) for buffer in received.buffers(slot, places)][1]
 b'zz'
 >>> received.close(); served.close()
 """
@@ -49,6 +52,7 @@ import numpy as np
 
 from ..loading.closing import interrupts_deferred
 from ..loading.shared_slots import PAGE, SharedSlots, available_shared_memory, slot_bytes_for
+from ..loading.structure import address_of
 from ..machine import this_machine
 from ..views.chunks import aligned  # each buffer of an item starts where a loader's arrays would in its slot
 from .wire import ProtocolError
@@ -85,11 +89,14 @@ def item_bytes(buffers: Sequence[Any]) -> int:
 
 
 class ServedPool:
-    """The server's side of one consumer's pool: it writes items into the slots the consumer names."""
+    """The server's side of one consumer's pool: the slots it holds, and those handed over with an item."""
 
     def __init__(self, count: int, slot_bytes: int) -> None:
         self.name = NAME + os.urandom(8).hex()
         self._slots = SharedSlots(count, slot_bytes, "serve", name=self.name)
+        self._free = list(range(count - 1, -1, -1))  # the server's, holding nothing (taken from the end)
+        self._handed: set[int] = set()  # the consumer's, until it hands them back
+        self.copied = 0  # bytes of items copied into slots (built elsewhere)
 
     @classmethod
     def sized(cls, count: int, item_bytes: int, others: int = 0, pools: int = 0) -> ServedPool | None:
@@ -116,27 +123,67 @@ class ServedPool:
     def size(self) -> int:
         return self._slots.count * self._slots.slot_bytes
 
-    def holds(self, slot: Any) -> bool:
-        return type(slot) is int and 0 <= slot < self._slots.count
+    @property
+    def closed(self) -> bool:
+        return self._slots.closed
 
-    def write(self, slot: int, buffers: Sequence[Any]) -> list[list[int]] | None:
-        """Copy ``buffers`` into ``slot``: where each lies, or None if they do not fit (nothing is written)."""
-        views = [memoryview(buffer).cast("B") for buffer in buffers]
-        places, end = [], 0
-        for view in views:
-            start = aligned(end)
-            end = start + view.nbytes
-            places.append([start, view.nbytes])
-        if end > self._slots.slot_bytes:
+    def take(self) -> int:
+        """A slot of the server's to compute or copy an item into; -1 if it holds none free."""
+        return self._free.pop() if self._free and not self._slots.closed else -1
+
+    def array(self, slot: int) -> np.ndarray:
+        """The bytes of ``slot`` (taken), for a worker to build an item in."""
+        return np.frombuffer(self._slots.memory(slot), np.uint8)
+
+    def let_go(self, slot: int) -> None:
+        """A slot taken and not handed over (its item went unsent): free again."""
+        self._free.append(slot)
+
+    def place(self, slot: int, buffers: Sequence[Any]) -> list[list[int]] | None:
+        """Where each of an item's ``buffers`` lies in ``slot``: those built there stay, the others are copied after
+        them; None (nothing copied) if they do not fit."""
+        memory = self.array(slot)
+        base, size = address_of(memory), len(memory)
+        places: list = [None] * len(buffers)
+        end = 0
+        for k, buffer in enumerate(buffers):
+            if type(buffer) is np.ndarray:
+                offset = address_of(buffer) - base
+                if 0 <= offset <= size - buffer.nbytes:
+                    places[k] = [offset, buffer.nbytes]
+                    end = max(end, offset + buffer.nbytes)
+        copies = []
+        for k, buffer in enumerate(buffers):
+            if places[k] is None:
+                view = np.frombuffer(buffer, np.uint8) if type(buffer) is not np.ndarray else buffer
+                start = aligned(end)
+                end = start + view.nbytes
+                places[k] = [start, view.nbytes]
+                copies.append((start, view))
+        if end > size:
             return None
-        memory = np.frombuffer(self._slots.memory(slot), np.uint8)
-        for (start, size), view in zip(places, views):
-            memory[start : start + size] = np.frombuffer(view, np.uint8)  # numpy copies without the GIL
+        for start, view in copies:
+            memory[start : start + view.nbytes] = view  # numpy copies without the GIL
+            self.copied += view.nbytes
         return places
 
+    def hand_over(self, slot: int) -> None:
+        """``slot`` goes to the consumer with the item in it."""
+        self._handed.add(slot)
+
+    def handed_back(self, slots: Any) -> None:
+        """The consumer let go of ``slots`` (a request's ``free``): the server's again. Others are ignored."""
+        if type(slots) is not list:
+            return
+        handed = self._handed
+        for slot in slots:
+            if type(slot) is int and slot in handed:
+                handed.discard(slot)
+                self._free.append(slot)
+
     def close(self) -> None:
-        """Let the pool go: the consumer keeps what it maps until it lets go too."""
-        self._slots.close()
+        """Let the pool go: the consumer keeps what it maps until it lets go too; items being written, theirs."""
+        self._slots.close(free_unleased=False)  # (the consumer's items live in slots that are free here)
 
 
 def _announced(announcement: Any) -> tuple[int, int, str, int, int] | None:
@@ -153,10 +200,12 @@ def _announced(announcement: Any) -> tuple[int, int, str, int, int] | None:
 
 
 class ReceivedPool:
-    """The consumer's side of the pool: free slots to name in requests, and the items written into them."""
+    """The consumer's side of the pool: the items written into the slots handed over, and the slots to hand back."""
 
     def __init__(self, slots: SharedSlots, name: str) -> None:
         self._slots = slots
+        slots.take_many(slots.count)  # every slot is the server's until it hands one over with an item
+        self._unread: list[int] = []  # slots handed over with answers that were not read
         self.name = name  # the server names it in every answer written into it
 
     @classmethod
@@ -192,19 +241,30 @@ class ReceivedPool:
         except OSError:  # it could not be mapped (the descriptor is closed): the socket it is
             return None
 
-    def take(self, count: int) -> list[int]:
-        """``count`` slots to name in a request: free ones, then -1 (the item comes through the socket)."""
-        return self._slots.take_many(count)
+    def to_hand_back(self) -> list[int]:
+        """The slots let go of since the last call (their items are gone, or were not read): the server's again."""
+        slots = self._slots
+        freed = slots.take_many(slots.free_count()) + self._unread
+        self._unread = []
+        return freed
 
-    def give_back(self, slot: int) -> None:
-        """A slot named in a request whose answer did not use it."""
-        self._slots.give_back(slot)
+    def not_read(self, slot: Any) -> None:
+        """An answer handed ``slot`` over with an item that is not read (asked for no more)."""
+        if self._handed_over(slot):
+            self._unread.append(slot)
 
-    def buffers(self, slot: int, places: Any) -> list[np.ndarray]:
+    def _handed_over(self, slot: Any) -> bool:
+        """Whether ``slot`` can be one the server just handed over: a slot of the pool that holds no item read."""
+        return type(slot) is int and 0 <= slot < self._slots.count and not self._slots.leased(slot)
+
+    def buffers(self, slot: Any, places: Any) -> list[np.ndarray]:
         """The buffers of an item the server wrote into ``slot`` at ``places``; the slot is leased (see the module).
 
-        :class:`~lazyseq.serving.wire.ProtocolError` for places that are not within the slot.
+        :class:`~lazyseq.serving.wire.ProtocolError` for a slot the pool lacks or that holds an item read, and for
+        places that are not within the slot.
         """
+        if not self._handed_over(slot):
+            raise ProtocolError(f"an item was written into slot {str(slot)[:20]}, which the pool lacks or is in use")
         size = self._slots.slot_bytes
         if type(places) is not list or len(places) > size:
             raise ProtocolError("an item's 'places' are not a list of [offset, size] pairs within its slot")

@@ -7,6 +7,12 @@ consumer reads in order, up to ``max_buffered`` of its next items are computed
 ahead of its requests; a consumer that jumps elsewhere drops those. A
 consumer may also ask for several items at once (a batch's): they are read
 as one chunk, by one task, and sent as one message (see :mod:`.chunk_wire`).
+
+Worker threads compute an item for a consumer on this machine into a slot of
+its pool that the server holds (see :mod:`.shared_items`): the slot goes with
+the item, or back to the server's free ones if the item goes unsent; a slot
+whose task was cancelled is free once that task has ended. Slots of tasks
+that workers which failed may still be writing into are never used again.
 """
 
 from __future__ import annotations
@@ -17,12 +23,14 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
+import numpy as np
+
 from ..loading.backends import Done
 from ..loading.buffering import SLOT_BUDGET, Buffering
 from ..loading.closing import daemon_thread_at_exit
 from ..loading.engine import Engine
 from ..loading.failures import WorkerDied
-from ..loading.jobs import ReadItemOrChunk
+from ..loading.jobs import IntoSlot, ReadItemOrChunk
 from ..loading.options import LoaderOptions
 from ..loading.structure import bytes_of_spec
 from ..views.base import View
@@ -30,17 +38,18 @@ from ..views.errors import LoaderFailure
 from . import wire
 from .chunk_requests import ChunkPart, ChunkRequest, Splitting
 from .failures import failure_header, unsendable_header
-from .shared_items import ServedPool, item_bytes, same_machine
+from .shared_items import MAX_SLOTS, ServedPool, item_bytes, same_machine
 
 __all__ = ["ViewService"]
 
 Send = Callable[[bytes, bytes, Any, list], None]  # (consumer, kind, header, buffers)
+Key = tuple[bytes, int]  # a task computing an item for a consumer: (consumer, index)
 
 
 class _Reads:
     """What one consumer asked for and what is computed for it."""
 
-    __slots__ = ("waiting", "held", "suspects", "last", "frontier", "steady", "slots", "chunks")
+    __slots__ = ("waiting", "held", "suspects", "last", "frontier", "steady", "chunks")
 
     def __init__(self) -> None:
         self.waiting: dict[int, list[int]] = {}  # index -> the request numbers waiting for it
@@ -49,8 +58,6 @@ class _Reads:
         self.last = -1  # the index asked for last: reads are assumed to start in order
         self.frontier = 0  # the next index to compute ahead while reads go in order
         self.steady = True  # whether the last read followed the one before: only then are items computed ahead
-        # request number -> the slot of the consumer's pool that it named (see .shared_items)
-        self.slots: dict[int, int] = {}
         self.chunks: dict[int, ChunkRequest] = {}  # request number -> the items it asks for at once, until answered
 
 
@@ -75,6 +82,10 @@ class ViewService:
         self._pools: dict[bytes, ServedPool | None] = {}  # consumers on this machine -> their pool (None: not made yet)
         self._pool_slots: dict[bytes, int] = {}  # ... and the slots they asked for
         self._splitting = Splitting(options.nworkers)  # how many workers read a request for items at once
+        # Worker threads compute items into slots of the consumer's pool (worker processes have their own pool)
+        self._into_slots = options.method == "thread"
+        self._into: dict[Key, tuple[ServedPool, int]] = {}  # a task's slot, until its item is sent or let go
+        self._cancelled_into: set[Key] = set()  # tasks with a slot cancelled, until they end
         self._serials = itertools.count()  # one per request for items at once (see ChunkPart)
 
     def info(self) -> dict[str, Any]:
@@ -109,12 +120,14 @@ class ViewService:
         """
         self._close_pool(consumer)
         reads = self._reads.get(consumer)
-        if reads is not None:  # the slots its waiting requests named were the last pool's: the socket for them
-            reads.slots.clear()
+        if reads is not None:  # those computed ahead into it go; those asked for are computed again (see _deliver)
+            self._drop_ahead(consumer, reads)
+            reads.frontier = reads.last + 1
         slots = same_machine(header) if local else 0
         if not slots:
             return {}
-        self._pools[consumer], self._pool_slots[consumer] = None, slots
+        # its slots, and those the server holds items computed ahead in
+        self._pools[consumer], self._pool_slots[consumer] = None, min(slots + self.max_buffered.most, MAX_SLOTS)
         item_bytes = bytes_of_spec(self.view._item_spec_at_most())
         pool = self._make_pool(consumer, item_bytes) if item_bytes else None
         return {} if pool is None else {"pool": pool.announcement()}
@@ -146,19 +159,15 @@ class ViewService:
         count = header.get("count", 1)
         if type(count) is not int or not 1 <= count <= wire.MAX_COUNT:
             raise wire.ProtocolError(f"'get' needs a 'count' from 1 to {wire.MAX_COUNT}, if any")
-        slots = header.get("slots", [-1] * count)
-        if type(slots) is not list or len(slots) != count or not all(type(slot) is int for slot in slots):
-            raise wire.ProtocolError("'get' needs 'slots', if any, to be a list of one integer per item")
-        pool = self._pools.get(consumer)
-        if pool is None:  # none made, or let go (the consumer went silent): its items come through the socket
-            slots = [-1] * count
-        elif not all(slot == -1 or pool.holds(slot) for slot in slots):
-            raise wire.ProtocolError("'get' names slots that its pool does not have")
+        if "free" in header:  # slots of the consumer's pool that it let go of (of a pool gone since: ignored)
+            pool = self._pools.get(consumer)
+            if pool is not None and header.get("in") == pool.name:
+                pool.handed_back(header["free"])
         req, i = header["req"], header["index"]
         for k in range(count):
-            self._get(consumer, req + k, i + k, slots[k])
+            self._get(consumer, req + k, i + k)
 
-    def _get(self, consumer: bytes, req: int, i: int, slot: int = -1) -> None:
+    def _get(self, consumer: bytes, req: int, i: int) -> None:
         n = self.view._len
         if i < 0 or (n is not None and i >= n):
             self._answer(consumer, b"error", req, i, _index_error(i, n))
@@ -170,8 +179,6 @@ class ViewService:
         if req in waiting:  # asked again after a silence: answered once
             return
         waiting.append(req)
-        if slot >= 0:
-            reads.slots[req] = slot
         reads.steady = i == reads.last + 1
         if not reads.steady:  # a jump: what was computed ahead is not wanted any more
             self._drop_ahead(consumer, reads)
@@ -253,19 +260,39 @@ class ViewService:
         except LoaderFailure as error:  # workers that died, or that could not start
             self._engine_failed(error)
 
-    @staticmethod
-    def _hold(engine: Engine, consumer: bytes, reads: _Reads, indices: list[int]) -> list:
+    def _hold(self, engine: Engine, consumer: bytes, reads: _Reads, indices: list[int]) -> list:
         """Mark ``indices`` as computed for ``consumer``; the tasks to send (others are on their way, or resumed)."""
         tasks = []
+        pool = self._pools.get(consumer) if self._into_slots else None
         for i in indices:
             reads.held.add(i)
             key = (consumer, i)
             if key in engine.cancelled:  # wanted again before it was skipped
                 engine.workers.resume(key)
                 engine.cancelled.discard(key)
+                self._cancelled_into.discard(key)
             elif key not in engine.pending and key not in engine.ready:
-                tasks.append((key, i))
+                tasks.append((key, i if pool is None else self._into_slot(key, i, pool)))
         return tasks
+
+    def _into_slot(self, key: Key, i: int, pool: ServedPool) -> int | IntoSlot:
+        """The task's argument: item ``i`` computed into a slot of ``pool``, if the server holds one free."""
+        into = self._into.get(key)
+        if into is not None and into[0] is pool:  # the slot of its last task, which ended unread
+            slot = into[1]
+            self._cancelled_into.discard(key)
+        else:
+            slot = pool.take()
+            if slot < 0:
+                return i
+            self._into[key] = (pool, slot)
+        return IntoSlot(i, pool.array(slot))
+
+    def _let_go_of_slot(self, key: Any) -> None:
+        """The item of task ``key`` goes unsent: the slot it was computed into is free again."""
+        into = self._into.pop(key, None)
+        if into is not None:
+            into[0].let_go(into[1])
 
     def _compute_ahead(self, consumer: bytes, reads: _Reads) -> None:
         n = self.view._len
@@ -297,10 +324,13 @@ class ViewService:
         if engine is None:
             return
         for key in keys:
-            engine.ready.pop(key, None)
-            if key in engine.pending and key not in engine.cancelled:
+            if engine.ready.pop(key, None) is not None:
+                self._let_go_of_slot(key)
+            elif key in engine.pending and key not in engine.cancelled:
                 engine.workers.cancel(key)
                 engine.cancelled.add(key)
+                if key in self._into:  # its slot is free once the task has ended
+                    self._cancelled_into.add(key)
 
     def work(self) -> None:
         """Take the results that have arrived, and send those that consumers asked for."""
@@ -316,6 +346,8 @@ class ViewService:
             if self._ask_again:
                 self._resubmit_waiting()
             return
+        if self._cancelled_into:
+            self._free_slots_of_ended_tasks(engine)
         for key in list(engine.ready):
             if type(key) is ChunkPart:
                 self._chunk_done(key)
@@ -324,6 +356,7 @@ class ViewService:
             reads = self._reads.get(consumer)
             if reads is None or i not in reads.held:  # its consumer left, or jumped elsewhere
                 del engine.ready[key]
+                self._let_go_of_slot(key)
             elif i in reads.waiting:
                 self._deliver(consumer, reads, i, engine.ready.pop(key))
                 if reads.steady:
@@ -336,6 +369,14 @@ class ViewService:
                 self._submit(engine, self._hold(engine, consumer, reads, lost))
             for req, request in list(reads.chunks.items()):  # (a task skipped: Ray skips the rest of a run)
                 self._submit_parts(engine, consumer, req, request)
+
+    def _free_slots_of_ended_tasks(self, engine: Engine) -> None:
+        """The slots of cancelled tasks that have ended (skipped, or done and dropped) are free again."""
+        for key in list(self._cancelled_into):
+            if key not in engine.pending:
+                self._cancelled_into.discard(key)
+                if key not in engine.ready:
+                    self._let_go_of_slot(key)
 
     def _chunk_done(self, key: ChunkPart) -> None:
         engine = cast(Engine, self._engine)
@@ -352,50 +393,62 @@ class ViewService:
             self._answer(key.consumer, kind, key.req, int(request.positions[0]), fields, buffers)
 
     def _deliver(self, consumer: bytes, reads: _Reads, i: int, done: Done) -> None:
+        into = self._into.pop((consumer, i), None)
+        pool = self._pools.get(consumer)
+        if into is not None and into[0] is not pool:  # computed into a pool let go since (which its consumer may
+            engine = self._running_engine()  # have emptied as it let go too): computed again
+            self._submit(engine, self._hold(engine, consumer, reads, [i]))
+            return
         reqs = reads.waiting.pop(i)
         reads.held.discard(i)
         reads.suspects.discard(i)
+        slot = -1 if into is None else into[1]
         if done.status == "error":
+            if pool is not None and slot >= 0:
+                pool.let_go(slot)
             header = failure_header(done.value)
             for req in reqs:
                 self._answer(consumer, b"error", req, i, header)
         else:
-            self._send_item(consumer, reads, reqs, i, done.value)
+            self._send_item(consumer, reqs, i, done.value, slot)
 
-    def _send_item(self, consumer: bytes, reads: _Reads, reqs: list[int], i: int, value: Any) -> None:
+    def _send_item(self, consumer: bytes, reqs: list[int], i: int, value: Any, slot: int) -> None:
+        """Send item ``i``, which may have been computed into ``slot`` of the consumer's pool (-1: elsewhere)."""
+        pool = self._pools.get(consumer)
         try:
             tree, buffers = wire.encode(value)
         except TypeError as error:
+            if pool is not None and slot >= 0:
+                pool.let_go(slot)
             header = unsendable_header(f"item {i}", error)
             for req in reqs:
                 self._answer(consumer, b"error", req, i, header)
             return
         fields: dict[str, Any] = {"tree": tree}
-        pool = self._pools.get(consumer)
         if pool is None and consumer in self._pools and buffers:  # the first item with arrays: its pool is made
             pool = self._make_pool(consumer, item_bytes(buffers))
             if pool is not None:
                 fields["pool"] = pool.announcement()
+        computed_into = slot >= 0
+        if pool is not None and slot < 0 and buffers:
+            slot = pool.take()
+        if pool is not None and slot >= 0:
+            places = pool.place(slot, buffers) if buffers else None
+            if places is not None:
+                pool.hand_over(slot)
+                self._answer(consumer, b"item", reqs[0], i, {**fields, "slot": slot, "places": places, "in": pool.name})
+                reqs = reqs[1:]  # (asked twice: the others through the socket)
+            else:  # too large for the slot, or nothing to put there
+                pool.let_go(slot)
+            if reqs and computed_into:  # its arrays lie in a slot that is the consumer's now, or takes other items
+                buffers = [buffer.copy() if type(buffer) is np.ndarray else buffer for buffer in buffers]
         for req in reqs:
-            slot = reads.slots.pop(req, -1)
-            if pool is not None and slot >= 0 and buffers:
-                places = pool.write(slot, buffers)
-                if places is not None:  # (else too large for the slot)
-                    self._answer(consumer, b"item", req, i, {**fields, "slot": slot, "places": places, "in": pool.name})
-                    continue
             self._answer(consumer, b"item", req, i, fields, buffers)
 
     def _answer(
         self, consumer: bytes, kind: bytes, req: int, i: int, fields: dict[str, Any], buffers: list | None = None
     ) -> None:
-        """Answer request ``req`` (item ``i``), naming this server instance: a consumer notices one that came back.
-
-        A slot of the consumer's pool that the request named is the consumer's again with the answer.
-        """
-        if kind != b"item":
-            reads = self._reads.get(consumer)
-            if reads is not None:
-                reads.slots.pop(req, None)
+        """Answer request ``req`` (item ``i``), naming this server instance: a consumer notices one that came back."""
         self.send(consumer, kind, {"req": req, "index": i, "server": self.token, **fields}, buffers or [])
 
     def _engine_failed(self, error: LoaderFailure) -> None:
@@ -411,9 +464,7 @@ class ViewService:
         starts workers forever while requests wait. Any other failure (workers
         that cannot start, say): every waiting request hears why.
         """
-        engine, self._engine = self._engine, None
-        if engine is not None:
-            engine.close()
+        self._close_engine()
         if daemon_thread_at_exit():  # closed by the finalizers as the program ends: nobody to tell
             return
         suspects: set[Any] | None = None  # tasks that may have ended the worker that died: (consumer, i), ChunkPart
@@ -470,10 +521,21 @@ class ViewService:
         engine = self._engine
         return [] if engine is None or not engine.pending else engine.workers.fds()
 
-    def close(self) -> None:
+    def _close_engine(self) -> None:
+        """Close the workers. The slots of their items done are free again; those of items in progress are
+        never used again (a worker thread that outlives its close may still write into one)."""
         engine, self._engine = self._engine, None
-        if engine is not None:
-            engine.close()
+        if engine is None:
+            return
+        done = [key for key in self._into if key in engine.ready]
+        engine.close()
+        for key in done:
+            self._let_go_of_slot(key)
+        self._into.clear()
+        self._cancelled_into.clear()
+
+    def close(self) -> None:
+        self._close_engine()
         self._reads.clear()
         for consumer in list(self._pools):
             self._close_pool(consumer)

@@ -58,7 +58,7 @@ __all__ = [
     "loads",
 ]
 
-TAG = b"lazyseq/1"  # the first frame of every message: which protocol, which version
+TAG = b"lazyseq/2"  # the first frame of every message: which protocol, which version
 # The last frame of a message that a consumer stopped sending part-way (a Ctrl-C between two frames): dropped whole.
 CUT = b"lazyseq/cut"
 MAX_DEPTH = 64  # nesting deeper than this is refused, on both sides
