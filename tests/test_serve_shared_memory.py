@@ -314,6 +314,14 @@ def test_the_pools_of_a_server_take_an_eighth_of_the_shared_memory_at_most(monke
             assert len(pool_reads) == 10  # no room for its pool: the socket
 
 
+def test_a_pool_short_of_room_has_fewer_slots_for_items_computed_ahead(monkeypatch, pool_reads):
+    monkeypatch.setattr(shared_items, "available_shared_memory", lambda: 8 * 12 * PAGE)  # room for 12 pages
+    with lazyseq.serve(MANY_BATCHES, LOOPBACK) as server, lazyseq.connect(server.address) as remote:
+        assert [batch.tolist() for batch in remote] == [batch.tolist() for batch in MANY_BATCHES]
+        assert remote._pool._slots.count == 12  # 8 asked for, and 4 of the 10 for items computed ahead
+        assert len(pool_reads) >= 30  # (a batch sent while every slot was taken came through the socket)
+
+
 def test_a_server_makes_at_most_max_pools_pools_at_once(monkeypatch, pool_reads):
     # Each pool holds descriptors of the server's: consumers saying hello without end (closed at once, each of its
     # own name) made the server run out of them, and its thread end ("Too many open files").

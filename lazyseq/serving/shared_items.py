@@ -99,15 +99,22 @@ class ServedPool:
         self.copied = 0  # bytes of items copied into slots (built elsewhere)
 
     @classmethod
-    def sized(cls, count: int, item_bytes: int, others: int = 0, pools: int = 0) -> ServedPool | None:
-        """A pool whose slots hold items of ``item_bytes``, beside ``pools`` others of ``others`` bytes in all.
+    def sized(
+        cls, count: int, item_bytes: int, others: int = 0, pools: int = 0, least: int | None = None
+    ) -> ServedPool | None:
+        """A pool of ``count`` slots (at least ``least``, if that is all there is room for) that hold items of
+        ``item_bytes``, beside ``pools`` others of ``others`` bytes in all.
 
-        None if they would take more than a share of the shared memory available, or there are ``MAX_POOLS``.
+        None if ``least`` slots would take more than a share of the shared memory available, or there are
+        ``MAX_POOLS``.
         """
         if pools >= MAX_POOLS:
             return None
         slot_bytes = slot_bytes_for(aligned(item_bytes))
-        if others + count * slot_bytes > (others + available_shared_memory()) // MAX_POOL_SHARE:
+        room = (others + available_shared_memory()) // MAX_POOL_SHARE - others
+        least = count if least is None else least
+        count = min(count, room // slot_bytes)
+        if count < max(least, 1):
             return None
         try:
             return cls(count, slot_bytes)

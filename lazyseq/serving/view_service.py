@@ -126,8 +126,7 @@ class ViewService:
         slots = same_machine(header) if local else 0
         if not slots:
             return {}
-        # its slots, and those the server holds items computed ahead in
-        self._pools[consumer], self._pool_slots[consumer] = None, min(slots + self.max_buffered.most, MAX_SLOTS)
+        self._pools[consumer], self._pool_slots[consumer] = None, slots
         item_bytes = bytes_of_spec(self.view._item_spec_at_most())
         pool = self._make_pool(consumer, item_bytes) if item_bytes else None
         return {} if pool is None else {"pool": pool.announcement()}
@@ -135,8 +134,9 @@ class ViewService:
     def _make_pool(self, consumer: bytes, item_bytes: int) -> ServedPool | None:
         """The pool of ``consumer``, for items of ``item_bytes``; None (and the socket) if there is no room for it."""
         made = [pool for pool in self._pools.values() if pool is not None]
+        slots = self._pool_slots[consumer]  # the consumer's, and the server's for items computed ahead where room
         pool = self._pools[consumer] = ServedPool.sized(
-            self._pool_slots[consumer], item_bytes, sum(each.size for each in made), len(made)
+            min(slots + self.max_buffered.most, MAX_SLOTS), item_bytes, sum(e.size for e in made), len(made), slots
         )
         if pool is None:
             self._pools.pop(consumer)
@@ -147,7 +147,7 @@ class ViewService:
         """A ``get``: item ``index`` as request ``req``, or ``count`` items from there, requests ``req`` onwards;
         or the items at ``positions``, as one chunk, in one answer to request ``req``.
 
-        ``slots``, if given, names a slot of the consumer's pool for each item (-1: none).
+        ``free``, if given, hands back slots of the consumer's pool named ``in`` (see :mod:`.shared_items`).
         """
         if kind != b"get":
             raise wire.ProtocolError(f"a served view answers 'get', not {kind!r}")
