@@ -28,6 +28,7 @@ from lazyseq.loading.shared_slots import PAGE  # noqa: E402
 from lazyseq.serving import server_loop, shared_items, wire  # noqa: E402
 from lazyseq.serving.connection import Connection  # noqa: E402
 from lazyseq.serving.shared_items import ReceivedPool, ServedPool, hello_fields, same_machine  # noqa: E402
+from lazyseq.serving.view_service import ViewService  # noqa: E402
 
 LOOPBACK = "tcp://127.0.0.1:0"
 BATCHES = lazyseq.view(np.arange(40 * 6, dtype=np.float64).reshape(40, 6)).batch(4)  # 10 batches, each its own
@@ -41,9 +42,9 @@ def pool_reads(monkeypatch):
     reads = []
     real = ReceivedPool.buffers
 
-    def counted(self, slot, places):
+    def counted(self, slot, number, places):
         reads.append(slot)
-        return real(self, slot, places)
+        return real(self, slot, number, places)
 
     monkeypatch.setattr(ReceivedPool, "buffers", counted)
     return reads
@@ -67,7 +68,8 @@ def raw_consumer(hello, served=BATCHES):
         connection = Connection(server.address, timeout=30.0)
         try:
             welcome = connection.hello(hello)
-            connection.send(b"get", {"req": 0, "index": 0})
+            opened = {"in": welcome["pool"]["name"]} if "pool" in welcome else {}  # as if the consumer opened it
+            connection.send(b"get", {"req": 0, "index": 0, **opened})
             yield connection, welcome, connection.receive("item 0")
         finally:
             connection.close()
@@ -110,7 +112,7 @@ def test_items_of_unknown_size_get_a_pool_with_the_first_of_them(pool_reads):
     with lazyseq.serve(lazyseq.smap(numbers, range(10)), LOOPBACK) as server:
         with lazyseq.connect(server.address) as remote:
             assert [item.tolist() for item in remote] == [[float(i)] * 3 for i in range(10)]
-    assert len(pool_reads) == 10  # the first too: its answer says where the pool is
+    assert len(pool_reads) == 5  # the first 1 + 4 asked for before the first answer told where the pool is
 
 
 def test_a_server_in_another_process_writes_assorted_items_into_the_consumer_s_pool(pool_reads):
@@ -160,9 +162,13 @@ def test_a_pool_the_consumer_cannot_open_leaves_its_items_on_the_socket(monkeypa
         raise PermissionError(1, "Operation not permitted", path)
 
     monkeypatch.setattr(shared_items.os, "readlink", not_permitted)
+    made = served_pools_made(monkeypatch)
     with lazyseq.serve(BATCHES, LOOPBACK) as server, lazyseq.connect(server.address) as remote:
         assert [batch.tolist() for batch in remote] == [batch.tolist() for batch in BATCHES]
     assert pool_reads == []
+    # The server hands a slot over only once the consumer's requests say it opened the pool: each answer handed over
+    # was dropped, and the read waited for its silence to ask again (2, 4, 8 s...) until the slots ran out.
+    assert [(pool.confirmed, pool._handed) for pool in made] == [(False, {})]
 
 
 def test_a_consumer_back_at_a_new_server_reads_from_the_new_one_s_pool(pool_reads):
@@ -214,27 +220,38 @@ def test_slots_handed_back_that_the_consumer_does_not_hold_are_ignored():
     # Else a consumer could make the server write an item into a slot that holds another one it reads.
     with raw_consumer(hello_fields(4), MANY_BATCHES) as (connection, welcome, (_, first, _)):
         name, count = welcome["pool"]["name"], welcome["pool"]["count"]
-        held = {first["slot"]}
-        not_held = [slot for slot in range(count) if slot not in held]
-        for req, free in enumerate([not_held, [count, -2, "0", True, 1.0, None], "0", {"0": 1}], 1):
+        held = {first["slot"]: first["handover"]}
+        not_held = [[slot, number] for slot in range(count) for number in range(5) if slot not in held]
+        wrong = [
+            not_held,  # never handed over
+            [[first["slot"], first["handover"] + 1], [first["slot"], first["handover"] - 1]],  # not its hand-over
+            [[count, 1], [-2, 1], ["0", 1], [True, 1], [1.0, 1], None, [0], [0, 1, 2], 0],
+            "0",
+            {"0": 1},
+        ]
+        for req, free in enumerate(wrong, 1):
             connection.send(b"get", {"req": req, "index": req, "free": free, "in": name})
             kind, header, buffers = connection.receive(f"item {req}")
             assert header["slot"] not in held and buffers == []
-            held.add(header["slot"])
-        connection.send(b"get", {"req": 5, "index": 5, "free": sorted(held), "in": "lazyseq-served-another"})
-        for req in range(5, 40):
-            if req > 5:
-                connection.send(b"get", {"req": req, "index": req})
+            held[header["slot"]] = header["handover"]
+        back = [[slot, number] for slot, number in held.items()]
+        connection.send(b"get", {"req": 6, "index": 6, "free": back, "in": "lazyseq-served-another"})
+        for req in range(6, 40):
+            if req > 6:
+                connection.send(b"get", {"req": req, "index": req, "in": name})
             kind, header, buffers = connection.receive(f"item {req}")
             if "slot" in header:
                 assert header["slot"] not in held and buffers == []
-                held.add(header["slot"])
+                held[header["slot"]] = header["handover"]
             else:  # every slot is the consumer's: the socket
                 assert np.frombuffer(buffers[0]).reshape(4, 6).tolist() == MANY_BATCHES[req].tolist()
-        assert held == set(range(count))
-        connection.send(b"get", {"req": 40, "index": 0, "free": [3], "in": name})
+        assert sorted(held) == list(range(count))
+        connection.send(b"get", {"req": 40, "index": 0, "free": [[3, held[3]], [3, held[3]]], "in": name})
         kind, header, buffers = connection.receive("item 0")
-        assert (header["slot"], header["places"]) == (3, [[0, 4 * 6 * 8]])
+        assert (header["slot"], header["places"]) == (3, [[0, 4 * 6 * 8]])  # the one slot handed back, once
+        connection.send(b"get", {"req": 41, "index": 1, "in": name})
+        kind, header, buffers = connection.receive("item 1")
+        assert "slot" not in header
 
 
 def test_pools_are_offered_only_to_consumers_of_this_machine():
@@ -288,8 +305,8 @@ def test_places_outside_the_slot_are_a_protocol_error():
     try:
         for places in ([[0, PAGE + 1]], [[PAGE, 1]], [[-1, 4]], [[0, -1]], [[0]], [[0.0, 4]], [(0, 4)], {"0": 4}):
             with pytest.raises(wire.ProtocolError):
-                received.buffers(0, places)
-        assert [bytes(b) for b in received.buffers(0, [[PAGE - 2, 2], [0, 0]])] == [b"\0\0", b""]
+                received.buffers(0, 1, places)
+        assert [bytes(b) for b in received.buffers(0, 1, [[PAGE - 2, 2], [0, 0]])] == [b"\0\0", b""]
     finally:
         received.close()
         served.close()
@@ -300,7 +317,7 @@ def test_an_item_too_large_for_its_slot_comes_through_the_socket(pool_reads):
     items = lazyseq.smap(lambda n: np.ones(n * 1024), sizes)
     with lazyseq.serve(items, LOOPBACK) as server, lazyseq.connect(server.address, ahead=1) as remote:
         assert [batch.size for batch in remote] == [n * 1024 for n in sizes]
-    assert len(pool_reads) == 5  # all but the large one
+    assert len(pool_reads) == 3  # not the first two (asked before the pool was known), nor the large one
 
 
 def test_the_pools_of_a_server_take_an_eighth_of_the_shared_memory_at_most(monkeypatch, pool_reads):
@@ -397,14 +414,12 @@ def test_a_forked_child_lets_go_of_the_pools_it_inherited():
         assert forked_child_report([]) == (0, [])
         slot = served.take()
         served.place(slot, [b"kept"])
-        served.hand_over(slot)
-        held = received.buffers(slot, [[0, 4]])  # an item that the child inherits: readable there, its map kept
+        held = received.buffers(slot, served.hand_over(slot, 0, 0, {})["handover"], [[0, 4]])  # inherited by the child
         assert forked_child_report(held) == (1, [b"kept"])
         assert pool_descriptors() == 4  # the parent's pools work on
         slot = served.take()
         served.place(slot, [b"more"])
-        served.hand_over(slot)
-        assert bytes(received.buffers(slot, [[0, 4]])[0]) == b"more"
+        assert bytes(received.buffers(slot, served.hand_over(slot, 1, 1, {})["handover"], [[0, 4]])[0]) == b"more"
     finally:
         received.close()
         served.close()
@@ -431,38 +446,50 @@ def test_requests_waiting_when_the_consumer_says_hello_again_are_answered_from_i
             connection.hello(hello_fields(4))
             connection.send(b"get", {"req": 0, "index": 0})
             first = connection.receive("item 0")[1]["pool"]["name"]
-            connection.send(b"get", {"req": 1, "index": 5})  # waits at the gate
+            connection.send(b"get", {"req": 1, "index": 5, "in": first})  # waits at the gate
             connection.hello()  # the pool goes
             connection.send(b"get", {"req": 2, "index": 1})
             kind, header, buffers = connection.receive("item 1")
             pool = header["pool"]
             assert pool["name"] != first
+            connection.send(b"get", {"req": 3, "index": 2, "in": pool["name"]})  # opened
+            assert connection.receive("item 2")[1]["req"] == 3
             gate.set()
             kind, header, buffers = connection.receive("item 5")
-            assert read_from_pool(pool, header) == (1, [5.0] * 3)
+            with opened_pool(pool) as received:
+                req, item = read_from(received, header)
+                assert (req, item.tolist()) == (1, [5.0] * 3)
         finally:
             gate.set()
             connection.close()
 
 
-def read_from_pool(pool, header):
-    """The request that ``header`` answers, and the item it says is in ``pool``, read there as a consumer would."""
-    assert header["in"] == pool["name"]
-    received = ReceivedPool.open(pool)
+@contextlib.contextmanager
+def opened_pool(announcement):
+    """The pool that ``announcement`` describes, opened as a consumer opens it (closed at the end: a consumer
+    closes its pool only once it reads no more from it, and the server's slots may be emptied then)."""
+    received = ReceivedPool.open(announcement)
     try:
-        return header["req"], np.frombuffer(received.buffers(header["slot"], header["places"])[0]).tolist()
+        yield received
     finally:
         received.close()
+
+
+def read_from(received, header):
+    """The request that ``header`` answers, and the item it hands over in ``received``, read as a consumer would."""
+    assert header["in"] == received.name and received.handed_anew(header["slot"], header["handover"])
+    return header["req"], np.frombuffer(received.buffers(header["slot"], header["handover"], header["places"])[0])
 
 
 def test_items_computed_into_a_pool_let_go_since_are_computed_again_into_the_new_one():
     with raw_consumer(hello_fields(4), MANY_BATCHES) as (connection, welcome, _):  # 1 to 10 computed into its pool
         pool = connection.hello()["pool"]  # said again: that pool goes, another is made
         assert pool["name"] != welcome["pool"]["name"]
-        for req in range(1, 12):
-            connection.send(b"get", {"req": req, "index": req})
-            kind, header, buffers = connection.receive(f"item {req}")
-            assert read_from_pool(pool, header)[1] == MANY_BATCHES[req].reshape(-1).tolist()
+        with opened_pool(pool) as received:
+            for req in range(1, 12):
+                connection.send(b"get", {"req": req, "index": req, "in": pool["name"]})
+                kind, header, buffers = connection.receive(f"item {req}")
+                assert read_from(received, header)[1].tolist() == MANY_BATCHES[req].reshape(-1).tolist()
 
 
 def test_a_consumer_closed_while_it_reads_an_item_from_its_pool_ends_the_read_cleanly(monkeypatch):
@@ -502,6 +529,10 @@ def test_a_pool_that_cannot_be_mapped_leaves_the_items_on_the_socket(monkeypatch
 @pytest.fixture
 def served_pool_list(monkeypatch):
     """Every pool the servers of this process make."""
+    return served_pools_made(monkeypatch)
+
+
+def served_pools_made(monkeypatch):
     made = []
     real = ServedPool.__init__
 
@@ -527,7 +558,7 @@ def test_items_built_elsewhere_are_copied_into_the_slot_they_go_out_in(served_po
     with lazyseq.serve(lazyseq.smap(numbers, range(10)), LOOPBACK, nworkers=2) as server:
         with lazyseq.connect(server.address) as remote:
             assert [item.tolist() for item in remote] == [[float(i)] * 3 for i in range(10)]
-    assert len(pool_reads) == 10 and [pool.copied for pool in served_pool_list] == [10 * 3 * 8]
+    assert len(pool_reads) == 5 and [pool.copied for pool in served_pool_list] == [5 * 3 * 8]
 
 
 def slow_numbers(i):
@@ -548,3 +579,141 @@ def test_slots_of_items_dropped_after_jumps_are_all_the_server_s_again(pool_read
             held = [remote[i] for i in range(60)]
             assert [item.tolist() for item in held] == [[float(i)] * 3 for i in range(60)]
             assert sorted(pool_reads[before:]) == list(range(remote._pool._slots.count))
+
+
+def every_slot_comes_back(remote, pool_reads):
+    """Whether a consumer that holds every item it reads now is handed every slot of its pool, each once: none was
+    lost on the way (handed over to a consumer that never hands it back, or taken by the server for good)."""
+    gc.collect()
+    before = len(pool_reads)
+    held = [remote[i] for i in range(len(remote))]
+    assert [item.tolist() for item in held] == [item.tolist() for item in MANY_BATCHES]
+    return sorted(pool_reads[before:]) == list(range(remote._pool._slots.count))
+
+
+def test_an_answer_lost_with_a_connection_is_answered_again_with_the_same_slot(monkeypatch, pool_reads):
+    receive, lost = Connection._receive, []
+
+    def losing_three(connection, waiting_for, since=None):
+        message = receive(connection, waiting_for, since)
+        kind, header, _ = message
+        if kind == b"item" and "slot" in header and len(lost) < 3 and header["req"] % 7 == 3:
+            lost.append(header["slot"])
+            return b"silent", {}, []  # as if lost with a connection that broke: the consumer asks again
+        return message
+
+    monkeypatch.setattr(Connection, "_receive", losing_three)
+    with lazyseq.serve(MANY_BATCHES, LOOPBACK) as server, lazyseq.connect(server.address, ahead=2) as remote:
+        for _ in range(3):
+            assert [batch.tolist() for batch in remote] == [batch.tolist() for batch in MANY_BATCHES]
+        assert len(lost) == 3 and every_slot_comes_back(remote, pool_reads)  # (each of them was lost for good)
+
+
+def test_a_request_cut_short_hands_its_slots_back_with_the_next(monkeypatch, pool_reads):
+    send, cut = Connection.send, []
+
+    def interrupted_once(connection, kind, header, *args, **kwargs):
+        if kind == b"get" and header.get("free") and not cut:
+            cut.append(header["free"])
+            raise KeyboardInterrupt  # (dropped whole by the server, had any of it gone out)
+        return send(connection, kind, header, *args, **kwargs)
+
+    monkeypatch.setattr(Connection, "send", interrupted_once)
+    with lazyseq.serve(MANY_BATCHES, LOOPBACK) as server, lazyseq.connect(server.address, ahead=2) as remote:
+        read = 0
+        while read < 3 * 40:
+            try:
+                assert remote[read % 40].tolist() == MANY_BATCHES[read % 40].tolist()
+                read += 1
+            except KeyboardInterrupt:
+                pass
+        assert cut and every_slot_comes_back(remote, pool_reads)
+
+
+def slots_accounted(service, consumer):
+    """Whether each slot of ``consumer``'s pool is free, handed over, or held by one task of the service, once."""
+    pool = service._pools[consumer]
+    computing = [slot for kept, slot in service._into.values() if kept is pool]
+    return sorted(pool._free + list(pool._handed) + computing) == list(range(pool._slots.count))
+
+
+def test_a_cancelled_task_resumed_after_a_worker_skipped_it_frees_its_slot_once_let_go():
+    # Items ahead, queued each with a slot, cancelled by a jump, skipped by the worker, then wanted again before the
+    # server took the skips in: the resume came too late, and a later jump dropped them without freeing their slots.
+    from test_serve import drive
+
+    from lazyseq.loading.buffering import Buffering
+    from lazyseq.loading.options import LoaderOptions
+
+    gate = threading.Event()
+
+    def item(i):
+        if i == 0:
+            gate.wait(30)
+        return np.full(8, float(i))
+
+    sent = []
+    service = ViewService(
+        lazyseq.smap(item, range(100)), LoaderOptions.check("serve", 1), Buffering(8), send=lambda *m: sent.append(m)
+    )
+    c = b"consumer"
+
+    def answered(i):
+        return any(header["index"] == i for _, kind, header, _ in sent)
+
+    try:
+        service.hello(c, hello_fields(4), local=True)
+        service.handle(c, b"get", {"req": 100, "index": 99})  # the first item with arrays: its pool is made
+        drive(service, lambda: answered(99))
+        opened = {"in": service._pools[c].name}
+        service.handle(c, b"get", {"req": 0, "index": 0, **opened})  # its worker waits at the gate
+        service.handle(c, b"get", {"req": 1, "index": 1, **opened})  # in order: items ahead queued, each in a slot
+        ahead = [key for key in service._into if key[1] > 1]
+        service.handle(c, b"get", {"req": 2, "index": 50, **opened})  # a jump: they are cancelled
+        tickets = dict(service._engine.workers.workers._tickets)
+        gate.set()
+        deadline = time.monotonic() + 30
+        while any(tickets[key].state != "skipped" for key in ahead) and time.monotonic() < deadline:
+            time.sleep(0.01)  # (the worker skips them; the server has not taken that in)
+        assert ahead and all(tickets[key].state == "skipped" for key in ahead)
+        service.handle(c, b"get", {"req": 3, "index": 2, **opened})  # back: resumed, too late
+        service.handle(c, b"get", {"req": 4, "index": 3, **opened})
+        drive(service, lambda: answered(2) and answered(3))
+        service.handle(c, b"get", {"req": 5, "index": 90, **opened})  # a jump elsewhere: the items ahead go
+        drive(service, lambda: answered(90) and not service._engine.pending)
+        engine = service._engine
+        assert slots_accounted(service, c)
+        assert [key for key in service._into if key not in engine.ready] == []  # (held by tasks that ended)
+    finally:
+        gate.set()
+        service.close()
+
+
+def test_after_its_workers_failed_the_slots_of_items_they_computed_are_free_again():
+    from test_serve import drive
+
+    from lazyseq.loading.buffering import Buffering
+    from lazyseq.loading.options import LoaderOptions
+
+    failing = threading.Event()
+
+    def start_hook(k):
+        if k == 1 and failing.wait(30):  # the second worker fails once items are computed
+            raise RuntimeError("the second worker could not start")
+
+    sent = []
+    options = LoaderOptions.check("serve", 2, start_hook=start_hook)
+    service = ViewService(MANY_BATCHES, options, Buffering(8), send=lambda *m: sent.append(m))
+    c = b"consumer"
+    try:
+        opened = {"in": service.hello(c, hello_fields(4), local=True)["pool"]["name"]}
+        service.handle(c, b"get", {"req": 0, "index": 0, **opened})
+        engine = service._engine
+        drive(service, lambda: sent and len(engine.ready) >= 4)  # items computed ahead, each in a slot
+        failing.set()
+        service.handle(c, b"get", {"req": 1, "index": 1, **opened})  # reads on: the failure is taken in
+        drive(service, lambda: service._engine is not engine)
+        assert slots_accounted(service, c)  # (those of the items computed were kept for good)
+    finally:
+        failing.set()
+        service.close()

@@ -213,13 +213,13 @@ class SharedSlots:
 
     def has_leases(self) -> bool:
         """Whether arrays still use slots of this pool."""
-        return self._memory is not None and any(lease() is not None for lease in list(self._leases.values()))
+        return self._memory is not None and any(self.leased(slot) for slot in list(self._leases))
 
     def copy_leased(self) -> None:
         """In a forked child: the pages of the slots that inherited arrays use become private copies."""
         if self._memory is None:
             return
-        held = sorted(slot for slot, lease in list(self._leases.items()) if lease() is not None)
+        held = sorted(slot for slot in list(self._leases) if self.leased(slot))
         if not held:
             return
         base = np.frombuffer(self._memory, dtype=np.uint8).ctypes.data  # page-aligned: the start of the map
@@ -242,7 +242,7 @@ class SharedSlots:
         """
         if not hasattr(mmap, "MADV_REMOVE"):
             return
-        held = {slot for slot, lease in list(self._leases.items()) if lease() is not None}
+        held = {slot for slot in list(self._leases) if self.leased(slot)}
         for slot in range(self.count):
             if slot not in held:
                 try:

@@ -132,6 +132,11 @@ class ThreadWorkers:
             delivered.append(Done(ticket.task, status, value))
         return delivered
 
+    @property
+    def ended(self) -> bool:
+        """Whether every thread has ended (after :meth:`close`, a thread busy with an item may outlive it)."""
+        return self.closed and not any(thread.is_alive() for thread in self._threads)
+
     def close(self) -> None:
         if self.closed:
             return

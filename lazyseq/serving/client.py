@@ -8,7 +8,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -313,11 +313,17 @@ class RemoteView(View[Any]):
                 if count > 1:
                     header["count"] = count
                 pool = self._pool
-                if pool is not None:
-                    freed = pool.to_hand_back()
-                    if freed:
-                        header["free"], header["in"] = freed, pool.name
-                self._connection.send(b"get", header)
+                if pool is None:
+                    self._connection.send(b"get", header)
+                else:  # it names the pool it opened, and hands back the slots of the items let go
+                    header["in"], back = pool.name, pool.to_hand_back()
+                    if back:
+                        header["free"] = back
+                    try:
+                        self._connection.send(b"get", header)
+                    except BaseException:  # not sent, or cut short (dropped whole): handed back next time
+                        pool.hand_back_later(back)
+                        raise
                 start = k
 
     def _receive_one(self, waiting_for: str) -> None:
@@ -341,25 +347,36 @@ class RemoteView(View[Any]):
             self._chunks.answered(answered, kind, header, buffers, f"the server at {self.address}")
             return
         places = header.get("places") if kind == b"item" else None
-        pool = self._pool
-        if places is not None and (pool is None or header.get("in") != pool.name):
-            return  # written into a pool no longer ours (a server gone since): asked again, not read
-        slot = header.get("slot")
+        pool, bad = self._pool, None
+        slot: Any = header.get("slot")  # (ints, once handed_anew has checked them)
+        number: Any = header.get("handover")
+        if places is not None:
+            if pool is None or header.get("in") != pool.name:  # written into a pool no longer ours: asked again
+                if isinstance(answered, int) and answered in self._asked:
+                    self._connection.send(b"get", {"req": answered, "index": self._asked[answered]})
+                return
+            try:
+                if not pool.handed_anew(slot, number):  # a repeat of an answer received already (asked again)
+                    return
+            except wire.ProtocolError as error:
+                bad = error
         j = self._asked.pop(answered, None) if isinstance(answered, int) else None
         if j is None:  # an answer to a request dropped after a jump, or answered already
-            if places is not None and pool is not None:
-                pool.not_read(slot)
+            if places is not None and bad is None:
+                cast(ReceivedPool, pool).not_read(slot, number)
             return
         del self._asking[j]
         where = f"the server at {self.address}"
         if kind == b"item":
             try:
+                if bad is not None:
+                    raise bad
                 if places is not None:
                     assert pool is not None  # checked above
                     try:
-                        buffers = pool.buffers(slot, places)
-                    except wire.ProtocolError:  # nothing was leased: the slot, if the pool has it, goes back
-                        pool.not_read(slot)
+                        buffers = pool.buffers(slot, number, places)
+                    except wire.ProtocolError:  # nothing was leased: the slot goes back
+                        pool.not_read(slot, number)
                         raise
                 self._arrived[j] = ("ok", wire.decode(header.get("tree"), buffers))
             except wire.ProtocolError as error:

@@ -12,22 +12,27 @@ The consumer opens it through ``/proc/<pid>/fd`` and checks that it is that
 pool (its name, its size): where it cannot (another user, another pid
 namespace, a system without ``/proc``), it reads on over the socket.
 
-Every slot starts as the server's. The server's worker threads compute an
-item straight into a slot of its consumer's pool (a view that builds its
-batches in place, see ``View._get_into``, copies nothing at all); what an
-item's view builds elsewhere is copied into the slot as it is sent. The
-answer sends only the item's tree and where its buffers lie (``places``:
-``[offset, size]`` pairs, checked by the consumer against the slot's size),
-naming the slot and the pool (``in``): with it, the slot is the consumer's.
-The consumer's arrays are views of a lease of the slot (see
-:class:`~lazyseq.loading.shared_slots.SharedSlots`); once nothing refers to
-the item, its next request hands the slot back (``free``, naming the pool).
-So the server writes only into slots it holds, and the consumer reads only
-what was written into the pool it holds (an answer naming another pool is
-not read: the item is asked for again). Items the consumer holds beyond the
-pool's slots, and items computed while every slot was taken, come through
-the socket. Nothing but plain bytes is read from the pool, as from the
-socket: no pickle either way.
+Every slot starts as the server's. Once the consumer's requests name the pool
+(``in``: it opened it), the server's worker threads compute its items
+straight into slots the server holds (a view that builds its batches in
+place, see ``View._get_into``, copies nothing at all); what an item's view
+builds elsewhere is copied into the slot as it is sent. The answer sends only
+the item's tree and where its buffers lie (``places``: ``[offset, size]``
+pairs, checked by the consumer against the slot's size), naming the slot, the
+pool and the hand-over (``handover``, a number that grows with each): with
+it, the slot is the consumer's. The consumer's arrays are views of a lease of
+the slot (see :class:`~lazyseq.loading.shared_slots.SharedSlots`); once
+nothing refers to the item, its next request hands the slot back (``free``:
+``[slot, number]`` pairs). The server takes back only a slot handed over with
+that number, and a consumer reads a slot only from a hand-over newer than the
+last it received of that slot: so a request asked again (its answer lost with
+a connection) is answered again with the same slot while the consumer has not
+handed it back, a repeated answer is read once, a hand-back repeated (a
+request cut short, sent again) takes nothing, and the server writes only into
+slots it holds. An answer that names another pool is not read (the item is
+asked for again). Items the consumer holds beyond the pool's slots, and items
+sent while it holds every slot, come through the socket. Nothing but plain
+bytes is read from the pool, as from the socket: no pickle either way.
 
 >>> import numpy as np
 >>> served = ServedPool(2, 4096)
@@ -35,15 +40,18 @@ socket: no pickle either way.
 >>> places = served.place(slot, [np.arange(3.0).view(np.uint8), b"zz"])  # copied: computed elsewhere
 >>> places
 [[0, 24], [64, 2]]
+>>> answer = served.hand_over(slot, 7, 0, {"places": places})  # the answer to request 7, for item 0
 >>> received = ReceivedPool.open(served.announcement())
->>> served.hand_over(slot)
->>> [bytes(buffer) for buffer in received.buffers(slot, places)][1]
+>>> received.handed_anew(answer["slot"], answer["handover"]), received.handed_anew(slot, answer["handover"])
+(True, False)
+>>> [bytes(buffer) for buffer in received.buffers(slot, answer["handover"], places)][1]
 b'zz'
 >>> received.close(); served.close()
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -95,7 +103,11 @@ class ServedPool:
         self.name = NAME + os.urandom(8).hex()
         self._slots = SharedSlots(count, slot_bytes, "serve", name=self.name)
         self._free = list(range(count - 1, -1, -1))  # the server's, holding nothing (taken from the end)
-        self._handed: set[int] = set()  # the consumer's, until it hands them back
+        self._handed: dict[int, int] = {}  # the consumer's, until it hands them back: slot -> its hand-over's number
+        self._numbers = itertools.count(1)
+        self._answers: dict[int, tuple[int, dict[str, Any]]] = {}  # request -> (index, its answer) while handed over
+        self._request_of: dict[int, int] = {}  # slot handed over -> the request it answered
+        self.confirmed = False  # whether the consumer opened the pool (its requests name it): then items go in it
         self.copied = 0  # bytes of items copied into slots (built elsewhere)
 
     @classmethod
@@ -174,19 +186,34 @@ class ServedPool:
             self.copied += view.nbytes
         return places
 
-    def hand_over(self, slot: int) -> None:
-        """``slot`` goes to the consumer with the item in it."""
-        self._handed.add(slot)
+    def hand_over(self, slot: int, req: int, index: int, fields: dict[str, Any]) -> dict[str, Any]:
+        """The answer to request ``req`` (item ``index``, described by ``fields``) that hands ``slot`` over to the
+        consumer with the item in it: numbered, so that a repeat of it is told from a later hand-over."""
+        number = next(self._numbers)
+        self._handed[slot] = number
+        answer = {**fields, "slot": slot, "handover": number, "in": self.name}
+        self._answers[req], self._request_of[slot] = (index, answer), req
+        return answer
 
-    def handed_back(self, slots: Any) -> None:
-        """The consumer let go of ``slots`` (a request's ``free``): the server's again. Others are ignored."""
-        if type(slots) is not list:
+    def answer_again(self, req: int, index: int) -> dict[str, Any] | None:
+        """The answer that handed a slot over for request ``req`` (item ``index``), if the consumer asks again (the
+        answer lost with a connection) while the slot is still its: the item is still there."""
+        kept = self._answers.get(req)
+        return kept[1] if kept is not None and kept[0] == index else None
+
+    def handed_back(self, entries: Any) -> None:
+        """The consumer let go of the slots that ``entries`` (a request's ``free``: ``[slot, number]`` pairs) name:
+        the server's again. Any other entry (a slot not handed over, an earlier hand-over of it) is ignored."""
+        if type(entries) is not list:
             return
         handed = self._handed
-        for slot in slots:
-            if type(slot) is int and slot in handed:
-                handed.discard(slot)
-                self._free.append(slot)
+        for entry in entries:
+            if type(entry) is list and len(entry) == 2 and type(entry[0]) is int and type(entry[1]) is int:
+                slot, number = entry
+                if handed.get(slot) == number:
+                    del handed[slot]
+                    self._free.append(slot)
+                    self._answers.pop(self._request_of.pop(slot), None)
 
     def close(self) -> None:
         """Let the pool go: the consumer keeps what it maps until it lets go too; items being written, theirs."""
@@ -212,7 +239,9 @@ class ReceivedPool:
     def __init__(self, slots: SharedSlots, name: str) -> None:
         self._slots = slots
         slots.take_many(slots.count)  # every slot is the server's until it hands one over with an item
-        self._unread: list[int] = []  # slots handed over with answers that were not read
+        self._last = [0] * slots.count  # slot -> the number of its last hand-over received
+        self._number = [0] * slots.count  # slot -> the number of the hand-over its item came with
+        self._back: list[list[int]] = []  # [slot, number] to hand back besides the slots of items let go
         self.name = name  # the server names it in every answer written into it
 
     @classmethod
@@ -248,30 +277,41 @@ class ReceivedPool:
         except OSError:  # it could not be mapped (the descriptor is closed): the socket it is
             return None
 
-    def to_hand_back(self) -> list[int]:
-        """The slots let go of since the last call (their items are gone, or were not read): the server's again."""
-        slots = self._slots
-        freed = slots.take_many(slots.free_count()) + self._unread
-        self._unread = []
-        return freed
+    def handed_anew(self, slot: Any, number: Any) -> bool:
+        """Whether an answer hands ``slot`` over (hand-over ``number``), rather than repeat one received already.
 
-    def not_read(self, slot: Any) -> None:
-        """An answer handed ``slot`` over with an item that is not read (asked for no more)."""
-        if self._handed_over(slot):
-            self._unread.append(slot)
-
-    def _handed_over(self, slot: Any) -> bool:
-        """Whether ``slot`` can be one the server just handed over: a slot of the pool that holds no item read."""
-        return type(slot) is int and 0 <= slot < self._slots.count and not self._slots.leased(slot)
-
-    def buffers(self, slot: Any, places: Any) -> list[np.ndarray]:
-        """The buffers of an item the server wrote into ``slot`` at ``places``; the slot is leased (see the module).
-
-        :class:`~lazyseq.serving.wire.ProtocolError` for a slot the pool lacks or that holds an item read, and for
-        places that are not within the slot.
+        :class:`~lazyseq.serving.wire.ProtocolError` for a slot the pool lacks, or that holds an item read.
         """
-        if not self._handed_over(slot):
-            raise ProtocolError(f"an item was written into slot {str(slot)[:20]}, which the pool lacks or is in use")
+        if not (type(slot) is int and 0 <= slot < len(self._last) and type(number) is int):
+            raise ProtocolError(f"an item was written into slot {str(slot)[:20]} ({str(number)[:20]}), not of its pool")
+        if number <= self._last[slot]:
+            return False
+        if self._slots.leased(slot):
+            raise ProtocolError(f"an item was written into slot {slot}, which holds an item in use")
+        self._last[slot] = number
+        return True
+
+    def to_hand_back(self) -> list[list[int]]:
+        """``[slot, number]`` of the slots let go of since the last call (their items are gone, or were not read)."""
+        slots = self._slots
+        back = [[slot, self._number[slot]] for slot in slots.take_many(slots.free_count())] + self._back
+        self._back = []
+        return back
+
+    def hand_back_later(self, back: list[list[int]]) -> None:
+        """``back`` (from :meth:`to_hand_back`) did not reach the server: handed back with the next request."""
+        self._back.extend(back)
+
+    def not_read(self, slot: int, number: int) -> None:
+        """An answer handed ``slot`` over (``number``, see :meth:`handed_anew`) with an item that is not read."""
+        self._back.append([slot, number])
+
+    def buffers(self, slot: int, number: int, places: Any) -> list[np.ndarray]:
+        """The buffers of an item the server wrote into ``slot`` at ``places`` (handed over anew, ``number``); the
+        slot is leased (see the module).
+
+        :class:`~lazyseq.serving.wire.ProtocolError` for places that are not within the slot.
+        """
         size = self._slots.slot_bytes
         if type(places) is not list or len(places) > size:
             raise ProtocolError("an item's 'places' are not a list of [offset, size] pairs within its slot")
@@ -285,6 +325,7 @@ class ReceivedPool:
             ):
                 raise ProtocolError(f"an item's place {str(place)[:40]} is not an [offset, size] pair within its slot")
         holder = self._slots.lease(slot)
+        self._number[slot] = number
         return [holder[start : start + length] for start, length in places]
 
     def close(self) -> None:

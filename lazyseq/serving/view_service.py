@@ -80,7 +80,7 @@ class ViewService:
         self._starts = 0
         self._ask_again = False  # whether requests wait that failed workers left unanswered
         self._pools: dict[bytes, ServedPool | None] = {}  # consumers on this machine -> their pool (None: not made yet)
-        self._pool_slots: dict[bytes, int] = {}  # ... and the slots they asked for
+        self._pool_slots: dict[bytes, int] = {}  # ... and the slots they asked for (the server adds its own)
         self._splitting = Splitting(options.nworkers)  # how many workers read a request for items at once
         # Worker threads compute items into slots of the consumer's pool (worker processes have their own pool)
         self._into_slots = options.method == "thread"
@@ -147,7 +147,8 @@ class ViewService:
         """A ``get``: item ``index`` as request ``req``, or ``count`` items from there, requests ``req`` onwards;
         or the items at ``positions``, as one chunk, in one answer to request ``req``.
 
-        ``free``, if given, hands back slots of the consumer's pool named ``in`` (see :mod:`.shared_items`).
+        ``in`` names the consumer's pool, once it opened it; ``free`` hands slots of it back (see
+        :mod:`.shared_items`).
         """
         if kind != b"get":
             raise wire.ProtocolError(f"a served view answers 'get', not {kind!r}")
@@ -159,9 +160,10 @@ class ViewService:
         count = header.get("count", 1)
         if type(count) is not int or not 1 <= count <= wire.MAX_COUNT:
             raise wire.ProtocolError(f"'get' needs a 'count' from 1 to {wire.MAX_COUNT}, if any")
-        if "free" in header:  # slots of the consumer's pool that it let go of (of a pool gone since: ignored)
-            pool = self._pools.get(consumer)
-            if pool is not None and header.get("in") == pool.name:
+        pool = self._pools.get(consumer)
+        if pool is not None and header.get("in") == pool.name:  # (a pool let go since: its slots are nobody's)
+            pool.confirmed = True
+            if "free" in header:
                 pool.handed_back(header["free"])
         req, i = header["req"], header["index"]
         for k in range(count):
@@ -171,6 +173,11 @@ class ViewService:
         n = self.view._len
         if i < 0 or (n is not None and i >= n):
             self._answer(consumer, b"error", req, i, _index_error(i, n))
+            return
+        pool = self._pools.get(consumer)
+        again = None if pool is None else pool.answer_again(req, i)
+        if again is not None:  # its answer handed a slot over, and was lost: the item is still there
+            self._answer(consumer, b"item", req, i, again)
             return
         reads = self._reads.get(consumer)
         if reads is None:
@@ -264,6 +271,8 @@ class ViewService:
         """Mark ``indices`` as computed for ``consumer``; the tasks to send (others are on their way, or resumed)."""
         tasks = []
         pool = self._pools.get(consumer) if self._into_slots else None
+        if pool is not None and not pool.confirmed:  # (the consumer may not have opened it)
+            pool = None
         for i in indices:
             reads.held.add(i)
             key = (consumer, i)
@@ -324,9 +333,9 @@ class ViewService:
         if engine is None:
             return
         for key in keys:
-            if engine.ready.pop(key, None) is not None:
+            if engine.ready.pop(key, None) is not None or key not in engine.pending:  # (a task skipped, resumed late)
                 self._let_go_of_slot(key)
-            elif key in engine.pending and key not in engine.cancelled:
+            elif key not in engine.cancelled:
                 engine.workers.cancel(key)
                 engine.cancelled.add(key)
                 if key in self._into:  # its slot is free once the task has ended
@@ -404,46 +413,45 @@ class ViewService:
         reads.suspects.discard(i)
         slot = -1 if into is None else into[1]
         if done.status == "error":
-            if pool is not None and slot >= 0:
-                pool.let_go(slot)
             header = failure_header(done.value)
             for req in reqs:
                 self._answer(consumer, b"error", req, i, header)
         else:
-            self._send_item(consumer, reqs, i, done.value, slot)
+            slot = self._send_item(consumer, reqs, i, done.value, slot)
+        if slot >= 0:  # computed into a slot of the consumer's pool, and not sent in it
+            cast(ServedPool, pool).let_go(slot)
 
-    def _send_item(self, consumer: bytes, reqs: list[int], i: int, value: Any, slot: int) -> None:
-        """Send item ``i``, which may have been computed into ``slot`` of the consumer's pool (-1: elsewhere)."""
-        pool = self._pools.get(consumer)
+    def _send_item(self, consumer: bytes, reqs: list[int], i: int, value: Any, slot: int) -> int:
+        """Send item ``i``, computed into ``slot`` of the consumer's pool (-1: elsewhere); the slot if it does not go
+        with the item (else -1)."""
         try:
             tree, buffers = wire.encode(value)
         except TypeError as error:
-            if pool is not None and slot >= 0:
-                pool.let_go(slot)
             header = unsendable_header(f"item {i}", error)
             for req in reqs:
                 self._answer(consumer, b"error", req, i, header)
-            return
+            return slot
         fields: dict[str, Any] = {"tree": tree}
+        pool = self._pools.get(consumer)
         if pool is None and consumer in self._pools and buffers:  # the first item with arrays: its pool is made
             pool = self._make_pool(consumer, item_bytes(buffers))
             if pool is not None:
                 fields["pool"] = pool.announcement()
-        computed_into = slot >= 0
-        if pool is not None and slot < 0 and buffers:
-            slot = pool.take()
-        if pool is not None and slot >= 0:
-            places = pool.place(slot, buffers) if buffers else None
+        built_in = slot >= 0  # (its arrays may lie in the slot)
+        if pool is not None and pool.confirmed and buffers:
+            place = slot if built_in else pool.take()
+            places = None if place < 0 else pool.place(place, buffers)
             if places is not None:
-                pool.hand_over(slot)
-                self._answer(consumer, b"item", reqs[0], i, {**fields, "slot": slot, "places": places, "in": pool.name})
-                reqs = reqs[1:]  # (asked twice: the others through the socket)
-            else:  # too large for the slot, or nothing to put there
-                pool.let_go(slot)
-            if reqs and computed_into:  # its arrays lie in a slot that is the consumer's now, or takes other items
-                buffers = [buffer.copy() if type(buffer) is np.ndarray else buffer for buffer in buffers]
+                req = reqs.pop()  # the latest request for it (an earlier one may be one the consumer dropped)
+                self._answer(consumer, b"item", req, i, pool.hand_over(place, req, i, {**fields, "places": places}))
+                slot = -1
+            elif place >= 0 and not built_in:  # too large for the slot
+                pool.let_go(place)
+        if reqs and built_in:  # asked for twice: its arrays lie in a slot that is the consumer's now, or free again
+            buffers = [buffer.copy() if type(buffer) is np.ndarray else buffer for buffer in buffers]
         for req in reqs:
             self._answer(consumer, b"item", req, i, fields, buffers)
+        return slot
 
     def _answer(
         self, consumer: bytes, kind: bytes, req: int, i: int, fields: dict[str, Any], buffers: list | None = None
@@ -522,15 +530,16 @@ class ViewService:
         return [] if engine is None or not engine.pending else engine.workers.fds()
 
     def _close_engine(self) -> None:
-        """Close the workers. The slots of their items done are free again; those of items in progress are
-        never used again (a worker thread that outlives its close may still write into one)."""
+        """Close the workers. The slots that items were computed into are free again once every worker thread has
+        ended; else they are never used again (the thread that outlives its close may be writing into one)."""
         engine, self._engine = self._engine, None
         if engine is None:
             return
-        done = [key for key in self._into if key in engine.ready]
         engine.close()
-        for key in done:
-            self._let_go_of_slot(key)
+        threads = engine.workers.workers  # (slots are used by worker threads only)
+        if threads is None or getattr(threads, "ended", False):
+            for key in list(self._into):
+                self._let_go_of_slot(key)
         self._into.clear()
         self._cancelled_into.clear()
 
