@@ -717,3 +717,89 @@ def test_after_its_workers_failed_the_slots_of_items_they_computed_are_free_agai
     finally:
         failing.set()
         service.close()
+
+
+def test_an_answer_lost_for_a_request_dropped_after_a_jump_is_asked_for_again_and_its_slot_comes_back(
+    monkeypatch, pool_reads
+):
+    receive, lost = Connection._receive, []
+
+    def losing_item_3(connection, waiting_for, since=None):
+        while True:
+            message = receive(connection, waiting_for, since)
+            kind, header, _ = message
+            if not (kind == b"item" and header.get("index") == 3 and "slot" in header and not lost):
+                return message
+            lost.append(header["slot"])  # as if lost with a connection that broke
+
+    monkeypatch.setattr(Connection, "_receive", losing_item_3)
+    with lazyseq.serve(MANY_BATCHES, LOOPBACK) as server, lazyseq.connect(server.address, ahead=4) as remote:
+        assert [remote[i].tolist() for i in (0, 1, 20)] == [MANY_BATCHES[i].tolist() for i in (0, 1, 20)]  # a jump
+        remote._ask_again()  # what a silence does (as when the connection broke)
+        for _ in range(2):
+            assert [batch.tolist() for batch in remote] == [batch.tolist() for batch in MANY_BATCHES]
+        assert lost and every_slot_comes_back(remote, pool_reads)
+
+
+def test_when_workers_fail_only_the_slot_of_an_item_a_thread_still_computes_is_kept_from_use(monkeypatch):
+    from test_serve import drive
+
+    from lazyseq.loading import thread_workers
+    from lazyseq.loading.buffering import Buffering
+    from lazyseq.loading.options import LoaderOptions
+
+    monkeypatch.setattr(thread_workers, "JOIN_SECONDS", 0.1)  # (how long a close waits for a busy thread)
+    failing, busy = threading.Event(), threading.Event()
+
+    def start_hook(k):
+        if k == 1 and failing.wait(30):  # the second worker fails once items are computed
+            raise RuntimeError("the second worker could not start")
+
+    def item(i):
+        if i == 3:
+            busy.wait(30)  # still computed as the workers fail, and after their close
+        return np.full(8, float(i))
+
+    sent = []
+    options = LoaderOptions.check("serve", 2, start_hook=start_hook)
+    service = ViewService(lazyseq.smap(item, range(40)), options, Buffering(8), send=lambda *m: sent.append(m))
+    c = b"consumer"
+    try:
+        service.hello(c, hello_fields(4), local=True)
+        service.handle(c, b"get", {"req": 100, "index": 39})  # the first item with arrays: its pool is made
+        drive(service, lambda: sent)
+        opened = {"in": service._pools[c].name}
+        service.handle(c, b"get", {"req": 0, "index": 0, **opened})
+        service.handle(c, b"get", {"req": 1, "index": 1, **opened})  # in order: items ahead, each in a slot
+        engine = service._engine
+        drive(service, lambda: (c, 2) in engine.ready)  # 2 computed, 3 being computed, 4 and on queued
+        busy_slot = service._into[(c, 3)][1]
+        failing.set()
+        drive(service, lambda: service._engine is not engine)
+        pool = service._pools[c]
+        computing = [slot for _, slot in service._into.values()]
+        assert sorted(pool._free + list(pool._handed) + computing + [busy_slot]) == list(range(pool._slots.count))
+    finally:
+        busy.set()
+        failing.set()
+        service.close()
+
+
+def test_a_read_interrupted_as_its_answer_came_reads_it_when_asked_again(monkeypatch, pool_reads):
+    # The answer's hand-over counted as received at once: asked again, the same answer was taken for a repeat and
+    # dropped, every time, and the read never ended.
+    real, interrupted = ReceivedPool.handed_anew, []
+
+    def interrupted_once(pool, slot, number):
+        fresh = real(pool, slot, number)
+        if fresh and not interrupted:
+            interrupted.append(slot)
+            raise KeyboardInterrupt  # a Ctrl-C as the answer is taken in
+        return fresh
+
+    monkeypatch.setattr(ReceivedPool, "handed_anew", interrupted_once)
+    with lazyseq.serve(MANY_BATCHES, LOOPBACK) as server, lazyseq.connect(server.address, timeout=30) as remote:
+        with pytest.raises(KeyboardInterrupt):
+            remote[5]
+        assert remote[5].tolist() == MANY_BATCHES[5].tolist()  # asked again after a silence, answered the same
+        assert interrupted and every_slot_comes_back(remote, pool_reads)

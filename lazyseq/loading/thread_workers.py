@@ -132,10 +132,12 @@ class ThreadWorkers:
             delivered.append(Done(ticket.task, status, value))
         return delivered
 
-    @property
-    def ended(self) -> bool:
-        """Whether every thread has ended (after :meth:`close`, a thread busy with an item may outlive it)."""
-        return self.closed and not any(thread.is_alive() for thread in self._threads)
+    def busy_with(self) -> set[Hashable]:
+        """The tasks that a thread may be computing still, after :meth:`close` (a thread busy with an item outlives
+        it): those started whose result was not taken, while any thread is alive."""
+        if not any(thread.is_alive() for thread in self._threads):
+            return set()
+        return {ticket.task for ticket in list(self._tickets.values()) if ticket.state == "running"}
 
     def close(self) -> None:
         if self.closed:

@@ -42,6 +42,7 @@ CONFIRM_ON_CLOSE = 1.0  # seconds a stream's close() waits for the server to kno
 # Connections of their own that threads reading one served view open while another thread's read holds its
 # connection, at most (beyond them, a read waits for one to be free)
 SPARE_CONNECTIONS = 15
+MAX_DROPPED = 1024  # requests dropped after jumps whose answers have not come, remembered (see RemoteView._dropped)
 
 
 class RemoteView(View[Any]):
@@ -88,6 +89,9 @@ class RemoteView(View[Any]):
         self._opening = 0  # spares being opened
         self._next_req = 0
         self._asked: dict[int, int] = {}  # request number -> index, for requests not answered yet
+        # ... and for requests dropped after a jump, not answered yet: answered with a slot of the pool, the slot goes
+        # back (asked again with the others should the answer be lost with a connection)
+        self._dropped: dict[int, int] = {}
         self._asking: dict[int, int] = {}  # index -> its request number
         self._arrived: dict[int, tuple[str, Any]] = {}  # index -> ("ok", value) or ("error", exception)
         self._last = -1
@@ -262,7 +266,12 @@ class RemoteView(View[Any]):
         for j in [j for j in self._arrived if j not in kept]:
             del self._arrived[j]
         for j in [j for j in self._asking if j not in kept]:
-            del self._asked[self._asking.pop(j)]
+            req = self._asking.pop(j)
+            index = self._asked.pop(req)
+            if self._pool is not None:
+                self._dropped[req] = index
+                if len(self._dropped) > MAX_DROPPED:  # (answers lost for good, a slot each: the oldest forgotten)
+                    del self._dropped[next(iter(self._dropped))]
 
     def _await_turn(self, waiting_for: str, began: float) -> None:
         """Wait while another thread's read holds the connection, hearing ``ServerLost`` in time meanwhile.
@@ -362,6 +371,8 @@ class RemoteView(View[Any]):
                 bad = error
         j = self._asked.pop(answered, None) if isinstance(answered, int) else None
         if j is None:  # an answer to a request dropped after a jump, or answered already
+            if isinstance(answered, int):
+                self._dropped.pop(answered, None)
             if places is not None and bad is None:
                 cast(ReceivedPool, pool).not_read(slot, number)
             return
@@ -394,7 +405,7 @@ class RemoteView(View[Any]):
 
     def _drop_pool(self) -> None:
         """Let go of the pool (with the lock held, or in a new process)."""
-        pool, self._pool = self._pool, None
+        pool, self._pool, self._dropped = self._pool, None, {}
         if pool is not None:
             pool.close()
 
@@ -414,7 +425,7 @@ class RemoteView(View[Any]):
 
     def _ask_again(self) -> None:
         """Ask again for everything asked and not answered (an answer that comes twice is dropped)."""
-        for number, index in list(self._asked.items()):
+        for number, index in [*self._asked.items(), *self._dropped.items()]:
             self._connection.send(b"get", {"req": number, "index": index})
         for number, positions in list(self._chunks.asked.items()):
             self._connection.send(b"get", {"req": number, "positions": positions})

@@ -24,12 +24,13 @@ consumer -> server             server -> consumer
 ``get`` {req, index}           ``item`` {req, index, tree} + buffers, or ``error`` / ``failed``
 ``get`` {req, index, count}    the same for items ``index`` to ``index + count - 1``, one answer
                                each, as requests ``req`` to ``req + count - 1``
-``get`` {..., in, free}        on the server's machine, a ``get`` names the consumer's pool once it
-                               opened it, and hands back the slots it let go of; an ``item`` then
-                               comes as {..., slot, handover, places, in}, its buffers in the
-                               slot (see :mod:`.shared_items`)
-``get`` {req, positions}       ``item`` {req, index, tree} + buffers: the items at ``positions``
-                               as one chunk (see :mod:`.chunk_requests`)
+``get`` {..., in, free}        on the server's machine, a ``get`` of items one by one names the
+                               consumer's pool once it opened it, and hands back the slots it let
+                               go of; an ``item`` then comes as {..., slot, handover, places, in},
+                               its buffers in the slot (see :mod:`.shared_items`)
+``get`` {req, positions}       ``item`` {req, index, count, tree} + buffers, or ``error`` /
+                               ``failed``: the items at ``positions`` as one chunk (see
+                               :mod:`.chunk_requests`; ``apart`` where they could not be)
 ``next`` {more, ack, req}      ``item`` {seq, tree, acked} + buffers, ``error`` or ``end``, each
                                {acked}: the last ``req`` acted on (see :mod:`.stream_service`)
 ``sync`` {ack, req}            ``synced`` {acked}: every message sent before it has been acted on

@@ -22,10 +22,10 @@ pairs, checked by the consumer against the slot's size), naming the slot, the
 pool and the hand-over (``handover``, a number that grows with each): with
 it, the slot is the consumer's. The consumer's arrays are views of a lease of
 the slot (see :class:`~lazyseq.loading.shared_slots.SharedSlots`); once
-nothing refers to the item, its next request hands the slot back (``free``:
-``[slot, number]`` pairs). The server takes back only a slot handed over with
+nothing refers to the item, its next request for items one by one hands the
+slot back (``free``: ``[slot, number]`` pairs). The server takes back only a slot handed over with
 that number, and a consumer reads a slot only from a hand-over newer than the
-last it received of that slot: so a request asked again (its answer lost with
+last it read or handed back of that slot: so a request asked again (its answer lost with
 a connection) is answered again with the same slot while the consumer has not
 handed it back, a repeated answer is read once, a hand-back repeated (a
 request cut short, sent again) takes nothing, and the server writes only into
@@ -42,10 +42,12 @@ bytes is read from the pool, as from the socket: no pickle either way.
 [[0, 24], [64, 2]]
 >>> answer = served.hand_over(slot, 7, 0, {"places": places})  # the answer to request 7, for item 0
 >>> received = ReceivedPool.open(served.announcement())
->>> received.handed_anew(answer["slot"], answer["handover"]), received.handed_anew(slot, answer["handover"])
-(True, False)
+>>> received.handed_anew(slot, answer["handover"])
+True
 >>> [bytes(buffer) for buffer in received.buffers(slot, answer["handover"], places)][1]
 b'zz'
+>>> received.handed_anew(slot, answer["handover"])  # the same answer again (asked again): read once
+False
 >>> received.close(); served.close()
 """
 
@@ -278,7 +280,8 @@ class ReceivedPool:
             return None
 
     def handed_anew(self, slot: Any, number: Any) -> bool:
-        """Whether an answer hands ``slot`` over (hand-over ``number``), rather than repeat one received already.
+        """Whether an answer hands ``slot`` over (hand-over ``number``), rather than repeat one read or handed back
+        already (the hand-over counts as received once :meth:`buffers` or :meth:`not_read` takes it).
 
         :class:`~lazyseq.serving.wire.ProtocolError` for a slot the pool lacks, or that holds an item read.
         """
@@ -288,7 +291,6 @@ class ReceivedPool:
             return False
         if self._slots.leased(slot):
             raise ProtocolError(f"an item was written into slot {slot}, which holds an item in use")
-        self._last[slot] = number
         return True
 
     def to_hand_back(self) -> list[list[int]]:
@@ -304,6 +306,7 @@ class ReceivedPool:
 
     def not_read(self, slot: int, number: int) -> None:
         """An answer handed ``slot`` over (``number``, see :meth:`handed_anew`) with an item that is not read."""
+        self._last[slot] = number
         self._back.append([slot, number])
 
     def buffers(self, slot: int, number: int, places: Any) -> list[np.ndarray]:
@@ -325,7 +328,7 @@ class ReceivedPool:
             ):
                 raise ProtocolError(f"an item's place {str(place)[:40]} is not an [offset, size] pair within its slot")
         holder = self._slots.lease(slot)
-        self._number[slot] = number
+        self._last[slot] = self._number[slot] = number
         return [holder[start : start + length] for start, length in places]
 
     def close(self) -> None:

@@ -11,8 +11,9 @@ as one chunk, by one task, and sent as one message (see :mod:`.chunk_wire`).
 Worker threads compute an item for a consumer on this machine into a slot of
 its pool that the server holds (see :mod:`.shared_items`): the slot goes with
 the item, or back to the server's free ones if the item goes unsent; a slot
-whose task was cancelled is free once that task has ended. Slots of tasks
-that workers which failed may still be writing into are never used again.
+whose task was cancelled is free once that task has ended. When the workers
+fail or close, the slots of the items that a thread is still computing (busy
+past the close) are never used again.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from ..loading.failures import WorkerDied
 from ..loading.jobs import IntoSlot, ReadItemOrChunk
 from ..loading.options import LoaderOptions
 from ..loading.structure import bytes_of_spec
+from ..loading.thread_workers import ThreadWorkers
 from ..views.base import View
 from ..views.errors import LoaderFailure
 from . import wire
@@ -530,17 +532,19 @@ class ViewService:
         return [] if engine is None or not engine.pending else engine.workers.fds()
 
     def _close_engine(self) -> None:
-        """Close the workers. The slots that items were computed into are free again once every worker thread has
-        ended; else they are never used again (the thread that outlives its close may be writing into one)."""
+        """Close the workers. The slots that items were computed into are free again, but for those of the items
+        that a worker thread still computes (busy past the close): never used again, as it may write into them."""
         engine, self._engine = self._engine, None
         if engine is None:
             return
         engine.close()
-        threads = engine.workers.workers  # (slots are used by worker threads only)
-        if threads is None or getattr(threads, "ended", False):
-            for key in list(self._into):
+        threads = cast(ThreadWorkers | None, engine.workers.workers)  # (slots are used by worker threads only)
+        busy = threads.busy_with() if threads is not None and self._into else set()
+        for key in list(self._into):
+            if key in busy:
+                del self._into[key]
+            else:
                 self._let_go_of_slot(key)
-        self._into.clear()
         self._cancelled_into.clear()
 
     def close(self) -> None:
