@@ -1803,6 +1803,27 @@ def test_an_object_array_item_is_refused_by_name_and_the_server_goes_on():
         assert remote[2].tolist() == [0, 1]
 
 
+def test_a_client_of_another_version_is_told_in_its_own_protocol_which_version_the_server_speaks(caplog):
+    caplog.set_level(logging.WARNING, logger="lazyseq.serve")
+    with lazyseq.serve(range(10), LOOPBACK) as server:
+        context = zmq.Context()
+        older = context.socket(zmq.DEALER)
+        older.setsockopt(zmq.LINGER, 0)
+        older.connect(server.address)
+        older.send_multipart([b"lazyseq/1", b"hello", b'{"hello": 1, "timeout": 10.0}'])
+        tag, kind, header = older.recv_multipart()
+        older.close()
+        context.term()
+        with lazyseq.connect(server.address) as remote:  # the server goes on
+            assert list(remote) == list(range(10))
+    message = (
+        f"a message of protocol lazyseq/1 (a client of another version of lazyseq): this server speaks lazyseq/2 "
+        f"(lazyseq {lazyseq.__version__}); install the same version on both sides"
+    )
+    assert (tag, kind, json.loads(header)) == (b"lazyseq/1", b"refused", {"message": message})
+    assert [r.getMessage().split(": ", 1)[1] for r in caplog.records] == [message]
+
+
 def test_garbage_is_logged_and_the_server_goes_on(caplog):
     caplog.set_level(logging.WARNING, logger="lazyseq.serve")
     with lazyseq.serve(range(10), LOOPBACK) as server:

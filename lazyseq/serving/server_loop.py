@@ -345,6 +345,12 @@ class ServerLoop:
             return  # a consumer stopped sending this part-way (see Connection.send): the request is asked again
         try:
             if len(received) < 4 or received[1].bytes != wire.TAG:
+                tag = received[1].bytes if len(received) > 1 else b""
+                if wire.another_version(tag):
+                    raise wire.ProtocolError(
+                        f"a message of protocol {tag.decode()} (a client of another version of lazyseq): this server "
+                        f"speaks {wire.TAG.decode()} (lazyseq {_version()}); install the same version on both sides"
+                    )
                 raise wire.ProtocolError("not a lazyseq message (wrong protocol tag or too few frames)")
             kind = received[2].bytes
             if kind not in _CONSUMER_KINDS:
@@ -379,9 +385,15 @@ class ServerLoop:
 
     def _refuse(self, consumer: bytes, received: list, message: str) -> None:
         """Tell a lazyseq client that its request was not acted on: it raises, rather than wait for an answer that
-        never comes (its heartbeats go on)."""
-        if len(received) >= 3 and received[1].bytes == wire.TAG:
+        never comes (its heartbeats go on). A client of another version is told in its own protocol's tag."""
+        if len(received) < 3:
+            return
+        tag = received[1].bytes
+        if tag == wire.TAG:
             self._send(consumer, b"refused", {"message": message[:500]}, [])
+        elif wire.another_version(tag):
+            with contextlib.suppress(Exception):  # (whatever that version makes of it)
+                send_frames(self._router, [consumer, tag, b"refused", wire.dumps({"message": message[:500]})])
 
     def _heartbeat(self, sender: bytes, header: Any) -> None:
         if type(header) is not dict or type(header.get("client")) is not str:
@@ -393,6 +405,12 @@ class ServerLoop:
         if consumer in self._seen:  # only a consumer that said hello: pings do not make entries
             self._seen[consumer] = (time.monotonic(), _timeout(header))
         self._send(sender, b"pong", {"server": self._token}, [])
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
 
 
 def _on_this_machine(address: str, frame: Any) -> bool:

@@ -59,6 +59,17 @@ __all__ = [
 ]
 
 TAG = b"lazyseq/2"  # the first frame of every message: which protocol, which version
+
+
+def another_version(tag: bytes) -> bool:
+    """Whether ``tag`` is the tag of another version of this protocol (a client or server of another lazyseq).
+
+    >>> another_version(b"lazyseq/1"), another_version(TAG), another_version(CUT), another_version(b"fuel")
+    (True, False, False, False)
+    """
+    return tag != TAG and tag.startswith(b"lazyseq/") and len(tag) <= 16 and tag[8:].isdigit()
+
+
 # The last frame of a message that a consumer stopped sending part-way (a Ctrl-C between two frames): dropped whole.
 CUT = b"lazyseq/cut"
 MAX_DEPTH = 64  # nesting deeper than this is refused, on both sides
