@@ -133,8 +133,7 @@ class ThreadWorkers:
         return delivered
 
     def busy_with(self) -> set[Hashable]:
-        """The tasks that a thread may be computing still, after :meth:`close` (a thread busy with an item outlives
-        it): those started whose result was not taken, while any thread is alive."""
+        """The tasks that a thread is computing still, after :meth:`close` (a thread busy with an item outlives it)."""
         if not any(thread.is_alive() for thread in self._threads):
             return set()
         return {ticket.task for ticket in list(self._tickets.values()) if ticket.state == "running"}
@@ -215,7 +214,7 @@ def _join_busy_threads() -> None:
 
 
 class _Ticket:
-    """One submitted task and where it stands: queued, running, cancelled or skipped."""
+    """One submitted task and where it stands: queued, running, done, cancelled or skipped."""
 
     __slots__ = ("task", "arg", "state", "lock")
 
@@ -269,6 +268,8 @@ def _run(ticket: _Ticket, job: Callable[[Any], Any], put: Callable[[tuple], None
     try:
         value = job(ticket.arg)
     except BaseException as error:  # whatever it is, the consumer must hear of it
+        ticket.move("running", "done")
         put((ticket, "error", error))
         return
+    ticket.move("running", "done")
     put((ticket, "ok", value))

@@ -425,7 +425,8 @@ class RemoteView(View[Any]):
 
     def _ask_again(self) -> None:
         """Ask again for everything asked and not answered (an answer that comes twice is dropped)."""
-        for number, index in [*self._asked.items(), *self._dropped.items()]:
+        # (those dropped first: the server takes the last asked for as where this view reads)
+        for number, index in [*self._dropped.items(), *self._asked.items()]:
             self._connection.send(b"get", {"req": number, "index": index})
         for number, positions in list(self._chunks.asked.items()):
             self._connection.send(b"get", {"req": number, "positions": positions})
