@@ -241,7 +241,7 @@ class ReceivedPool:
     def __init__(self, slots: SharedSlots, name: str) -> None:
         self._slots = slots
         slots.take_many(slots.count)  # every slot is the server's until it hands one over with an item
-        self._last = [0] * slots.count  # slot -> the number of its last hand-over received
+        self._last = [0] * slots.count  # slot -> the number of its last hand-over read or handed back
         self._number = [0] * slots.count  # slot -> the number of the hand-over its item came with
         self._back: list[list[int]] = []  # [slot, number] to hand back besides the slots of items let go
         self.name = name  # the server names it in every answer written into it
