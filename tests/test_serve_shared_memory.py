@@ -803,3 +803,15 @@ def test_a_read_interrupted_as_its_answer_came_reads_it_when_asked_again(monkeyp
             remote[5]
         assert remote[5].tolist() == MANY_BATCHES[5].tolist()  # asked again after a silence, answered the same
         assert interrupted and every_slot_comes_back(remote, pool_reads)
+
+
+def test_a_closed_consumer_lets_go_of_its_pool_though_items_it_read_ahead_had_arrived():
+    # An item read ahead and not read yet kept its slot leased, and with it the pool's memory and descriptor, for as
+    # long as the closed view was referred to.
+    with lazyseq.serve(MANY_BATCHES, LOOPBACK) as server:
+        remote = lazyseq.connect(server.address, ahead=8)
+        assert remote[0].tolist() == MANY_BATCHES[0].tolist()
+        while len(remote._arrived) < 4:  # (the items after it arrive)
+            remote._receive_one("the items read ahead")
+        remote.close()  # (the server lets go of its side as it hears the goodbye)
+        assert pools_once_tasks_end(seconds=10) == [] and remote._arrived == {}

@@ -468,6 +468,7 @@ class RemoteView(View[Any]):
             finally:
                 if self._lock.acquire(blocking=False):  # else a read is in progress: the pool goes with this view
                     try:
+                        self._arrived.clear()  # items read ahead, never to be read now (in its pool: it goes)
                         if self._connection.pid == os.getpid():  # (a forked child's copy was closed as it was forked)
                             self._drop_pool()
                     finally:
