@@ -1803,13 +1803,20 @@ def test_an_object_array_item_is_refused_by_name_and_the_server_goes_on():
         assert remote[2].tolist() == [0, 1]
 
 
+def bare_dealer(context, address):
+    """A ZeroMQ socket connected to ``address`` that sends and reads raw frames (no lazyseq client); closing it drops
+    what it has not sent."""
+    dealer = context.socket(zmq.DEALER)
+    dealer.setsockopt(zmq.LINGER, 0)
+    dealer.connect(address)
+    return dealer
+
+
 def test_a_client_of_another_version_is_told_in_its_own_protocol_which_version_the_server_speaks(caplog):
     caplog.set_level(logging.WARNING, logger="lazyseq.serve")
     with lazyseq.serve(range(10), LOOPBACK) as server:
         context = zmq.Context()
-        older = context.socket(zmq.DEALER)
-        older.setsockopt(zmq.LINGER, 0)
-        older.connect(server.address)
+        older = bare_dealer(context, server.address)
         older.send_multipart([b"lazyseq/1", b"hello", b'{"hello": 1, "timeout": 10.0}'])
         tag, kind, header = older.recv_multipart()
         older.close()
@@ -1828,9 +1835,7 @@ def test_garbage_is_logged_and_the_server_goes_on(caplog):
     caplog.set_level(logging.WARNING, logger="lazyseq.serve")
     with lazyseq.serve(range(10), LOOPBACK) as server:
         context = zmq.Context()
-        rogue = context.socket(zmq.DEALER)
-        rogue.setsockopt(zmq.LINGER, 0)
-        rogue.connect(server.address)
+        rogue = bare_dealer(context, server.address)
         rogue.send_multipart([b"HTTP/1.1", b"GET /"])
         rogue.send_multipart([wire.TAG, b"get", b"{not json"])
         rogue.send_multipart([wire.TAG, b"launch", b"{}"])
@@ -1845,9 +1850,7 @@ def test_garbage_is_logged_and_the_server_goes_on(caplog):
         assert json.loads(answers[1][2]) == {"message": "unknown request b'launch'"}
         rogue.send_multipart([wire.TAG, b"get", b"[" * 200_000])  # over the size limit: cut off by ZeroMQ
         rogue.close()  # cut off
-        rogue = context.socket(zmq.DEALER)
-        rogue.setsockopt(zmq.LINGER, 0)
-        rogue.connect(server.address)
+        rogue = bare_dealer(context, server.address)
         rogue.send_multipart([wire.TAG, b"get", b"{}", *[b""] * 100_000])  # frames read past the fifth are dropped
         rogue.send_multipart([wire.TAG, b"get", b"{}", *[b""] * 100_000, wire.CUT])  # cut short: dropped silently
         rogue.send_multipart([wire.TAG, b"sync", b"{}"])
@@ -1891,9 +1894,7 @@ def test_a_server_out_of_descriptors_goes_on_serving(monkeypatch, caplog):
 def test_a_get_for_several_items_gets_one_answer_each():
     with lazyseq.serve(lazyseq.smap(lambda i: np.full(2, i), range(10)), LOOPBACK) as server:
         context = zmq.Context()
-        client = context.socket(zmq.DEALER)
-        client.setsockopt(zmq.LINGER, 0)
-        client.connect(server.address)
+        client = bare_dealer(context, server.address)
         client.send_multipart([wire.TAG, b"get", wire.dumps({"req": 5, "index": 7, "count": 4})])
         answers = []
         for _ in range(4):
@@ -2342,9 +2343,7 @@ def test_a_huge_request_or_item_harms_only_itself(caplog):
     items = lazyseq.smap(lambda i: 10**5000 if i == 1 else i, range(5))
     with lazyseq.serve(items, LOOPBACK) as server, lazyseq.connect(server.address) as remote:
         context = zmq.Context()
-        rogue = context.socket(zmq.DEALER)
-        rogue.setsockopt(zmq.LINGER, 0)
-        rogue.connect(server.address)
+        rogue = bare_dealer(context, server.address)
         rogue.send_multipart([wire.TAG, b"get", b'{"req": ' + b"1" * 5000 + b', "index": 0}'])
         assert rogue.recv_multipart()[1] == b"refused"
         rogue.close()
@@ -2371,9 +2370,7 @@ def test_what_was_computed_ahead_for_a_consumer_gone_quiet_goes_before_its_timeo
     monkeypatch.setattr(ViewService, "idle", idle)
     with lazyseq.serve(lazyseq.smap(abs, range(30)), LOOPBACK, nworkers=1, max_buffered=8) as server:
         context = zmq.Context()
-        quiet = context.socket(zmq.DEALER)  # no heartbeats
-        quiet.setsockopt(zmq.LINGER, 0)
-        quiet.connect(server.address)
+        quiet = bare_dealer(context, server.address)  # no heartbeats
         quiet.send_multipart([wire.TAG, b"hello", wire.dumps({"timeout": 86400})])
         assert quiet.recv_multipart()[1] == b"welcome"
         quiet.send_multipart([wire.TAG, b"get", wire.dumps({"req": 0, "index": 0})])
@@ -2390,9 +2387,7 @@ def test_what_was_computed_ahead_for_a_consumer_gone_quiet_goes_before_its_timeo
 def test_pings_from_strangers_leave_nothing_on_the_server():
     with lazyseq.serve(range(3), LOOPBACK) as server:
         context = zmq.Context()
-        rogue = context.socket(zmq.DEALER)
-        rogue.setsockopt(zmq.LINGER, 0)
-        rogue.connect(server.address)
+        rogue = bare_dealer(context, server.address)
         for _ in range(200):
             rogue.send_multipart([wire.TAG, b"ping", wire.dumps({"client": os.urandom(16).hex(), "timeout": 9e4})])
         for _ in range(200):
@@ -2838,9 +2833,7 @@ def test_a_consumer_that_leaves_while_its_batch_is_read_leaves_nothing_held():
 def test_requests_for_items_at_once_are_checked():
     with lazyseq.serve(np.arange(10) * 10, LOOPBACK) as server:
         context = zmq.Context()
-        client = context.socket(zmq.DEALER)
-        client.setsockopt(zmq.LINGER, 0)
-        client.connect(server.address)
+        client = bare_dealer(context, server.address)
         for header in [
             {"req": 0, "positions": []},
             {"req": 0, "positions": list(range(2049))},

@@ -22,8 +22,11 @@ import lazyseq
 
 zmq = pytest.importorskip("zmq")
 
-from test_serve import ServerProcess, same  # noqa: E402
+from test_serve import ServerProcess, drive, same  # noqa: E402
 
+from lazyseq.loading import thread_workers  # noqa: E402
+from lazyseq.loading.buffering import Buffering  # noqa: E402
+from lazyseq.loading.options import LoaderOptions  # noqa: E402
 from lazyseq.loading.shared_slots import PAGE  # noqa: E402
 from lazyseq.serving import server_loop, shared_items, wire  # noqa: E402
 from lazyseq.serving.connection import Connection  # noqa: E402
@@ -637,14 +640,39 @@ def slots_accounted(service, consumer):
     return sorted(pool._free + list(pool._handed) + computing) == list(range(pool._slots.count))
 
 
+CONSUMER = b"consumer"
+
+
+@contextlib.contextmanager
+def service_with_pool(view, nworkers=1, start_hook=None):
+    """A view service of ``view`` (as a server's thread drives it), its answers (a list, kept as they are sent), and
+    what the requests of a consumer on this machine say once it opened its pool (made by the welcome, or by the
+    first item with arrays: the last one, answered here). The service is closed at the end."""
+    sent = []
+    options = LoaderOptions.check("serve", nworkers, start_hook=start_hook)
+    service = ViewService(view, options, Buffering(8), send=lambda *m: sent.append(m))
+    try:
+        if "pool" not in service.hello(CONSUMER, hello_fields(4), local=True):
+            service.handle(CONSUMER, b"get", {"req": 100, "index": len(view) - 1})
+            drive(service, lambda: sent)
+        yield service, sent, {"in": service._pools[CONSUMER].name}
+    finally:
+        service.close()
+
+
+def second_worker_fails_once(failing):
+    """A start hook: the second worker thread fails to start once ``failing`` is set (while items are computed)."""
+
+    def start_hook(k):
+        if k == 1 and failing.wait(30):
+            raise RuntimeError("the second worker could not start")
+
+    return start_hook
+
+
 def test_a_cancelled_task_resumed_after_a_worker_skipped_it_frees_its_slot_once_let_go():
     # Items ahead, queued each with a slot, cancelled by a jump, skipped by the worker, then wanted again before the
     # server took the skips in: the resume came too late, and a later jump dropped them without freeing their slots.
-    from test_serve import drive
-
-    from lazyseq.loading.buffering import Buffering
-    from lazyseq.loading.options import LoaderOptions
-
     gate = threading.Event()
 
     def item(i):
@@ -652,71 +680,49 @@ def test_a_cancelled_task_resumed_after_a_worker_skipped_it_frees_its_slot_once_
             gate.wait(30)
         return np.full(8, float(i))
 
-    sent = []
-    service = ViewService(
-        lazyseq.smap(item, range(100)), LoaderOptions.check("serve", 1), Buffering(8), send=lambda *m: sent.append(m)
-    )
-    c = b"consumer"
+    c = CONSUMER
+    with service_with_pool(lazyseq.smap(item, range(100))) as (service, sent, opened):
 
-    def answered(i):
-        return any(header["index"] == i for _, kind, header, _ in sent)
+        def answered(i):
+            return any(header["index"] == i for _, kind, header, _ in sent)
 
-    try:
-        service.hello(c, hello_fields(4), local=True)
-        service.handle(c, b"get", {"req": 100, "index": 99})  # the first item with arrays: its pool is made
-        drive(service, lambda: answered(99))
-        opened = {"in": service._pools[c].name}
-        service.handle(c, b"get", {"req": 0, "index": 0, **opened})  # its worker waits at the gate
-        service.handle(c, b"get", {"req": 1, "index": 1, **opened})  # in order: items ahead queued, each in a slot
-        ahead = [key for key in service._into if key[1] > 1]
-        service.handle(c, b"get", {"req": 2, "index": 50, **opened})  # a jump: they are cancelled
-        tickets = dict(service._engine.workers.workers._tickets)
-        gate.set()
-        deadline = time.monotonic() + 30
-        while any(tickets[key].state != "skipped" for key in ahead) and time.monotonic() < deadline:
-            time.sleep(0.01)  # (the worker skips them; the server has not taken that in)
-        assert ahead and all(tickets[key].state == "skipped" for key in ahead)
-        service.handle(c, b"get", {"req": 3, "index": 2, **opened})  # back: resumed, too late
-        service.handle(c, b"get", {"req": 4, "index": 3, **opened})
-        drive(service, lambda: answered(2) and answered(3))
-        service.handle(c, b"get", {"req": 5, "index": 90, **opened})  # a jump elsewhere: the items ahead go
-        drive(service, lambda: answered(90) and not service._engine.pending)
-        engine = service._engine
-        assert slots_accounted(service, c)
-        assert [key for key in service._into if key not in engine.ready] == []  # (held by tasks that ended)
-    finally:
-        gate.set()
-        service.close()
+        try:
+            service.handle(c, b"get", {"req": 0, "index": 0, **opened})  # its worker waits at the gate
+            service.handle(c, b"get", {"req": 1, "index": 1, **opened})  # in order: items ahead queued, each in a slot
+            ahead = [key for key in service._into if key[1] > 1]
+            service.handle(c, b"get", {"req": 2, "index": 50, **opened})  # a jump: they are cancelled
+            tickets = dict(service._engine.workers.workers._tickets)
+            gate.set()
+            deadline = time.monotonic() + 30
+            while any(tickets[key].state != "skipped" for key in ahead) and time.monotonic() < deadline:
+                time.sleep(0.01)  # (the worker skips them; the server has not taken that in)
+            assert ahead and all(tickets[key].state == "skipped" for key in ahead)
+            service.handle(c, b"get", {"req": 3, "index": 2, **opened})  # back: resumed, too late
+            service.handle(c, b"get", {"req": 4, "index": 3, **opened})
+            drive(service, lambda: answered(2) and answered(3))
+            service.handle(c, b"get", {"req": 5, "index": 90, **opened})  # a jump elsewhere: the items ahead go
+            drive(service, lambda: answered(90) and not service._engine.pending)
+            engine = service._engine
+            assert slots_accounted(service, c)
+            assert [key for key in service._into if key not in engine.ready] == []  # (held by tasks that ended)
+        finally:
+            gate.set()
 
 
 def test_after_its_workers_failed_the_slots_of_items_they_computed_are_free_again():
-    from test_serve import drive
-
-    from lazyseq.loading.buffering import Buffering
-    from lazyseq.loading.options import LoaderOptions
-
     failing = threading.Event()
-
-    def start_hook(k):
-        if k == 1 and failing.wait(30):  # the second worker fails once items are computed
-            raise RuntimeError("the second worker could not start")
-
-    sent = []
-    options = LoaderOptions.check("serve", 2, start_hook=start_hook)
-    service = ViewService(MANY_BATCHES, options, Buffering(8), send=lambda *m: sent.append(m))
-    c = b"consumer"
-    try:
-        opened = {"in": service.hello(c, hello_fields(4), local=True)["pool"]["name"]}
-        service.handle(c, b"get", {"req": 0, "index": 0, **opened})
-        engine = service._engine
-        drive(service, lambda: sent and len(engine.ready) >= 4)  # items computed ahead, each in a slot
-        failing.set()
-        service.handle(c, b"get", {"req": 1, "index": 1, **opened})  # reads on: the failure is taken in
-        drive(service, lambda: service._engine is not engine)
-        assert slots_accounted(service, c)  # (those of the items computed were kept for good)
-    finally:
-        failing.set()
-        service.close()
+    c = CONSUMER
+    with service_with_pool(MANY_BATCHES, 2, second_worker_fails_once(failing)) as (service, sent, opened):
+        try:
+            service.handle(c, b"get", {"req": 0, "index": 0, **opened})
+            engine = service._engine
+            drive(service, lambda: sent and len(engine.ready) >= 4)  # items computed ahead, each in a slot
+            failing.set()
+            service.handle(c, b"get", {"req": 1, "index": 1, **opened})  # reads on: the failure is taken in
+            drive(service, lambda: service._engine is not engine)
+            assert slots_accounted(service, c)  # (those of the items computed were kept for good)
+        finally:
+            failing.set()
 
 
 def test_an_answer_lost_for_a_request_dropped_after_a_jump_is_asked_for_again_and_its_slot_comes_back(
@@ -742,47 +748,31 @@ def test_an_answer_lost_for_a_request_dropped_after_a_jump_is_asked_for_again_an
 
 
 def test_when_workers_fail_only_the_slot_of_an_item_a_thread_still_computes_is_kept_from_use(monkeypatch):
-    from test_serve import drive
-
-    from lazyseq.loading import thread_workers
-    from lazyseq.loading.buffering import Buffering
-    from lazyseq.loading.options import LoaderOptions
-
     monkeypatch.setattr(thread_workers, "JOIN_SECONDS", 0.1)  # (how long a close waits for a busy thread)
     failing, busy = threading.Event(), threading.Event()
-
-    def start_hook(k):
-        if k == 1 and failing.wait(30):  # the second worker fails once items are computed
-            raise RuntimeError("the second worker could not start")
 
     def item(i):
         if i == 3:
             busy.wait(30)  # still computed as the workers fail, and after their close
         return np.full(8, float(i))
 
-    sent = []
-    options = LoaderOptions.check("serve", 2, start_hook=start_hook)
-    service = ViewService(lazyseq.smap(item, range(40)), options, Buffering(8), send=lambda *m: sent.append(m))
-    c = b"consumer"
-    try:
-        service.hello(c, hello_fields(4), local=True)
-        service.handle(c, b"get", {"req": 100, "index": 39})  # the first item with arrays: its pool is made
-        drive(service, lambda: sent)
-        opened = {"in": service._pools[c].name}
-        service.handle(c, b"get", {"req": 0, "index": 0, **opened})
-        service.handle(c, b"get", {"req": 1, "index": 1, **opened})  # in order: items ahead, each in a slot
-        engine = service._engine
-        drive(service, lambda: (c, 2) in engine.ready)  # 2 computed, 3 being computed, 4 and on queued
-        busy_slot = service._into[(c, 3)][1]
-        failing.set()
-        drive(service, lambda: service._engine is not engine)
-        pool = service._pools[c]
-        computing = [slot for _, slot in service._into.values()]
-        assert sorted(pool._free + list(pool._handed) + computing + [busy_slot]) == list(range(pool._slots.count))
-    finally:
-        busy.set()
-        failing.set()
-        service.close()
+    c = CONSUMER
+    view = lazyseq.smap(item, range(40))
+    with service_with_pool(view, 2, second_worker_fails_once(failing)) as (service, sent, opened):
+        try:
+            service.handle(c, b"get", {"req": 0, "index": 0, **opened})
+            service.handle(c, b"get", {"req": 1, "index": 1, **opened})  # in order: items ahead, each in a slot
+            engine = service._engine
+            drive(service, lambda: (c, 2) in engine.ready)  # 2 computed, 3 being computed, 4 and on queued
+            busy_slot = service._into[(c, 3)][1]
+            failing.set()
+            drive(service, lambda: service._engine is not engine)
+            pool = service._pools[c]
+            computing = [slot for _, slot in service._into.values()]
+            assert sorted(pool._free + list(pool._handed) + computing + [busy_slot]) == list(range(pool._slots.count))
+        finally:
+            busy.set()
+            failing.set()
 
 
 def test_a_read_interrupted_as_its_answer_came_reads_it_when_asked_again(monkeypatch, pool_reads):
