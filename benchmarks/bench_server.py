@@ -73,6 +73,7 @@ ROWS_PER_FILE, WIDTH = 20_000, 248
 FUEL_PRODUCE, FUEL_TRAIN, FUEL_BATCHES = 0.005, 0.010, 50
 SLOW_ITEM, SLOW_WORKERS = 0.005, 4
 RAW_AHEAD = 4
+SHARED_SLOTS = 2 * RAW_AHEAD  # slots of a consumer of the hand-written shared-memory server
 PUSH_HWM = 10  # Fuel's default
 
 
@@ -132,6 +133,8 @@ def serve_main(kind: str, directory: str, batch: int, count: int, keys: str | No
         return push_server(fuel_epochs())
     if kind == "handwritten":
         return handwritten_server(directory, batch, count)
+    if kind == "handwritten-shm":
+        return shared_memory_server(directory, batch, count)
     source: Any
     if kind == "stream":
         source = small_rows()
@@ -211,6 +214,31 @@ def handwritten_server(directory: str, batch: int, count: int) -> None:
     context.term()
 
 
+def shared_memory_server(directory: str, batch: int, count: int) -> None:
+    """The least a served pipeline needs through shared memory: a ROUTER computing each batch of
+    ``gathered_batches`` (the same view) in its one thread, straight into the slot of the consumer's shared memory
+    that the request names, and answering with the request itself."""
+    view = gathered_batches(directory, batch, count)
+    context = zmq.Context()
+    socket = context.socket(zmq.ROUTER)
+    port = socket.bind_to_random_port("tcp://127.0.0.1")
+    print(f"tcp://127.0.0.1:{port}", flush=True)
+    slots: dict[bytes, np.ndarray] = {}
+    while True:
+        client, request = socket.recv_multipart()
+        if request == b"stop":
+            break
+        if request.startswith(b"/"):  # a consumer's shared memory: a file of slots
+            slots[client] = np.memmap(request.decode(), np.uint8, "r+").reshape(SHARED_SLOTS, -1)
+            continue
+        i, slot = map(int, request.split())
+        view._get_into(i, slots[client][slot])  # the hook the server's worker threads compute a batch into a slot by
+        socket.send_multipart([client, request])
+    slots.clear()
+    socket.close(0)
+    context.term()
+
+
 class ServerProcess:
     def __init__(self, kind: str, directory: str, batch: int, count: int, keys: str | None = None) -> None:
         command = [sys.executable, __file__, "--serve", kind, "--data", directory]
@@ -286,6 +314,36 @@ def raw_run(address: str, count: int) -> Callable[[], None]:
     return run
 
 
+def shared_memory_run(address: str, batch: int, count: int) -> Callable[[], None]:
+    """``count`` batches from :func:`shared_memory_server`, ``RAW_AHEAD`` asked for ahead, each read where the server
+    computed it (a slot of a file in ``/dev/shm``, made for the run), then its slot asked for again."""
+
+    def run() -> None:
+        with tempfile.NamedTemporaryFile(dir="/dev/shm", prefix="bench-slots-") as file:
+            file.truncate(SHARED_SLOTS * batch * WIDTH * 8)
+            slots = np.memmap(file.name, np.float64, "r+").reshape(SHARED_SLOTS, batch, WIDTH)
+            context = zmq.Context()
+            socket = context.socket(zmq.DEALER)
+            socket.connect(address)
+            socket.send(file.name.encode())
+            free, sent = list(range(SHARED_SLOTS)), 0
+            for _ in range(RAW_AHEAD):
+                socket.send(b"%d %d" % (sent, free.pop()))
+                sent += 1
+            for _ in range(count):
+                slot = int(socket.recv().split()[1])
+                slots[slot][0, 0]  # touch the data
+                free.append(slot)
+                if sent < count:
+                    socket.send(b"%d %d" % (sent, free.pop()))
+                    sent += 1
+            socket.close(0)
+            context.term()
+            del slots
+
+    return run
+
+
 def one_at_a_time_run(address: str, count: int, ahead: int) -> Callable[[], None]:
     """The first ``count`` rows, one at a time, of what the server serves (a view read in order, or a stream)."""
 
@@ -350,7 +408,7 @@ def bench_loader_bound(directory: str, count: int, repeats: int) -> tuple[list[l
     batch_bytes = {"256 x 248 (0.5 MiB)": 256, "528 x 248 (1 MiB)": 528}
     rows, results = [], []
     for label, batch in batch_bytes.items():
-        kinds = ("batches", "batches-ipc", "handwritten", "raw")
+        kinds = ("batches", "batches-ipc", "handwritten", "handwritten-shm", "raw")
         servers = {kind: ServerProcess(kind, directory, batch, count) for kind in kinds}
         try:
             view = gathered_batches(directory, batch, count)
@@ -358,6 +416,9 @@ def bench_loader_bound(directory: str, count: int, repeats: int) -> tuple[list[l
                 "local prefetch, 2 threads": local_run(view, 2),
                 "local prefetch, 2 threads computing every batch": local_run(view, 2, inline_below=0),
                 "served, shared memory": served_run(servers["batches"].address),
+                "hand-written server, shared memory": shared_memory_run(
+                    servers["handwritten-shm"].address, batch, count
+                ),
                 "served, socket": served_run(servers["batches"].address, shared_memory=False),
                 "served over ipc://, socket": served_run(servers["batches-ipc"].address, shared_memory=False),
                 "hand-written server, numpy": raw_run(servers["handwritten"].address, count),
@@ -365,7 +426,7 @@ def bench_loader_bound(directory: str, count: int, repeats: int) -> tuple[list[l
             }
             times = measure(runs, repeats)
         finally:
-            for kind in ("raw", "handwritten"):
+            for kind in ("raw", "handwritten", "handwritten-shm"):
                 stop_raw(servers[kind].address)
             for server in servers.values():
                 server.stop()
@@ -375,10 +436,14 @@ def bench_loader_bound(directory: str, count: int, repeats: int) -> tuple[list[l
             rows.append(
                 [label, name, f"{best:.3f} s", f"{statistics.median(seconds):.3f} s", f"{gigabytes / best:.2f}"]
             )
-        local, in_workers, shared, socket, ipc, handwritten, raw = (min(times[name]) for name in runs)
+        local, in_workers, shared, handwritten_shared, socket, ipc, handwritten, raw = (
+            min(times[name]) for name in runs
+        )
         for name, lazy, reference, seconds in [
             ("served, shared memory", shared, "local prefetch", local),
             ("served, shared memory", shared, "local prefetch, batches in its threads", in_workers),
+            ("served, shared memory", shared, "hand-written server, shared memory", handwritten_shared),
+            ("hand-written server, shared memory", handwritten_shared, "local prefetch", local),
             ("served, socket", socket, "local prefetch", local),
             ("served, socket", socket, "hand-written server", handwritten),
             ("served, socket", socket, "raw pyzmq", raw),
