@@ -15,7 +15,12 @@ repeat, and each comparison is a ratio of timings taken in the same run.
    reader, and with ``inline_below=0``: every batch in a worker thread, as
    the server's workers compute them); vs a hand-written server (pyzmq and numpy, no lazyseq) that
    gathers the same batches in its one thread and sends them (what this
-   machine gives a served pipeline); and the same bytes sent by a bare pyzmq
+   machine gives a served pipeline through a socket); vs a hand-written
+   shared-memory server (pyzmq, no lazyseq machinery) that computes each
+   batch of the same view in its one thread straight into the slot of the
+   consumer's shared memory that the request names, one small message each
+   way, 4 asked for ahead (what this machine gives a served pipeline through
+   shared memory); and the same bytes sent by a bare pyzmq
    ROUTER/DEALER pair (the transport's limit), in GB/s, for these batches and
    for 1 MiB ones. The served pipeline is read as a consumer on the server's
    machine reads it (the arrays through shared memory), and as one on another
