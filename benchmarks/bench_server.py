@@ -79,6 +79,7 @@ FUEL_PRODUCE, FUEL_TRAIN, FUEL_BATCHES = 0.005, 0.010, 50
 SLOW_ITEM, SLOW_WORKERS = 0.005, 4
 RAW_AHEAD = 4
 SHARED_SLOTS = 2 * RAW_AHEAD  # slots of a consumer of the hand-written shared-memory server
+SHARED_DIRECTORY = "/dev/shm" if os.path.isdir("/dev/shm") else None  # (memory, not disk, where there is one)
 PUSH_HWM = 10  # Fuel's default
 
 
@@ -233,8 +234,8 @@ def shared_memory_server(directory: str, batch: int, count: int) -> None:
         client, request = socket.recv_multipart()
         if request == b"stop":
             break
-        if request.startswith(b"/"):  # a consumer's shared memory: a file of slots
-            slots[client] = np.memmap(request.decode(), np.uint8, "r+").reshape(SHARED_SLOTS, -1)
+        if request.startswith(b"/"):  # a consumer's shared memory: a file of slots (the last consumer's gone)
+            slots = {client: np.memmap(request.decode(), np.uint8, "r+").reshape(SHARED_SLOTS, -1)}
             continue
         i, slot = map(int, request.split())
         view._get_into(i, slots[client][slot])  # the hook the server's worker threads compute a batch into a slot by
@@ -324,7 +325,7 @@ def shared_memory_run(address: str, batch: int, count: int) -> Callable[[], None
     computed it (a slot of a file in ``/dev/shm``, made for the run), then its slot asked for again."""
 
     def run() -> None:
-        with tempfile.NamedTemporaryFile(dir="/dev/shm", prefix="bench-slots-") as file:
+        with tempfile.NamedTemporaryFile(dir=SHARED_DIRECTORY, prefix="bench-slots-") as file:
             file.truncate(SHARED_SLOTS * batch * WIDTH * 8)
             slots = np.memmap(file.name, np.float64, "r+").reshape(SHARED_SLOTS, batch, WIDTH)
             context = zmq.Context()
