@@ -41,15 +41,9 @@ pytestmark = pytest.mark.skipif(not hello_fields(4), reason="shared memory betwe
 
 @pytest.fixture
 def pool_reads(monkeypatch):
-    """How many items the consumers of this process read from a pool."""
+    """The slots of the items the consumers of this process read from a pool, one per item read."""
     reads = []
-    real = ReceivedPool.buffers
-
-    def counted(self, slot, number, places):
-        reads.append(slot)
-        return real(self, slot, number, places)
-
-    monkeypatch.setattr(ReceivedPool, "buffers", counted)
+    note_pool_reads(monkeypatch, lambda slot, buffers: reads.append(slot))
     return reads
 
 
@@ -57,15 +51,20 @@ def pool_reads(monkeypatch):
 def items_from_pool(monkeypatch):
     """The items the consumers of this process read from a pool, each named by its first value (float64 arrays)."""
     items = []
+    note_pool_reads(monkeypatch, lambda slot, buffers: items.append(int(np.frombuffer(buffers[0], np.float64)[0])))
+    return items
+
+
+def note_pool_reads(monkeypatch, note):
+    """Have ``note(slot, buffers)`` called for each item a consumer of this process reads from a pool."""
     real = ReceivedPool.buffers
 
     def noted(self, slot, number, places):
         buffers = real(self, slot, number, places)
-        items.append(int(np.frombuffer(buffers[0], np.float64)[0]))
+        note(slot, buffers)
         return buffers
 
     monkeypatch.setattr(ReceivedPool, "buffers", noted)
-    return items
 
 
 def served_pools():
