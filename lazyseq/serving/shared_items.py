@@ -105,10 +105,10 @@ class ServedPool:
         self.name = NAME + os.urandom(8).hex()
         self._slots = SharedSlots(count, slot_bytes, "serve", name=self.name)
         self._free = list(range(count - 1, -1, -1))  # the server's, holding nothing (taken from the end)
-        self._handed: dict[int, int] = {}  # the consumer's, until it hands them back: slot -> its hand-over's number
+        # the consumer's, until it hands them back: slot -> (its hand-over's number, the request it answered)
+        self._handed: dict[int, tuple[int, int]] = {}
         self._numbers = itertools.count(1)
         self._answers: dict[int, tuple[int, dict[str, Any]]] = {}  # request -> (index, its answer) while handed over
-        self._request_of: dict[int, int] = {}  # slot handed over -> the request it answered
         self.confirmed = False  # whether the consumer opened the pool (its requests name it): then items go in it
         self.copied = 0  # bytes of items copied into slots (built elsewhere)
 
@@ -192,9 +192,9 @@ class ServedPool:
         """The answer to request ``req`` (item ``index``, described by ``fields``) that hands ``slot`` over to the
         consumer with the item in it: numbered, so that a repeat of it is told from a later hand-over."""
         number = next(self._numbers)
-        self._handed[slot] = number
+        self._handed[slot] = (number, req)
         answer = {**fields, "slot": slot, "handover": number, "in": self.name}
-        self._answers[req], self._request_of[slot] = (index, answer), req
+        self._answers[req] = (index, answer)
         return answer
 
     def answer_again(self, req: int, index: int) -> dict[str, Any] | None:
@@ -212,10 +212,11 @@ class ServedPool:
         for entry in entries:
             if type(entry) is list and len(entry) == 2 and type(entry[0]) is int and type(entry[1]) is int:
                 slot, number = entry
-                if handed.get(slot) == number:
+                handover = handed.get(slot)
+                if handover is not None and handover[0] == number:
                     del handed[slot]
                     self._free.append(slot)
-                    self._answers.pop(self._request_of.pop(slot), None)
+                    self._answers.pop(handover[1], None)
 
     def close(self) -> None:
         """Let the pool go: the consumer keeps what it maps until it lets go too; items being written, theirs."""

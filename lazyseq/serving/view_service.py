@@ -538,8 +538,8 @@ class ViewService:
         if engine is None:
             return
         engine.close()
-        threads = cast(ThreadWorkers | None, engine.workers.workers)  # (slots are used by worker threads only)
-        busy = threads.busy_with() if threads is not None and self._into else set()
+        threads = engine.workers.workers  # (only worker threads compute into slots)
+        busy = threads.busy_with() if isinstance(threads, ThreadWorkers) else set()
         for key in list(self._into):
             if key in busy:
                 del self._into[key]
