@@ -4,7 +4,7 @@ import pytest
 
 zmq = pytest.importorskip("zmq")
 
-from lazyseq.serving.frames import DONTWAIT, SNDMORE, receive_frames, send_frames  # noqa: E402
+from lazyseq.serving.frames import DONTWAIT, SNDMORE, has_message, receive_frames, send_frames  # noqa: E402
 
 
 @pytest.fixture
@@ -36,6 +36,18 @@ def test_messages_keep_their_frames_and_their_boundaries(pair):
 def test_nothing_to_receive_without_waiting_is_again(pair):
     with pytest.raises(zmq.Again):
         receive_frames(pair[1], DONTWAIT)
+
+
+def test_whether_a_message_waits_is_known_before_receiving(pair):
+    a, b = pair
+    assert not has_message(b)
+    send_frames(a, [b"one", b"two"])
+    send_frames(a, [b"three"])
+    assert has_message(b)
+    receive_frames(b, DONTWAIT)
+    assert has_message(b)  # the second message
+    receive_frames(b, DONTWAIT)
+    assert not has_message(b)
 
 
 def test_frames_past_the_most_kept_are_read_and_dropped(pair):

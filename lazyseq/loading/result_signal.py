@@ -32,6 +32,7 @@ class ResultSignal:
     def __init__(self) -> None:
         self._read_fd = self._write_fd = -1
         self._lock = threading.Lock()  # no byte is ever written to a descriptor closed (and perhaps reused)
+        self._written = False  # a byte is in the pipe, not read yet: one is enough (each costs both sides a call)
 
     def fds(self) -> list[int]:
         if self._read_fd < 0:
@@ -43,10 +44,11 @@ class ResultSignal:
         return [self._read_fd]
 
     def notify(self) -> None:
-        if self._write_fd < 0:  # nobody asked for the pipe: nothing to do
+        if self._write_fd < 0 or self._written:  # nobody asked for the pipe, or it is readable already
             return
         with self._lock:
             if self._write_fd >= 0:
+                self._written = True
                 try:
                     os.write(self._write_fd, b"r")
                 except OSError:  # full: the reader will look anyway
@@ -54,11 +56,13 @@ class ResultSignal:
 
     def clear(self) -> None:
         """Empty the pipe; call it before looking for results (one that arrives after it writes again)."""
-        if self._read_fd >= 0:
+        if self._read_fd >= 0 and self._written:
             try:
                 os.read(self._read_fd, 1 << 16)
             except BlockingIOError:
                 pass
+            # (after the read: a result notified in between wrote nothing, and is in the queue the caller looks at)
+            self._written = False
 
     def close(self) -> None:
         with self._lock:

@@ -337,6 +337,21 @@ def _array(buffers: Sequence, used: list, k: Any, dtype_name: Any, shape: Any) -
 
 
 def _plain_dtype(name: Any) -> np.dtype:
+    dtype = _plain_dtypes.get(name) if type(name) is str else None  # (one per array of every item read: kept)
+    if dtype is not None:
+        return dtype
+    dtype = _checked_plain_dtype(name)
+    if len(_plain_dtypes) >= _KEPT_DTYPES:
+        _plain_dtypes.clear()
+    _plain_dtypes[name] = dtype
+    return dtype
+
+
+_plain_dtypes: dict[str, np.dtype] = {}  # the names read so far, each checked once
+_KEPT_DTYPES = 256
+
+
+def _checked_plain_dtype(name: Any) -> np.dtype:
     if type(name) is not str or len(name) > _MAX_DTYPE_CHARS:
         raise ProtocolError(f"not a dtype: {_short(name)}")
     try:
