@@ -40,7 +40,7 @@ class ResultSignal:
             for fd in (read_fd, write_fd):
                 os.set_blocking(fd, False)
             with self._lock:
-                self._read_fd, self._write_fd = read_fd, write_fd
+                self._read_fd, self._write_fd, self._written = read_fd, write_fd, False
         return [self._read_fd]
 
     def notify(self) -> None:
