@@ -64,26 +64,34 @@ def test_a_result_notified_while_the_pipe_is_read_does_not_silence_the_next_one(
 
 def test_no_notification_is_lost_between_threads():
     # A reader that clears, then looks for results, sees every result put before its notification; a result put after
-    # the clear wakes it again. Count the results seen that way: all of them arrive, none is waited for in vain.
+    # the clear wakes it again. Several workers notify at once: once they are done and every result seen, the pipe is
+    # empty, and the next result wakes the reader (no byte left unread, no flag left set over an empty pipe).
     signal = ResultSignal()
     fds = signal.fds()
     results: list[int] = []
-    count = 20_000
+    workers, count = 4, 5_000
 
     def produce() -> None:
         for k in range(count):
             results.append(k)
             signal.notify()
 
-    producer = threading.Thread(target=produce)
-    producer.start()
+    producers = [threading.Thread(target=produce) for _ in range(workers)]
+    for producer in producers:
+        producer.start()
     seen = 0
     try:
-        while seen < count:
-            assert select.select(fds, [], [], 10)[0], f"not woken, {count - seen} results waiting"
+        while seen < workers * count:
+            assert select.select(fds, [], [], 10)[0], f"not woken, {workers * count - seen} results waiting"
             signal.clear()
             seen = len(results)
     finally:
-        producer.join()
+        for producer in producers:
+            producer.join()
+    try:
+        signal.clear()
+        assert not readable(fds)
+        signal.notify()
+        assert readable(fds)
+    finally:
         signal.close()
-    assert seen == count

@@ -56,12 +56,15 @@ class ResultSignal:
 
     def clear(self) -> None:
         """Empty the pipe; call it before looking for results (one that arrives after it writes again)."""
-        if self._read_fd >= 0 and self._written:
-            try:
-                os.read(self._read_fd, 1 << 16)
-            except BlockingIOError:
-                pass
-            # (after the read: a result notified in between wrote nothing, and is in the queue the caller looks at)
+        if not self._written:  # nothing notified since the last clear (or a notify under way: it writes, and sets it)
+            return
+        with self._lock:  # not between a notify's flag and its byte: a byte read with the flag left set would
+            if self._read_fd >= 0:  # silence every later result
+                try:
+                    os.read(self._read_fd, 1 << 16)
+                except BlockingIOError:
+                    pass
+            # (after the read: a result notified meanwhile wrote nothing, and is in the queue the caller looks at)
             self._written = False
 
     def close(self) -> None:
