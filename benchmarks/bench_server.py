@@ -22,8 +22,8 @@ repeat, and each comparison is a ratio of timings taken in the same run.
    way, 4 asked for ahead (what this machine gives a served pipeline through
    shared memory: it asks for the next batch at every read, so 4 are always
    on their way; lazyseq asks in runs, once half of ``ahead`` are read, so
-   with ``ahead=4`` 2 to 4 are, and with ``ahead=8`` 4 to 8, also measured); and the same bytes sent by a bare pyzmq
-   ROUTER/DEALER pair (the transport's limit), in GB/s, for these batches and
+   with ``ahead=4`` 2 to 4 are, and with ``ahead=8``, also measured, 4 to 8);
+   and the same bytes sent by a bare pyzmq ROUTER/DEALER pair (the transport's limit), in GB/s, for these batches and
    for 1 MiB ones. The served pipeline is read as a consumer on the server's
    machine reads it (the arrays through shared memory), and as one on another
    machine would (``shared_memory=False``: everything through the socket),

@@ -56,10 +56,10 @@ class ResultSignal:
 
     def clear(self) -> None:
         """Empty the pipe; call it before looking for results (one that arrives after it writes again)."""
-        if not self._written:  # nothing notified since the last clear (or a notify under way: it writes, and sets it)
+        if not self._written:  # nothing notified since the last clear (a notify under way wakes the reader next)
             return
-        with self._lock:  # not between a notify's flag and its byte: a byte read with the flag left set would
-            if self._read_fd >= 0:  # silence every later result
+        with self._lock:  # not between a notify's flag and its byte: a byte left unread with the flag down would
+            if self._read_fd >= 0:  # wake the reader at once, again and again
                 try:
                     os.read(self._read_fd, 1 << 16)
                 except BlockingIOError:
