@@ -23,8 +23,9 @@ repeat, and each comparison is a ratio of timings taken in the same run.
    shared memory: it asks for the next batch at every read, so 4 are always
    on their way; lazyseq asks in runs, once half of ``ahead`` are read, so
    with ``ahead=4`` 2 to 4 are, and with ``ahead=8``, also measured, 4 to 8);
-   and the same bytes sent by a bare pyzmq ROUTER/DEALER pair (the transport's limit), in GB/s, for these batches and
-   for 1 MiB ones. The served pipeline is read as a consumer on the server's
+   and the same bytes sent by a bare pyzmq ROUTER/DEALER pair (the
+   transport's limit), in GB/s, for these batches and for 1 MiB ones. The
+   served pipeline is read as a consumer on the server's
    machine reads it (the arrays through shared memory), and as one on another
    machine would (``shared_memory=False``: everything through the socket),
    over loopback TCP and over ``ipc://`` (a Unix socket).
