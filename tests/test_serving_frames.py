@@ -4,7 +4,14 @@ import pytest
 
 zmq = pytest.importorskip("zmq")
 
-from lazyseq.serving.frames import DONTWAIT, SNDMORE, has_message, receive_frames, send_frames  # noqa: E402
+from lazyseq.serving.frames import (  # noqa: E402
+    DONTWAIT,
+    SNDMORE,
+    has_message,
+    receive_frames,
+    receive_waiting,
+    send_frames,
+)
 
 
 @pytest.fixture
@@ -48,6 +55,14 @@ def test_whether_a_message_waits_is_known_before_receiving(pair):
     assert has_message(b)  # the second message
     receive_frames(b, DONTWAIT)
     assert not has_message(b)
+
+
+def test_a_message_waiting_is_received_and_none_when_nothing_waits(pair):
+    a, b = pair
+    assert receive_waiting(b) is None
+    send_frames(a, [b"one", b"two", b"three"])
+    assert [f.bytes for f in receive_waiting(b, 2)] == [b"one", b"three"]  # (the most kept, as receive_frames)
+    assert receive_waiting(b) is None
 
 
 def test_frames_past_the_most_kept_are_read_and_dropped(pair):

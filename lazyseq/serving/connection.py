@@ -28,7 +28,7 @@ from . import wire
 from .endpoints import is_ipv6
 from .envelopes import opened
 from .failures import ServerLost
-from .frames import DONTWAIT, has_message, receive_frames, send_frames
+from .frames import DONTWAIT, receive_waiting, send_frames
 from .security import key_bytes, keypair_bytes
 
 __all__ = ["Connection", "ConnectionClosed"]
@@ -272,13 +272,9 @@ class Connection:
         from a lazyseq server is dropped."""
         if self._unread:
             return self._unread.popleft()
-        socket = self._socket
         while True:
-            if not has_message(socket):  # (most often the case when a read begins: no exception raised for it)
-                return None
-            try:
-                frames = receive_frames(socket, DONTWAIT)
-            except self._zmq.Again:
+            frames = receive_waiting(self._socket)
+            if frames is None:
                 return None
             self._heard = time.monotonic()
             self._patience.heard_after(self._heard - quiet_since)

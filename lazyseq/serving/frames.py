@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["DONTWAIT", "SNDMORE", "has_message", "receive_frames", "send_frames"]
+__all__ = ["DONTWAIT", "SNDMORE", "has_message", "receive_frames", "receive_waiting", "send_frames"]
 
 DONTWAIT = 1  # ZMQ_DONTWAIT (zmq.NOBLOCK)
 SNDMORE = 2  # ZMQ_SNDMORE
@@ -44,6 +44,23 @@ def send_frames(socket: Any, frames: Sequence[Any], flags: int = 0, *, copy: boo
 def has_message(socket: Any) -> bool:
     """Whether a message waits on ``socket``: a third of what a receive costs that raises ``zmq.Again``."""
     return bool(socket.get(_EVENTS) & _POLLIN)
+
+
+def receive_waiting(socket: Any, most: int | None = None) -> list[Any] | None:
+    """The frames of the message waiting on ``socket`` (see :func:`receive_frames`), or None if none is: no
+    exception raised when nothing waits, which is most of the times a reader looks."""
+    if not has_message(socket):
+        return None
+    try:
+        return receive_frames(socket, DONTWAIT, most)
+    except _again():  # (evaluated only if something was raised: zmq is imported by then)
+        return None
+
+
+def _again() -> type[Exception]:
+    import zmq
+
+    return zmq.Again
 
 
 def receive_frames(socket: Any, flags: int, most: int | None = None) -> list[Any]:

@@ -71,7 +71,7 @@ from ..loading.closing import (
 from . import wire
 from .endpoints import is_ipv6
 from .envelopes import Outbox
-from .frames import DONTWAIT, has_message, receive_frames, send_frames
+from .frames import receive_waiting, send_frames
 from .security import ZAP_ENDPOINT, ClientCheck, keypair_bytes
 from .socket_files import SocketFile, refuse_if_listening
 
@@ -218,12 +218,7 @@ class ServerLoop:
                 else:
                     began = time.monotonic()
                     for _ in range(MAX_REQUESTS_AT_ONCE):  # then results get their turn
-                        try:  # (asked first: no exception raised at the end of each run)
-                            frames = (
-                                receive_frames(router, DONTWAIT, MAX_REQUEST_FRAMES) if has_message(router) else None
-                            )
-                        except zmq.Again:
-                            frames = None
+                        frames = receive_waiting(router, MAX_REQUEST_FRAMES)
                         if frames is None:
                             read_up_to.drained(time.monotonic())
                             break
