@@ -1776,6 +1776,47 @@ def test_an_item_that_raises_what_is_not_an_exception_fails_alone_and_the_server
         assert server._loop.thread.is_alive()
 
 
+class UnprintableError(Exception):
+    def __str__(self):
+        raise RuntimeError("no text")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_item_whose_error_cannot_be_printed_fails_alone(stream):
+    # Describing the error raised: a stream's item vanished (none of its answers went out), a view's read waited for
+    # ever (heartbeats still answered).
+    class Items:  # an iterator that goes on after a failing item
+        def __init__(self):
+            self.i = -1
+
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            self.i += 1
+            if self.i == 3:
+                raise StopIteration
+            if self.i == 1:
+                raise UnprintableError
+            return self.i
+
+    def load(i):
+        if i == 1:
+            raise UnprintableError
+        return i
+
+    source = Items() if stream else lazyseq.smap(load, range(3))
+    with lazyseq.serve(source, LOOPBACK) as server, lazyseq.connect(server.address, timeout=5) as remote:
+        read = (lambda i: next(remote)) if stream else remote.__getitem__
+        assert read(0) == 0
+        with pytest.raises(lazyseq.EvaluationError) as caught:
+            read(1)
+        assert str(caught.value).endswith(
+            "[1]: RemoteError: UnprintableError: <str() of UnprintableError failed: RuntimeError: no text>"
+        )
+        assert read(2) == 2
+
+
 def test_serve_forever_raises_when_the_server_thread_ended_on_an_error(monkeypatch, caplog):
     def broken(*_):
         raise RuntimeError("a bug")

@@ -6,7 +6,7 @@ import traceback
 from typing import Any
 
 from ..loading.failures import LoaderError, RemoteError
-from ..views.errors import REMOTE_CHAIN, EndOfData, traced_chain
+from ..views.errors import REMOTE_CHAIN, EndOfData, message_of, traced_chain
 
 __all__ = ["ServerLost", "failure_header", "restore_failure", "unsendable_header"]
 
@@ -24,15 +24,31 @@ ServerLost.__module__ = "lazyseq"
 
 
 def failure_header(error: BaseException) -> dict[str, Any]:
-    """What a consumer needs to know of ``error``, raised while computing an item: text only."""
-    chain = traced_chain(error)
-    text = "".join(traceback.format_exception(error))
+    """What a consumer needs to know of ``error``, raised while computing an item: text only.
+
+    It never raises: an error whose own ``__str__`` raises (or whose notes are
+    not text) is described all the same, and its item is answered.
+
+    >>> class Odd(Exception):
+    ...     def __str__(self):
+    ...         raise RuntimeError("no")
+    >>> failure_header(Odd())["message"]
+    '<str() of Odd failed: RuntimeError: no>'
+    """
+    try:
+        chain = traced_chain(error)
+    except Exception:  # (the chain of views it went through is an extra)
+        chain = ""
+    try:
+        text = "".join(traceback.format_exception(error))
+    except Exception as failure:
+        text = f"<its traceback could not be formatted: {message_of(failure)}>\n"
     for note in getattr(error, "__notes__", ()):
-        if note not in text:
+        if isinstance(note, str) and note not in text:
             text += note + "\n"
     header: dict[str, Any] = {
         "type": type(error).__qualname__,
-        "message": str(error),
+        "message": message_of(error),
         "chain": chain,
         "traceback": text,
     }
