@@ -4,6 +4,7 @@ Servers listen on 127.0.0.1 only; every server, consumer and process a test star
 """
 
 import _thread
+import concurrent.futures
 import contextlib
 import errno
 import gc
@@ -1985,6 +1986,34 @@ def test_a_consumer_reading_in_order_asks_for_the_next_items_in_runs(monkeypatch
     ]
 
 
+def test_reading_the_last_item_again_keeps_what_was_asked_for_ahead(monkeypatch):
+    # It was taken for a jump: the consumer dropped its items ahead and the server what it computed ahead, both asked
+    # for and computed again at the next read (1,190 items computed for 200 read twice each).
+    sent, computed = [], []
+    original = Connection.send
+
+    def record(self, kind, header, flags=0):
+        if kind == b"get":
+            sent.append(dict(header))
+        original(self, kind, header, flags)
+
+    def compute(x):
+        computed.append(x)  # (one worker thread: appended one at a time)
+        return x
+
+    monkeypatch.setattr(Connection, "send", record)
+    served = lazyseq.smap(compute, range(10))
+    with lazyseq.serve(served, LOOPBACK, nworkers=1) as server, lazyseq.connect(server.address, ahead=4) as remote:
+        assert [remote[i] for i in (0, 0, 1, 1, 2)] == [0, 0, 1, 1, 2]
+    assert sent == [
+        {"req": 0, "index": 0, "count": 5},
+        {"req": 5, "index": 0, "again": True},  # item 0 alone, again
+        {"req": 6, "index": 1, "again": True},  # item 1 again, and the next one ahead
+        {"req": 7, "index": 5},
+    ]
+    assert [computed.count(i) for i in range(3)] == [2, 2, 1]  # each item read again is computed again, no other
+
+
 # -- security -------------------------------------------------------------------------------
 
 
@@ -3229,13 +3258,23 @@ def test_a_thread_prefetch_over_a_served_view_that_fails_does_not_wait_for_reads
             assert remote[1] == 10
 
 
+def read_in_turn(view, indices):
+    """``view[i]`` for each of ``indices``, read one after the other by two threads in turn (a thread prefetch's)."""
+    threads = [concurrent.futures.ThreadPoolExecutor(1), concurrent.futures.ThreadPoolExecutor(1)]
+    try:
+        return [threads[k % 2].submit(view.__getitem__, i).result() for k, i in enumerate(indices)]
+    finally:
+        for thread in threads:
+            thread.shutdown()
+
+
 def test_reads_of_items_asked_for_ahead_in_another_order_keep_the_others():
     # Threads reading a served view in turn (a thread prefetch over it) read its items in either order: each read
     # of an item but the next counted as a jump, dropped the items asked for ahead, and asked for them again.
     with lazyseq.serve(np.arange(20) * 10, LOOPBACK) as server, lazyseq.connect(server.address, ahead=4) as remote:
         asked, send = [], remote._connection.send
         remote._connection.send = lambda kind, header, flags=0: (asked.append(header), send(kind, header, flags))[1]
-        assert [remote[i] for i in (0, 2, 1, 3, 5, 4, 12, 13)] == [0, 20, 10, 30, 50, 40, 120, 130]
+        assert read_in_turn(remote, (0, 2, 1, 3, 5, 4, 12, 13)) == [0, 20, 10, 30, 50, 40, 120, 130]
         # (items 0-4, then ahead as half of them are read; a jump to 12: that one alone, then in order from 13)
         assert [(h["index"], h.get("count", 1)) for h in asked] == [(0, 5), (5, 2), (7, 3), (12, 1), (13, 5)]
         assert sorted(remote._asking.keys() | remote._arrived.keys()) == [14, 15, 16, 17]  # (nothing else kept)
@@ -3248,6 +3287,33 @@ def test_reads_of_items_asked_for_ahead_in_another_order_keep_the_others():
         assert [remote[i] for i in (0, *range(2, 100))] == [0, *range(2, 100)]
         kept = remote._asking.keys() | remote._arrived.keys()
         assert min(kept) == 100 and len(kept) <= 4  # (not item 1, skipped, for ever)
+
+
+def test_a_strided_shard_of_a_served_view_asks_for_its_items_only(monkeypatch):
+    # Its reads counted as in order (the next one had been asked for ahead) or as jumps: the consumer asked for every
+    # item up to `ahead` after each, and the server computed the whole view for each of 4 strided shards.
+    sent, computed = [], []
+    original = Connection.send
+
+    def record(self, kind, header, flags=0):
+        if kind == b"get":
+            sent.append(dict(header))
+        original(self, kind, header, flags)
+
+    def compute(x):
+        computed.append(x)  # (one worker thread: appended one at a time)
+        return x
+
+    monkeypatch.setattr(Connection, "send", record)
+    served = lazyseq.smap(compute, range(40))
+    with lazyseq.serve(served, LOOPBACK, nworkers=1) as server, lazyseq.connect(server.address, ahead=4) as remote:
+        assert list(lazyseq.shard(remote, 1, 4, contiguous=False)) == list(range(1, 40, 4))
+        # from the third read on, the next ones at the same step are asked for ahead, in runs
+        assert [h["index"] for h in sent] == [1, 5, 9, 13, 17, 21, 25, 29, 33, 37]
+        assert sorted(computed) == list(range(1, 40, 4))
+        assert [remote[i] for i in range(8)] == list(range(8))  # in order again: the step is 1 from the third read
+        assert sorted(remote._asking.keys() | remote._arrived.keys()) == [8, 9, 10]
+    assert [(h["index"], h.get("count", 1)) for h in sent[10:]] == [(0, 1), (1, 1), (2, 5), (7, 2), (9, 2)]
 
 
 def test_a_ctrl_c_as_a_served_view_closes_leaves_no_spare_connection_open(monkeypatch):

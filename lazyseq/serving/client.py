@@ -96,6 +96,8 @@ class RemoteView(View[Any]):
         self._arrived: dict[int, tuple[str, Any]] = {}  # index -> ("ok", value) or ("error", exception)
         self._last = -1
         self._high = -1  # the highest index asked for since the last jump
+        self._step, self._last_step, self._last_reader = 1, 1, 0  # the step of reads in order; the last read's, and
+        # its thread
         self._behind = False  # whether items behind the last read may be kept (read in another order)
         self._pool: ReceivedPool | None = None  # on the server's machine: where it writes items (see .shared_items)
         self._chunks = ChunkReads()  # what reads of several items at once asked for
@@ -135,32 +137,42 @@ class RemoteView(View[Any]):
                 self._connect_here()
             self._await_turn(f"item {i}", began)
             with self._lock:
-                self._check_readable()
-                n, after = self._len, i == self._last + 1
-                # in order: the next one, or one asked for ahead (threads reading in turn come in either order)
-                in_order = after or i in self._asking or i in self._arrived
-                stop = i + 1 + self._ahead if in_order else i + 1
-                wanted = range(i, stop if n is None else min(n, stop))
-                self._last = i
-                if not in_order:  # a jump: what was read ahead is not needed
-                    self._keep_only(wanted)
-                    self._high = i - 1
-                elif not after or self._behind:  # read in another order: what is far behind is not needed
-                    self._keep_only(range(i - self._ahead, sys.maxsize))
-                    self._behind = any(j < i for j in self._arrived) or any(j < i for j in self._asking)
-                # those up to the highest asked for were asked for already (read since, some of them): not again
-                missing = [] if i in self._arrived or i in self._asking else [i]
-                missing += range(max(i + 1, self._high + 1), wanted.stop)
-                # Read in order, the items ahead are asked for in runs, once half of them have been used: one request
-                # every few reads rather than one per read (each costs the reader a send).
-                if missing and (missing[0] == i or len(wanted) - len(missing) - 1 <= self._ahead // 2):
-                    self._ask(missing)
-                while i not in self._arrived:
-                    self._receive_one(f"item {i}")
-                status, value = self._arrived.pop(i)
+                try:
+                    status, value = self._read_held(i)
+                finally:
+                    if self._connection.closed:  # from elsewhere (another thread, a signal handler) meanwhile
+                        self._let_go_once_closed()
         if status == "error":
             raise value
         return value
+
+    def _read_held(self, i: int) -> tuple[str, Any]:
+        """Item ``i``'s answer, the lock held: asked for now if it was not, with the items ahead of it."""
+        self._check_readable()
+        n, step, last = self._len, self._stride(i), self._last
+        after = i == last + step
+        # in order: the next one, one asked for ahead (threads reading in turn come in either order), or the
+        # last one again (the items ahead stay)
+        in_order = after or i in self._asking or i in self._arrived or i == last
+        stop = i + step * (1 + self._ahead) if in_order else i + 1
+        wanted = range(i, stop if n is None else min(n, stop), step)
+        self._last = i
+        if not in_order:  # a jump: what was read ahead is not needed
+            self._keep_only(wanted)
+            self._high = i - 1
+        elif not after or self._behind:  # read in another order: what is far behind is not needed
+            self._keep_only(range(i - step * self._ahead, sys.maxsize, step))
+            self._behind = any(j < i for j in self._arrived) or any(j < i for j in self._asking)
+        # those up to the highest asked for were asked for already (read since, some of them): not again
+        missing = [] if i in self._arrived or i in self._asking else [i]
+        missing += [j for j in wanted[1:] if j > self._high and j not in self._asking]
+        # Read in order, the items ahead are asked for in runs, once half of them have been used: one request
+        # every few reads rather than one per read (each costs the reader a send).
+        if missing and (missing[0] == i or len(wanted) - len(missing) - 1 <= self._ahead // 2):
+            self._ask(missing, read_again=i == missing[0] and not after and i == last)
+        while i not in self._arrived:
+            self._receive_one(f"item {i}")
+        return self._arrived.pop(i)
 
     def _get_many(self, idx: Positions) -> Any:
         n = self._len
@@ -207,6 +219,8 @@ class RemoteView(View[Any]):
         except BaseException:  # a Ctrl-C, a server lost: the answers still to come are dropped, not kept
             with self._lock:
                 self._chunks.abandon(requests)
+                if self._connection.closed:  # from elsewhere meanwhile (see _read)
+                    self._let_go_once_closed()
             raise
 
     def _check_readable(self) -> None:
@@ -293,6 +307,20 @@ class RemoteView(View[Any]):
                 self._connection.check_heard(waiting_for, began)
             lock.release()
 
+    def _stride(self, i: int) -> int:
+        """The step of the reads in order, with item ``i`` read now: 1 at first; ``k`` once two reads in a row of
+        one thread went ``k`` ahead (a strided ``shard``, ``view[::k]``; threads reading in turn come in any order).
+        At a new step, what was asked for ahead off it is not needed."""
+        step, thread = i - self._last, threading.get_ident()
+        follows = step == self._last_step and thread == self._last_reader
+        self._last_step, self._last_reader = step, thread
+        if step < 1 or step == self._step or not follows:
+            return self._step
+        self._step = step
+        self._keep_only(range(i, sys.maxsize, step))
+        self._high = i
+        return step
+
     def _number_request(self) -> int:
         self._next_req += 1
         return self._next_req - 1
@@ -304,12 +332,14 @@ class RemoteView(View[Any]):
         self._spares, self._all_spares = [], []  # the parent's (closed in this process as it was forked)
         self._spares_lock, self._opening, self._restarting = threading.Lock(), 0, False
         self._asked, self._asking, self._arrived, self._last, self._high, self._behind = {}, {}, {}, -1, -1, False
+        self._step, self._last_step, self._last_reader = 1, 1, 0
         self._chunks = ChunkReads()
         self._drop_pool()  # the parent's (closed in this process as it was forked): it names its slots
         self._open_pool(info)
 
-    def _ask(self, indices: list[int]) -> None:
-        """Ask for ``indices`` (ascending), one request per run of consecutive ones."""
+    def _ask(self, indices: list[int], read_again: bool = False) -> None:
+        """Ask for ``indices`` (ascending), one request per run of consecutive ones; ``read_again``: the first one is
+        the item read last, read again (the server keeps what it computed ahead)."""
         start = 0
         for k in range(1, len(indices) + 1):
             if k == len(indices) or indices[k] != indices[k - 1] + 1 or k - start == wire.MAX_COUNT:
@@ -321,6 +351,8 @@ class RemoteView(View[Any]):
                 header: dict[str, Any] = {"req": req, "index": first}
                 if count > 1:
                     header["count"] = count
+                if read_again and start == 0:
+                    header["again"] = True
                 pool = self._pool
                 if pool is None:
                     self._connection.send(b"get", header)
@@ -466,13 +498,17 @@ class RemoteView(View[Any]):
             try:
                 self._close_spares()
             finally:
-                if self._lock.acquire(blocking=False):  # else a read is in progress: the pool goes with this view
+                if self._lock.acquire(blocking=False):  # else a read is in progress: it lets go of them as it ends
                     try:
-                        self._arrived.clear()  # items read ahead, never to be read now (in its pool: it goes)
-                        if self._connection.pid == os.getpid():  # (a forked child's copy was closed as it was forked)
-                            self._drop_pool()
+                        self._let_go_once_closed()
                     finally:
                         self._lock.release()
+
+    def _let_go_once_closed(self) -> None:
+        """With the lock held, once the connection is closed: the items read ahead go, and the pool."""
+        self._arrived.clear()  # never to be read now (in the pool: it goes)
+        if self._connection.pid == os.getpid():  # (a forked child's copy was closed as it was forked)
+            self._drop_pool()
 
     def _close_spares(self) -> None:
         """Close every spare connection, whatever one of them raises (a Ctrl-C): raised once all are closed."""

@@ -24,6 +24,8 @@ consumer -> server             server -> consumer
 ``get`` {req, index}           ``item`` {req, index, tree} + buffers, or ``error`` / ``failed``
 ``get`` {req, index, count}    the same for items ``index`` to ``index + count - 1``, one answer
                                each, as requests ``req`` to ``req + count - 1``
+``get`` {..., again}           ``index`` is the item the consumer read last, read again: what was
+                               computed ahead for it stays (any other read back is a jump)
 ``get`` {..., in, free}        on the server's machine, a ``get`` of items one by one names the
                                consumer's pool once it opened it, and hands back the slots it let
                                go of; an ``item`` then comes as {..., slot, handover, places, in},

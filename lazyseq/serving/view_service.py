@@ -147,7 +147,8 @@ class ViewService:
 
     def handle(self, consumer: bytes, kind: bytes, header: Any) -> None:
         """A ``get``: item ``index`` as request ``req``, or ``count`` items from there, requests ``req`` onwards;
-        or the items at ``positions``, as one chunk, in one answer to request ``req``.
+        or the items at ``positions``, as one chunk, in one answer to request ``req``. ``again``: the first item is
+        the one the consumer read last, read again, not a jump.
 
         ``in`` names the consumer's pool, once it opened it; ``free`` hands slots of it back (see
         :mod:`.shared_items`).
@@ -167,11 +168,11 @@ class ViewService:
             pool.confirmed = True
             if "free" in header:
                 pool.handed_back(header["free"])
-        req, i = header["req"], header["index"]
+        req, i, read_again = header["req"], header["index"], header.get("again") is True
         for k in range(count):
-            self._get(consumer, req + k, i + k)
+            self._get(consumer, req + k, i + k, read_again and k == 0)
 
-    def _get(self, consumer: bytes, req: int, i: int) -> None:
+    def _get(self, consumer: bytes, req: int, i: int, read_again: bool = False) -> None:
         n = self.view._len
         if i < 0 or (n is not None and i >= n):
             self._answer(consumer, b"error", req, i, _index_error(i, n))
@@ -188,11 +189,12 @@ class ViewService:
         if req in waiting:  # asked again after a silence: answered once
             return
         waiting.append(req)
-        reads.steady = i == reads.last + 1
-        if not reads.steady:  # a jump: what was computed ahead is not wanted any more
-            self._drop_ahead(consumer, reads)
-            reads.frontier = i + 1
-        reads.last = i
+        if not read_again:  # (the item the consumer read last, read again: what was computed ahead is still wanted)
+            reads.steady = i == reads.last + 1
+            if not reads.steady:  # a jump: what was computed ahead is not wanted any more
+                self._drop_ahead(consumer, reads)
+                reads.frontier = i + 1
+            reads.last = i
         engine = self._running_engine()
         key = (consumer, i)
         if key in engine.ready:
