@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -1443,6 +1444,30 @@ def test_an_item_handed_out_twice_is_logged_once_the_consumer_that_had_it_next_h
             f"item 1 of the stream was handed out twice: consumer {b'stopped'.hex()}, taken for dead, had handed it "
             "out before another consumer got it"
         ]
+    finally:
+        service.close()
+
+
+def test_an_item_handed_out_by_two_consumers_taken_for_dead_in_turn_is_logged(caplog):
+    # The second one was forgotten with the item in hand, which the first had said it handed out: nothing was kept of
+    # it, and its own late acknowledgement logged nothing.
+    from lazyseq.serving.stream_service import StreamService
+
+    service = StreamService(iter([]), max_buffered=2, max_wanted=8, send=lambda *message: None)
+    service.token = "token"
+    try:
+        service._returned.append((0, b"item", {"seq": 0}, [], (b"first",)))  # it held item 0, taken for dead
+        service.hello(b"second", {}, False)
+        service.handle(b"second", b"next", {"more": 1, "ack": [], "req": 1, "server": "token"})  # gets item 0
+        service.handle(b"first", b"next", {"more": 1, "ack": [0], "req": 5, "server": "token"})  # back: handed out
+        service.forget(b"second")  # taken for dead before its acknowledgement came
+        with caplog.at_level(logging.WARNING, logger="lazyseq.serve"):
+            service.handle(b"second", b"next", {"more": 1, "ack": [0], "req": 2, "server": "token"})  # back: so did it
+        assert [record.getMessage() for record in caplog.records] == [
+            f"item 0 of the stream was handed out twice: consumer {b'second'.hex()}, taken for dead, had handed it "
+            "out before another consumer got it"
+        ]
+        assert service._returned == deque()  # (not handed to anyone else)
     finally:
         service.close()
 

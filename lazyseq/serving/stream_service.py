@@ -237,9 +237,14 @@ class StreamService:
         consumer taken for dead said it handed out after all)."""
         state = self._consumers.pop(consumer, None)
         if state is not None:
+            taken_over = self._taken_over
             for seq, entry in sorted(state.unacked.items()):
                 if self._handed_late.pop(seq, None) is None:
                     self._returned.append((seq, *entry[:3], (*entry[3], consumer)))
+                else:  # handed out by the one it had been sent to before: out twice if this one handed it out too
+                    taken_over[seq] = (consumer,)
+                    if len(taken_over) > TAKEN_OVER_KEPT:
+                        del taken_over[next(iter(taken_over))]
             self._hand_out()
 
     def fds(self) -> list[int]:
