@@ -658,6 +658,23 @@ def test_a_request_cut_short_hands_its_slots_back_with_the_next(monkeypatch, poo
         assert cut and every_slot_comes_back(remote, pool_reads)
 
 
+def test_slots_handed_back_by_a_request_lost_with_a_connection_are_handed_back_again(monkeypatch, pool_reads):
+    # The request was asked again after the silence, without them: the server kept them as the consumer's for good.
+    send, lost = Connection.send, []
+
+    def losing_one(connection, kind, header, *args, **kwargs):
+        if kind == b"get" and header.get("free") and not lost:
+            lost.append(header["free"])
+            return  # (as if lost with a connection that broke)
+        return send(connection, kind, header, *args, **kwargs)
+
+    monkeypatch.setattr(Connection, "send", losing_one)
+    with lazyseq.serve(MANY_BATCHES, LOOPBACK) as server, lazyseq.connect(server.address, ahead=2, timeout=2) as remote:
+        for _ in range(2):
+            assert [batch.tolist() for batch in remote] == [batch.tolist() for batch in MANY_BATCHES]
+        assert lost and every_slot_comes_back(remote, pool_reads)
+
+
 def slots_accounted(service, consumer):
     """Whether each slot of ``consumer``'s pool is free, handed over, or held by one task of the service, once."""
     pool = service._pools[consumer]

@@ -456,7 +456,10 @@ class RemoteView(View[Any]):
         self._restarting = False
 
     def _ask_again(self) -> None:
-        """Ask again for everything asked and not answered (an answer that comes twice is dropped)."""
+        """Ask again for everything asked and not answered (an answer that comes twice is dropped); the slots
+        handed back go again with the next request."""
+        if self._pool is not None:
+            self._pool.hand_back_again()
         # (those dropped first: the server takes the last asked for as where this view reads)
         for number, index in [*self._dropped.items(), *self._asked.items()]:
             self._connection.send(b"get", {"req": number, "index": index})

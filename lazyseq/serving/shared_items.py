@@ -28,8 +28,10 @@ that number, and a consumer reads a slot only from a hand-over newer than the
 last it read or handed back of that slot: so a request asked again (its answer lost with
 a connection) is answered again with the same slot while the consumer has not
 handed it back, a repeated answer is read once, a hand-back repeated (a
-request cut short, sent again) takes nothing, and the server writes only into
-slots it holds. An answer that names another pool is not read (the item is
+request cut short, sent again; after a silence, the consumer hands back again
+every slot it handed back and was not handed since, as the request that did
+may have been lost) takes nothing, and the server writes only into slots it
+holds. An answer that names another pool is not read (the item is
 asked for again). Items the consumer holds beyond the pool's slots, and items
 sent while it holds every slot, come through the socket. Nothing but plain
 bytes is read from the pool, as from the socket: no pickle either way.
@@ -245,6 +247,7 @@ class ReceivedPool:
         self._last = [0] * slots.count  # slot -> the number of its last hand-over read or handed back
         self._number = [0] * slots.count  # slot -> the number of the hand-over its item came with
         self._back: list[list[int]] = []  # [slot, number] to hand back besides the slots of items let go
+        self._handed_back: dict[int, int] = {}  # slot -> the number it was last handed back with, until handed anew
         self.name = name  # the server names it in every answer written into it
 
     @classmethod
@@ -299,7 +302,18 @@ class ReceivedPool:
         slots = self._slots
         back = [[slot, self._number[slot]] for slot in slots.take_many(slots.free_count())] + self._back
         self._back = []
+        handed_back = self._handed_back
+        for slot, number in back:
+            handed_back[slot] = number
         return back
+
+    def hand_back_again(self) -> None:
+        """Hand back once more, with the next request, every slot handed back and not handed over since: after a
+        silence, a request that handed some back may have been lost with a connection (the server takes nothing
+        twice)."""
+        self._back.extend(
+            [slot, number] for slot, number in self._handed_back.items() if [slot, number] not in self._back
+        )
 
     def hand_back_later(self, back: list[list[int]]) -> None:
         """``back`` (from :meth:`to_hand_back`) did not reach the server: handed back with the next request."""
@@ -330,6 +344,7 @@ class ReceivedPool:
                 raise ProtocolError(f"an item's place {str(place)[:40]} is not an [offset, size] pair within its slot")
         holder = self._slots.lease(slot)
         self._last[slot] = self._number[slot] = number
+        self._handed_back.pop(slot, None)
         return [holder[start : start + length] for start, length in places]
 
     def close(self) -> None:
