@@ -1879,6 +1879,13 @@ def bare_dealer(context, address):
     return dealer
 
 
+def say_hello(dealer):
+    """Say hello on a bare ZeroMQ socket, as a lazyseq consumer does first (else its requests for items are answered
+    'forgotten'); the welcome's kind."""
+    dealer.send_multipart([wire.TAG, b"hello", b'{"hello": 1, "timeout": 10.0}'])
+    return dealer.recv_multipart()[1]
+
+
 def test_a_client_of_another_version_is_told_in_its_own_protocol_which_version_the_server_speaks(caplog):
     caplog.set_level(logging.WARNING, logger="lazyseq.serve")
     with lazyseq.serve(range(10), LOOPBACK) as server:
@@ -1962,6 +1969,7 @@ def test_a_get_for_several_items_gets_one_answer_each():
     with lazyseq.serve(lazyseq.smap(lambda i: np.full(2, i), range(10)), LOOPBACK) as server:
         context = zmq.Context()
         client = bare_dealer(context, server.address)
+        assert say_hello(client) == b"welcome"
         client.send_multipart([wire.TAG, b"get", wire.dumps({"req": 5, "index": 7, "count": 4})])
         answers = []
         for _ in range(4):
@@ -2929,6 +2937,7 @@ def test_requests_for_items_at_once_are_checked():
     with lazyseq.serve(np.arange(10) * 10, LOOPBACK) as server:
         context = zmq.Context()
         client = bare_dealer(context, server.address)
+        assert say_hello(client) == b"welcome"
         for header in [
             {"req": 0, "positions": []},
             {"req": 0, "positions": list(range(2049))},

@@ -675,6 +675,30 @@ def test_slots_handed_back_by_a_request_lost_with_a_connection_are_handed_back_a
         assert lost and every_slot_comes_back(remote, pool_reads)
 
 
+def test_a_consumer_taken_for_dead_that_reads_on_says_hello_again_and_gets_its_pool_back(monkeypatch, pool_reads):
+    # Stopped for longer than its timeout (paused in a debugger), it read on without its pool: every item came through
+    # the socket, and the server used its own timeout for it.
+    with lazyseq.serve(MANY_BATCHES, LOOPBACK) as server, lazyseq.connect(server.address, timeout=30) as remote:
+        assert [remote[i].tolist() for i in range(5)] == [batch.tolist() for batch in MANY_BATCHES[:5]]
+        loop, forgetting = server._loop, threading.Event()
+        sweep = loop._sweep
+
+        def as_if_silent(read_up_to):  # (in the server's thread, every SWEEP_SECONDS)
+            sweep(read_up_to + 60 if forgetting.is_set() else read_up_to)
+            forgetting.clear()
+
+        monkeypatch.setattr(loop, "_sweep", as_if_silent)
+        forgetting.set()
+        deadline = time.monotonic() + 10
+        while loop._service.consumers and time.monotonic() < deadline:  # (taken for dead: forgotten)
+            time.sleep(0.01)
+        assert loop._service.consumers == []
+        before = len(pool_reads)
+        assert [remote[i].tolist() for i in range(5, 40)] == [batch.tolist() for batch in MANY_BATCHES[5:]]
+        assert len(pool_reads) - before >= 25  # (but those asked for before it was told, asked again: the socket)
+        assert [timeout for _, timeout in loop._seen.values()] == [30]
+
+
 def slots_accounted(service, consumer):
     """Whether each slot of ``consumer``'s pool is free, handed over, or held by one task of the service, once."""
     pool = service._pools[consumer]

@@ -376,6 +376,9 @@ class RemoteView(View[Any]):
         if kind == b"silent":  # an answer may have been lost with a broken connection
             self._ask_again()
             return
+        if kind == b"forgotten" and isinstance(header, dict) and header.get("server") == self._connection.server:
+            self._server_restarted()  # taken for dead (stopped for longer than its timeout): a hello anew, as to a
+            return  # new server, and what was asked is asked again
         if kind not in (b"item", b"error", b"failed") or not isinstance(header, dict):
             return
         server = header.get("server")

@@ -36,6 +36,8 @@ consumer -> server             server -> consumer
 ``next`` {more, ack, req}      ``item`` {seq, tree, acked} + buffers, ``error`` or ``end``, each
                                {acked}: the last ``req`` acted on (see :mod:`.stream_service`)
 ``sync`` {ack, req}            ``synced`` {acked}: every message sent before it has been acted on
+``get`` (taken for dead)       ``forgotten``, the ``get`` not acted on: the consumer says hello
+                               again (its pool, its timeout), and asks again
 ``ping`` {client, timeout}     ``pong`` {server}: from a second socket, the consumer's heartbeat
 ``bye`` {ack, server}          (nothing: what the server held for that consumer is freed, a
                                stream's items it acknowledges first)
@@ -61,7 +63,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..loading.closing import (
     closing_for_collector,
@@ -375,6 +377,11 @@ class ServerLoop:
                 self._send(consumer, b"welcome", welcome, [])
                 return
             heard = self._seen.get(consumer)
+            if heard is None and kind == b"get" and self.info["kind"] == "view":  # a consumer taken for dead (stopped,
+                # paused in a debugger): it says hello again (for its pool and its timeout), then asks again
+                cast("ViewService", self._service).check(kind, header)
+                self._send(consumer, b"forgotten", {"server": self._token}, [])
+                return
             self._seen[consumer] = (now, heard[1] if heard else DEFAULT_CONSUMER_TIMEOUT)
             self._act_on(consumer, kind, header)
         except wire.ProtocolError as error:

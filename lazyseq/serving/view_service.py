@@ -153,16 +153,11 @@ class ViewService:
         ``in`` names the consumer's pool, once it opened it; ``free`` hands slots of it back (see
         :mod:`.shared_items`).
         """
-        if kind != b"get":
-            raise wire.ProtocolError(f"a served view answers 'get', not {kind!r}")
-        if type(header) is dict and "positions" in header:
+        self.check(kind, header)
+        if "positions" in header:
             self._get_chunk(consumer, header)
             return
-        if type(header) is not dict or type(header.get("req")) is not int or type(header.get("index")) is not int:
-            raise wire.ProtocolError("'get' needs integers 'req' and 'index'")
         count = header.get("count", 1)
-        if type(count) is not int or not 1 <= count <= wire.MAX_COUNT:
-            raise wire.ProtocolError(f"'get' needs a 'count' from 1 to {wire.MAX_COUNT}, if any")
         pool = self._pools.get(consumer)
         if pool is not None and header.get("in") == pool.name:  # (a pool let go since: its slots are nobody's)
             pool.confirmed = True
@@ -171,6 +166,24 @@ class ViewService:
         req, i, read_again = header["req"], header["index"], header.get("again") is True
         for k in range(count):
             self._get(consumer, req + k, i + k, read_again and k == 0)
+
+    @staticmethod
+    def check(kind: bytes, header: Any) -> None:
+        """:class:`~lazyseq.serving.wire.ProtocolError` unless ``kind`` and ``header`` make a well-formed ``get``."""
+        if kind != b"get":
+            raise wire.ProtocolError(f"a served view answers 'get', not {kind!r}")
+        if type(header) is dict and "positions" in header:
+            req, positions = header.get("req"), header["positions"]
+            if type(req) is not int or type(positions) is not list or not 1 <= len(positions) <= wire.MAX_POSITIONS:
+                raise wire.ProtocolError(f"'get' needs an integer 'req' and from 1 to {wire.MAX_POSITIONS} 'positions'")
+            if not all(type(i) is int for i in positions):
+                raise wire.ProtocolError("'get' needs 'positions' to be integers")
+            return
+        if type(header) is not dict or type(header.get("req")) is not int or type(header.get("index")) is not int:
+            raise wire.ProtocolError("'get' needs integers 'req' and 'index'")
+        count = header.get("count", 1)
+        if type(count) is not int or not 1 <= count <= wire.MAX_COUNT:
+            raise wire.ProtocolError(f"'get' needs a 'count' from 1 to {wire.MAX_COUNT}, if any")
 
     def _get(self, consumer: bytes, req: int, i: int, read_again: bool = False) -> None:
         n = self.view._len
@@ -205,11 +218,7 @@ class ViewService:
             self._compute_ahead(consumer, reads)
 
     def _get_chunk(self, consumer: bytes, header: dict) -> None:
-        req, positions = header.get("req"), header["positions"]
-        if type(req) is not int or type(positions) is not list or not 1 <= len(positions) <= wire.MAX_POSITIONS:
-            raise wire.ProtocolError(f"'get' needs an integer 'req' and from 1 to {wire.MAX_POSITIONS} 'positions'")
-        if not all(type(i) is int for i in positions):
-            raise wire.ProtocolError("'get' needs 'positions' to be integers")
+        req, positions = header["req"], header["positions"]  # (checked)
         n = self.view._len
         wrong = positions[0] if n is None else next((i for i in positions if not 0 <= i < n), None)
         if wrong is not None:  # (a consumer reads a view of unknown length one item at a time)
