@@ -1399,15 +1399,25 @@ def test_an_item_handed_out_twice_is_logged_even_once_the_other_consumer_acknowl
         ]
 
 
-def test_an_item_handed_out_twice_is_logged_after_it_passed_through_several_consumers_that_left(caplog):
-    # Only the last consumer to leave with it was remembered: the first one, taken for dead, said it had handed it out
-    # after a third consumer had, and nothing was logged.
+@contextlib.contextmanager
+def stream_service_with_returned(seq, holder):
+    """A stream service (its answers sent nowhere) holding item ``seq`` of ``holder``, a consumer taken for dead that
+    had not acknowledged it; closed at the end."""
     from lazyseq.serving.stream_service import StreamService
 
     service = StreamService(iter([]), max_buffered=2, max_wanted=8, send=lambda *message: None)
     service.token = "token"
     try:
-        service._returned.append((5, b"item", {"seq": 5}, [], (b"stopped",)))  # it held item 5, taken for dead
+        service._returned.append((seq, b"item", {"seq": seq}, [], (holder,)))
+        yield service
+    finally:
+        service.close()
+
+
+def test_an_item_handed_out_twice_is_logged_after_it_passed_through_several_consumers_that_left(caplog):
+    # Only the last consumer to leave with it was remembered: the first one, taken for dead, said it had handed it out
+    # after a third consumer had, and nothing was logged.
+    with stream_service_with_returned(5, b"stopped") as service:  # it held item 5, taken for dead
         for consumer in (b"killed", b"third"):
             service.hello(consumer, {}, False)
             service.handle(consumer, b"next", {"more": 1, "ack": [], "req": 1, "server": "token"})
@@ -1421,18 +1431,11 @@ def test_an_item_handed_out_twice_is_logged_after_it_passed_through_several_cons
             f"item 5 of the stream was handed out twice: consumer {b'stopped'.hex()}, taken for dead, had handed it "
             "out before another consumer got it"
         ]
-    finally:
-        service.close()
 
 
 def test_an_item_handed_out_twice_is_logged_once_the_consumer_that_had_it_next_has_left(caplog):
     # Alone again when it came back, the consumer taken for dead had its late acknowledgements taken as its own.
-    from lazyseq.serving.stream_service import StreamService
-
-    service = StreamService(iter([]), max_buffered=2, max_wanted=8, send=lambda *message: None)
-    service.token = "token"
-    try:
-        service._returned.append((1, b"item", {"seq": 1}, [], (b"stopped",)))  # it held item 1, taken for dead
+    with stream_service_with_returned(1, b"stopped") as service:  # it held item 1, taken for dead
         service.hello(b"other", {}, False)
         service.handle(b"other", b"next", {"more": 1, "ack": [], "req": 1, "server": "token"})
         service.handle(b"other", b"next", {"more": 0, "ack": [1], "req": 2, "server": "token"})  # handed out
@@ -1444,19 +1447,12 @@ def test_an_item_handed_out_twice_is_logged_once_the_consumer_that_had_it_next_h
             f"item 1 of the stream was handed out twice: consumer {b'stopped'.hex()}, taken for dead, had handed it "
             "out before another consumer got it"
         ]
-    finally:
-        service.close()
 
 
 def test_an_item_handed_out_by_two_consumers_taken_for_dead_in_turn_is_logged(caplog):
     # The second one was forgotten with the item in hand, which the first had said it handed out: nothing was kept of
     # it, and its own late acknowledgement logged nothing.
-    from lazyseq.serving.stream_service import StreamService
-
-    service = StreamService(iter([]), max_buffered=2, max_wanted=8, send=lambda *message: None)
-    service.token = "token"
-    try:
-        service._returned.append((0, b"item", {"seq": 0}, [], (b"first",)))  # it held item 0, taken for dead
+    with stream_service_with_returned(0, b"first") as service:  # it held item 0, taken for dead
         service.hello(b"second", {}, False)
         service.handle(b"second", b"next", {"more": 1, "ack": [], "req": 1, "server": "token"})  # gets item 0
         service.handle(b"first", b"next", {"more": 1, "ack": [0], "req": 5, "server": "token"})  # back: handed out
@@ -1468,8 +1464,6 @@ def test_an_item_handed_out_by_two_consumers_taken_for_dead_in_turn_is_logged(ca
             "out before another consumer got it"
         ]
         assert service._returned == deque()  # (not handed to anyone else)
-    finally:
-        service.close()
 
 
 def test_a_ctrl_c_as_an_item_s_error_is_raised_leaves_it_to_the_next_read(monkeypatch):
@@ -1625,12 +1619,7 @@ def test_an_item_sent_to_another_consumer_is_out_twice_only_once_that_one_hands_
 def test_a_consumer_that_gets_its_own_items_back_hands_them_out_once_and_no_warning_says_twice(caplog):
     # Taken for dead, then back: its items went back to it, and acknowledging them again (as every request does
     # until the server confirms) logged each as handed out twice.
-    from lazyseq.serving.stream_service import StreamService
-
-    service = StreamService(iter([]), max_buffered=2, max_wanted=8, send=lambda *message: None)
-    service.token = "token"
-    try:
-        service._returned.append((3, b"item", {"seq": 3}, [], (b"back",)))  # it held item 3 when taken for dead
+    with stream_service_with_returned(3, b"back") as service:  # it held item 3 when taken for dead
         service.hello(b"back", {}, False)
         service.hello(b"other", {}, False)
         with caplog.at_level(logging.WARNING, logger="lazyseq.serve"):
@@ -1638,8 +1627,6 @@ def test_a_consumer_that_gets_its_own_items_back_hands_them_out_once_and_no_warn
             service.handle(b"back", b"next", {"more": 0, "ack": [3], "req": 2, "server": "token"})
             service.handle(b"back", b"next", {"more": 0, "ack": [3], "req": 3, "server": "token"})  # once more
         assert caplog.records == []
-    finally:
-        service.close()
 
 
 KILLED_AS_IT_HANDS_OUT = """
@@ -1997,7 +1984,8 @@ def test_a_get_for_several_items_gets_one_answer_each():
     )
 
 
-def test_a_consumer_reading_in_order_asks_for_the_next_items_in_runs(monkeypatch):
+def sent_gets(monkeypatch):
+    """The headers of the ``get`` requests that consumers in this process send, as they go out."""
     sent = []
     original = Connection.send
 
@@ -2007,6 +1995,23 @@ def test_a_consumer_reading_in_order_asks_for_the_next_items_in_runs(monkeypatch
         original(self, kind, header, flags)
 
     monkeypatch.setattr(Connection, "send", record)
+    return sent
+
+
+def noting_computed(items):
+    """A view of ``items`` that notes each item it computes (served with one worker thread: one at a time), and the
+    list of them."""
+    computed = []
+
+    def compute(x):
+        computed.append(x)
+        return x
+
+    return lazyseq.smap(compute, items), computed
+
+
+def test_a_consumer_reading_in_order_asks_for_the_next_items_in_runs(monkeypatch):
+    sent = sent_gets(monkeypatch)
     with lazyseq.serve(range(10), LOOPBACK) as server, lazyseq.connect(server.address, ahead=4) as remote:
         assert [remote[i] for i in range(10)] == list(range(10))
         assert remote[3] == 3  # out of order: that item alone
@@ -2022,20 +2027,8 @@ def test_a_consumer_reading_in_order_asks_for_the_next_items_in_runs(monkeypatch
 def test_reading_the_last_item_again_keeps_what_was_asked_for_ahead(monkeypatch):
     # It was taken for a jump: the consumer dropped its items ahead and the server what it computed ahead, both asked
     # for and computed again at the next read (1,190 items computed for 200 read twice each).
-    sent, computed = [], []
-    original = Connection.send
-
-    def record(self, kind, header, flags=0):
-        if kind == b"get":
-            sent.append(dict(header))
-        original(self, kind, header, flags)
-
-    def compute(x):
-        computed.append(x)  # (one worker thread: appended one at a time)
-        return x
-
-    monkeypatch.setattr(Connection, "send", record)
-    served = lazyseq.smap(compute, range(10))
+    sent = sent_gets(monkeypatch)
+    served, computed = noting_computed(range(10))
     with lazyseq.serve(served, LOOPBACK, nworkers=1) as server, lazyseq.connect(server.address, ahead=4) as remote:
         assert [remote[i] for i in (0, 0, 1, 1, 2)] == [0, 0, 1, 1, 2]
     assert sent == [
@@ -3326,20 +3319,8 @@ def test_reads_of_items_asked_for_ahead_in_another_order_keep_the_others():
 def test_a_strided_shard_of_a_served_view_asks_for_its_items_only(monkeypatch):
     # Its reads counted as in order (the next one had been asked for ahead) or as jumps: the consumer asked for every
     # item up to `ahead` after each, and the server computed the whole view for each of 4 strided shards.
-    sent, computed = [], []
-    original = Connection.send
-
-    def record(self, kind, header, flags=0):
-        if kind == b"get":
-            sent.append(dict(header))
-        original(self, kind, header, flags)
-
-    def compute(x):
-        computed.append(x)  # (one worker thread: appended one at a time)
-        return x
-
-    monkeypatch.setattr(Connection, "send", record)
-    served = lazyseq.smap(compute, range(40))
+    sent = sent_gets(monkeypatch)
+    served, computed = noting_computed(range(40))
     with lazyseq.serve(served, LOOPBACK, nworkers=1) as server, lazyseq.connect(server.address, ahead=4) as remote:
         assert list(lazyseq.shard(remote, 1, 4, contiguous=False)) == list(range(1, 40, 4))
         # from the third read on, the next ones at the same step are asked for ahead, in runs
