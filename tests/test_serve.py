@@ -1794,6 +1794,24 @@ class UnprintableError(Exception):
         raise RuntimeError("no text")
 
 
+def test_an_error_that_cannot_be_described_at_all_is_named_by_its_type():
+    from lazyseq.serving.failures import failure_header
+
+    class Loop(Exception):
+        def __str__(self):
+            raise Loop  # (which cannot be printed either)
+
+    notes = ValueError("bad")
+    notes.__notes__ = 3
+    assert failure_header(Loop())["message"] == "<Loop could not be described: Loop>"
+    assert failure_header(notes) == {
+        "type": "ValueError",
+        "message": "<ValueError could not be described: TypeError>",
+        "chain": "",
+        "traceback": "",
+    }
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_an_item_whose_error_cannot_be_printed_fails_alone(stream):
     # Describing the error raised: a stream's item vanished (none of its answers went out), a view's read waited for
@@ -3318,17 +3336,31 @@ def test_reads_of_items_asked_for_ahead_in_another_order_keep_the_others():
 
 def test_a_strided_shard_of_a_served_view_asks_for_its_items_only(monkeypatch):
     # Its reads counted as in order (the next one had been asked for ahead) or as jumps: the consumer asked for every
-    # item up to `ahead` after each, and the server computed the whole view for each of 4 strided shards.
+    # item up to `ahead` after each, and the server computed the whole view for each of 4 strided shards. (Reads in
+    # order that come in another order are not taken for steps: see the test after this one.)
     sent = sent_gets(monkeypatch)
     served, computed = noting_computed(range(40))
     with lazyseq.serve(served, LOOPBACK, nworkers=1) as server, lazyseq.connect(server.address, ahead=4) as remote:
         assert list(lazyseq.shard(remote, 1, 4, contiguous=False)) == list(range(1, 40, 4))
-        # from the third read on, the next ones at the same step are asked for ahead, in runs
-        assert [h["index"] for h in sent] == [1, 5, 9, 13, 17, 21, 25, 29, 33, 37]
+        # once 5 reads in a row took the same step (item 21), the next ones at that step are asked for ahead
+        assert [(h["index"], h.get("count", 1)) for h in sent] == [(i, 1) for i in range(1, 40, 4)]
         assert sorted(computed) == list(range(1, 40, 4))
-        assert [remote[i] for i in range(8)] == list(range(8))  # in order again: the step is 1 from the third read
-        assert sorted(remote._asking.keys() | remote._arrived.keys()) == [8, 9, 10]
-    assert [(h["index"], h.get("count", 1)) for h in sent[10:]] == [(0, 1), (1, 1), (2, 5), (7, 2), (9, 2)]
+        assert [remote[i] for i in range(8)] == list(range(8))  # in order again: the step is 1 from the next read
+        assert sorted(remote._asking.keys() | remote._arrived.keys()) == [8, 9, 10, 11]
+    assert [(h["index"], h.get("count", 1)) for h in sent[10:]] == [(0, 1), (1, 5), (6, 2), (8, 2), (10, 2)]
+
+
+def test_reads_of_one_thread_in_a_shuffled_order_ask_as_reads_in_order_do(monkeypatch):
+    # Taken for steps (two reads in a row 2 ahead), they asked for items on that step only, and read the others one
+    # by one: twice the requests.
+    sent = sent_gets(monkeypatch)
+    pairs_swapped = [0] + [j for i in range(1, 17, 2) for j in (i + 1, i)]  # 0, 2, 1, 4, 3, ...
+    rng = np.random.default_rng(1)
+    windows_shuffled = [int(j) for start in range(17, 81, 4) for j in rng.permutation(range(start, start + 4))]
+    order = pairs_swapped + windows_shuffled
+    with lazyseq.serve(np.arange(100), LOOPBACK) as server, lazyseq.connect(server.address, ahead=4) as remote:
+        assert [remote[i] for i in order] == order
+        assert len(sent) == 40 and remote._step == 1  # (81 reads; 44 requests when two reads 2 ahead made a step)
 
 
 def test_a_ctrl_c_as_a_served_view_closes_leaves_no_spare_connection_open(monkeypatch):

@@ -33,6 +33,7 @@ from .shared_items import ReceivedPool, hello_fields
 
 __all__ = ["RemoteStream", "RemoteView", "connect"]
 
+STEADY_READS = 5  # reads in a row of one thread at a step other than 1 after which the reads ahead follow it
 RECENT = 256  # stream items remembered as handed out: sent again after a lost connection, they are dropped
 # A caller that waits for the next item: how long before what it had is acknowledged on its own rather than with the
 # request that goes as the next item is handed out (one message less for each item of a stream quicker to read than
@@ -95,9 +96,9 @@ class RemoteView(View[Any]):
         self._asking: dict[int, int] = {}  # index -> its request number
         self._arrived: dict[int, tuple[str, Any]] = {}  # index -> ("ok", value) or ("error", exception)
         self._last = -1
-        self._high = -1  # the highest index asked for since the last jump
-        self._step, self._last_step, self._last_reader = 1, 1, 0  # the step of reads in order; the last read's, and
-        # its thread
+        self._requested: set[int] = set()  # the indices asked for since the last jump (read since, some of them)
+        # the step of reads in order; the last read's, its thread, and how many reads in a row of it took that step
+        self._step, self._last_step, self._last_reader, self._step_run = 1, 1, 0, 0
         self._behind = False  # whether items behind the last read may be kept (read in another order)
         self._pool: ReceivedPool | None = None  # on the server's machine: where it writes items (see .shared_items)
         self._chunks = ChunkReads()  # what reads of several items at once asked for
@@ -159,13 +160,16 @@ class RemoteView(View[Any]):
         self._last = i
         if not in_order:  # a jump: what was read ahead is not needed
             self._keep_only(wanted)
-            self._high = i - 1
+            self._requested.clear()
         elif not after or self._behind:  # read in another order: what is far behind is not needed
-            self._keep_only(range(i - step * self._ahead, sys.maxsize, step))
+            self._keep_only(range(i - step * self._ahead, sys.maxsize))
             self._behind = any(j < i for j in self._arrived) or any(j < i for j in self._asking)
-        # those up to the highest asked for were asked for already (read since, some of them): not again
+        # those asked for already (read since, some of them): not again
         missing = [] if i in self._arrived or i in self._asking else [i]
-        missing += [j for j in wanted[1:] if j > self._high and j not in self._asking]
+        requested = self._requested
+        missing += [j for j in wanted[1:] if j not in requested]
+        if len(requested) > 4 * (self._ahead + 1):  # (those far behind: read, or dropped)
+            self._requested = {j for j in requested if j >= i - step * self._ahead}
         # Read in order, the items ahead are asked for in runs, once half of them have been used: one request
         # every few reads rather than one per read (each costs the reader a send).
         if missing and (missing[0] == i or len(wanted) - len(missing) - 1 <= self._ahead // 2):
@@ -308,17 +312,26 @@ class RemoteView(View[Any]):
             lock.release()
 
     def _stride(self, i: int) -> int:
-        """The step of the reads in order, with item ``i`` read now: 1 at first; ``k`` once two reads in a row of
-        one thread went ``k`` ahead (a strided ``shard``, ``view[::k]``; threads reading in turn come in any order).
-        At a new step, what was asked for ahead off it is not needed."""
+        """The step of the reads in order, with item ``i`` read now: 1, or ``k`` once ``STEADY_READS`` reads in a row
+        of one thread went ``k`` ahead (a strided ``shard``, ``view[::k]``), until a read goes another way.
+
+        Reads in order that come in another order (threads reading in turn, a
+        thread that swaps a few) are taken as such by :meth:`_read_held`, at
+        step 1; what was asked for ahead at one step is kept at the next, and
+        goes as any item once it falls behind.
+        """
         step, thread = i - self._last, threading.get_ident()
-        follows = step == self._last_step and thread == self._last_reader
-        self._last_step, self._last_reader = step, thread
-        if step < 1 or step == self._step or not follows:
-            return self._step
+        run = self._step_run + 1 if step == self._last_step and thread == self._last_reader else 1
+        self._last_step, self._last_reader, self._step_run = step, thread, run
+        if step == self._step:
+            return step
+        if step > 1 and run >= STEADY_READS:
+            self._behind = True  # what was asked for ahead off it goes once it falls behind (see _read_held)
+        elif self._step == 1:
+            return 1
+        else:
+            step = 1
         self._step = step
-        self._keep_only(range(i, sys.maxsize, step))
-        self._high = i
         return step
 
     def _number_request(self) -> int:
@@ -331,8 +344,9 @@ class RemoteView(View[Any]):
         self._reads.only_this_thread()
         self._spares, self._all_spares = [], []  # the parent's (closed in this process as it was forked)
         self._spares_lock, self._opening, self._restarting = threading.Lock(), 0, False
-        self._asked, self._asking, self._arrived, self._last, self._high, self._behind = {}, {}, {}, -1, -1, False
-        self._step, self._last_step, self._last_reader = 1, 1, 0
+        self._asked, self._asking, self._arrived, self._last, self._behind = {}, {}, {}, -1, False
+        self._requested = set()
+        self._step, self._last_step, self._last_reader, self._step_run = 1, 1, 0, 0
         self._chunks = ChunkReads()
         self._drop_pool()  # the parent's (closed in this process as it was forked): it names its slots
         self._open_pool(info)
@@ -344,7 +358,7 @@ class RemoteView(View[Any]):
         for k in range(1, len(indices) + 1):
             if k == len(indices) or indices[k] != indices[k - 1] + 1 or k - start == wire.MAX_COUNT:
                 first, count, req = indices[start], k - start, self._next_req
-                self._high = max(self._high, indices[k - 1])
+                self._requested.update(range(first, first + count))
                 self._next_req += count
                 for offset in range(count):
                     self._asked[req + offset], self._asking[first + offset] = first + offset, req + offset

@@ -26,8 +26,10 @@ ServerLost.__module__ = "lazyseq"
 def failure_header(error: BaseException) -> dict[str, Any]:
     """What a consumer needs to know of ``error``, raised while computing an item: text only.
 
-    It never raises: an error whose own ``__str__`` raises (or whose notes are
-    not text) is described all the same, and its item is answered.
+    It never raises: an error whose own ``__str__`` raises is described all
+    the same, and one that cannot be described at all (its notes not a list,
+    its ``__str__`` raising what cannot be printed either) by its type, so that
+    its item is answered.
 
     >>> class Odd(Exception):
     ...     def __str__(self):
@@ -36,13 +38,15 @@ def failure_header(error: BaseException) -> dict[str, Any]:
     '<str() of Odd failed: RuntimeError: no>'
     """
     try:
-        chain = traced_chain(error)
-    except Exception:  # (the chain of views it went through is an extra)
-        chain = ""
-    try:
-        text = "".join(traceback.format_exception(error))
+        return _described(error)
     except Exception as failure:
-        text = f"<its traceback could not be formatted: {message_of(failure)}>\n"
+        message = f"<{type(error).__name__} could not be described: {type(failure).__name__}>"
+        return {"type": type(error).__qualname__, "message": message, "chain": "", "traceback": ""}
+
+
+def _described(error: BaseException) -> dict[str, Any]:
+    chain = traced_chain(error)
+    text = "".join(traceback.format_exception(error))
     for note in getattr(error, "__notes__", ()):
         if isinstance(note, str) and note not in text:
             text += note + "\n"
