@@ -176,7 +176,7 @@ class StreamService:
 
     def _take_acks(self, consumer: bytes, state: _Consumer, acks: list[int], request: int | None) -> None:
         """The items ``consumer`` acknowledged (in its request number ``request``) are handed out for good."""
-        unknown, unacked, taken_over = [], state.unacked, self._taken_over
+        unknown, unacked = [], state.unacked
         for seq in acks:
             entry = unacked.pop(seq, None)
             if entry is None:
@@ -184,15 +184,21 @@ class StreamService:
             elif seq in self._handed_late:
                 self._out_twice(seq, self._handed_late.pop(seq), consumer)
             elif holders := tuple(h for h in entry[3] if h != consumer):  # which may say they handed it out too
-                taken_over[seq] = holders
-                if len(taken_over) > TAKEN_OVER_KEPT:
-                    del taken_over[next(iter(taken_over))]
+                self._taken_over_from(seq, holders)
         if unknown and (self._returned or self._taken_over or self._handed_late or len(self._consumers) > 1):
             # handed out before this consumer was taken for dead (their acknowledgement lost with the connection),
             # or acknowledged again (it goes on until it knows the server knows): only its own items count
             self._late_acks(consumer, unknown)
         if request is not None and request > state.request:
             state.request = request
+
+    def _taken_over_from(self, seq: int, holders: tuple[bytes, ...]) -> None:
+        """Item ``seq`` was handed out, and ``holders`` (taken for dead) had it: they may say they handed it out too
+        (the last ``TAKEN_OVER_KEPT`` such items are remembered)."""
+        taken_over = self._taken_over
+        taken_over[seq] = holders
+        if len(taken_over) > TAKEN_OVER_KEPT:
+            del taken_over[next(iter(taken_over))]
 
     def _late_acks(self, consumer: bytes, acks: list[int]) -> None:
         """Items that a consumer taken for dead handed out after all: not to be handed out again.
@@ -237,14 +243,11 @@ class StreamService:
         consumer taken for dead said it handed out after all)."""
         state = self._consumers.pop(consumer, None)
         if state is not None:
-            taken_over = self._taken_over
             for seq, entry in sorted(state.unacked.items()):
                 if self._handed_late.pop(seq, None) is None:
                     self._returned.append((seq, *entry[:3], (*entry[3], consumer)))
                 else:  # handed out by the one it had been sent to before: out twice if this one handed it out too
-                    taken_over[seq] = (consumer,)
-                    if len(taken_over) > TAKEN_OVER_KEPT:
-                        del taken_over[next(iter(taken_over))]
+                    self._taken_over_from(seq, (consumer,))
             self._hand_out()
 
     def fds(self) -> list[int]:
