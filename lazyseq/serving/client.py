@@ -137,12 +137,12 @@ class RemoteView(View[Any]):
             if self._connection.pid != os.getpid():  # a forked worker: its parent's sockets are not its own
                 self._connect_here()
             self._await_turn(f"item {i}", began)
-            with self._lock:
-                try:
+            try:
+                with self._lock:
                     status, value = self._read_held(i)
-                finally:
-                    if self._connection.closed:  # from elsewhere (another thread, a signal handler) meanwhile
-                        self._let_go_once_closed()
+            finally:
+                if self._connection.closed:  # from elsewhere (another thread, a signal handler) meanwhile
+                    self._let_go_if_closed()
         if status == "error":
             raise value
         return value
@@ -204,28 +204,30 @@ class RemoteView(View[Any]):
             self._connect_here()
         waiting_for = f"items {ItemsAt(np.asarray(idx))}"
         self._await_turn(waiting_for, began)
-        with self._lock:
-            self._check_readable()
-            requests, to_send = self._chunks.plan(idx, n, self._number_request)
-            try:
-                for req, positions in to_send:
-                    self._connection.send(b"get", {"req": req, "positions": positions})
-            except BaseException:  # (a Ctrl-C): what was not sent would be waited for in vain
-                self._chunks.abandon(requests + [req for req, _ in to_send])
-                raise
         try:
-            while True:  # the lock let go between two messages: another thread's request may go out then
-                self._await_turn(waiting_for, began)
-                with self._lock:
-                    if not self._chunks.waiting(requests):
-                        return self._chunks.take(requests, len(idx))
-                    self._receive_one(waiting_for)
-        except BaseException:  # a Ctrl-C, a server lost: the answers still to come are dropped, not kept
             with self._lock:
-                self._chunks.abandon(requests)
-                if self._connection.closed:  # from elsewhere meanwhile (see _read)
-                    self._let_go_once_closed()
-            raise
+                self._check_readable()
+                requests, to_send = self._chunks.plan(idx, n, self._number_request)
+                try:
+                    for req, positions in to_send:
+                        self._connection.send(b"get", {"req": req, "positions": positions})
+                except BaseException:  # (a Ctrl-C): what was not sent would be waited for in vain
+                    self._chunks.abandon(requests + [req for req, _ in to_send])
+                    raise
+            try:
+                while True:  # the lock let go between two messages: another thread's request may go out then
+                    self._await_turn(waiting_for, began)
+                    with self._lock:
+                        if not self._chunks.waiting(requests):
+                            return self._chunks.take(requests, len(idx))
+                        self._receive_one(waiting_for)
+            except BaseException:  # a Ctrl-C, a server lost: the answers still to come are dropped, not kept
+                with self._lock:
+                    self._chunks.abandon(requests)
+                raise
+        finally:
+            if self._connection.closed:  # from elsewhere meanwhile (see _read)
+                self._let_go_if_closed()
 
     def _check_readable(self) -> None:
         """With the lock held, before a read asks for anything: it raises if this view is closed (its items read
@@ -518,17 +520,18 @@ class RemoteView(View[Any]):
             try:
                 self._close_spares()
             finally:
-                if self._lock.acquire(blocking=False):  # else a read is in progress: it lets go of them as it ends
-                    try:
-                        self._let_go_once_closed()
-                    finally:
-                        self._lock.release()
+                self._let_go_if_closed()
 
-    def _let_go_once_closed(self) -> None:
-        """With the lock held, once the connection is closed: the items read ahead go, and the pool."""
-        self._arrived.clear()  # never to be read now (in the pool: it goes)
-        if self._connection.pid == os.getpid():  # (a forked child's copy was closed as it was forked)
-            self._drop_pool()
+    def _let_go_if_closed(self) -> None:
+        """Once the connection is closed: the items read ahead go, and the pool; unless a read holds them, which
+        lets go of them as it ends (whoever holds the lock looks once it let go of it, after the close)."""
+        if self._connection.closed and self._lock.acquire(blocking=False):
+            try:
+                self._arrived.clear()  # never to be read now (in the pool: it goes)
+                if self._connection.pid == os.getpid():  # (a forked child's copy was closed as it was forked)
+                    self._drop_pool()
+            finally:
+                self._lock.release()
 
     def _close_spares(self) -> None:
         """Close every spare connection, whatever one of them raises (a Ctrl-C): raised once all are closed."""
