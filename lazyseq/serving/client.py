@@ -67,6 +67,18 @@ class RemoteView(View[Any]):
     """
 
     kind = "served"
+    # the reads under way and their read-ahead (see _start_reads)
+    _asked: dict[int, int]
+    _asking: dict[int, int]
+    _arrived: dict[int, tuple[str, Any]]
+    _last: int
+    _requested: set[int]
+    _step: int
+    _last_step: int
+    _last_reader: int
+    _step_run: int
+    _behind: bool
+    _chunks: ChunkReads
 
     def __init__(self, connection: Connection, info: dict[str, Any], ahead: int, settings: dict[str, Any]) -> None:
         length = info.get("length")
@@ -89,19 +101,11 @@ class RemoteView(View[Any]):
         self._spares_lock = threading.Lock()
         self._opening = 0  # spares being opened
         self._next_req = 0
-        self._asked: dict[int, int] = {}  # request number -> index, for requests not answered yet
-        # ... and for requests dropped after a jump, not answered yet: answered with a slot of the pool, the slot goes
-        # back (asked again with the others should the answer be lost with a connection)
+        # requests dropped after a jump, not answered yet: answered with a slot of the pool, the slot goes back
+        # (asked again with the others should the answer be lost with a connection)
         self._dropped: dict[int, int] = {}
-        self._asking: dict[int, int] = {}  # index -> its request number
-        self._arrived: dict[int, tuple[str, Any]] = {}  # index -> ("ok", value) or ("error", exception)
-        self._last = -1
-        self._requested: set[int] = set()  # the indices asked for since the last jump (read since, some of them)
-        # the step of reads in order; the last read's, its thread, and how many reads in a row of it took that step
-        self._step, self._last_step, self._last_reader, self._step_run = 1, 1, 0, 0
-        self._behind = False  # whether items behind the last read may be kept (read in another order)
+        self._start_reads()
         self._pool: ReceivedPool | None = None  # on the server's machine: where it writes items (see .shared_items)
-        self._chunks = ChunkReads()  # what reads of several items at once asked for
         self._at_once = info.get("at_once") is True  # whether the server answers them (older ones do not)
         self._open_pool(info)
 
@@ -336,6 +340,18 @@ class RemoteView(View[Any]):
         self._step = step
         return step
 
+    def _start_reads(self) -> None:
+        """No request under way, nothing read yet: reads are assumed to start in order."""
+        self._asked = {}  # request number -> index, for requests not answered yet
+        self._asking = {}  # index -> its request number
+        self._arrived = {}  # index -> ("ok", value) or ("error", exception)
+        self._last = -1
+        self._requested = set()  # the indices asked for since the last jump (read since, some of them)
+        # the step of reads in order; the last read's, its thread, and how many reads in a row of it took that step
+        self._step, self._last_step, self._last_reader, self._step_run = 1, 1, 0, 0
+        self._behind = False  # whether items behind the last read may be kept (read in another order)
+        self._chunks = ChunkReads()  # what reads of several items at once asked for
+
     def _number_request(self) -> int:
         self._next_req += 1
         return self._next_req - 1
@@ -346,10 +362,7 @@ class RemoteView(View[Any]):
         self._reads.only_this_thread()
         self._spares, self._all_spares = [], []  # the parent's (closed in this process as it was forked)
         self._spares_lock, self._opening, self._restarting = threading.Lock(), 0, False
-        self._asked, self._asking, self._arrived, self._last, self._behind = {}, {}, {}, -1, False
-        self._requested = set()
-        self._step, self._last_step, self._last_reader, self._step_run = 1, 1, 0, 0
-        self._chunks = ChunkReads()
+        self._start_reads()
         self._drop_pool()  # the parent's (closed in this process as it was forked): it names its slots
         self._open_pool(info)
 
