@@ -3575,3 +3575,26 @@ def test_served_batches_whose_last_is_short_say_how_large_the_others_are():
         assert remote._item_spec_at_most() == batches._item_spec_at_most()
         rows = lazyseq.unbatch(remote, 4, 2)
         assert repr(rows).splitlines()[0].endswith("items float32 (3,)]") and len(list(rows)) == 10
+
+
+def test_a_view_whose_server_restarted_says_hello_once_as_soon_as_the_new_one_answers_it(monkeypatch):
+    # The new server answered its reads 'forgotten': it waited for a heartbeat to say hello again; and, hello said,
+    # a wait that ended with the heartbeat still naming the old server took it for a restart and said hello once more.
+    def slow_at(i):
+        if i == 90:
+            time.sleep(0.3)  # (the consumer's waits end every 50 ms meanwhile: each looks at the heartbeat)
+        return i
+
+    first = lazyseq.serve(lazyseq.arange(100), LOOPBACK)
+    monkeypatch.setattr(wire, "heartbeat_interval", lambda timeout: 60.0)  # a heartbeat that stays behind
+    with lazyseq.connect(first.address, timeout=240.0) as remote:
+        connection = remote._connection
+        assert [remote[i] for i in range(5)] == list(range(5))
+        old = connection.server
+        first.close()
+        monkeypatch.setattr(wire, "heartbeat_interval", lambda timeout: 0.05)
+        with lazyseq.serve(lazyseq.smap(slow_at, lazyseq.arange(100)), first.address):
+            # (a jump first: what it asked the old server for ahead is lost with it, and waits for a heartbeat)
+            assert [remote[i] for i in [80, *range(5, 60), 90]] == [80, *range(5, 60), 90]
+            assert connection.heartbeat.server == old and connection.server != old
+            assert connection._hellos == 2

@@ -405,13 +405,13 @@ class RemoteView(View[Any]):
         if kind == b"silent":  # an answer may have been lost with a broken connection
             self._ask_again()
             return
-        if kind == b"forgotten" and isinstance(header, dict) and header.get("server") == self._connection.server:
-            self._server_restarted()  # taken for dead (stopped for longer than its timeout): a hello anew, as to a
-            return  # new server, and what was asked is asked again
+        server = header.get("server") if isinstance(header, dict) else None
+        if kind == b"forgotten" and (server == self._connection.server or self._is_new(server)):
+            self._server_restarted()  # taken for dead (stopped for longer than its timeout), or a new server: a
+            return  # hello anew, and what was asked is asked again
         if kind not in (b"item", b"error", b"failed") or not isinstance(header, dict):
             return
-        server = header.get("server")
-        if isinstance(server, str) and server != self._connection.server:  # answered before a heartbeat said so
+        if self._is_new(server):  # answered before a heartbeat said so
             self._server_restarted()
         if server == self._connection.server:  # not a late answer of a server gone since: its pool is gone too
             self._open_pool(header)
@@ -460,6 +460,9 @@ class RemoteView(View[Any]):
             self._arrived[j] = ("error", restore_failure(header, where))
         else:
             self._arrived[j] = ("error", LoaderError(f"{where} could not compute item {j}: {header.get('message')}"))
+
+    def _is_new(self, server: Any) -> bool:
+        return isinstance(server, str) and self._connection.is_new(server)
 
     def _open_pool(self, fields: Any) -> None:
         """Open the pool that ``fields`` (a welcome, an item's answer) announce, if any and none is open."""

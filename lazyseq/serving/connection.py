@@ -91,6 +91,7 @@ class Connection:
             self._goodbye,
         )
         self.server: str | None = None  # the server instance answering, from its welcome
+        self.gone: set[str] = set()  # those that answered before it: their late messages restart nothing
         self._hello_fields: dict = {}
         self._hellos = 0  # hellos sent
         self._patience = Patience(2 * self.interval, self.timeout)
@@ -190,9 +191,18 @@ class Connection:
             if kind in (b"silent", b"restarted"):  # the hello or its answer lost with a connection; a new server
                 said = self._say_hello()
             elif kind == b"welcome" and isinstance(header, dict) and header.get("hello") == said:
-                self.server = header.get("server")
+                self._answered_by(header.get("server"))
                 return header
             # else: the answer to an earlier hello, which the server has made anew since (a consumer's pool, say)
+
+    def is_new(self, server: str) -> bool:
+        """Whether ``server``, an instance named in a message, is another than the one answering and those before."""
+        return server != self.server and server not in self.gone
+
+    def _answered_by(self, server: Any) -> None:
+        if self.server is not None and server != self.server:
+            self.gone.add(self.server)
+        self.server = server
 
     def _say_hello(self) -> int:
         """Send a hello, numbered: only the answer to the last one sent is taken (see :meth:`hello`)."""
@@ -252,8 +262,8 @@ class Connection:
                 if time.monotonic() - max(beat.last_answer, waited_since) <= self.timeout:
                     continue  # (else a socket that wakes with nothing to read: the checks below end the wait)
             now = time.monotonic()
-            if beat.server is not None and self.server is not None and beat.server != self.server:
-                self.server = beat.server
+            if beat.server is not None and self.server is not None and self.is_new(beat.server):
+                self._answered_by(beat.server)
                 return b"restarted", {}, []
             if now - quiet_since > self._patience.seconds and now - beat.last_answer < self.interval * 1.5:
                 self._patience.lost_patience()
