@@ -883,6 +883,25 @@ def test_items_that_change_shape_or_dtype_are_named(tmp_path):
     assert not os.path.exists(tmp_path / "e")  # refused before the directory is touched
 
 
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # (np.asmatrix)
+@pytest.mark.parametrize("rows_per_shard", [None, 4])
+def test_a_masked_array_or_a_matrix_is_refused_naming_its_item_not_written_without_its_mask(tmp_path, rows_per_shard):
+    # A masked array was written as its data: the values it masked were read back as values.
+    masked = np.ma.masked_array([1.0, -999.0], mask=[False, True])
+    lost = ", and what the subclass adds (a masked array's mask) would be lost; write np.asarray(value), or its parts"
+    for name, odd, at in [("first", masked, 0), ("later", {"x": masked}, 6), ("matrix", np.asmatrix([[1.0, 2.0]]), 2)]:
+        items = [{"x": np.ones(2)} if name == "later" else np.ones(2) for _ in range(8)]
+        items[at] = odd
+        with pytest.raises(lazyseq.EvaluationError) as info:
+            lazyseq.write_npy(items, tmp_path / name, rows_per_shard=rows_per_shard, progress=False)
+        kind = "numpy.matrix" if name == "matrix" else "numpy.ma.MaskedArray"
+        assert (
+            f"failed at item {at}: TypeError: a {kind}, a subclass of numpy arrays: a .npy file keeps its values alone"
+            in str(info.value)
+        )
+        assert lost in str(info.value)
+
+
 @pytest.mark.parametrize("rows_per_shard", [None, 1, 2, 3])
 def test_what_is_accepted_and_how_it_is_named_does_not_depend_on_the_blocks(tmp_path, rows_per_shard):
     # int16 and uint16 each fit float32, but stacked together they make int32, which does not

@@ -388,6 +388,20 @@ def read_batch(view: View, rows: range) -> Any:
 
 def _collated(chunk: Any, rows: range) -> Any:
     """The chunk of items ``rows`` as one batch; items of different shapes are named by their index."""
+    parts = [(i, _kind_of(item), item) for i, item in zip(rows, chunk)] if type(chunk) is list else [(rows, "", chunk)]
+    for where, kind, item in parts:
+        values = item.values() if kind == "dict" else item if kind == "tuple" else [item]
+        lossy = [value for value in values if _is_array_subclass(value)]
+        if lossy:
+            error = TypeError(
+                (f"item {where}: " if isinstance(where, int) else f"items {where.start} to {where[-1]}: ")
+                + f"a {type(lossy[0]).__module__}.{type(lossy[0]).__qualname__}, a subclass of numpy arrays: a .npy "
+                "file keeps its values alone, and what the subclass adds (a masked array's mask) would be lost; "
+                "write np.asarray(value), or its parts as fields of a dict ({'data': np.ma.getdata(value), "
+                "'mask': np.ma.getmaskarray(value)})"
+            )
+            error.failed_item = where if isinstance(where, int) else None  # type: ignore[attr-defined]
+            raise error
     try:
         return chunk_to_batch(chunk)
     except MixedShapes as error:
@@ -444,6 +458,11 @@ def _hint(values: Any) -> str:
     if is_tensor(first) or is_tensor(values):  # tensors listed (collate_fn=list), or a batch of them stacked
         return "; convert torch tensors with .numpy() (on the CPU)"
     return ""
+
+
+def _is_array_subclass(value: Any) -> bool:
+    """Whether ``value`` is of a subclass of numpy arrays other than a memory map (a masked array, a matrix)."""
+    return isinstance(value, np.ndarray) and type(value) is not np.ndarray and not isinstance(value, np.memmap)
 
 
 def _all_arrays(values: list) -> bool:
