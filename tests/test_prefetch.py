@@ -1,6 +1,8 @@
 """prefetch: a view like any other, whose items workers compute ahead, identical whatever the workers."""
 
+import collections
 import functools
+import itertools
 import multiprocessing
 import os
 import pickle
@@ -280,6 +282,35 @@ def test_a_batch_above_a_loader_has_the_dtype_it_has_without_one(source, how):
                 for field, field_expected in zip(*(b if isinstance(b, tuple) else (b,) for b in (batch, same))):
                     assert field.dtype.str == field_expected.dtype.str
                     assert field.tolist() == field_expected.tolist()
+
+
+class _Listed(list):
+    pass
+
+
+def _kinds_of_item(i):
+    counts = collections.defaultdict(int, {"n": i})
+    return counts, _Listed([np.arange(3) + i]), (np.arange(2) + i).astype(">M8[ns]")
+
+
+def test_every_result_of_worker_processes_comes_back_alike_whether_pickled_or_in_a_slot():
+    # The first results, pickled before the slots exist, kept a defaultdict and a list's subclass, which those in
+    # slots come back without; and their times of the other byte order came back in this one.
+    with prefetch(lazyseq.smap(_kinds_of_item, range(12)), nworkers=2, method="process") as ahead:
+        got = [(type(d), type(listed), times.dtype.str, d["n"], listed[0][0]) for d, listed, times in ahead]
+    assert got == [(dict, list, ">M8[ns]", i, i) for i in range(12)]
+    with lazyseq.load_buffers(functools.partial(_kinds_of_item, 1), nworkers=2, method="process") as batches:
+        got = [(type(d), type(listed), times.dtype.str) for d, listed, times in itertools.islice(batches, 12)]
+    assert got == [(dict, list, ">M8[ns]")] * 12
+
+
+@pytest.mark.parametrize(
+    "source", [np.arange(24, dtype=">i4").reshape(12, 2)[::2], np.arange(12).astype(">M8[s]").reshape(6, 2)]
+)
+def test_a_pipeline_sent_to_spawned_workers_keeps_the_byte_order_of_its_arrays(source):
+    # numpy pickled these as arrays of this machine's byte order: the workers' items had another dtype.
+    with prefetch(lazyseq.view(source), nworkers=2, method="process", start_method="spawn") as ahead:
+        assert [item.dtype.str for item in ahead] == [source.dtype.str] * 6
 
 
 def test_an_item_wanted_twice_in_one_read_waits_for_its_turn():

@@ -51,6 +51,15 @@ def test_other_messages_are_pickled():
         assert decode(raw) == message
 
 
+@pytest.mark.parametrize("dtype", [">M8[ns]", ">m8[s]", "<M8[D]", ">i4", ">f8"])
+def test_a_pickled_result_keeps_the_byte_order_of_its_times(dtype):
+    # numpy pickles times of the other byte order as times of this one: '>M8[ns]' came back '<M8[ns]'.
+    a = np.arange(6).astype(dtype)
+    back = decode(encode(PickledResult(0, -1, {"t": a, "every other": a[::2]}, 0, 0.0))).result
+    assert [back["t"].dtype.str, back["every other"].dtype.str] == [a.dtype.str] * 2
+    assert back["t"].tolist() == a.tolist() and back["every other"].tolist() == a[::2].tolist()
+
+
 def test_an_unknown_message_kind_is_an_error():
     with pytest.raises(ValueError, match="^unknown message kind 0x7a$"):
         decode(b"z")

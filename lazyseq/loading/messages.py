@@ -13,8 +13,8 @@ The messages sent for every task have a packed form, as they cost the
 consumer's thread more to pickle than a cheap task costs to compute: tasks
 numbered by ``int`` (those of both loaders) as 64-bit integers, and results
 in slots as their numbers plus their pickled skeleton and layout (no class to
-look up by name), said once for results alike. Everything else is plain
-pickle (protocol 5).
+look up by name), said once for results alike. Everything else is pickled
+(protocol 5, arrays with their byte order: see :mod:`.array_pickling`).
 
 >>> message = RunTasks([Task(task=3, arg=3, slot=-1), Task(task=4, arg=4, slot=0)])
 >>> encode(message)[:1], decode(encode(message)) == message
@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from ..views.errors import ErrorMode
+from .array_pickling import dumps
 from .structure import ONE_ARRAY
 
 if TYPE_CHECKING:
@@ -101,7 +102,7 @@ def encode(message: tuple) -> bytes:
     if isinstance(message, SharedResult) and type(message.task) is int and _INT64[0] <= message.task < _INT64[1]:
         shape = encode_shape(message.skeleton, message.layout)
         return encode_shared(message.task, message.slot, message.seconds, shape)
-    return pickle.dumps(message, protocol=5)
+    return dumps(message)  # (pickle.dumps would change the byte order of some arrays: see .array_pickling)
 
 
 def encode_run(tasks: Sequence[tuple[Any, Any]], slots: Sequence[int]) -> bytes:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import inspect
 import multiprocessing
 import os
-import pickle
 import select
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Any, Literal, cast
 from ..arguments import function, integer, seconds
 from ..extras import require
 from ..views.errors import LoaderFailure
+from . import array_pickling
 
 __all__ = [
     "INLINE_BELOW",
@@ -237,11 +237,14 @@ def serialize_work(job: Any, start_hook: Callable | None, owner: str, to: str = 
 def _pickler() -> tuple[Callable[[Any], bytes], str]:
     """cloudpickle's ``dumps`` where installed, else pickle's, and what to say when it fails."""
     try:
-        import cloudpickle
+        import cloudpickle  # noqa: F401
 
-        return cloudpickle.dumps, ""
+        return array_pickling.cloud_dumps, ""
     except ImportError:  # plain pickle: functions must then be importable by name
-        return pickle.dumps, " (installing cloudpickle, lazyseq[processes], lets lambdas and local functions travel)"
+        return (
+            array_pickling.dumps,
+            " (installing cloudpickle, lazyseq[processes], lets lambdas and local functions travel)",
+        )
 
 
 def _unpicklable_part(obj: Any, dumps: Callable[[Any], bytes]) -> str | None:

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..views.errors import seterr
+from .array_pickling import cloud_dumps
 from .blas_limits import WorkerLimit
 from .closing import ignore_interrupts
 from .failures import capture
@@ -56,7 +57,7 @@ from .parent_watch import ParentWatch
 from .seeding import seed_this_worker
 from .shared_counters import SharedCounters
 from .shared_slots import WorkerSlots
-from .structure import address_of, flatten, layout_of, one_array_in_slot, place_in_slot
+from .structure import address_of, flatten, layout_of, one_array_in_slot, place_in_slot, rebuild
 
 __all__ = ["run_worker"]
 
@@ -201,9 +202,7 @@ def _by_value(message: PickledResult) -> bytes | None:
     object as __main__.Pair"). Sent by value, the consumer gets its own class.
     """
     try:
-        import cloudpickle
-
-        return cloudpickle.dumps(message, protocol=5)
+        return cloud_dumps(message)
     except Exception:
         return None
 
@@ -216,7 +215,8 @@ def _encode_result(task: Hashable, slot: int, result: Any, slots: WorkerSlots | 
         layout = place_in_slot(slots.slot(slot), slots.address(slot), arrays)
         if layout is not None:
             return encode(SharedResult(task, slot, skeleton, layout, seconds))
-    return encode(PickledResult(task, slot, result, layout_of(arrays)[1], seconds))
+    # rebuilt: its containers are those of results in slots (see lazyseq.nested), whether it fits in a slot or not
+    return encode(PickledResult(task, slot, rebuild(skeleton, arrays), layout_of(arrays)[1], seconds))
 
 
 class BuiltInPlace:
