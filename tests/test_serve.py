@@ -10,6 +10,7 @@ import errno
 import gc
 import json
 import logging
+import math
 import multiprocessing
 import os
 import pickle
@@ -17,6 +18,7 @@ import re
 import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -207,6 +209,19 @@ def test_wire_rejects_malformed_items(tree, buffers, message):
     with pytest.raises(wire.ProtocolError) as caught:
         wire.decode(tree, buffers)
     assert str(caught.value) == message
+
+
+def test_wire_keeps_the_sign_and_payload_of_a_nan():
+    # A NaN went as the text 'nan': one with its sign bit set arrived without it.
+    odd = struct.unpack(">d", bytes.fromhex("7ff8000000000123"))[0]
+    sent = [-math.nan, math.nan, odd, complex(-math.nan, 1), float("-inf")]
+    tree, buffers = wire.encode(sent)
+    back = wire.decode(wire.loads(wire.dumps(tree)), buffers)
+    bits = [struct.pack(">d", x).hex() for x in [*back[:3], back[3].real, back[4]]]
+    assert bits == ["fff8000000000000", "7ff8000000000000", "7ff8000000000123", "fff8000000000000", "fff0000000000000"]
+    for garbled in ("nan:3ff0000000000000", "nan:fff8", "nan:FFF8000000000000", 1.5):  # a NaN's bits, of a NaN only
+        with pytest.raises(wire.ProtocolError, match="^not a special float: "):
+            wire.decode({"f": garbled}, [])
 
 
 def test_wire_keeps_complex_numbers_with_nan_and_inf():

@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -160,7 +162,7 @@ def _encode(value: Any, buffers: list, where: str, depth: int) -> Any:
     if kind is str or kind is bool or value is None:
         return value
     if kind is float:
-        return value if math.isfinite(value) else {"f": repr(value)}  # JSON has no nan or inf
+        return value if math.isfinite(value) else {"f": _special_float(value)}  # JSON has no nan or inf
     if isinstance(value, np.ndarray):
         if type(value) is not np.ndarray and not isinstance(value, np.memmap):  # a masked array, a matrix...
             raise TypeError(
@@ -290,10 +292,30 @@ def _decode(node: Any, buffers: Sequence, used: list, depth: int) -> Any:
         except OverflowError:  # an int too large for a float
             raise ProtocolError(f"a complex number has parts too large: {_short(body)}") from None
     if tag == "f":
-        if body not in ("nan", "inf", "-inf"):
-            raise ProtocolError(f"not a special float: {_short(body)}")
-        return float(body)
+        if body in ("nan", "inf", "-inf"):
+            return float(body)
+        if type(body) is str and _NAN_BITS.fullmatch(body):
+            value = _FLOAT.unpack(int(body[4:], 16).to_bytes(8, "big"))[0]
+            if math.isnan(value):
+                return value
+        raise ProtocolError(f"not a special float: {_short(body)}")
     raise ProtocolError(f"unknown kind of node {tag!r}")
+
+
+_FLOAT = struct.Struct(">d")
+_NAN_BITS = re.compile(r"nan:[0-9a-f]{16}")
+_PLAIN_NAN = _FLOAT.pack(math.nan)
+
+
+def _special_float(value: float) -> str:
+    """An infinity or a NaN as text: ``"nan"``, or a NaN of another sign or payload as its bits (``"nan:fff8..."``).
+
+    >>> _special_float(float("-inf")), _special_float(-math.nan)
+    ('-inf', 'nan:fff8000000000000')
+    """
+    if value == value or _FLOAT.pack(value) == _PLAIN_NAN:
+        return repr(value)
+    return "nan:" + _FLOAT.pack(value).hex()
 
 
 def _list(body: Any, tag: str) -> list:
