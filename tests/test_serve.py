@@ -3365,6 +3365,38 @@ def test_a_strided_shard_of_a_served_view_asks_for_its_items_only(monkeypatch):
     assert [(h["index"], h.get("count", 1)) for h in sent[10:]] == [(0, 1), (1, 5), (6, 2), (8, 2), (10, 2)]
 
 
+def test_the_server_computes_ahead_at_the_step_its_consumer_reads_at():
+    # Each read of a strided shard was a jump for the server: it computed nothing ahead, so no more than the
+    # consumer's `ahead` items were on their way, whatever the server's workers and max_buffered.
+    from lazyseq.loading.buffering import Buffering
+    from lazyseq.loading.options import LoaderOptions
+
+    service = ViewService(lazyseq.view(list(range(30))), LoaderOptions.check("serve", 1), Buffering(3), lambda *m: 0)
+    try:
+        service.handle(b"c", b"get", {"req": 0, "index": 0})
+        held = [sorted(service._reads[b"c"].held)]
+        for req, i in enumerate([3, 6, 9], start=1):
+            service.handle(b"c", b"get", {"req": req, "index": i, "step": 3})
+            held.append(sorted(service._reads[b"c"].held))
+        service.handle(b"c", b"get", {"req": 4, "index": 10})  # at step 1 again: what was ahead at step 3 goes
+        held.append(sorted(service._reads[b"c"].held))
+        for req, i in [(5, 20), (6, 27)]:  # a jump computes nothing ahead; the next read on its step, to the end
+            service.handle(b"c", b"get", {"req": req, "index": i, "step": 7})
+            held.append(sorted(service._reads[b"c"].held))
+    finally:
+        service.close()
+    waiting = [0, 3, 6, 9]  # (not answered here: held too)
+    assert held == [
+        [0, 1, 2, 3],
+        [0, 3, 6, 9, 12],
+        [0, 3, 6, 9, 12, 15],
+        [0, 3, 6, 9, 12, 15, 18],
+        [*waiting, 10, 11, 12, 13],
+        [*waiting, 10, 20],
+        [*waiting, 10, 20, 27],
+    ]
+
+
 def test_reads_of_one_thread_in_a_shuffled_order_ask_as_reads_in_order_do(monkeypatch):
     # Taken for steps (two reads in a row 2 ahead), they asked for items on that step only, and read the others one
     # by one: twice the requests.

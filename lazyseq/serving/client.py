@@ -380,6 +380,8 @@ class RemoteView(View[Any]):
                 header: dict[str, Any] = {"req": req, "index": first}
                 if count > 1:
                     header["count"] = count
+                if self._step > 1:  # the server computes ahead at that step
+                    header["step"] = self._step
                 if read_again and start == 0:
                     header["again"] = True
                 pool = self._pool

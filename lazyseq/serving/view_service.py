@@ -4,7 +4,9 @@ The server's thread owns a :class:`ViewService`. Items are computed
 by one :class:`~lazyseq.loading.engine.Engine` shared by every consumer (the
 same workers as ``prefetch``), as tasks named ``(consumer, index)``. While a
 consumer reads in order, up to ``max_buffered`` of its next items are computed
-ahead of its requests; a consumer that jumps elsewhere drops those. A
+ahead of its requests (of its next items at its step, for a consumer whose
+requests say that it reads every ``k``-th item); a consumer that jumps
+elsewhere drops those. A
 consumer may also ask for several items at once (a batch's): they are read
 as one chunk, by one task, and sent as one message (see :mod:`.chunk_wire`).
 
@@ -51,7 +53,7 @@ Key = tuple[bytes, int]  # a task computing an item for a consumer: (consumer, i
 class _Reads:
     """What one consumer asked for and what is computed for it."""
 
-    __slots__ = ("waiting", "held", "suspects", "last", "frontier", "steady", "chunks")
+    __slots__ = ("waiting", "held", "suspects", "last", "frontier", "steady", "step", "chunks")
 
     def __init__(self) -> None:
         self.waiting: dict[int, list[int]] = {}  # index -> the request numbers waiting for it
@@ -60,6 +62,7 @@ class _Reads:
         self.last = -1  # the index asked for last: reads are assumed to start in order
         self.frontier = 0  # the next index to compute ahead while reads go in order
         self.steady = True  # whether the last read followed the one before: only then are items computed ahead
+        self.step = 1  # how far each read in order goes beyond the one before (a strided shard: its step)
         self.chunks: dict[int, ChunkRequest] = {}  # request number -> the items it asks for at once, until answered
 
 
@@ -148,7 +151,8 @@ class ViewService:
     def handle(self, consumer: bytes, kind: bytes, header: Any) -> None:
         """A ``get``: item ``index`` as request ``req``, or ``count`` items from there, requests ``req`` onwards;
         or the items at ``positions``, as one chunk, in one answer to request ``req``. ``again``: the first item is
-        the one the consumer read last, read again, not a jump.
+        the one the consumer read last, read again, not a jump. ``step``: the consumer reads every ``step``-th item
+        (1 if not said), and the items computed ahead follow it.
 
         ``in`` names the consumer's pool, once it opened it; ``free`` hands slots of it back (see
         :mod:`.shared_items`).
@@ -163,9 +167,9 @@ class ViewService:
             pool.confirmed = True
             if "free" in header:
                 pool.handed_back(header["free"])
-        req, i, read_again = header["req"], header["index"], header.get("again") is True
+        req, i, read_again, step = header["req"], header["index"], header.get("again") is True, header.get("step", 1)
         for k in range(count):
-            self._get(consumer, req + k, i + k, read_again and k == 0)
+            self._get(consumer, req + k, i + k, read_again and k == 0, step)
 
     @staticmethod
     def check(kind: bytes, header: Any) -> None:
@@ -184,8 +188,11 @@ class ViewService:
         count = header.get("count", 1)
         if type(count) is not int or not 1 <= count <= wire.MAX_COUNT:
             raise wire.ProtocolError(f"'get' needs a 'count' from 1 to {wire.MAX_COUNT}, if any")
+        step = header.get("step", 1)
+        if type(step) is not int or not 1 <= step <= wire.MAX_STEP:
+            raise wire.ProtocolError(f"'get' needs a 'step' from 1 to {wire.MAX_STEP}, if any")
 
-    def _get(self, consumer: bytes, req: int, i: int, read_again: bool = False) -> None:
+    def _get(self, consumer: bytes, req: int, i: int, read_again: bool = False, step: int = 1) -> None:
         n = self.view._len
         if i < 0 or (n is not None and i >= n):
             self._answer(consumer, b"error", req, i, _index_error(i, n))
@@ -203,10 +210,10 @@ class ViewService:
             return
         waiting.append(req)
         if not read_again:  # (the item the consumer read last, read again: what was computed ahead is still wanted)
-            reads.steady = i == reads.last + 1
-            if not reads.steady:  # a jump: what was computed ahead is not wanted any more
-                self._drop_ahead(consumer, reads)
-                reads.frontier = i + 1
+            reads.steady = i == reads.last + step
+            if not reads.steady or step != reads.step:  # a jump, or another step: what was computed ahead is not
+                self._drop_ahead(consumer, reads)  # wanted any more
+                reads.frontier, reads.step = i + step, step
             reads.last = i
         engine = self._running_engine()
         key = (consumer, i)
@@ -319,8 +326,8 @@ class ViewService:
     def _compute_ahead(self, consumer: bytes, reads: _Reads) -> None:
         n = self.view._len
         ahead = len(reads.held) - len(reads.waiting)
-        wanted = []
-        j = max(reads.frontier, reads.last + 1)
+        wanted, step = [], reads.step
+        j = max(reads.frontier, reads.last + step)  # (the frontier is on the step: set with it, moved by it)
         engine = self._engine
         # Ray, processes: the capacity follows the timings, which the engine has
         limit = self.max_buffered.capacity(None) if engine is None else engine.capacity
@@ -328,7 +335,7 @@ class ViewService:
             if j not in reads.held and j not in reads.suspects:
                 wanted.append(j)
                 ahead += 1
-            j += 1
+            j += step
         reads.frontier = j
         if wanted:
             engine = self._running_engine()

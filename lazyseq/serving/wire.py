@@ -79,6 +79,7 @@ MAX_DEPTH = 64  # nesting deeper than this is refused, on both sides
 MAX_DIMENSIONS = 64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32
 MAX_INT_BITS = 4096  # larger ints are refused (JSON parsers stop at about 4,300 digits)
 MAX_COUNT = 256  # items one 'get' may ask for, one answer each
+MAX_STEP = 2**63 - 1  # how far apart the reads of a consumer that reads at a step may be (an int64, as an index)
 REQUEST_INT_DIGITS = 19  # the longest integer of a request (a request's or an item's number: any int64)
 # items one 'get' may ask for as one chunk, one answer for all (positions of 19 digits fit in a request's 64 KiB)
 MAX_POSITIONS = 2048
