@@ -201,6 +201,12 @@ def test_an_array_like_that_cannot_be_sent_is_told_how_to_become_one():
             [b""],
             "not an array shape: [4611686018427387904, 4]",
         ),
+        (  # no memory, but a copy (a batch stacked) would go through each value in turn: for ever
+            {"a": [0, "V0", [2**62]]},
+            [b""],
+            f"an array of {2**62} values of no bytes (|V0): more than 16777216 (each copy of it would take each of "
+            "them in turn)",
+        ),
         ({"s": [0, "<U1"]}, [b"\xff\xff\xff\xff"], "buffer 0 holds characters beyond Unicode's last (0x10FFFF)"),
         ({"a": [0, "|V0", [0, 2**70]]}, [b""], f"not an array shape: [0, {2**70}]"),  # no elements, too long a side
     ],
@@ -1756,6 +1762,10 @@ def test_arrays_of_values_of_no_bytes_travel():
     tree, buffers = wire.encode((np.zeros(3, "V0"), np.zeros((2, 0))))
     empty, nothing = wire.decode(tree, [memoryview(b).cast("B") for b in buffers])
     assert empty.dtype == np.dtype("V0") and empty.shape == (3,) and nothing.shape == (2, 0)
+    with pytest.raises(
+        TypeError, match=r"^the item\[1\] is an array of 16777217 values of no bytes \(\|V0\): more than"
+    ):
+        wire.encode([np.zeros(2**24, "V0"), np.zeros(2**24 + 1, "V0")])
 
 
 # -- errors ---------------------------------------------------------------------------------

@@ -86,6 +86,8 @@ MAX_POSITIONS = 2048
 MAX_TIMEOUT = 86400.0  # seconds: the longest silence a consumer may ask the server to wait out (its hello's timeout)
 _MAX_DTYPE_CHARS = 32
 _MAX_ELEMENTS = 2**63 - 1  # numpy counts an array's elements in a signed 64-bit integer
+# values of no bytes ("V0") hold no memory, but numpy copies (stacks) them one by one: 2**62 of them, for ever
+MAX_EMPTY_ELEMENTS = 2**24
 
 
 class ProtocolError(ValueError):
@@ -181,6 +183,8 @@ def _encode(value: Any, buffers: list, where: str, depth: int) -> Any:
                 f"{where} is an array of Python objects (dtype {value.dtype}): only arrays of plain data can be "
                 "sent; convert it to a numeric, bytes or str dtype, or to a list"
             )
+        if not value.dtype.itemsize and value.size > MAX_EMPTY_ELEMENTS:  # (what a consumer would refuse)
+            raise TypeError(f"{where} is {_too_many_empty(value.size, value.dtype)}")
         buffers.append(_raw_bytes(value))
         return {"a": [len(buffers) - 1, _dtype_name(value.dtype, where), list(value.shape)]}
     if isinstance(value, np.generic):
@@ -349,6 +353,8 @@ def _array(buffers: Sequence, used: list, k: Any, dtype_name: Any, shape: Any) -
             f"buffer {k} holds {buffer.nbytes} bytes, an array {dtype} {tuple(shape)} needs {count * dtype.itemsize}"
         )
     if not dtype.itemsize:  # np.frombuffer refuses values of no bytes ("V0"): there is nothing to read
+        if count > MAX_EMPTY_ELEMENTS:
+            raise ProtocolError(_too_many_empty(count, dtype))
         return np.empty(shape, dtype)
     try:
         array = np.frombuffer(buffer, dtype).reshape(shape)
@@ -357,6 +363,13 @@ def _array(buffers: Sequence, used: list, k: Any, dtype_name: Any, shape: Any) -
     if dtype.kind == "U" and count and np.frombuffer(buffer, dtype.byteorder.replace("|", "=") + "u4").max() > 0x10FFFF:
         raise ProtocolError(f"buffer {k} holds characters beyond Unicode's last (0x10FFFF)")  # numpy cannot read them
     return array
+
+
+def _too_many_empty(count: int, dtype: np.dtype) -> str:
+    return (
+        f"an array of {count} values of no bytes ({dtype}): more than {MAX_EMPTY_ELEMENTS} (each copy of it would "
+        "take each of them in turn)"
+    )
 
 
 def _plain_dtype(name: Any) -> np.dtype:
