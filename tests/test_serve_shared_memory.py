@@ -319,6 +319,25 @@ def test_a_consumer_opens_only_the_pool_it_was_told_of():
         served.close()
 
 
+def test_a_pool_whose_size_could_shrink_under_the_consumer_is_not_opened():
+    # A server that shrank its pool after a consumer had mapped it ended the consumer with SIGBUS at its next read.
+    import fcntl
+
+    served = ServedPool(2, PAGE)
+    unsealed = os.memfd_create("lazyseq-served-00000000000000aa", os.MFD_CLOEXEC)
+    try:
+        seals = fcntl.fcntl(served._slots.fd, fcntl.F_GET_SEALS)
+        assert seals == fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+        with pytest.raises(PermissionError):
+            os.ftruncate(served._slots.fd, 0)
+        os.ftruncate(unsealed, 2 * PAGE)
+        announcement = {**served.announcement(), "fd": unsealed, "name": "lazyseq-served-00000000000000aa"}
+        assert ReceivedPool.open(announcement) is None  # (read through the socket)
+    finally:
+        os.close(unsealed)
+        served.close()
+
+
 def test_places_outside_the_slot_are_a_protocol_error():
     served = ServedPool(1, PAGE)
     received = ReceivedPool.open(served.announcement())

@@ -75,18 +75,42 @@ def available_shared_memory() -> int:
 
 
 def anonymous_file(size: int, name: str) -> int:
-    """A new file of ``size`` zero bytes that only descriptors reach (named ``name`` in ``/proc/<pid>/fd``)."""
-    if hasattr(os, "memfd_create"):
-        fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    """A new file of ``size`` zero bytes that only descriptors reach (named ``name`` in ``/proc/<pid>/fd``).
+
+    A ``memfd``'s size is sealed: no process that opens it can shrink it
+    under another that maps it (whose reads there would end it with
+    ``SIGBUS``), see :func:`size_sealed`.
+    """
+    memfd = hasattr(os, "memfd_create")  # (Linux, which has fcntl)
+    if memfd:
+        fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     else:
         fd, path = tempfile.mkstemp(prefix="lazyseq-", dir=_shared_folder())
         os.unlink(path)
     try:
         os.ftruncate(fd, size)
+        if memfd:
+            import fcntl
+
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def size_sealed(fd: int) -> bool:
+    """Whether the size of the file ``fd`` (a pool another process made) is sealed, as :func:`anonymous_file` seals
+    it: mapped, it cannot shrink."""
+    if not hasattr(os, "memfd_create"):
+        return False
+    import fcntl
+
+    try:
+        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+    except OSError:  # not a memfd
+        return False
+    return seals & (fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW) == fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
 
 
 def close_quietly(fd: int) -> None:

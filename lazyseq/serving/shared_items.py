@@ -9,7 +9,9 @@ server's pid, the descriptor, and the pool's name, which carries a random
 token): in its welcome, where the view says the size of its items (batches
 of arrays), else in the answer of the first item with arrays, sized from it.
 The consumer opens it through ``/proc/<pid>/fd`` and checks that it is that
-pool (its name, its size): where it cannot (another user, another pid
+pool (its name, its size, of this user) and that its size is sealed (a pool
+shrunk under its map would end the consumer with ``SIGBUS`` at its next
+read): where it cannot (another user, root's consumers included, another pid
 namespace, a system without ``/proc``), it reads on over the socket.
 
 Every slot starts as the server's. Once the consumer's requests name the pool
@@ -63,7 +65,7 @@ from typing import Any
 import numpy as np
 
 from ..loading.closing import interrupts_deferred
-from ..loading.shared_slots import PAGE, SharedSlots, available_shared_memory, slot_bytes_for
+from ..loading.shared_slots import PAGE, SharedSlots, available_shared_memory, size_sealed, slot_bytes_for
 from ..loading.structure import address_of
 from ..machine import this_machine
 from ..views.chunks import aligned  # each buffer of an item starts where a loader's arrays would in its slot
@@ -271,8 +273,11 @@ class ReceivedPool:
         except OSError:  # another user's, another pid namespace, no /proc: the socket it is
             return None
         try:
-            # What was opened, not what the path showed a moment before (the server may have closed it since).
-            same = os.readlink(f"/proc/self/fd/{mine}") == expected and os.fstat(mine).st_size == count * slot_bytes
+            # What was opened, not what the path showed a moment before (the server may have closed it since); of
+            # this user (root opens anyone's); a size that cannot shrink under the map (a read there: SIGBUS).
+            stat = os.fstat(mine)
+            same = os.readlink(f"/proc/self/fd/{mine}") == expected and stat.st_size == count * slot_bytes
+            same = same and stat.st_uid == os.getuid() and size_sealed(mine)
         except OSError:
             same = False
         if not same:
