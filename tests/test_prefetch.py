@@ -302,6 +302,10 @@ def test_every_result_of_worker_processes_comes_back_alike_whether_pickled_or_in
     with lazyseq.load_buffers(functools.partial(_kinds_of_item, 1), nworkers=2, method="process") as batches:
         got = [(type(d), type(listed), times.dtype.str) for d, listed, times in itertools.islice(batches, 12)]
     assert got == [(dict, list, ">M8[ns]")] * 12
+    # what pickle cannot send (a lambda) goes with cloudpickle, its containers rebuilt all the same
+    pipeline = lazyseq.smap(lambda i: (_kinds_of_item(i)[0], lambda: i), range(4))
+    with prefetch(pipeline, nworkers=2, method="process") as ahead:
+        assert [(type(d), f()) for d, f in ahead] == [(dict, i) for i in range(4)]
 
 
 @pytest.mark.parametrize(

@@ -51,13 +51,17 @@ def test_other_messages_are_pickled():
         assert decode(raw) == message
 
 
-@pytest.mark.parametrize("dtype", [">M8[ns]", ">m8[s]", "<M8[D]", ">i4", ">f8"])
-def test_a_pickled_result_keeps_the_byte_order_of_its_times(dtype):
-    # numpy pickles times of the other byte order as times of this one: '>M8[ns]' came back '<M8[ns]'.
-    a = np.arange(6).astype(dtype)
-    back = decode(encode(PickledResult(0, -1, {"t": a, "every other": a[::2]}, 0, 0.0))).result
-    assert [back["t"].dtype.str, back["every other"].dtype.str] == [a.dtype.str] * 2
-    assert back["t"].tolist() == a.tolist() and back["every other"].tolist() == a[::2].tolist()
+@pytest.mark.parametrize("dtype", [">M8[ns]", ">m8[s]", "<M8[D]", ">i4", ">f8", [("o", "O"), ("b", ">i4")]])
+def test_a_pickled_result_keeps_the_byte_order_of_its_arrays(dtype, tmp_path):
+    # numpy pickles times of the other byte order, and other arrays of it that are not contiguous, as arrays of
+    # this one: '>M8[ns]' came back '<M8[ns]'. (Arrays of Python objects go as numpy pickles them, byte order kept.)
+    a = np.array([(k, k) for k in range(6)], dtype) if isinstance(dtype, list) else np.arange(6).astype(dtype)
+    mapped = np.lib.format.open_memmap(tmp_path / "a.npy", "w+", dtype, (6,)) if not a.dtype.hasobject else a
+    mapped[:] = a
+    sent = {"t": a, "every other": a[::2], "mapped": mapped[1:]}
+    back = decode(encode(PickledResult(0, -1, sent, 0, 0.0))).result
+    assert {key: value.dtype for key, value in back.items()} == {key: a.dtype for key in sent}
+    assert {key: value.tolist() for key, value in back.items()} == {key: value.tolist() for key, value in sent.items()}
 
 
 def test_an_unknown_message_kind_is_an_error():

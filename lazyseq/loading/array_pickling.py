@@ -32,8 +32,9 @@ PROTOCOL = 5
 
 
 def reduce_array(a: np.ndarray) -> Any:
-    """How a plain array is pickled: as numpy pickles it, but an array of the other byte order as its bytes."""
-    if a.dtype.isnative:
+    """How a plain array (or a memory map's) is pickled: as numpy pickles it, but an array of the other byte order
+    as its bytes (not one of Python objects: numpy pickles those one by one, byte order kept)."""
+    if a.dtype.isnative or a.dtype.hasobject:
         return a.__reduce_ex__(PROTOCOL)
     return _viewed_as, (a.view(np.dtype((np.void, a.dtype.itemsize))), a.dtype)
 
@@ -42,15 +43,17 @@ def _viewed_as(raw: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return raw.view(dtype)
 
 
-class _Pickler(pickle.Pickler):
-    # (copyreg's own table, not a copy: what is registered later counts too)
-    dispatch_table = ChainMap({np.ndarray: reduce_array}, copyreg.dispatch_table)  # type: ignore[arg-type]
+_ARRAYS = {np.ndarray: reduce_array, np.memmap: reduce_array}
 
 
 def dumps(obj: Any) -> bytes:
     """``obj`` pickled (protocol 5), its arrays with their dtypes."""
     out = io.BytesIO()
-    _Pickler(out, protocol=PROTOCOL).dump(obj)
+    pickler = pickle.Pickler(out, protocol=PROTOCOL)
+    # a dict, which the pickler reads without calling Python (a ChainMap made pickling twice as slow); made at each
+    # call, so that what copyreg is told later counts too
+    pickler.dispatch_table = {**copyreg.dispatch_table, **_ARRAYS}
+    pickler.dump(obj)
     return out.getvalue()
 
 
@@ -67,6 +70,6 @@ def _cloud_pickler() -> type:
     import cloudpickle
 
     class CloudPickler(cloudpickle.Pickler):
-        dispatch_table = ChainMap({np.ndarray: reduce_array}, cloudpickle.Pickler.dispatch_table)
+        dispatch_table = ChainMap(_ARRAYS, cloudpickle.Pickler.dispatch_table)
 
     return CloudPickler

@@ -14,7 +14,8 @@ consumer's thread more to pickle than a cheap task costs to compute: tasks
 numbered by ``int`` (those of both loaders) as 64-bit integers, and results
 in slots as their numbers plus their pickled skeleton and layout (no class to
 look up by name), said once for results alike. Everything else is pickled
-(protocol 5, arrays with their byte order: see :mod:`.array_pickling`).
+(protocol 5; a result sent whole with its arrays' byte order, see
+:mod:`.array_pickling`).
 
 >>> message = RunTasks([Task(task=3, arg=3, slot=-1), Task(task=4, arg=4, slot=0)])
 >>> encode(message)[:1], decode(encode(message)) == message
@@ -102,7 +103,9 @@ def encode(message: tuple) -> bytes:
     if isinstance(message, SharedResult) and type(message.task) is int and _INT64[0] <= message.task < _INT64[1]:
         shape = encode_shape(message.skeleton, message.layout)
         return encode_shared(message.task, message.slot, message.seconds, shape)
-    return dumps(message)  # (pickle.dumps would change the byte order of some arrays: see .array_pickling)
+    if isinstance(message, PickledResult):  # (pickle.dumps would change the byte order of some arrays: see
+        return dumps(message)  # .array_pickling; the arrays of other results are in slots, their dtypes said)
+    return pickle.dumps(message, protocol=5)
 
 
 def encode_run(tasks: Sequence[tuple[Any, Any]], slots: Sequence[int]) -> bytes:

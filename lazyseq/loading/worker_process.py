@@ -183,6 +183,11 @@ def _result_message(task: Hashable, slot: int, result: Any, slots: WorkerSlots |
     try:
         return _encode_result(task, slot, result, slots, seconds)
     except Exception as error:
+        try:
+            arrays: list = []
+            result = rebuild(flatten(result, arrays), arrays)  # as in _encode_result
+        except Exception:  # (what failed was not pickling)
+            pass
         by_value = _by_value(PickledResult(task, slot, result, 0, seconds))
         if by_value is not None:
             return by_value
