@@ -201,11 +201,17 @@ def test_an_array_like_that_cannot_be_sent_is_told_how_to_become_one():
             [b""],
             "not an array shape: [4611686018427387904, 4]",
         ),
+        (  # many arrays, each within the limit: the item's values count together
+            {"l": [{"a": [k, "V0", [2**23]]} for k in range(3)]},
+            [b""] * 3,
+            f"{3 * 2**23} values of no bytes (|V0) in arrays of one item: more than 16777216 (each copy of them would "
+            "take each in turn)",
+        ),
         (  # no memory, but a copy (a batch stacked) would go through each value in turn: for ever
             {"a": [0, "V0", [2**62]]},
             [b""],
-            f"an array of {2**62} values of no bytes (|V0): more than 16777216 (each copy of it would take each of "
-            "them in turn)",
+            f"{2**62} values of no bytes (|V0) in arrays of one item: more than 16777216 (each copy of them would "
+            "take each in turn)",
         ),
         ({"s": [0, "<U1"]}, [b"\xff\xff\xff\xff"], "buffer 0 holds characters beyond Unicode's last (0x10FFFF)"),
         ({"a": [0, "|V0", [0, 2**70]]}, [b""], f"not an array shape: [0, {2**70}]"),  # no elements, too long a side
@@ -1762,10 +1768,8 @@ def test_arrays_of_values_of_no_bytes_travel():
     tree, buffers = wire.encode((np.zeros(3, "V0"), np.zeros((2, 0))))
     empty, nothing = wire.decode(tree, [memoryview(b).cast("B") for b in buffers])
     assert empty.dtype == np.dtype("V0") and empty.shape == (3,) and nothing.shape == (2, 0)
-    with pytest.raises(
-        TypeError, match=r"^the item\[1\] is an array of 16777217 values of no bytes \(\|V0\): more than"
-    ):
-        wire.encode([np.zeros(2**24, "V0"), np.zeros(2**24 + 1, "V0")])
+    with pytest.raises(TypeError, match=r"^the item\[1\] makes 16777217 values of no bytes \(\|V0\) in arrays"):
+        wire.encode([np.zeros(2**24, "V0"), np.zeros(1, "V0")])
 
 
 # -- errors ---------------------------------------------------------------------------------
@@ -3405,6 +3409,27 @@ def test_the_server_computes_ahead_at_the_step_its_consumer_reads_at():
         [*waiting, 10, 20],
         [*waiting, 10, 20, 27],
     ]
+
+
+def test_a_strided_reader_asking_again_says_its_step(monkeypatch):
+    # Asked again after a silence without it, its requests made the server drop what it computed ahead at the step.
+    sent = sent_gets(monkeypatch)
+    with lazyseq.serve(lazyseq.arange(100), LOOPBACK) as server, lazyseq.connect(server.address, ahead=4) as remote:
+        strided = lazyseq.shard(remote, 0, 5, contiguous=False)
+        assert [strided[k] for k in range(7)] == list(range(0, 35, 5))
+        asked = sorted(remote._asked.values())
+        del sent[:]
+        remote._ask_again()
+        assert asked and sorted((h["index"], h["step"]) for h in sent) == [(i, 5) for i in asked]
+    for header in (
+        {"req": 0, "index": 0, "step": 0},
+        {"req": 0, "index": 0, "step": "5"},
+        {"req": 0, "index": 0, "step": 5, "count": 2},
+    ):
+        with pytest.raises(
+            wire.ProtocolError, match="^'get' needs a 'step' from 1 to 9223372036854775807, if any, and 1"
+        ):
+            ViewService.check(b"get", header)
 
 
 def test_reads_of_one_thread_in_a_shuffled_order_ask_as_reads_in_order_do(monkeypatch):

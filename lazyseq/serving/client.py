@@ -380,8 +380,7 @@ class RemoteView(View[Any]):
                 header: dict[str, Any] = {"req": req, "index": first}
                 if count > 1:
                     header["count"] = count
-                if self._step > 1:  # the server computes ahead at that step
-                    header["step"] = self._step
+                header.update(self._step_said())
                 if read_again and start == 0:
                     header["again"] = True
                 pool = self._pool
@@ -397,6 +396,10 @@ class RemoteView(View[Any]):
                         pool.hand_back_later(back)
                         raise
                 start = k
+
+    def _step_said(self) -> dict[str, int]:
+        """What a request says of the step of the reads (the server computes ahead at it), if not 1."""
+        return {"step": self._step} if self._step > 1 else {}
 
     def _receive_one(self, waiting_for: str) -> None:
         # (the server's silence counted from the start of the earliest read under way: see .reads_begun)
@@ -428,7 +431,9 @@ class RemoteView(View[Any]):
         if places is not None:
             if pool is None or header.get("in") != pool.name:  # written into a pool no longer ours: asked again
                 if isinstance(answered, int) and answered in self._asked:
-                    self._connection.send(b"get", {"req": answered, "index": self._asked[answered]})
+                    self._connection.send(
+                        b"get", {"req": answered, "index": self._asked[answered], **self._step_said()}
+                    )
                 return
             try:
                 if not pool.handed_anew(slot, number):  # a repeat of an answer received already (asked again)
@@ -499,7 +504,7 @@ class RemoteView(View[Any]):
             self._pool.hand_back_again()
         # (those dropped first: the server takes the last asked for as where this view reads)
         for number, index in [*self._dropped.items(), *self._asked.items()]:
-            self._connection.send(b"get", {"req": number, "index": index})
+            self._connection.send(b"get", {"req": number, "index": index, **self._step_said()})
         for number, positions in list(self._chunks.asked.items()):
             self._connection.send(b"get", {"req": number, "positions": positions})
 

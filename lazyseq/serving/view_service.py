@@ -189,8 +189,8 @@ class ViewService:
         if type(count) is not int or not 1 <= count <= wire.MAX_COUNT:
             raise wire.ProtocolError(f"'get' needs a 'count' from 1 to {wire.MAX_COUNT}, if any")
         step = header.get("step", 1)
-        if type(step) is not int or not 1 <= step <= wire.MAX_STEP:
-            raise wire.ProtocolError(f"'get' needs a 'step' from 1 to {wire.MAX_STEP}, if any")
+        if type(step) is not int or not 1 <= step <= wire.MAX_STEP or (step > 1 and count > 1):
+            raise wire.ProtocolError(f"'get' needs a 'step' from 1 to {wire.MAX_STEP}, if any, and 1 with a 'count'")
 
     def _get(self, consumer: bytes, req: int, i: int, read_again: bool = False, step: int = 1) -> None:
         n = self.view._len

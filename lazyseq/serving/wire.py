@@ -148,11 +148,17 @@ def encode(value: Any) -> tuple[Any, list]:
 
     Arrays are sent from their own memory where they are contiguous (no copy).
     """
-    buffers: list = []
+    buffers = _Buffers()
     return _encode(value, buffers, "the item", 0), buffers
 
 
-def _encode(value: Any, buffers: list, where: str, depth: int) -> Any:
+class _Buffers(list):
+    """The buffers of an item's arrays; and how many values of no bytes they hold."""
+
+    empty_values = 0
+
+
+def _encode(value: Any, buffers: _Buffers, where: str, depth: int) -> Any:
     if depth > MAX_DEPTH:
         raise TypeError(f"{where} is nested more than {MAX_DEPTH} levels deep")
     kind = type(value)
@@ -183,8 +189,10 @@ def _encode(value: Any, buffers: list, where: str, depth: int) -> Any:
                 f"{where} is an array of Python objects (dtype {value.dtype}): only arrays of plain data can be "
                 "sent; convert it to a numeric, bytes or str dtype, or to a list"
             )
-        if not value.dtype.itemsize and value.size > MAX_EMPTY_ELEMENTS:  # (what a consumer would refuse)
-            raise TypeError(f"{where} is {_too_many_empty(value.size, value.dtype)}")
+        if not value.dtype.itemsize:  # (what a consumer would refuse)
+            buffers.empty_values += value.size
+            if buffers.empty_values > MAX_EMPTY_ELEMENTS:
+                raise TypeError(f"{where} makes {_too_many_empty(buffers.empty_values, value.dtype)}")
         buffers.append(_raw_bytes(value))
         return {"a": [len(buffers) - 1, _dtype_name(value.dtype, where), list(value.shape)]}
     if isinstance(value, np.generic):
@@ -243,7 +251,7 @@ def decode(tree: Any, buffers: Sequence) -> Any:
     Arrays are built over the received buffers without a copy (read-only where
     the buffer is).
     """
-    used = [False] * len(buffers)
+    used = _Used([False] * len(buffers))
     try:
         value = _decode(tree, buffers, used, 0)
     except (ValueError, TypeError, OverflowError, SystemError) as error:  # but ProtocolError: a check missed
@@ -255,7 +263,7 @@ def decode(tree: Any, buffers: Sequence) -> Any:
     return value
 
 
-def _decode(node: Any, buffers: Sequence, used: list, depth: int) -> Any:
+def _decode(node: Any, buffers: Sequence, used: _Used, depth: int) -> Any:
     if depth > MAX_DEPTH:
         raise ProtocolError(f"the item is nested more than {MAX_DEPTH} levels deep")
     kind = type(node)
@@ -335,7 +343,7 @@ def _fields(body: Any, tag: str, count: int) -> list:
     return body
 
 
-def _buffer(buffers: Sequence, used: list, k: Any) -> Any:
+def _buffer(buffers: Sequence, used: _Used, k: Any) -> Any:
     if type(k) is not int or not 0 <= k < len(buffers):
         raise ProtocolError(f"buffer {_short(k)} does not exist: the message has {len(buffers)}")
     if used[k]:
@@ -344,7 +352,7 @@ def _buffer(buffers: Sequence, used: list, k: Any) -> Any:
     return buffers[k]
 
 
-def _array(buffers: Sequence, used: list, k: Any, dtype_name: Any, shape: Any) -> np.ndarray:
+def _array(buffers: Sequence, used: _Used, k: Any, dtype_name: Any, shape: Any) -> np.ndarray:
     dtype = _plain_dtype(dtype_name)
     count = _element_count(shape)
     buffer = memoryview(_buffer(buffers, used, k))
@@ -353,8 +361,9 @@ def _array(buffers: Sequence, used: list, k: Any, dtype_name: Any, shape: Any) -
             f"buffer {k} holds {buffer.nbytes} bytes, an array {dtype} {tuple(shape)} needs {count * dtype.itemsize}"
         )
     if not dtype.itemsize:  # np.frombuffer refuses values of no bytes ("V0"): there is nothing to read
-        if count > MAX_EMPTY_ELEMENTS:
-            raise ProtocolError(_too_many_empty(count, dtype))
+        used.empty_values += count
+        if used.empty_values > MAX_EMPTY_ELEMENTS:
+            raise ProtocolError(_too_many_empty(used.empty_values, dtype))
         return np.empty(shape, dtype)
     try:
         array = np.frombuffer(buffer, dtype).reshape(shape)
@@ -365,10 +374,16 @@ def _array(buffers: Sequence, used: list, k: Any, dtype_name: Any, shape: Any) -
     return array
 
 
+class _Used(list):
+    """Which buffers an item's arrays took so far (a bool each); and how many values of no bytes they hold."""
+
+    empty_values = 0
+
+
 def _too_many_empty(count: int, dtype: np.dtype) -> str:
     return (
-        f"an array of {count} values of no bytes ({dtype}): more than {MAX_EMPTY_ELEMENTS} (each copy of it would "
-        "take each of them in turn)"
+        f"{count} values of no bytes ({dtype}) in arrays of one item: more than {MAX_EMPTY_ELEMENTS} (each copy of "
+        "them would take each in turn)"
     )
 
 
