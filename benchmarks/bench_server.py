@@ -2,6 +2,7 @@
 
     python benchmarks/bench_server.py          # about two and a half minutes
     python benchmarks/bench_server.py --quick  # a few seconds: a smoke test, numbers too rough to quote
+    python benchmarks/bench_server.py --only 7 # one workload
 
 Every server runs in a process of its own, on loopback, started once per
 configuration (its start-up is not timed); a consumer's run is timed from
@@ -55,6 +56,10 @@ repeat, and each comparison is a ratio of timings taken in the same run.
    (at most 4, the server's workers); and the batches of 1., read in order
    through ``prefetch`` with 2 worker threads (``ahead`` 4 and 16), vs read
    without a loader (the view reads ahead on its own).
+7. A strided shard: the same 5 ms items, 200 a run, read by the shard of
+   rank 0 of 4 with ``contiguous=False`` (every 4th item, as the shard of a
+   view of unknown length reads), vs the contiguous shard of rank 0 (items in
+   order); ``ahead=4`` both. The server computes ahead of both at their step.
 """
 
 from __future__ import annotations
@@ -663,9 +668,35 @@ def bench_threads_sharing(
     return rows, results
 
 
+def shard_run(address: str, count: int, contiguous: bool) -> Callable[[], None]:
+    """The first ``count`` items of the shard of rank 0 of 4 of the served view."""
+
+    def run() -> None:
+        with lazyseq.connect(address, ahead=4) as remote:
+            consume(lazyseq.shard(remote, 0, 4, contiguous=contiguous)[:count])
+
+    return run
+
+
+def bench_strided_shard(count: int, repeats: int) -> tuple[list[list[str]], list[Result]]:
+    slow = ServerProcess("slow-items", "", 0, 0)
+    try:
+        times = measure(
+            {"strided": shard_run(slow.address, count, False), "contiguous": shard_run(slow.address, count, True)},
+            repeats,
+        )
+    finally:
+        slow.stop()
+    strided, contiguous = min(times["strided"]), min(times["contiguous"])
+    rows = [[name, f"{min(t):.3f} s", f"{statistics.median(t):.3f} s"] for name, t in times.items()]
+    label = "7. 5 ms items, strided shard (1 in 4) vs contiguous shard"
+    return rows, [Result(label, f"{strided:.3f} s", f"{contiguous:.3f} s", f"{contiguous / strided:.2f}")]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke test: few batches and repeats")
+    parser.add_argument("--only", type=int, choices=range(1, 8), help="run one workload (1 to 7)")
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, default=256, help=argparse.SUPPRESS)
@@ -681,35 +712,63 @@ def main() -> None:
         print(
             f"lazyseq {lazyseq.__version__}, pyzmq {zmq.__version__} (libzmq {zmq.zmq_version()}), {os.cpu_count()} cores"
         )
-        loader_rows, results = bench_loader_bound(directory, count, repeats)
-        print(
-            f"\n1. loader-bound, {count} batches per run (best and median of {repeats}; from connect to the last batch)"
-        )
-        print(table(["batches", "run", "best", "median", "GB/s"], loader_rows))
-        fuel_rows, fuel_results = bench_fuel(repeats)
-        print(
-            f"\n2. Fuel's tutorial workload: {FUEL_BATCHES} batches, {FUEL_PRODUCE * 1e3:g} ms to make, {FUEL_TRAIN * 1e3:g} ms to train on"
-        )
-        print(table(["run", "best", "median", "vs ideal"], fuel_rows))
-        curve_rows, curve_results = bench_curve(directory, count, repeats)
-        print("\n3. CURVE encryption, loader-bound batches of 256 x 248")
-        print(table(["run", "best", "median", "GB/s"], curve_rows))
-        consumer_rows, consumer_results = bench_consumer_batches(directory, count, repeats)
-        print("\n4. batches of 256 x 248 made by the consumer from served rows (through the socket)")
-        print(table(["run", "best", "median", "GB/s"], consumer_rows))
-        stream_rows, stream_results = bench_small_items(stream_count, repeats)
-        print(f"\n5. {stream_count:,} rows of 8 float32 per run, one at a time (from connect to the last row)")
-        print(table(["run", "best", "median", "items/s"], stream_rows))
-        sharing_rows, sharing_results = bench_threads_sharing(directory, slow_count, count, repeats)
-        print(
-            f"\n6. threads sharing a served view: {slow_count} items of {SLOW_ITEM * 1e3:g} ms ({SLOW_WORKERS} server "
-            f"workers), shuffled; {count} batches of 256 x 248 (2 server workers), in order; from connect to the last"
-        )
-        print(table(["run", "best", "median", "speedup"], sharing_rows))
+        results: list[Result] = []
+
+        def wanted(number: int) -> bool:
+            return args.only in (None, number)
+
+        if wanted(1):
+            loader_rows, loader_results = bench_loader_bound(directory, count, repeats)
+            results += loader_results
+            print(
+                f"\n1. loader-bound, {count} batches per run (best and median of {repeats}; from connect to the last "
+                "batch)"
+            )
+            print(table(["batches", "run", "best", "median", "GB/s"], loader_rows))
+        if wanted(2):
+            fuel_rows, fuel_results = bench_fuel(repeats)
+            results += fuel_results
+            print(
+                f"\n2. Fuel's tutorial workload: {FUEL_BATCHES} batches, {FUEL_PRODUCE * 1e3:g} ms to make, "
+                f"{FUEL_TRAIN * 1e3:g} ms to train on"
+            )
+            print(table(["run", "best", "median", "vs ideal"], fuel_rows))
+        if wanted(3):
+            curve_rows, curve_results = bench_curve(directory, count, repeats)
+            results += curve_results
+            print("\n3. CURVE encryption, loader-bound batches of 256 x 248")
+            print(table(["run", "best", "median", "GB/s"], curve_rows))
+        if wanted(4):
+            consumer_rows, consumer_results = bench_consumer_batches(directory, count, repeats)
+            results += consumer_results
+            print("\n4. batches of 256 x 248 made by the consumer from served rows (through the socket)")
+            print(table(["run", "best", "median", "GB/s"], consumer_rows))
+        if wanted(5):
+            stream_rows, stream_results = bench_small_items(stream_count, repeats)
+            results += stream_results
+            print(f"\n5. {stream_count:,} rows of 8 float32 per run, one at a time (from connect to the last row)")
+            print(table(["run", "best", "median", "items/s"], stream_rows))
+        if wanted(6):
+            sharing_rows, sharing_results = bench_threads_sharing(directory, slow_count, count, repeats)
+            results += sharing_results
+            print(
+                f"\n6. threads sharing a served view: {slow_count} items of {SLOW_ITEM * 1e3:g} ms ({SLOW_WORKERS} "
+                f"server workers), shuffled; {count} batches of 256 x 248 (2 server workers), in order; from connect "
+                "to the last"
+            )
+            print(table(["run", "best", "median", "speedup"], sharing_rows))
+        if wanted(7):
+            shard_rows, shard_results = bench_strided_shard(slow_count, repeats)
+            results += shard_results
+            print(
+                f"\n7. the shard of rank 0 of 4: its first {slow_count} items of {SLOW_ITEM * 1e3:g} ms "
+                f"({SLOW_WORKERS} server workers), strided and contiguous; from connect to the last"
+            )
+            print(table(["run", "best", "median"], shard_rows))
     print(
         "\nsummary (ratio: the reference's time / lazyseq's, above 1 when lazyseq is faster; in 2, served time / ideal)"
     )
-    print(summary(results + fuel_results + curve_results + consumer_results + stream_results + sharing_results))
+    print(summary(results))
 
 
 if __name__ == "__main__":
