@@ -327,12 +327,17 @@ def test_workers_forked_while_another_thread_reads_stdin_start(tmp_path):
 def run_unless_hung(folder, source, argument, hung, timeout=120):
     """``(stdout, stderr, exit code)`` of ``source`` run as a script; a failure saying ``hung`` if it hangs.
 
-    It runs in a session of its own, killed whole at the end: its workers too, had they hung.
+    It runs in a session of its own, killed whole at the end: its workers too, had they hung. Its temporary files
+    go in ``folder`` (multiprocessing's folder for a forkserver's socket, which a process that ends with
+    ``os._exit`` leaves behind).
     """
     script = folder / "script.py"
     script.write_text(source)
     pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
-    with subprocess.Popen([sys.executable, str(script), argument], **pipes, text=True, start_new_session=True) as p:
+    env = {**os.environ, "TMPDIR": str(folder)}
+    with subprocess.Popen(
+        [sys.executable, str(script), argument], **pipes, text=True, start_new_session=True, env=env
+    ) as p:
         try:
             out, err = p.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -872,7 +877,10 @@ def test_forkserver_workers_end_with_their_consumer(tmp_path):
     script.write_text(CONSUMER_ENDS_SCRIPT)
     pids = tmp_path / "workers.txt"
     # (no pipe for its output: the processes it leaves would hold it open)
-    subprocess.run([sys.executable, str(script), str(pids)], stdout=subprocess.DEVNULL, timeout=120, check=True)
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # (the forkserver's folder, which its os._exit leaves)
+    subprocess.run(
+        [sys.executable, str(script), str(pids)], stdout=subprocess.DEVNULL, timeout=120, check=True, env=env
+    )
     workers = [int(pid) for pid in pids.read_text().split()]
     assert len(workers) == 2
     left = []
