@@ -1932,7 +1932,7 @@ def test_a_client_of_another_version_is_told_in_its_own_protocol_which_version_t
         with lazyseq.connect(server.address) as remote:  # the server goes on
             assert list(remote) == list(range(10))
     message = (
-        f"a message of protocol lazyseq/1 (a client of another version of lazyseq): this server speaks lazyseq/2 "
+        f"a message of protocol lazyseq/1 (a client of another version of lazyseq): this server speaks lazyseq/3 "
         f"(lazyseq {lazyseq.__version__}); install the same version on both sides"
     )
     assert (tag, kind, json.loads(header)) == (b"lazyseq/1", b"refused", {"message": message})

@@ -13,7 +13,7 @@ It checks every message (protocol tag, kind, a JSON header no larger than
 logged (logger ``lazyseq.serve``) and dropped, and the server goes on serving
 everyone else.
 
-Messages (frames: tag ``lazyseq/2``, kind, JSON header, buffers):
+Messages (frames: tag ``lazyseq/3``, kind, JSON header, buffers):
 
 =============================  =================================================================
 consumer -> server             server -> consumer
@@ -26,6 +26,8 @@ consumer -> server             server -> consumer
                                each, as requests ``req`` to ``req + count - 1``
 ``get`` {..., again}           ``index`` is the item the consumer read last, read again: what was
                                computed ahead for it stays (any other read back is a jump)
+``get`` {req, index, step}     the consumer reads every ``step``-th item (a strided shard): the
+                               items computed ahead for it follow that step (no ``count`` then)
 ``get`` {..., in, free}        on the server's machine, a ``get`` of items one by one names the
                                consumer's pool once it opened it, and hands back the slots it let
                                go of; an ``item`` then comes as {..., slot, handover, places, in},
