@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -226,6 +226,7 @@ class Layout:
                 f"{what} {'is' if one else 'are'} {_shown(kind, names, one)}, but item 0 is "
                 f"{_shown(self.kind, expected, True)}"
             )
+        _refuse_array_subclasses(values, rows.start if one else rows)  # (read at once: a custom view's own)
         arrays = []
         for field, value in zip(self.fields, values):
             array = np.asarray(value)
@@ -388,20 +389,10 @@ def read_batch(view: View, rows: range) -> Any:
 
 def _collated(chunk: Any, rows: range) -> Any:
     """The chunk of items ``rows`` as one batch; items of different shapes are named by their index."""
-    parts = [(i, _kind_of(item), item) for i, item in zip(rows, chunk)] if type(chunk) is list else [(rows, "", chunk)]
-    for where, kind, item in parts:
-        values = item.values() if kind == "dict" else item if kind == "tuple" else [item]
-        lossy = [value for value in values if _is_array_subclass(value)]
-        if lossy:
-            error = TypeError(
-                (f"item {where}: " if isinstance(where, int) else f"items {where.start} to {where[-1]}: ")
-                + f"a {type(lossy[0]).__module__}.{type(lossy[0]).__qualname__}, a subclass of numpy arrays: a .npy "
-                "file keeps its values alone, and what the subclass adds (a masked array's mask) would be lost; "
-                "write np.asarray(value), or its parts as fields of a dict ({'data': np.ma.getdata(value), "
-                "'mask': np.ma.getmaskarray(value)})"
-            )
-            error.failed_item = where if isinstance(where, int) else None  # type: ignore[attr-defined]
-            raise error
+    if type(chunk) is list:  # (stacked, a matrix fails in numpy's words, a masked array may lose its mask)
+        for i, item in zip(rows, chunk):
+            kind = _kind_of(item)
+            _refuse_array_subclasses(item.values() if kind == "dict" else item if kind == "tuple" else [item], i)
     try:
         return chunk_to_batch(chunk)
     except MixedShapes as error:
@@ -460,9 +451,21 @@ def _hint(values: Any) -> str:
     return ""
 
 
-def _is_array_subclass(value: Any) -> bool:
-    """Whether ``value`` is of a subclass of numpy arrays other than a memory map (a masked array, a matrix)."""
-    return isinstance(value, np.ndarray) and type(value) is not np.ndarray and not isinstance(value, np.memmap)
+def _refuse_array_subclasses(values: Iterable[Any], where: int | range) -> None:
+    """``TypeError`` if one of ``values`` (of item ``where``, or items) is of a subclass of numpy arrays other than a
+    memory map (a masked array, a matrix): a ``.npy`` file keeps values alone."""
+    for value in values:
+        if isinstance(value, np.ndarray) and type(value) is not np.ndarray and not isinstance(value, np.memmap):
+            one = isinstance(where, int)
+            error = TypeError(
+                (f"item {where}: " if isinstance(where, int) else f"items {where.start} to {where[-1]}: ")
+                + f"a {type(value).__module__}.{type(value).__qualname__}, a subclass of numpy arrays: a .npy "
+                "file keeps its values alone, and what the subclass adds (a masked array's mask) would be lost; "
+                "write np.asarray(value), or its parts as fields of a dict ({'data': np.ma.getdata(value), "
+                "'mask': np.ma.getmaskarray(value)})"
+            )
+            error.failed_item = where if one else None  # type: ignore[attr-defined]  # read by write_npy's message
+            raise error
 
 
 def _all_arrays(values: list) -> bool:
