@@ -891,6 +891,27 @@ def test_a_stream_consumer_goes_on_when_a_new_server_comes_back_at_the_address()
     assert rest == list(range(10, 10 + received_before)) + list(range(1000, 1100))
 
 
+def test_a_stream_acknowledges_to_the_new_server_what_the_old_one_sent_late_does_not_change():
+    # Read after the new server's first item (ZeroMQ reads the connections in turn), the old one's item made the
+    # stream acknowledge to the old server again: the new one's items handed out meanwhile went unacknowledged, and to
+    # another consumer once this one left.
+    with lazyseq.serve(iter(range(10)), LOOPBACK) as server, lazyseq.connect(server.address, ahead=2) as stream:
+        assert next(stream) == 0
+        old = stream._server
+
+        def item(seq, value, instance):
+            tree, buffers = wire.encode(value)
+            return b"item", {"seq": seq, "server": instance, "tree": tree}, buffers
+
+        stream._take_in(*item(0, "new 0", "0123456789abcdef"))
+        stream._take_in(*item(5, "old 5", old))  # sent before the old server went
+        assert stream._server == "0123456789abcdef"
+        assert [(instance == old, value) for instance, _, _, value in stream._received][-2:] == [
+            (False, "new 0"),
+            (True, "old 5"),
+        ]
+
+
 @pytest.mark.parametrize("first_kind", ["view", "stream"])
 def test_a_server_of_the_other_kind_back_at_the_address_is_an_error_not_a_hang(first_kind):
     def source(kind):

@@ -637,6 +637,7 @@ class RemoteStream(Iterator[Any]):
         self._asked = 0  # items asked for and not received
         self._handed: deque[int] = deque(maxlen=RECENT)  # the items handed out last (their acks may be lost)
         self._acks = _Acknowledgements(connection.server)
+        self._servers_before: set[str] = set()  # the server instances that served it before the one it acknowledges to
         connection.say_at_goodbye(self._acks.farewell)  # collected, or the program ends, without close()
         self._owed = self._acks.owed
         self._unconfirmed = self._acks.unconfirmed
@@ -811,11 +812,13 @@ class RemoteStream(Iterator[Any]):
             server = header.get("server")
             if server == self._server:
                 self._known_up_to(header)
-            elif isinstance(server, str):  # a new server instance: what this consumer acknowledged is of another
-                self._serving_anew(server)
+            elif isinstance(server, str) and server not in self._servers_before:  # a new server instance: what this
+                self._serving_anew(server)  # consumer acknowledged is of another
         elif kind in (b"item", b"error") and isinstance(header, dict) and type(header.get("seq")) is int:
             seq, server = header["seq"], str(header.get("server", self._server))
-            if server != self._server:  # a new server instance numbers its items anew
+            if server in self._servers_before:  # sent before the server went, read since: handed out, unacknowledged
+                pass
+            elif server != self._server:  # a new server instance numbers its items anew
                 self._serving_anew(server)
             else:
                 self._known_up_to(header)
@@ -839,7 +842,9 @@ class RemoteStream(Iterator[Any]):
 
     def _serving_anew(self, server: str) -> None:
         """A new server instance, ``server``, numbers its items anew: what was handed out, or is to be acknowledged,
-        was the last one's."""
+        was the last one's. Messages of the last one read since (received before a new one's) change nothing."""
+        if self._acks.server is not None:
+            self._servers_before.add(self._acks.server)
         self._acks.server = server
         self._handed.clear()
         self._unconfirmed.clear()
