@@ -891,6 +891,49 @@ def test_a_stream_consumer_goes_on_when_a_new_server_comes_back_at_the_address()
     assert rest == list(range(10, 10 + received_before)) + list(range(1000, 1100))
 
 
+def _end_this_worker(index):
+    os._exit(3)
+
+
+def test_a_read_of_a_served_view_whose_worker_processes_die_as_they_start_fails_rather_than_waits():
+    # Such a death named no item that might have caused it: every read was asked of new workers, which died the same
+    # way, for ever (thousands of starts a minute), and the consumer waited past its timeout.
+    with (
+        lazyseq.serve(
+            lazyseq.arange(10), LOOPBACK, nworkers=2, method="process", start_hook=_end_this_worker
+        ) as server,
+        lazyseq.connect(server.address, timeout=60) as remote,
+    ):
+        for _ in range(2):  # and again: new workers, the same end
+            with pytest.raises(lazyseq.LoaderError) as info:
+                remote[3]
+            assert "the server's workers failed: WorkerDied: serve: worker process" in str(info.value)
+            assert "died with exit code 3 while starting, before it could compute anything" in str(info.value)
+
+
+def _refuse_to_start(index):
+    raise RuntimeError(f"no dataset handle in worker {index}")
+
+
+def test_a_consumer_hears_why_the_servers_workers_could_not_start(caplog):
+    # It heard "start_hook failed in worker process 0", and the server's log said nothing of the hook's error.
+    caplog.set_level(logging.WARNING, logger="lazyseq.serve")
+    with (
+        lazyseq.serve(
+            lazyseq.arange(10), LOOPBACK, nworkers=1, method="process", start_hook=_refuse_to_start
+        ) as server,
+        lazyseq.connect(server.address, timeout=60) as remote,
+    ):
+        with pytest.raises(lazyseq.LoaderError) as info:
+            remote[3]
+    assert str(info.value).endswith(
+        "could not compute item 3: the server's workers failed: LoaderError: serve: start_hook failed in worker process "
+        "0, from RuntimeError: no dataset handle in worker 0"
+    )
+    [record] = [r for r in caplog.records if "workers failed" in r.getMessage()]
+    assert "RuntimeError: no dataset handle in worker 0" in caplog.text and record.exc_info is not None
+
+
 def test_a_stream_acknowledges_to_the_new_server_what_the_old_one_sent_late_does_not_change():
     # Read after the new server's first item (ZeroMQ reads the connections in turn), the old one's item made the
     # stream acknowledge to the old server again: the new one's items handed out meanwhile went unacknowledged, and to

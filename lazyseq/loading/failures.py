@@ -53,22 +53,28 @@ class WorkerDied(LoaderError):
     ``tasks`` are the loader's tasks that the worker held (sent to it and
     not answered). ``suspects`` are those that may have ended it: the one it
     was computing, where the loader knows it (worker processes; none if it
-    died between two tasks), else all of them.
+    died between two tasks), else all of them. ``while_starting``: it died
+    before it could compute anything (new workers would die the same way).
 
     >>> import lazyseq
     >>> issubclass(lazyseq.WorkerDied, RuntimeError)
     True
     >>> died = lazyseq.WorkerDied("worker process 1 died", tasks=[4, 6], suspects=[6])
-    >>> died.tasks, died.suspects
-    ((4, 6), (6,))
+    >>> died.tasks, died.suspects, died.while_starting
+    ((4, 6), (6,), False)
     """
 
     def __init__(
-        self, message: str, tasks: Iterable[Hashable] = (), suspects: Iterable[Hashable] | None = None
+        self,
+        message: str,
+        tasks: Iterable[Hashable] = (),
+        suspects: Iterable[Hashable] | None = None,
+        while_starting: bool = False,
     ) -> None:
         super().__init__(message)
         self.tasks: tuple[Hashable, ...] = tuple(tasks)
         self.suspects: tuple[Hashable, ...] = self.tasks if suspects is None else tuple(suspects)
+        self.while_starting = while_starting
 
 
 class LoaderClosed(LoaderError):

@@ -160,7 +160,7 @@ class PrefetchView(View[T_co]):
             if self._deaths and i in self._deaths:
                 died = self._deaths.pop(i)
                 self._order.read(i)  # read, as far as guessing the next reads goes: what was read ahead is kept
-                raise WorkerDied(str(died), died.tasks, died.suspects) from died.__cause__
+                raise WorkerDied(str(died), died.tasks, died.suspects, died.while_starting) from died.__cause__
             while True:
                 engine = self._running_engine()
                 order = self._order

@@ -474,7 +474,7 @@ class ProcessWorkers:
         if said is not None:  # a start_hook that raised, say: why it ended
             self._receive(k, said, [])  # raises
         self.close()
-        raise WorkerDied(message, held, suspects)
+        raise WorkerDied(message, held, suspects, while_starting=k not in self._started)
 
     def _closed_meanwhile(self) -> bool:
         """Whether close() was called, read anew (another thread may have called it since)."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 import time
 from collections.abc import Callable
 from typing import Any, cast
@@ -38,11 +39,13 @@ from ..loading.options import LoaderOptions
 from ..loading.structure import bytes_of_spec
 from ..loading.thread_workers import ThreadWorkers
 from ..views.base import View
-from ..views.errors import LoaderFailure
+from ..views.errors import LoaderFailure, message_of
 from . import wire
 from .chunk_requests import ChunkPart, ChunkRequest, Splitting
 from .failures import failure_header, unsendable_header
 from .shared_items import MAX_SLOTS, ServedPool, item_bytes, same_machine
+
+log = logging.getLogger("lazyseq.serve")
 
 __all__ = ["ViewService"]
 
@@ -490,15 +493,19 @@ class ViewService:
         at most the item it was computing, an item that ends every worker
         fails its own request once it is asked for, and the server never
         starts workers forever while requests wait. Any other failure (workers
-        that cannot start, say): every waiting request hears why.
+        that cannot start, or that die as they start): every waiting request
+        hears why.
         """
         self._close_engine()
         if daemon_thread_at_exit():  # closed by the finalizers as the program ends: nobody to tell
             return
         suspects: set[Any] | None = None  # tasks that may have ended the worker that died: (consumer, i), ChunkPart
-        if isinstance(error, WorkerDied):
+        if isinstance(error, WorkerDied) and not error.while_starting:
             suspects = set(error.suspects)
-        message = f"the server's workers failed: {type(error).__name__}: {error}"
+        message = f"the server's workers failed: {_named(error)}"
+        if error.__cause__ is not None:  # a worker's own (unpickling the pipeline, start_hook...): the reason
+            message += f", from {_named(error.__cause__)}"
+        log.warning("the server's workers failed; the requests waiting for them hear why", exc_info=error)
         for consumer, reads in self._reads.items():
             if suspects is None:
                 failed, failed_chunks = list(reads.waiting), list(reads.chunks)
@@ -570,6 +577,12 @@ class ViewService:
         self._reads.clear()
         for consumer in list(self._pools):
             self._close_pool(consumer)
+
+
+def _named(error: BaseException) -> str:
+    """``error`` in one line, its type first (a ``RemoteError``'s message begins with the type it stands for)."""
+    said = message_of(error)
+    return said if hasattr(error, "type_name") else f"{type(error).__name__}: {said}"
 
 
 def _index_error(i: int, n: int | None) -> dict[str, str]:
