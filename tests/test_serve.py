@@ -891,6 +891,17 @@ def test_a_stream_consumer_goes_on_when_a_new_server_comes_back_at_the_address()
     assert rest == list(range(10, 10 + received_before)) + list(range(1000, 1100))
 
 
+def test_a_server_at_a_relative_ipc_path_gives_its_absolute_address(tmp_path, monkeypatch):
+    # It gave the path as written: a client in another directory could not find it.
+    monkeypatch.chdir(tmp_path)
+    with lazyseq.serve(lazyseq.arange(3), "ipc://here.sock") as server:
+        assert server.address == f"ipc://{tmp_path / 'here.sock'}"
+        monkeypatch.chdir("/")
+        with lazyseq.connect(server.address, timeout=10) as remote:
+            assert list(remote) == [0, 1, 2]
+    assert not (tmp_path / "here.sock").exists()
+
+
 def _end_this_worker(index):
     os._exit(3)
 

@@ -3,12 +3,15 @@
 libzmq reads a TCP port modulo 2**16 (``tcp://127.0.0.1:70000`` binds port
 4464, and ``:-1`` port 65535), and an ``inproc://`` endpoint is reachable
 only from sockets of the same ZeroMQ context, which no client shares with a
-server: a client would wait for its timeout, then report the server lost.
+server: a client would wait for its timeout, then report the server lost. A
+server's address names its ``ipc://`` file by an absolute path.
 """
 
 from __future__ import annotations
 
-__all__ = ["check_endpoint", "is_ipv6", "tcp_host"]
+import os
+
+__all__ = ["absolute", "check_endpoint", "is_ipv6", "tcp_host"]
 
 _HIGHEST_PORT = 65535
 
@@ -73,3 +76,18 @@ def is_ipv6(address: str) -> bool:
     (True, False, False)
     """
     return (tcp_host(address) or "").startswith("[")
+
+
+def absolute(endpoint: str) -> str:
+    """``endpoint``, an ``ipc://`` one with its path made absolute (a relative one is the server's working
+    directory's, which a client elsewhere does not share).
+
+    >>> absolute("tcp://127.0.0.1:5557"), absolute("ipc:///tmp/a.sock")
+    ('tcp://127.0.0.1:5557', 'ipc:///tmp/a.sock')
+    >>> absolute("ipc://a.sock") == "ipc://" + os.path.abspath("a.sock")
+    True
+    """
+    transport, _, path = endpoint.partition("://")
+    if transport != "ipc" or os.path.isabs(path) or path.startswith("@"):  # (@: Linux's abstract namespace)
+        return endpoint
+    return f"ipc://{os.path.abspath(path)}"

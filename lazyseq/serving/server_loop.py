@@ -75,7 +75,7 @@ from ..loading.closing import (
     interrupts_held,
 )
 from . import wire
-from .endpoints import is_ipv6
+from .endpoints import absolute, is_ipv6
 from .envelopes import Outbox
 from .frames import receive_waiting, send_frames
 from .security import ZAP_ENDPOINT, ClientCheck, keypair_bytes
@@ -144,7 +144,7 @@ class ServerLoop:
                     router.bind(address)
                 except zmq.ZMQError as error:
                     raise OSError(f"serve: cannot listen at {address}: {error}") from None
-                self.address: str = router.getsockopt_string(zmq.LAST_ENDPOINT)
+                self.address: str = absolute(router.getsockopt_string(zmq.LAST_ENDPOINT))
                 self._socket_file = SocketFile(self.address)
         except BaseException:
             for socket in sockets:
