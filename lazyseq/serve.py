@@ -9,9 +9,12 @@ is printed on the first line of the standard output (with the real port when
 
 Binding to an address other machines can reach needs CURVE keys: ``--keys
 DIR`` reads ``DIR/server.key_secret`` (made with
-``zmq.auth.create_certificates(DIR, "server")``) and lets in the clients
-whose public key files (``*.key``) are in ``DIR/clients``; ``--insecure``
-binds without them.
+``zmq.auth.create_certificates(DIR, "server")`` in a directory that exists,
+then made readable by its owner alone) and lets in the clients whose public
+key files (``*.key``) are in ``DIR/clients``; ``--insecure`` binds without
+them. Stop it with Ctrl-C or SIGTERM (a background job of a shell script
+ignores SIGINT: send SIGTERM); a second one stops it without waiting for the
+items its workers are computing.
 
 This module is a command, not a library: use :func:`lazyseq.serve` in code.
 Importing it (``import lazyseq.serve``, as documentation tools do) makes it
@@ -21,6 +24,7 @@ the package's ``serve``; calling it then calls the function all the same.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import inspect
 import os
@@ -65,6 +69,8 @@ def load_source(spec: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as error:
+        if error.name is None or not f"{module_name}.".startswith(f"{error.name}."):  # one the module imports: where
+            raise
         raise SystemExit(f"lazyseq.serve: cannot import {module_name!r}: {error}") from None
     try:
         source = getattr(module, attr)
@@ -72,7 +78,12 @@ def load_source(spec: str) -> Any:
         raise SystemExit(f"lazyseq.serve: module {module_name!r} has no attribute {attr!r}") from None
     from .views.base import View
 
-    if callable(source) and not isinstance(source, (View, type)):
+    if isinstance(source, type):
+        raise SystemExit(
+            f"lazyseq.serve: {spec} is a class: name an instance of it in {module_name} (a view, a dataset), or a "
+            "function that takes no arguments and returns one"
+        )
+    if callable(source) and not isinstance(source, View):
         try:
             inspect.signature(source).bind()
         except TypeError as error:  # it needs arguments: say so, without a traceback
@@ -83,6 +94,8 @@ def load_source(spec: str) -> Any:
         except ValueError:  # no signature to read (a builtin): called as it is
             pass
         source = source()
+        if source is None:
+            raise SystemExit(f"lazyseq.serve: {spec}() returned None: it should return a view (or an iterable)")
     return source
 
 
@@ -94,11 +107,22 @@ def read_keys(directory: str) -> tuple[tuple[bytes, bytes], list[bytes]]:
     if not (root / "server.key_secret").is_file():
         raise SystemExit(
             f"lazyseq.serve: --keys {directory}: no {root / 'server.key_secret'} (make it with "
-            f"zmq.auth.create_certificates({directory!r}, 'server'))"
+            f"os.makedirs({directory!r}); zmq.auth.create_certificates({directory!r}, 'server'), then chmod 600 it, "
+            f"and put the clients' public .key files in {root / 'clients'})"
         )
-    public, secret = zmq.auth.load_certificate(root / "server.key_secret")
+    pair = root / "server.key_secret"
+    public, secret = _keys_in(pair)
     if secret is None:
-        raise SystemExit(f"lazyseq.serve: {root / 'server.key_secret'} holds no secret key")
+        raise SystemExit(f"lazyseq.serve: {pair} holds no secret key")
+    try:
+        matches = zmq.curve_public(secret) == public
+    except zmq.ZMQError:  # not Z85
+        matches = False
+    if not matches:
+        raise SystemExit(
+            f"lazyseq.serve: {pair}: its public key is not that of its secret key; make the pair again with "
+            "zmq.auth.create_certificates"
+        )
     mode = stat.S_IMODE((root / "server.key_secret").stat().st_mode)
     if mode & 0o077:  # zmq.auth writes it with the process's umask: usually readable by everyone
         print(
@@ -106,7 +130,7 @@ def read_keys(directory: str) -> tuple[tuple[bytes, bytes], list[bytes]]:
             f"whoever reads it can pose as this server; chmod 600 it",
             file=sys.stderr,
         )
-    clients = [zmq.auth.load_certificate(path)[0] for path in sorted((root / "clients").glob("*.key"))]
+    clients = [_keys_in(path)[0] for path in sorted((root / "clients").glob("*.key"))]
     if not clients:
         print(
             f"lazyseq.serve: warning: --keys {directory}: no {root / 'clients' / '*.key'}: no client will be let in",
@@ -115,13 +139,46 @@ def read_keys(directory: str) -> tuple[tuple[bytes, bytes], list[bytes]]:
     return (public, secret), clients
 
 
+def _keys_in(path: Path) -> tuple[bytes, bytes | None]:
+    """The public key and the secret one (None in a public key file) in a file that zmq.auth wrote."""
+    import zmq.auth
+
+    try:
+        public, secret = zmq.auth.load_certificate(path)
+    except (ValueError, OSError) as error:
+        raise SystemExit(
+            f"lazyseq.serve: {path} is not a key file as zmq.auth.create_certificates writes: {error}"
+        ) from None
+    for key in (public, secret):
+        if key is not None and len(key) != 40:
+            raise SystemExit(f"lazyseq.serve: {path} holds a key that is not 40 Z85 characters: {key!r:.60}")
+    return public, secret
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m lazyseq.serve", description=__doc__.split("\n\n")[0])
-    parser.add_argument("source", help="MODULE:ATTR, a view or a function returning one")
-    parser.add_argument("--address", default="tcp://127.0.0.1:5557")
-    parser.add_argument("--nworkers", type=int, default=0)
-    parser.add_argument("--method", choices=["thread", "process", "ray"], default="thread")
-    parser.add_argument("--max-buffered", type=int, default=None)
+    description = (
+        "Serve a pipeline defined in a module until Ctrl-C or SIGTERM; the address it listens at is printed on "
+        "the first line of the standard output (what the module prints as it loads goes to the standard error)."
+    )
+    parser = argparse.ArgumentParser(prog="python -m lazyseq.serve", description=description)
+    parser.add_argument("source", help="MODULE:ATTR, a view (or an iterable) or a function returning one")
+    parser.add_argument(
+        "--address",
+        default="tcp://127.0.0.1:5557",
+        help="where to listen: tcp://HOST:PORT (port 0: any free one) or ipc://PATH (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--nworkers",
+        type=int,
+        default=0,
+        help="workers computing items ahead (0, the default: one thread; -n: all cores but n)",
+    )
+    parser.add_argument(
+        "--method", choices=["thread", "process", "ray"], default="thread", help="what the workers are (%(default)s)"
+    )
+    parser.add_argument(
+        "--max-buffered", type=int, default=None, help="items computed ahead of each consumer (as lazyseq.prefetch)"
+    )
     parser.add_argument("--keys", help="a directory with server.key_secret and clients/*.key (CURVE)")
     parser.add_argument("--insecure", action="store_true", help="allow a public address without CURVE keys")
     args = parser.parse_args(argv)
@@ -130,24 +187,33 @@ def main(argv: Sequence[str] | None = None) -> None:
     from .serving.security import check_address
     from .serving.server import serve
 
-    source = load_source(args.source)
-    try:  # what the user gave is wrong: the message says what, no traceback
-        keypair, clients = read_keys(args.keys) if args.keys else (None, None)
-        check_address(check_endpoint(args.address, "serve", binding=True), keypair, args.insecure, ways=CLI_WAYS)
-        server = serve(
-            source,
-            args.address,
-            nworkers=args.nworkers,
-            method=args.method,
-            max_buffered=args.max_buffered,
-            curve_keypair=keypair,
-            allowed_clients=clients,
-            insecure=args.insecure,
-        )
-    except (ValueError, TypeError, OSError, ImportError) as error:  # ImportError: pyzmq or Ray missing
-        raise SystemExit(f"lazyseq.serve: {str(error).removeprefix('serve: ')}") from None
+    # SIGTERM as Ctrl-C from the start: a server stopped while it starts (Ray's, say) goes as it would once serving,
+    # and a second one stops it without waiting for its workers
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # the address is the first line of the standard output
+            source = load_source(args.source)
+        try:  # what the user gave is wrong: the message says what, no traceback
+            keypair, clients = read_keys(args.keys) if args.keys else (None, None)
+            check_address(check_endpoint(args.address, "serve", binding=True), keypair, args.insecure, ways=CLI_WAYS)
+            server = serve(
+                source,
+                args.address,
+                nworkers=args.nworkers,
+                method=args.method,
+                max_buffered=args.max_buffered,
+                curve_keypair=keypair,
+                allowed_clients=clients,
+                insecure=args.insecure,
+            )
+        except (ValueError, TypeError, OSError, ImportError) as error:  # ImportError: pyzmq or Ray missing
+            said = str(error)
+            if not (said.startswith("serve: ") or isinstance(error, ImportError)):  # the pipeline's own: where
+                raise
+            raise SystemExit(f"lazyseq.serve: {said.removeprefix('serve: ')}") from None
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None  # (stopped before it served: as an interrupted command does)
     try:  # an interrupt from the moment the server exists ends it quietly, even one that comes while printing
-        signal.signal(signal.SIGTERM, lambda *_: server.close())
         print(server.address, flush=True)
         server.serve_forever()
     except KeyboardInterrupt:

@@ -2463,6 +2463,118 @@ def test_the_command_says_what_is_wrong_without_a_traceback(arguments, message):
     assert run.returncode == 1 and run.stderr.startswith(message) and "Traceback" not in run.stderr
 
 
+COMMAND_MODULE = """
+import numpy as np
+print("loading the data...")
+
+
+class Batches:
+    pass
+
+
+def nothing():
+    pass
+
+
+class Odd:
+    def __len__(self):
+        raise ValueError("the length is in another file")
+
+    def __getitem__(self, i):
+        return i
+
+
+odd = Odd()
+view = np.arange(4)
+"""
+
+
+@pytest.mark.parametrize(
+    ("source", "says", "traceback"),
+    [
+        ("data:Batches", "lazyseq.serve: data:Batches is a class: name an instance of it in data (a view, a", False),
+        (
+            "data:nothing",
+            "lazyseq.serve: data:nothing() returned None: it should return a view (or an iterable)",
+            False,
+        ),
+        ("needs_more:x", "ModuleNotFoundError: No module named 'nosuchdependency'", True),  # the module's own import
+        (
+            "data:odd",
+            "ValueError: the length is in another file",
+            True,
+        ),  # the pipeline's own error: where it was raised
+    ],
+)
+def test_the_command_says_what_is_wrong_with_the_source_and_shows_where_the_pipeline_failed(
+    tmp_path, source, says, traceback
+):
+    # A class got "call it: serve(f())", which the command does not do; a function that returned None, "got NoneType";
+    # a module that imports a missing one, "cannot import 'needs_more'"; an error of the pipeline, one line, no trace.
+    (tmp_path / "data.py").write_text(COMMAND_MODULE)
+    (tmp_path / "needs_more.py").write_text("import nosuchdependency\n")
+    run = subprocess.run(
+        [sys.executable, "-m", "lazyseq.serve", source, "--address", "tcp://127.0.0.1:0"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 1 and run.stdout == ""
+    assert (says in run.stderr, "Traceback" in run.stderr) == (True, traceback)
+
+
+def test_the_command_prints_the_address_first_whatever_the_module_prints(tmp_path):
+    (tmp_path / "data.py").write_text(COMMAND_MODULE)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "lazyseq.serve", "data:view", "--address", "tcp://127.0.0.1:0"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        address = server.stdout.readline().strip()
+        with lazyseq.connect(address, timeout=30) as remote:
+            assert list(remote) == [0, 1, 2, 3]
+    finally:
+        server.terminate()
+        _, err = server.communicate(timeout=60)
+    assert server.returncode == 0 and err == "loading the data...\n"
+
+
+def test_the_command_names_the_key_file_that_is_wrong(tmp_path):
+    # A pair whose halves differ was refused in the words of serve()'s curve_keypair, which the command hides.
+    import zmq.auth
+
+    zmq.auth.create_certificates(str(tmp_path), "server")
+    os.chmod(tmp_path / "server.key_secret", 0o600)
+    other_public, _ = zmq.curve_keypair()
+    pair = (tmp_path / "server.key_secret").read_text()
+    public = zmq.auth.load_certificate(tmp_path / "server.key_secret")[0].decode()
+    (tmp_path / "server.key_secret").write_text(pair.replace(public, other_public.decode()))
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lazyseq.serve",
+            "string:digits",
+            "--keys",
+            str(tmp_path),
+            "--address",
+            "tcp://127.0.0.1:0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 1
+    assert run.stderr == (
+        f"lazyseq.serve: {tmp_path / 'server.key_secret'}: its public key is not that of its secret key; make the "
+        "pair again with zmq.auth.create_certificates\n"
+    )
+
+
 def test_importing_the_command_module_leaves_serve_callable():
     # import lazyseq.serve (documentation tools do) made lazyseq.serve that module: "'module' object is not callable"
     code = (

@@ -9,7 +9,8 @@ handshake, before the server reads anything it sent.
 Keys are made with ``zmq.curve_keypair()``: a ``(public, secret)`` pair of
 40-character Z85 strings. Keep the secret one in a file only its owner can
 read (``zmq.auth.create_certificates`` writes both halves, the secret one with
-mode 0600), and give the public one to the other side.
+the permissions of the process's umask: ``chmod 600`` it), and give the public
+one to the other side.
 """
 
 from __future__ import annotations
