@@ -610,3 +610,19 @@ def test_ray_loaders_inside_ray_tasks_that_hold_every_cpu(cluster):
     # The loader waited through futures, which Ray does not count as a task blocked: the outer tasks kept both CPUs
     # and the loaders' tasks never started.
     assert ray.get([sum_through_a_ray_loader.remote(k) for k in (1, 2)], timeout=120) == [190, 380]
+
+
+def test_an_interrupt_as_a_local_ray_starts_shuts_down_what_it_started(monkeypatch):
+    # Its agents (ray::DashboardAgent, ray::RuntimeEnvAgent) outlived the program, under init, ignoring SIGTERM.
+    calls = []
+
+    def init(*args, **kwargs):
+        calls.append("init")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ray_workers.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray_workers.ray, "init", init)
+    monkeypatch.setattr(ray_workers.ray, "shutdown", lambda: calls.append("shutdown"))
+    with pytest.raises(KeyboardInterrupt):
+        ray_workers.connect_to_ray("prefetch")
+    assert calls == ["init", "shutdown"]

@@ -109,6 +109,9 @@ def connect_to_ray(owner: str) -> None:
             f"{owner}: could not connect to Ray: {type(error).__name__}: {error}; call ray.init(address=...) "
             "before making the loader, or set RAY_ADDRESS"
         ) from error
+    except BaseException:  # a Ctrl-C as a local Ray starts: what it started so far goes too (its agents outlived it)
+        ray.shutdown()
+        raise
 
 
 class RayWorkers:
