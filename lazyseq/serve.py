@@ -1,6 +1,7 @@
 """``python -m lazyseq.serve MODULE:ATTR``: serve a pipeline defined in a module, until Ctrl-C or SIGTERM.
 
-``ATTR`` names a view (or any sequence, or an iterable) in ``MODULE``, or a
+``ATTR`` names a view (or any sequence, or an iterable) at the top level of
+``MODULE`` (no dots: ``data:train``, not ``data:splits.train``), or a
 function of no arguments that returns one. The address the server listens at
 is printed on the first line of the standard output (with the real port when
 ``--address`` asks for port 0), then the server runs until it is interrupted.
