@@ -102,7 +102,7 @@ def load_source(spec: str) -> Any:
 
 def read_keys(directory: str) -> tuple[tuple[bytes, bytes], list[bytes]]:
     """The server's key pair and the allowed clients' public keys, from certificate files in ``directory``."""
-    import zmq.auth
+    from .serving.security import is_pair
 
     root = Path(directory)
     if not (root / "server.key_secret").is_file():
@@ -115,11 +115,7 @@ def read_keys(directory: str) -> tuple[tuple[bytes, bytes], list[bytes]]:
     public, secret = _keys_in(pair)
     if secret is None:
         raise SystemExit(f"lazyseq.serve: {pair} holds no secret key")
-    try:
-        matches = zmq.curve_public(secret) == public
-    except zmq.ZMQError:  # not Z85
-        matches = False
-    if not matches:
+    if not is_pair(public, secret):
         raise SystemExit(
             f"lazyseq.serve: {pair}: its public key is not that of its secret key; make the pair again with "
             "zmq.auth.create_certificates"

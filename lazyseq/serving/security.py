@@ -84,21 +84,25 @@ def key_bytes(key: Any, what: str) -> bytes:
     return key
 
 
-def keypair_bytes(keypair: Any, owner: str) -> tuple[bytes, bytes]:
-    """A ``(public, secret)`` CURVE pair as two 40-byte Z85 keys; ``ValueError`` unless ``public`` is ``secret``'s."""
+def is_pair(public: bytes, secret: bytes) -> bool:
+    """Whether ``public`` is the public key of ``secret`` (two 40-byte Z85 keys)."""
     import zmq
 
+    try:
+        return bool(zmq.curve_public(secret) == public)
+    except zmq.ZMQError:  # not Z85
+        return False
+
+
+def keypair_bytes(keypair: Any, owner: str) -> tuple[bytes, bytes]:
+    """A ``(public, secret)`` CURVE pair as two 40-byte Z85 keys; ``ValueError`` unless ``public`` is ``secret``'s."""
     if not (isinstance(keypair, (tuple, list)) and len(keypair) == 2):
         raise ValueError(
             f"{owner}: curve_keypair must be a (public, secret) pair, as zmq.curve_keypair() makes, got {keypair!r:.60}"
         )
     public = key_bytes(keypair[0], f"{owner}: curve_keypair[0] (the public key)")
     secret = key_bytes(keypair[1], f"{owner}: curve_keypair[1] (the secret key)")
-    try:
-        matches = zmq.curve_public(secret) == public
-    except zmq.ZMQError:  # not Z85
-        matches = False
-    if not matches:
+    if not is_pair(public, secret):
         raise ValueError(
             f"{owner}: curve_keypair[0] is not the public key of curve_keypair[1]: give (public, secret) in that "
             "order, both from one call of zmq.curve_keypair()"
