@@ -152,6 +152,15 @@ def _keys_in(path: Path) -> tuple[bytes, bytes | None]:
     return public, secret
 
 
+def _as_ctrl_c(signum: int, frame: Any) -> None:
+    """SIGTERM, handled as SIGINT is now (closing a server defers a Ctrl-C until what it releases is released)."""
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)
+    else:  # ignored (a background job of a shell script): SIGTERM still stops it
+        signal.default_int_handler(signal.SIGINT, frame)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     description = (
         "Serve a pipeline defined in a module until Ctrl-C or SIGTERM; the address it listens at is printed on "
@@ -186,13 +195,16 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     # SIGTERM as Ctrl-C from the start: a server stopped while it starts (Ray's, say) goes as it would once serving,
     # and a second one stops it without waiting for its workers
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _as_ctrl_c)
     try:
         with contextlib.redirect_stdout(sys.stderr):  # the address is the first line of the standard output
             source = load_source(args.source)
         try:  # what the user gave is wrong: the message says what, no traceback
             keypair, clients = read_keys(args.keys) if args.keys else (None, None)
             check_address(check_endpoint(args.address, "serve", binding=True), keypair, args.insecure, ways=CLI_WAYS)
+        except (ValueError, OSError) as error:
+            raise SystemExit(f"lazyseq.serve: {str(error).removeprefix('serve: ')}") from None
+        try:  # what the user gave is wrong: the message says what, no traceback
             server = serve(
                 source,
                 args.address,

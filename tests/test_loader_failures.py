@@ -748,3 +748,31 @@ def test_a_worker_that_died_before_the_first_batch_of_load_buffers_arrived_is_a_
             except StopIteration:
                 break
     assert "WorkerDied" in outcomes and multiprocessing.active_children() == []
+
+
+def _end_on(arg):
+    if arg == "end":
+        os._exit(3)
+    return arg
+
+
+def test_a_worker_that_started_then_died_on_a_task_is_not_said_to_have_died_starting():
+    # Its death found by a write before anything read its "ready": it was said to have died as it started, and a
+    # server failed every waiting request rather than the one of the item that ended it.
+    from lazyseq.loading.failures import WorkerDied
+    from lazyseq.loading.options import LoaderOptions
+    from lazyseq.loading.process_workers import ProcessWorkers
+
+    options = LoaderOptions.check("prefetch", nworkers=1, method="process", start_method="fork")
+    workers = ProcessWorkers(_end_on, options, seed=0, slot_count=0)
+    try:
+        workers.submit_many([(0, "end")])
+        workers._processes[0].join(60)  # it started, took task 0 and ended; nothing read what it said
+        with pytest.raises(WorkerDied) as info:
+            workers.submit_many([(1, 1)])
+            for _ in range(300):
+                workers.poll(0.1)
+    finally:
+        workers.close()
+    assert (info.value.while_starting, info.value.suspects) == (False, (0,))
+    assert "while computing" in str(info.value) and "while starting" not in str(info.value)

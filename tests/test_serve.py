@@ -900,6 +900,10 @@ def test_a_server_at_a_relative_ipc_path_gives_its_absolute_address(tmp_path, mo
         with lazyseq.connect(server.address, timeout=10) as remote:
             assert list(remote) == [0, 1, 2]
     assert not (tmp_path / "here.sock").exists()
+    from lazyseq.serving.endpoints import absolute
+
+    deep = "ipc://" + "d" * 100 + "/x.sock"  # (absolute, longer than a socket's path may be: what it was, as it binds)
+    assert absolute(deep) == deep and absolute("ipc://@abstract") == "ipc://@abstract"
 
 
 def _end_this_worker(index):
@@ -2573,6 +2577,42 @@ def test_the_command_names_the_key_file_that_is_wrong(tmp_path):
         f"lazyseq.serve: {tmp_path / 'server.key_secret'}: its public key is not that of its secret key; make the "
         "pair again with zmq.auth.create_certificates\n"
     )
+
+
+def test_the_command_says_a_key_directory_cannot_be_read_without_a_traceback():
+    # Read where the pipeline's own errors keep their traceback, an unreadable directory printed one. (In a process of
+    # its own: importing the command's module makes it the package's serve.)
+    code = (
+        "import lazyseq.serve as command\n"
+        "def unreadable(directory):\n"
+        "    raise PermissionError(13, 'Permission denied', directory + '/server.key_secret')\n"
+        "command.read_keys = unreadable\n"
+        "command.main(['string:digits', '--keys', '/locked', '--address', 'tcp://127.0.0.1:0'])\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (run.returncode, run.stderr) == (
+        1,
+        "lazyseq.serve: [Errno 13] Permission denied: '/locked/server.key_secret'\n",
+    )
+
+
+def test_the_commands_sigterm_is_handled_as_ctrl_c_is_at_that_moment():
+    # SIGTERM raised KeyboardInterrupt wherever it came, in a close that defers a Ctrl-C too: a second one left the
+    # ipc:// file and ZeroMQ's context behind.
+    code = (
+        "import signal, lazyseq.serve as command\n"
+        "heard = []\n"
+        "signal.signal(signal.SIGINT, lambda signum, frame: heard.append(signum))\n"
+        "command._as_ctrl_c(signal.SIGTERM, None)\n"
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a background job of a shell script): it still stops\n"
+        "try:\n"
+        "    command._as_ctrl_c(signal.SIGTERM, None)\n"
+        "except KeyboardInterrupt:\n"
+        "    heard.append('stopped')\n"
+        "print(heard == [signal.SIGINT, 'stopped'])\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (run.stdout, run.stderr) == ("True\n", "")
 
 
 def test_importing_the_command_module_leaves_serve_callable():

@@ -896,3 +896,18 @@ def test_forkserver_workers_end_with_their_consumer(tmp_path):
         finally:
             os.close(watch)
     assert left == []
+
+
+def _sigterm_handled_by_default(i):
+    return signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_a_worker_process_ends_on_sigterm_whatever_handler_its_program_has():
+    # Forked from `python -m lazyseq.serve`, which takes SIGTERM as Ctrl-C, a worker raised KeyboardInterrupt in the
+    # item it was computing when its loader closed it (and printed its traceback).
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    try:
+        with lazyseq.prefetch(lazyseq.smap(_sigterm_handled_by_default, range(4)), nworkers=2, method="process") as p:
+            assert list(p) == [True] * 4
+    finally:
+        signal.signal(signal.SIGTERM, previous)

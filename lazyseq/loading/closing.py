@@ -152,12 +152,14 @@ def interrupts_held() -> Iterator[None]:
 
 
 def ignore_interrupts() -> None:
-    """In a worker process: ignore SIGINT (the consumer decides what a Ctrl-C means), and drop one held back.
+    """In a worker process: ignore SIGINT (the consumer decides what a Ctrl-C means), and drop one held back;
+    SIGTERM ends it (a handler inherited from a forking program, which may take it as Ctrl-C, does not).
 
     A worker started with SIGINT blocked (:func:`blocked_for_children`) may
     hold one sent while it started: ignored first, it is dropped when unblocked.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 

@@ -529,6 +529,8 @@ class ProcessWorkers:
         for j, message in self._reader.take(0.0):  # the workers are stopped next: the others' results do not matter
             if j == k and type(message) is StartFailed:
                 return message
+            if type(message) is Ready:  # (unread until its death was noticed: it had started)
+                self._started.add(j)
         return None
 
     def close(self) -> None:

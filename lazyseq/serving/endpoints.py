@@ -90,4 +90,8 @@ def absolute(endpoint: str) -> str:
     transport, _, path = endpoint.partition("://")
     if transport != "ipc" or os.path.isabs(path) or path.startswith("@"):  # (@: Linux's abstract namespace)
         return endpoint
-    return f"ipc://{os.path.abspath(path)}"
+    whole = os.path.abspath(path)
+    return endpoint if len(os.fsencode(whole)) > _MAX_SOCKET_PATH else f"ipc://{whole}"  # (too long to connect to)
+
+
+_MAX_SOCKET_PATH = 107  # bytes of a Unix socket's path (sun_path holds 108, with the final NUL)
