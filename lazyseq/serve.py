@@ -204,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             check_address(check_endpoint(args.address, "serve", binding=True), keypair, args.insecure, ways=CLI_WAYS)
         except (ValueError, OSError) as error:
             raise SystemExit(f"lazyseq.serve: {str(error).removeprefix('serve: ')}") from None
-        try:  # what the user gave is wrong: the message says what, no traceback
+        try:  # serve's own checks say what is wrong in a line; the pipeline's errors keep their traceback
             server = serve(
                 source,
                 args.address,
