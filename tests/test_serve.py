@@ -7,6 +7,7 @@ import _thread
 import concurrent.futures
 import contextlib
 import errno
+import functools
 import gc
 import json
 import logging
@@ -924,6 +925,23 @@ def test_a_read_of_a_served_view_whose_worker_processes_die_as_they_start_fails_
                 remote[3]
             assert "the server's workers failed: WorkerDied: serve: worker process" in str(info.value)
             assert "died with exit code 3 while starting, before it could compute anything" in str(info.value)
+
+
+def _end_the_first_worker(marker):
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        os._exit(3)
+
+
+def test_a_worker_process_that_dies_once_as_it_starts_is_followed_by_others(tmp_path):
+    # One death as a worker started (the OOM killer, say) failed every request waiting then; new workers are asked
+    # once first (twice in a row: the requests hear why, see the test above).
+    hook = functools.partial(_end_the_first_worker, str(tmp_path / "started once"))  # (called with no index)
+    with (
+        lazyseq.serve(lazyseq.arange(10), LOOPBACK, nworkers=1, method="process", start_hook=hook) as server,
+        lazyseq.connect(server.address, timeout=60) as remote,
+    ):
+        assert [remote[3], remote[7]] == [3, 7]
 
 
 def _refuse_to_start(index):

@@ -46,6 +46,7 @@ from .failures import failure_header, unsendable_header
 from .shared_items import MAX_SLOTS, ServedPool, item_bytes, same_machine
 
 log = logging.getLogger("lazyseq.serve")
+START_DEATHS = 2  # workers that died as they started, in a row: the requests waiting then hear why (not for ever)
 
 __all__ = ["ViewService"]
 
@@ -87,6 +88,7 @@ class ViewService:
         self._engine: Engine | None = None
         self._starts = 0
         self._ask_again = False  # whether requests wait that failed workers left unanswered
+        self._start_deaths = 0  # workers that died as they started, in a row (since the last result)
         self._pools: dict[bytes, ServedPool | None] = {}  # consumers on this machine -> their pool (None: not made yet)
         self._pool_slots: dict[bytes, int] = {}  # ... and the slots they asked for (the server adds its own)
         self._splitting = Splitting(options.nworkers)  # how many workers read a request for items at once
@@ -380,6 +382,8 @@ class ViewService:
             return
         if self._cancelled_into:
             self._free_slots_of_ended_tasks(engine)
+        if engine.ready:  # (a worker started)
+            self._start_deaths = 0
         for key in list(engine.ready):
             if type(key) is ChunkPart:
                 self._chunk_done(key)
@@ -492,20 +496,30 @@ class ViewService:
         once it is asked for, not ahead. So a worker killed from outside costs
         at most the item it was computing, an item that ends every worker
         fails its own request once it is asked for, and the server never
-        starts workers forever while requests wait. Any other failure (workers
-        that cannot start, or that die as they start): every waiting request
-        hears why.
+        starts workers forever while requests wait. A worker that died as it
+        started (killed from outside, say) has new workers asked the same way,
+        once: if one of those dies as it starts too, every waiting request
+        hears why, as for any other failure (workers that cannot start).
         """
         self._close_engine()
         if daemon_thread_at_exit():  # closed by the finalizers as the program ends: nobody to tell
             return
         suspects: set[Any] | None = None  # tasks that may have ended the worker that died: (consumer, i), ChunkPart
-        if isinstance(error, WorkerDied) and not error.while_starting:
-            suspects = set(error.suspects)
+        if isinstance(error, WorkerDied):
+            self._start_deaths = self._start_deaths + 1 if error.while_starting else 0
+            if self._start_deaths < START_DEATHS:
+                suspects = set(error.suspects)
         message = f"the server's workers failed: {_named(error)}"
         if error.__cause__ is not None:  # a worker's own (unpickling the pipeline, start_hook...): the reason
             message += f", from {_named(error.__cause__)}"
-        log.warning("the server's workers failed; the requests waiting for them hear why", exc_info=error)
+        if suspects is None:
+            log.warning("the server's workers failed; the requests waiting for them hear why", exc_info=error)
+        else:
+            log.warning(
+                "a worker of the server died: the request of the item it computed, if any, hears why; new workers "
+                "compute the others",
+                exc_info=error,
+            )
         for consumer, reads in self._reads.items():
             if suspects is None:
                 failed, failed_chunks = list(reads.waiting), list(reads.chunks)
