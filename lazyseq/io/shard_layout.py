@@ -389,10 +389,6 @@ def read_batch(view: View, rows: range) -> Any:
 
 def _collated(chunk: Any, rows: range) -> Any:
     """The chunk of items ``rows`` as one batch; items of different shapes are named by their index."""
-    if type(chunk) is list:  # (stacked, a matrix fails in numpy's words, a masked array may lose its mask)
-        for i, item in zip(rows, chunk):
-            kind = _kind_of(item)
-            _refuse_array_subclasses(item.values() if kind == "dict" else item if kind == "tuple" else [item], i)
     try:
         return chunk_to_batch(chunk)
     except MixedShapes as error:
@@ -401,6 +397,12 @@ def _collated(chunk: Any, rows: range) -> Any:
             f"items {rows[a]} and {rows[b]} have different shapes, {shape_a} and {shape_b}: "
             "every item must have the same shape"
         ) from None
+    except (ValueError, TypeError):  # a matrix fails to stack in numpy's words: named as a subclass of arrays
+        if type(chunk) is list:  # (a masked array stacks: field_arrays refuses the batch)
+            for i, item in zip(rows, chunk):
+                kind = _kind_of(item)
+                _refuse_array_subclasses(item.values() if kind == "dict" else item if kind == "tuple" else [item], i)
+        raise
 
 
 def _kind_of(item: Any) -> Kind:

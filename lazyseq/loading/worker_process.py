@@ -180,14 +180,14 @@ def _serve_tasks(
 
 def _result_message(task: Hashable, slot: int, result: Any, slots: WorkerSlots | None, seconds: float) -> bytes:
     """The message that brings ``result`` back, or the failure of its task if some part of it cannot be pickled."""
+    arrays: list = []
+    skeleton = None
     try:
-        return _encode_result(task, slot, result, slots, seconds)
+        skeleton = flatten(result, arrays)
+        return _encode_result(task, slot, skeleton, arrays, slots, seconds)
     except Exception as error:
-        try:
-            arrays: list = []
-            result = rebuild(flatten(result, arrays), arrays)  # as in _encode_result
-        except Exception:  # (what failed was not pickling)
-            pass
+        if skeleton is not None:  # as _encode_result sends it
+            result = rebuild(skeleton, arrays)
         by_value = _by_value(PickledResult(task, slot, result, 0, seconds))
         if by_value is not None:
             return by_value
@@ -212,10 +212,11 @@ def _by_value(message: PickledResult) -> bytes | None:
         return None
 
 
-def _encode_result(task: Hashable, slot: int, result: Any, slots: WorkerSlots | None, seconds: float) -> bytes:
-    """``result`` encoded: its skeleton (the parts other than arrays, pickled) if its arrays fit in the slot, else all of it."""
-    arrays: list = []
-    skeleton = flatten(result, arrays)
+def _encode_result(
+    task: Hashable, slot: int, skeleton: tuple, arrays: list, slots: WorkerSlots | None, seconds: float
+) -> bytes:
+    """A result that :func:`~lazyseq.nested.flatten` split into ``skeleton`` and ``arrays``, encoded: the skeleton
+    (the parts other than arrays, pickled) if its arrays fit in the slot, else all of it."""
     if arrays and slot >= 0 and slots is not None:
         layout = place_in_slot(slots.slot(slot), slots.address(slot), arrays)
         if layout is not None:

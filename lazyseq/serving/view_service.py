@@ -39,7 +39,7 @@ from ..loading.options import LoaderOptions
 from ..loading.structure import bytes_of_spec
 from ..loading.thread_workers import ThreadWorkers
 from ..views.base import View
-from ..views.errors import LoaderFailure, message_of
+from ..views.errors import LoaderFailure, named
 from . import wire
 from .chunk_requests import ChunkPart, ChunkRequest, Splitting
 from .failures import failure_header, unsendable_header
@@ -509,9 +509,9 @@ class ViewService:
             self._start_deaths = self._start_deaths + 1 if error.while_starting else 0
             if self._start_deaths < START_DEATHS:
                 suspects = set(error.suspects)
-        message = f"the server's workers failed: {_named(error)}"
+        message = f"the server's workers failed: {named(error)}"
         if error.__cause__ is not None:  # a worker's own (unpickling the pipeline, start_hook...): the reason
-            message += f", from {_named(error.__cause__)}"
+            message += f", from {named(error.__cause__)}"
         if suspects is None:
             log.warning("the server's workers failed; the requests waiting for them hear why", exc_info=error)
         else:
@@ -591,12 +591,6 @@ class ViewService:
         self._reads.clear()
         for consumer in list(self._pools):
             self._close_pool(consumer)
-
-
-def _named(error: BaseException) -> str:
-    """``error`` in one line, its type first (a ``RemoteError``'s message begins with the type it stands for)."""
-    said = message_of(error)
-    return said if hasattr(error, "type_name") else f"{type(error).__name__}: {said}"
 
 
 def _index_error(i: int, n: int | None) -> dict[str, str]:

@@ -142,6 +142,16 @@ def message_of(error: BaseException) -> str:
         return f"<str() of {type(error).__name__} failed: {type(failure).__name__}: {failure}>"
 
 
+def named(error: BaseException) -> str:
+    """``error`` in one line, its type first (a ``RemoteError``'s message begins with the type it stands for).
+
+    >>> named(ValueError("bad row"))
+    'ValueError: bad row'
+    """
+    said = message_of(error)
+    return said if hasattr(error, "type_name") else f"{type(error).__name__}: {said}"
+
+
 def describe_chain(tb: TracebackType | None) -> str:
     """``batch[12] -> gather[768] -> smap(f)[4021]`` from the frames of a traceback."""
     from .base import View  # here, not at the top: base imports this module
