@@ -957,6 +957,25 @@ def test_numbers_among_strings_and_times_out_of_a_finer_units_range_are_refused(
     assert list(written) == [np.datetime64("2020-01-01", "ns"), np.datetime64("2021-01-01", "ns")]
 
 
+@pytest.mark.parametrize("rows_per_shard", [None, 1, 2])
+def test_integers_that_the_floats_of_item_0_would_round_are_refused_whichever_block_they_fall_in(
+    tmp_path, rows_per_shard
+):
+    # numpy stacks int64 among float64 as float64 (it calls that cast safe): 2**53 + 1 was written as 2**53
+    big = 2**53 + 1
+    for name, items in [
+        ("arrays", [np.array([1.0]), np.array([big]), np.array([2.0]), np.array([big])]),
+        ("numbers", [1.0, big, 2.0, big]),
+        ("fields", [(np.float64(k), k) if k % 2 == 0 else (np.int64(big), k) for k in range(4)]),
+        ("unsigned", [np.array([1], np.uint64), np.array([-1]), np.array([1], np.uint64), np.array([-1])]),
+    ]:
+        with pytest.raises(lazyseq.EvaluationError, match=r"failed at item 1: ValueError: .*(int64|uint64) values"):
+            lazyseq.write_npy(items, tmp_path / name, rows_per_shard=rows_per_shard)
+    # what fits goes through, cast to item 0's dtype
+    written = lazyseq.write_npy([1.0, 2**53, np.int32(2**31 - 1)], tmp_path / "exact", rows_per_shard=rows_per_shard)
+    assert np.asarray(written).dtype == np.float64 and list(written) == [1.0, 2.0**53, 2.0**31 - 1]
+
+
 def test_only_its_own_temporary_files_are_removed(tmp_path):
     os.makedirs(tmp_path / "out")
     for name in [".data-00000.npy.0123abcd.tmp", ".manifest.json.89abcdef.tmp", ".notes.txt.0123abcd.tmp"]:

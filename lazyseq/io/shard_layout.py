@@ -11,9 +11,11 @@ manifest and back.
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -287,29 +289,38 @@ class Layout:
     def _stacking_hides(self, items: list) -> bool:
         """Whether stacking ``items`` could change some of their values unseen (then they are taken one by one).
 
-        numpy stacks numbers among strings as strings ("3"), and times of
-        several units in the finest, where the others may wrap around: only
-        fields of strings or times are looked at, item by item.
+        numpy stacks a field's values in one dtype that holds them all: numbers
+        among strings become strings ("3"), times of several units the finest,
+        where the others may wrap around, and integers above 2**53 among
+        ``float64`` (or ``int64`` among ``uint64``) round. Items are taken one
+        by one, each checked against item 0's dtype, where a field holds Python
+        values of several types, arrays (or numpy scalars) whose dtypes do not
+        all stack exactly, or values other than strings or times of item 0's kind
+        (and unit).
         """
-        touchy = [k for k, field in enumerate(self.fields) if field.dtype.kind in "USmM"]
-        if not touchy:
-            return False
-        if self.kind == "array" and self.fields[0].dtype.kind in "US":  # strings of numpy's own: none to look at
-            if set(map(type, items)) == {np.str_ if self.fields[0].dtype.kind == "U" else np.bytes_}:
-                return False
-        for item in items:
-            for k in touchy:
-                field = self.fields[k]
-                if self.kind == "array":
-                    value = item
-                elif self.kind == "dict":
-                    value = item.get(field.name)
-                else:
-                    value = item[k] if k < len(item) else None
-                found = value.dtype if isinstance(value, (np.ndarray, np.generic)) else np.asarray(value).dtype
-                if found.kind != field.dtype.kind or (found.kind in "mM" and found != field.dtype):
+        for k, field in enumerate(self.fields):
+            try:
+                values = items if self.kind == "array" else list(map(self._getters[k], items))
+            except (KeyError, IndexError, TypeError):  # a field missing: the item is named item by item
+                return True
+            try:
+                dtypes = set(map(_dtype, values))  # (arrays and numpy's scalars)
+            except AttributeError:  # Python's numbers, strings, lists: of one type, numpy gives them one dtype
+                if len(set(map(type, values))) > 1:
                     return True
+            else:
+                if _dtypes_round(dtypes):
+                    return True
+            if field.dtype.kind in "USmM" and _strings_or_times_differ(field.dtype, values):
+                return True
         return False
+
+    @functools.cached_property
+    def _getters(self) -> list[Callable[[Any], Any]]:
+        """For each field, what takes its value from an item (a tuple's or a dict's)."""
+        if self.kind == "dict":
+            return [operator.itemgetter(field.name) for field in self.fields]
+        return [operator.itemgetter(k) for k in range(len(self.fields))]
 
     # -- JSON --------------------------------------------------------------------
 
@@ -518,6 +529,54 @@ def _holds(dtype: np.dtype, values: np.ndarray) -> bool:
         and np.can_cast(values.dtype, dtype, "safe")
         and keeps_values(values, dtype)
     )
+
+
+def _strings_or_times_differ(dtype: np.dtype, values: list) -> bool:
+    """Whether some of ``values`` are not strings or times of ``dtype``'s kind (and unit, for times).
+
+    >>> _strings_or_times_differ(np.dtype("U3"), ["ab", "abcd"]), _strings_or_times_differ(np.dtype("U3"), ["ab", 3])
+    (False, True)
+    """
+    if dtype.kind in "US" and set(map(type, values)) == {np.str_ if dtype.kind == "U" else np.bytes_}:
+        return False  # numpy's own strings
+    for value in values:
+        found = value.dtype if isinstance(value, (np.ndarray, np.generic)) else np.asarray(value).dtype
+        if found.kind != dtype.kind or (found.kind in "mM" and found != dtype):
+            return True
+    return False
+
+
+def _dtypes_round(dtypes: set[np.dtype]) -> bool:
+    """Whether arrays of ``dtypes`` stacked together could change some value: some dtype does not cast safely to
+    the one numpy stacks them in.
+
+    >>> _dtypes_round({np.dtype("f8")}), _dtypes_round({np.dtype("i4"), np.dtype("f8")})
+    (False, False)
+    >>> _dtypes_round({np.dtype("i8"), np.dtype("f8")}), _dtypes_round({np.dtype("i8"), np.dtype("u8")})
+    (True, True)
+    """
+    if len(dtypes) < 2:
+        return False
+    try:
+        common = np.result_type(*dtypes)
+    except TypeError:  # they do not stack at all: stacking says so
+        return False
+    return not all(_casts_exactly(dtype, common) for dtype in dtypes)
+
+
+def _casts_exactly(source: np.dtype, dtype: np.dtype) -> bool:
+    """Whether every value of ``source`` is held by ``dtype`` as it is (numpy calls int64 to float64 safe; it rounds).
+
+    >>> _casts_exactly(np.dtype("i4"), np.dtype("f8")), _casts_exactly(np.dtype("i8"), np.dtype("f8"))
+    (True, False)
+    """
+    if source.kind in "iub" and dtype.kind in "fc":
+        bits = 8 * source.itemsize - (source.kind == "i")  # of magnitude
+        return bits <= np.finfo(dtype).nmant + 1
+    return bool(np.can_cast(source, dtype, "safe"))
+
+
+_dtype = operator.attrgetter("dtype")
 
 
 def _short_batch_hint(shape: tuple[int, ...], first: tuple[int, ...]) -> str:
