@@ -3271,14 +3271,35 @@ def test_items_at_once_that_are_not_what_was_asked_for_are_a_protocol_error(valu
 
 
 def test_items_that_travel_only_one_by_one_are_read_so_in_a_batch(monkeypatch):
-    # An array of Python objects can travel item by item, not as one array: its batches failed; then each batch was
-    # asked for whole again, its items computed twice.
+    # Items nested as deep as a message allows travel item by item, not all in one message: their batches failed;
+    # then each batch was asked for whole again, its items computed twice.
     sent = recording_requests(monkeypatch)
-    objects = np.array(["a", 1, 2.5, None, 7, "b"], dtype=object)
-    with lazyseq.serve(objects, LOOPBACK) as server, lazyseq.connect(server.address) as remote:
-        assert list(remote.batch(2, collate_fn=list)) == [["a", 1], [2.5, None], [7, "b"]]
-        assert [remote[i] for i in range(6)] == ["a", 1, 2.5, None, 7, "b"]
+    deep = [wire.MAX_DEPTH - 1]
+    for _ in range(wire.MAX_DEPTH - 1):
+        deep = [deep]
+    items = [deep] * 6
+    with lazyseq.serve(items, LOOPBACK) as server, lazyseq.connect(server.address) as remote:
+        assert list(remote.batch(2, collate_fn=list)) == [[deep, deep]] * 3
+        assert [remote[i] for i in range(6)] == items
     assert [h["positions"] for h in sent if "positions" in h] == [[0, 1], [2, 3]]  # the first batch, and one ahead
+
+
+def test_a_batch_of_an_array_of_python_objects_is_read_at_once_as_a_local_read_makes_it(monkeypatch):
+    # Its items went one by one, and a batch of them came as a list where a local read gives an array of objects.
+    sent = recording_requests(monkeypatch)
+    objects = np.array(["a", 1, 2.5, None, [7], np.arange(2)], dtype=object)
+    with lazyseq.serve(objects, LOOPBACK) as server, lazyseq.connect(server.address) as remote:
+        for local, served in [
+            (lazyseq.view(objects), remote),
+            (lazyseq.view(objects).shuffle(seed=0), remote.shuffle(seed=0)),
+        ]:
+            for batch, expected in zip(served.batch(4), local.batch(4)):
+                assert type(batch) is np.ndarray and batch.dtype == object and batch.shape == expected.shape
+                assert [type(x) for x in batch] == [type(x) for x in expected]
+                assert all(
+                    np.array_equal(x, y) if isinstance(x, np.ndarray) else x == y for x, y in zip(batch, expected)
+                )
+    assert sent and all("positions" in header for header in sent)  # each batch at once, no item asked for alone
 
 
 def test_a_server_that_does_not_answer_items_at_once_is_asked_one_by_one(monkeypatch):

@@ -8,6 +8,7 @@ makes of them is what a local read makes, at the cost of one message:
 chunk                          as a wire value
 =============================  ===============================
 an array (its rows)            ``("rows", array)``
+an array of Python objects     ``("objects", [its items])``
 :class:`Columns` (a collate)   ``("columns", [field chunks], keys)``
 a list of items                ``("items", [items])``
 =============================  ===============================
@@ -37,6 +38,8 @@ __all__ = ["from_wire", "to_wire", "unsendable_item"]
 def to_wire(chunk: Any) -> tuple:
     """``chunk`` as a value that :func:`~lazyseq.serving.wire.encode` takes (where its contents are sendable)."""
     if isinstance(chunk, np.ndarray):
+        if chunk.dtype == object and chunk.ndim == 1:  # (items that are arrays of objects travel no more than these)
+            return ("objects", chunk.tolist())
         return ("rows", chunk)
     if isinstance(chunk, Columns):
         return ("columns", [to_wire(field) for field in chunk.fields], chunk.keys)
@@ -53,15 +56,23 @@ def from_wire(value: Any, count: int, depth: int = 0) -> Any:
         rows = value[1]
         if isinstance(rows, np.ndarray) and rows.ndim >= 1 and len(rows) == count:
             return rows
-    elif type(value) is tuple and len(value) == 2 and value[0] == "items":
+    elif type(value) is tuple and len(value) == 2 and value[0] in ("items", "objects"):
         items = value[1]
         if type(items) is list and len(items) == count:
-            return items
+            return items if value[0] == "items" else _objects(items)
     elif type(value) is tuple and len(value) == 3 and value[0] == "columns" and type(value[1]) is list:
         keys = value[2]
         if value[1] and (keys is None or (type(keys) is tuple and len(keys) == len(value[1]) and _distinct(keys))):
             return Columns(tuple(from_wire(field, count, depth + 1) for field in value[1]), keys)
     raise ProtocolError(f"not {count} items of a served view")
+
+
+def _objects(items: list) -> np.ndarray:
+    """``items`` in an array of Python objects, each one an element (a list too: ``np.array`` would make it a row)."""
+    array = np.empty(len(items), dtype=object)
+    for k, item in enumerate(items):
+        array[k] = item
+    return array
 
 
 def _distinct(keys: tuple) -> bool:
