@@ -78,8 +78,9 @@ def evaluate(
     memory, or a file at a path) take the dtype of the first batch and widen
     when a later one needs it (longer strings, floats after integers: a file
     is then written anew),
-    but never into another kind of value (numbers into strings, int64 and
-    uint64 into floats: a ``TypeError``), nor where a value would change (an
+    but never into another kind of value (numbers into strings: a
+    ``TypeError``; nor int64 results mixed with uint64 ones, which only
+    floats would hold), nor where a value would change (an
     integer beyond 2**53 made a float64); an array you give keeps its dtype,
     takes casts of the same kind (float64 results into float32), and refuses
     results that would not survive them (a string cut short, an integer out

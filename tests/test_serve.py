@@ -1861,6 +1861,17 @@ def test_a_server_that_cannot_listen_takes_nothing_from_its_iterable():
         assert next(items) == 0
 
 
+def test_an_iterable_given_workers_is_refused_before_anything_is_taken_from_it():
+    items = iter(range(30))
+    with pytest.raises(ValueError) as caught:
+        lazyseq.serve(items, LOOPBACK, nworkers=2)
+    assert str(caught.value) == (
+        "serve: an iterable is served as it comes, by one reader; nworkers only applies to a view (give the iterable "
+        "its own workers, e.g. with load_buffers)"
+    )
+    assert next(items) == 0
+
+
 def test_arrays_of_values_of_no_bytes_travel():
     tree, buffers = wire.encode((np.zeros(3, "V0"), np.zeros((2, 0))))
     empty, nothing = wire.decode(tree, [memoryview(b).cast("B") for b in buffers])

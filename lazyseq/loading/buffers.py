@@ -230,7 +230,8 @@ def load_buffers(
     three runs of batches per worker (each run about 50 ms of work, at most
     256 batches): for batches of 50 ms or more, ``3 * nworkers`` batches at
     once.
-    An explicit ``max_cached`` is always obeyed.
+    An explicit ``max_cached`` is always obeyed (up to 65,536: more is a
+    ``ValueError``).
 
     Where batches are made follows the same rule as for
     :func:`~lazyseq.prefetch`: with processes, always in the worker

@@ -673,7 +673,9 @@ def prefetch(
     ``max_buffered`` items ahead of the reader, delivered in order
     (``None``: 10 with threads; with processes 10, or more for quick items:
     enough for about 2 ms of the workers' work, at most 32 items and 64 MiB
-    of shared memory; for Ray see below). It is a
+    of shared memory; for Ray see below; an explicit ``max_buffered`` is
+    obeyed up to 65,536, or any number from the view's length up, which
+    means all of its items where it has no more than that). It is a
     view like any other (``len``, negative indices, slices and gathers that
     read through it, errors naming the item); reading in order is the fast
     path, and any other order still gets the right items. A read of many

@@ -191,7 +191,9 @@ def serve(
     Ray; ``nworkers=0``: one thread). An iterable
     (a generator, a ``load_buffers`` iterator) is served as a stream: each of
     its items goes to exactly one consumer, and one that a consumer received
-    but did not use before it died goes to another.
+    but did not use before it died goes to another. It is read by one
+    thread, as it comes: ``nworkers`` is refused there (a ``ValueError``);
+    give the iterable workers of its own (``load_buffers``, say).
 
     ``address`` is a ZeroMQ endpoint, ``tcp://`` or ``ipc://`` (``inproc://``
     reaches no client, and is refused), at an IPv4 address, a host name or an
