@@ -1138,6 +1138,50 @@ def test_a_consumer_collected_without_close_says_goodbye_too():
         context.term()
 
 
+_connections_kept = []  # in a worker process: connections it made, left open as it ends
+
+
+def _connect_and_keep(address, item=None):
+    if not _connections_kept:
+        _connections_kept.append(Connection(address, timeout=30.0))
+    return item
+
+
+def _byes_from(router, count):
+    """The names of the first ``count`` consumers that say goodbye to ``router``."""
+    names = []
+    while len(names) < count:
+        frames = router.recv_multipart()  # (a missing goodbye: zmq.Again after RCVTIMEO, not a hang)
+        if frames[2:] == [b"bye", b"{}"]:
+            names.append(frames[0])
+    return names
+
+
+@pytest.mark.parametrize("started_by", ["multiprocessing", "prefetch"])
+def test_a_worker_process_that_connected_says_goodbye_as_it_ends(started_by):
+    # Such a process ends with os._exit: the server kept each of its consumers until their timeout (a loader over a
+    # served view made anew each epoch left two more each time, with their pools, until none was left for others).
+    context = zmq.Context()
+    router = context.socket(zmq.ROUTER)
+    router.setsockopt(zmq.RCVTIMEO, 10_000)
+    address = f"tcp://127.0.0.1:{router.bind_to_random_port('tcp://127.0.0.1')}"
+    try:
+        if started_by == "multiprocessing":
+            child = multiprocessing.get_context("fork").Process(target=_connect_and_keep, args=(address,))
+            child.start()
+            child.join()
+            assert child.exitcode == 0
+            assert len(_byes_from(router, 1)) == 1
+        else:
+            connecting = lazyseq.smap(functools.partial(_connect_and_keep, address), range(4))
+            with lazyseq.prefetch(connecting, nworkers=1, method="process") as loader:
+                assert list(loader) == [0, 1, 2, 3]
+            assert len(_byes_from(router, 1)) == 1
+    finally:
+        router.close(linger=0)
+        context.term()
+
+
 @pytest.mark.parametrize("then", ["close", "read to the end"])
 def test_an_acknowledgement_lost_with_a_broken_connection_is_sent_again(monkeypatch, then):
     # A request lost as the connection broke (ZeroMQ reconnects at once) took its acknowledgement with it: the item

@@ -24,6 +24,8 @@ True
 from __future__ import annotations
 
 import _thread
+import multiprocessing
+import multiprocessing.util
 import signal
 import sys
 import threading
@@ -226,6 +228,16 @@ class Finalizer:
     def alive(self) -> bool:
         """Whether the close has yet to run."""
         return self._finalize.alive
+
+    def also_as_a_child_ends(self, owner: object) -> None:
+        """In a process that multiprocessing started (a loader's worker, a worker of torch's ``DataLoader``), run the
+        close as the process ends too, unless ``owner`` has gone before.
+
+        Such a process ends with ``os._exit``, and neither :mod:`atexit` nor
+        the finalizers of :mod:`weakref` run then: only multiprocessing's own.
+        """
+        if multiprocessing.parent_process() is not None:
+            multiprocessing.util.Finalize(owner, self._finalize, exitpriority=0)
 
 
 def _close_when_collected(close: Callable[..., None], *args: Any) -> None:

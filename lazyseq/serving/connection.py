@@ -90,6 +90,7 @@ class Connection:
             self._using,
             self._goodbye,
         )
+        self._finalizer.also_as_a_child_ends(self)  # a worker process that read a view says goodbye as it ends
         self.server: str | None = None  # the server instance answering, from its welcome
         self.gone: set[str] = set()  # those that answered before it: their late messages restart nothing
         self._hello_fields: dict = {}
