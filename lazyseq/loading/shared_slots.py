@@ -156,10 +156,11 @@ class SharedSlots:
             raise
         self._memory: memoryview | None = memoryview(self._map)
         self._slot_memory = [self._memory[k * slot_bytes : (k + 1) * slot_bytes] for k in range(count)]
-        self._releases = [functools.partial(self._release, k) for k in range(count)]
         self._free = list(range(count))
         self._returned: deque[int] = deque()  # appended by lease callbacks, from any thread
         self._leases: dict[int, weakref.ref] = {}
+        # (not bound to the pool: a pool dropped unclosed goes with its last reference, not with a collection)
+        self._releases = [functools.partial(_released, self._leases, self._returned, k) for k in range(count)]
         self._lock = threading.Lock()
         self.closed = False
         _pools.add(self)
@@ -210,11 +211,6 @@ class SharedSlots:
         """Whether an array leased for ``slot`` is still in use."""
         lease = self._leases.get(slot)
         return lease is not None and lease() is not None
-
-    def _release(self, slot: int, _ref: weakref.ref) -> None:
-        """Called once the array leased for ``slot`` is gone, from whichever thread let go of it."""
-        self._leases.pop(slot, None)
-        self._returned.append(slot)
 
     def close(self, *, free_unleased: bool = True) -> None:
         """Stop handing out slots. The memory lives on while delivered arrays still use it.
@@ -276,6 +272,12 @@ class SharedSlots:
                     mapped.madvise(mmap.MADV_REMOVE, slot * self.slot_bytes, self.slot_bytes)
                 except OSError:  # not a shared-memory file (the fallback of other systems): it stays until then
                     return
+
+
+def _released(leases: dict[int, weakref.ref], returned: deque[int], slot: int, _ref: weakref.ref) -> None:
+    """Called once the array leased for ``slot`` is gone, from whichever thread let go of it: the slot is free."""
+    leases.pop(slot, None)
+    returned.append(slot)
 
 
 class WorkerSlots:
