@@ -566,3 +566,31 @@ def test_a_worker_death_read_while_another_thread_closes_the_loader_raises_nothi
     workers._died(0)  # returns: the loader is closed
     assert workers.closed and ClosedOnSecondRead.reads == 2
     ahead.close()
+
+
+def test_batches_let_go_and_a_closed_loader_collected_run_no_callback_of_lazyseq():
+    # A Ctrl-C whose handler runs in a callback of Python's that the garbage collector started is printed and lost:
+    # each batch let go ran one of lazyseq's (its slot freed), and each worker process and pool collected one (a
+    # WeakSet's). What is left is the standard library's.
+    loader = lazyseq.prefetch(lazyseq.view(np.arange(64.0).reshape(16, 4)).batch(4), nworkers=2, method="process")
+    batches = list(loader)
+    loader.close()
+    called = []
+    standard_library = [threading._dangling, multiprocessing.process._dangling]  # their records of threads, processes
+
+    def note(frame, event, arg):
+        code = frame.f_code
+        if event != "call" or "multiprocessing" in code.co_filename:
+            return
+        weak_set = frame.f_locals.get("selfref", lambda: None)() if code.co_name == "_remove" else None
+        if any(weak_set is theirs for theirs in standard_library):
+            return
+        called.append(f"{code.co_filename}:{code.co_name}")
+
+    sys.setprofile(note)
+    try:
+        del batches, loader
+        gc.collect()
+    finally:
+        sys.setprofile(None)
+    assert called == []

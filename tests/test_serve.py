@@ -1634,6 +1634,49 @@ def test_an_item_handed_out_by_two_consumers_taken_for_dead_in_turn_is_logged(ca
         assert service._returned == deque()  # (not handed to anyone else)
 
 
+def ctrl_c_after(step):
+    """``step`` (a method), followed by a Ctrl-C: as if one came as it ended (as a thread started, say)."""
+
+    def interrupted(*args, **kwargs):
+        step(*args, **kwargs)
+        signal.raise_signal(signal.SIGINT)
+
+    return interrupted
+
+
+def open_descriptors():
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("step", ["__init__", "start"])
+def test_a_ctrl_c_as_connect_makes_its_heartbeat_leaves_nothing_behind(monkeypatch, step):
+    # The pipes made before the connection's finalizer were left open; and a Ctrl-C as the heartbeat's thread started
+    # let it run on after connect() raised, the thread and the collector each closing its descriptors: a number
+    # reused meanwhile (by ZeroMQ) was closed under its new owner, which once aborted the process.
+    from lazyseq.serving.connection import _Heartbeat
+
+    with lazyseq.serve(range(3), LOOPBACK) as server:
+        before = open_descriptors(), lazyseq_threads()
+        monkeypatch.setattr(_Heartbeat, step, ctrl_c_after(getattr(_Heartbeat, step)))
+        with pytest.raises(KeyboardInterrupt):
+            lazyseq.connect(server.address)
+        monkeypatch.undo()
+        assert (open_descriptors(), lazyseq_threads()) == before
+        with lazyseq.connect(server.address) as remote:
+            assert list(remote) == [0, 1, 2]
+
+
+def test_a_ctrl_c_as_serve_starts_its_thread_leaves_nothing_behind(monkeypatch):
+    # The server's thread served on, unreachable, its port taken, after serve() raised.
+    before = open_descriptors(), lazyseq_threads()
+    server_thread = lazyseq.serving.server_loop.threading.Thread
+    monkeypatch.setattr(server_thread, "start", ctrl_c_after(server_thread.start))
+    with pytest.raises(KeyboardInterrupt):
+        lazyseq.serve(range(3), LOOPBACK)
+    monkeypatch.undo()
+    assert (open_descriptors(), lazyseq_threads()) == before
+
+
 def test_a_ctrl_c_as_an_item_s_error_is_raised_leaves_it_to_the_next_read(monkeypatch):
     # The caller got the KeyboardInterrupt, never the error, and the next read acknowledged the item as handed out.
     from lazyseq.views import errors

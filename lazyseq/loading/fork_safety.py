@@ -52,18 +52,19 @@ import multiprocessing.process
 import os
 import sys
 import threading
-import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
+from .weak_list import WeakList
+
 __all__ = ["ForkLocalLock", "fork_generation", "forked_worker", "forking_workers", "started_worker"]
 
 _local = threading.local()  # in a forked child, the thread that forked lives on with its values
 _kept: list[Any] = []  # a forked worker's inherited stdin: closing or collecting it would take its lock
-_workers: weakref.WeakSet[Any] = weakref.WeakSet()  # the worker processes this process started
+_workers: WeakList[Any] = WeakList()  # the worker processes this process started (see .weak_list)
 _forks = [0]  # how many forks led to this process
 
 

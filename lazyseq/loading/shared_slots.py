@@ -28,7 +28,6 @@ slots is left alone, since in the parent those slots may hold batches again.
 from __future__ import annotations
 
 import contextlib
-import functools
 import mmap
 import os
 import select
@@ -44,6 +43,7 @@ import numpy as np
 from ..fixed_maps import copy_in_place
 from .closing import interrupt_later
 from .failures import NoSharedMemory
+from .weak_list import WeakList
 
 __all__ = ["SharedSlots", "WorkerSlots", "available_shared_memory", "slot_bytes_for"]
 
@@ -157,18 +157,24 @@ class SharedSlots:
         self._memory: memoryview | None = memoryview(self._map)
         self._slot_memory = [self._memory[k * slot_bytes : (k + 1) * slot_bytes] for k in range(count)]
         self._free = list(range(count))
-        self._returned: deque[int] = deque()  # appended by lease callbacks, from any thread
-        self._leases: dict[int, weakref.ref] = {}
-        # (not bound to the pool: a pool dropped unclosed goes with its last reference, not with a collection)
-        self._releases = [functools.partial(_released, self._leases, self._returned, k) for k in range(count)]
+        self._leases: dict[int, weakref.ref] = {}  # slot -> the lease of the array last made of it
+        self._slot_of: dict[int, int] = {}  # id of a lease -> its slot
+        # The leases whose arrays are gone, appended by the garbage collector from any thread. Its callback is a
+        # method of C, which no Ctrl-C can cut short (one in a callback of Python's is printed and lost), and is
+        # not bound to the pool (a pool dropped unclosed goes with its last reference, not with a collection).
+        self._returned: deque[weakref.ref] = deque()
         self._lock = threading.Lock()
         self.closed = False
         _pools.add(self)
 
     def free_count(self) -> int:
-        returned = self._returned
+        returned, leases = self._returned, self._leases
         while returned:
-            self._free.append(returned.popleft())
+            lease = returned.popleft()
+            slot = self._slot_of.pop(id(lease))
+            if leases.get(slot) is lease:
+                del leases[slot]
+            self._free.append(slot)
         return len(self._free)
 
     def take(self) -> int:
@@ -204,7 +210,8 @@ class SharedSlots:
         # Built on a memoryview, not on another array: numpy then makes ``holder`` the base of
         # every view taken of it, so its lifetime is the lifetime of the delivered data.
         holder = np.frombuffer(self._slot_memory[slot], dtype=np.uint8)
-        self._leases[slot] = weakref.ref(holder, self._releases[slot])
+        lease = self._leases[slot] = weakref.ref(holder, self._returned.append)
+        self._slot_of[id(lease)] = slot
         return holder
 
     def leased(self, slot: int) -> bool:
@@ -274,12 +281,6 @@ class SharedSlots:
                     return
 
 
-def _released(leases: dict[int, weakref.ref], returned: deque[int], slot: int, _ref: weakref.ref) -> None:
-    """Called once the array leased for ``slot`` is gone, from whichever thread let go of it: the slot is free."""
-    leases.pop(slot, None)
-    returned.append(slot)
-
-
 class WorkerSlots:
     """The same pool as seen from a worker process, from the descriptor it was sent."""
 
@@ -301,7 +302,7 @@ class WorkerSlots:
         return self._address + slot * self.slot_bytes
 
 
-_pools: weakref.WeakSet[SharedSlots] = weakref.WeakSet()  # the pools of this process (closing one twice: no-op)
+_pools: WeakList[SharedSlots] = WeakList()  # the pools of this process (closing one twice: no-op)
 _forking = threading.local()  # the sockets of a fork under way in this thread, whose child copies leased slots
 COPY_SECONDS = 5.0  # how long a parent waits for its forked child to copy the slots it inherited arrays in
 
@@ -310,7 +311,7 @@ def _before_fork() -> None:
     """Arrays here use slots: the child will say on a socket when it has copied them (see the module)."""
     _forking.ends = None
     try:
-        if any(pool.has_leases() for pool in list(_pools)):
+        if any(pool.has_leases() for pool in _pools):
             _forking.ends = socket.socketpair()
     except KeyboardInterrupt:
         interrupt_later()

@@ -68,29 +68,9 @@ class Connection:
             )
             curve = (key_bytes(server_key, "connect: server_key"), public, secret)
         self._curve = curve
-        context = self._context = zmq.Context()
-        socket = self._socket = self._open(zmq.DEALER, self.name)
-        self._poller = zmq.Poller()
-        self._poller.register(socket, zmq.POLLIN)
-        self._wake_fd, self._waker_fd = os.pipe()  # close() from another thread wakes a waiting reader
-        self._poller.register(self._wake_fd, zmq.POLLIN)
-        self._using = threading.RLock()  # held while the socket is in use; re-entrant: a signal handler may close
-        self.heartbeat = _Heartbeat(self, self.interval)
         self.closed = False
         self.pid = os.getpid()
         self._goodbye: list[Callable[[], dict] | None] = [None]  # what the goodbye says besides itself
-        self._finalizer = Finalizer(
-            self,
-            _close,
-            self.pid,
-            socket,
-            self.heartbeat,
-            context,
-            (self._wake_fd, self._waker_fd),
-            self._using,
-            self._goodbye,
-        )
-        self._finalizer.also_as_a_child_ends(self)  # a worker process that read a view says goodbye as it ends
         self.server: str | None = None  # the server instance answering, from its welcome
         self.gone: set[str] = set()  # those that answered before it: their late messages restart nothing
         self._hello_fields: dict = {}
@@ -98,7 +78,44 @@ class Connection:
         self._patience = Patience(2 * self.interval, self.timeout)
         self._heard = time.monotonic()  # when the last message from the server came
         self._unread: deque[tuple[bytes, Any, list]] = deque()  # the rest of a 'several' message (.envelopes)
-        self.heartbeat.start()
+        try:
+            with interrupts_deferred():  # a Ctrl-C as the sockets, pipes and thread are made: raised once all are
+                self._open_all(zmq)
+        except KeyboardInterrupt:
+            self.close()
+            raise
+
+    def _open_all(self, zmq: Any) -> None:
+        """Make the sockets, the pipe that wakes a reader and the heartbeat's thread; what was made goes should a
+        step fail."""
+        context = self._context = zmq.Context()
+        pipe: tuple[int, ...] = ()
+        heartbeat = None
+        try:
+            socket = self._socket = self._open(zmq.DEALER, self.name)
+            self._poller = zmq.Poller()
+            self._poller.register(socket, zmq.POLLIN)
+            pipe = self._wake_fd, self._waker_fd = os.pipe()  # close() from another thread wakes a waiting reader
+            self._poller.register(self._wake_fd, zmq.POLLIN)
+            self._using = threading.RLock()  # held while the socket is in use; re-entrant: a signal handler may close
+            heartbeat = self.heartbeat = _Heartbeat(self, self.interval)
+            self._finalizer = Finalizer(
+                self, _close, self.pid, socket, heartbeat, context, pipe, self._using, self._goodbye
+            )
+        except BaseException:
+            if heartbeat is not None:
+                heartbeat.stop()  # (never started: its socket and pipe are closed)
+            for fd in pipe:
+                os.close(fd)
+            with interrupts_held():
+                context.destroy(linger=0)
+            raise
+        self._finalizer.also_as_a_child_ends(self)  # a worker process that read a view says goodbye as it ends
+        try:
+            heartbeat.start()
+        except BaseException:  # no thread to be had
+            self._finalizer()
+            raise
 
     @property
     def interval(self) -> float:
@@ -341,7 +358,7 @@ class Connection:
         raises :class:`ConnectionClosed`) and the sockets are closed once it
         has let go of them.
         """
-        if self.closed:
+        if self.closed or not hasattr(self, "_finalizer"):  # (its making cut short: nothing was kept)
             return
         self.closed = True
         if os.getpid() != self.pid:  # a forked child's copy: the sockets, pipes and thread are its parent's

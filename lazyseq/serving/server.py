@@ -9,15 +9,15 @@ from __future__ import annotations
 import inspect
 import os
 import threading
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from ..extras import require
 from ..loading.buffering import ITEMS_AHEAD, Buffering
-from ..loading.closing import Finalizer
+from ..loading.closing import Finalizer, interrupts_deferred
 from ..loading.failures import LoaderError
 from ..loading.options import LoaderOptions, Method, StartHook, StartMethod
+from ..loading.weak_list import WeakList
 from ..views.sources import as_view, is_sequence_like
 from .endpoints import check_endpoint
 from .security import check_address
@@ -30,7 +30,7 @@ __all__ = ["Server", "serve"]
 MAX_WANTED = 1024  # the most stream items one consumer may ask for ahead of what it acknowledged
 
 
-_open_servers: weakref.WeakValueDictionary[str, Server] = weakref.WeakValueDictionary()  # by address
+_open_servers: WeakList[Server] = WeakList()  # the servers made in this process (see .loading.weak_list)
 
 
 class Server:
@@ -63,13 +63,29 @@ class Server:
             from ..loading.ray_workers import connect_to_ray
 
             connect_to_ray("serve")
+        self.closed = False
+        try:
+            with interrupts_deferred():  # a Ctrl-C as the server starts: raised once it is all made, and closed
+                self._start(source, address, options, max_buffered, curve_keypair, allowed_clients)
+        except KeyboardInterrupt:
+            self.close()
+            raise
+
+    def _start(
+        self,
+        source: Any,
+        address: str,
+        options: LoaderOptions,
+        max_buffered: Buffering,
+        curve_keypair: tuple[Any, Any] | None,
+        allowed_clients: Iterable[Any] | None,
+    ) -> None:
         try:
             self._loop = ServerLoop(
                 self._service_for(source, options, max_buffered), address, curve_keypair, allowed_clients
             )
         except OSError as error:
-            held = _open_servers.get(address)
-            if held is None or held.closed:
+            if not any(server.address == address and not server.closed for server in _open_servers):
                 raise
             raise OSError(  # a notebook's cell run again, say
                 f"{error}; a server made in this process listens there, still open: close it first (server.close(), "
@@ -77,9 +93,8 @@ class Server:
             ) from None
         self.address: str = self._loop.address
         self._source = source  # what it serves
-        _open_servers[self.address] = self
+        _open_servers.add(self)
         self._info = self._loop.info
-        self.closed = False
         self._stopped = threading.Event()
         self._finalizer = Finalizer(self, _stop_in, os.getpid(), self._loop.stop)
 
@@ -125,7 +140,7 @@ class Server:
         ``prefetch``, closing waits 10 s at most for such threads, then leaves
         them to finish their item on their own (worker processes are stopped).
         """
-        if self.closed:
+        if self.closed or not hasattr(self, "_finalizer"):  # (closed, or its start cut short: nothing to close)
             return
         self.closed = True
         self._stopped.set()
@@ -154,7 +169,7 @@ def _check_servable(source: Iterable) -> None:
     """``ValueError`` for an iterator that gives nothing to serve: a generator used up, or one a server serves (an
     iterable that makes an iterator of its own for each, a set, say, is served twice as well as once)."""
     if isinstance(source, Iterator):  # (first: a server that drew every item of a short one still serves them)
-        for server in list(_open_servers.values()):
+        for server in _open_servers:
             if not server.closed and server._source is source:
                 raise ValueError(
                     f"serve: this iterator is served already, at {server.address}: two servers would split its "

@@ -121,6 +121,7 @@ class ServerLoop:
         self.info = service.info()
         context = self._context = zmq.Context()
         sockets = []
+        pipe: tuple[int, ...] = ()
         try:
             with interrupts_deferred():  # a Ctrl-C while the sockets are made: raised once every one is listed
                 self._check = None
@@ -146,24 +147,27 @@ class ServerLoop:
                     raise OSError(f"serve: cannot listen at {address}: {error}") from None
                 self.address: str = absolute(router.getsockopt_string(zmq.LAST_ENDPOINT))
                 self._socket_file = SocketFile(self.address)
+            # (a Ctrl-C from here on is the caller's to defer: Server's start defers it until the server is whole)
+            pipe = self._stop_fd, self._stopper_fd = os.pipe()
+            self._zap = sockets[0] if curve_keypair is not None else None
+            self._router = router
+            self._release_at_end = False  # stopped from the thread itself (by the collector): it releases all
+            self._outbox = Outbox()  # what is sent to consumers that read several messages in one: until sent together
+            self._several: set[bytes] = set()  # (those consumers)
+            self._fds_failed = False  # whether the service's descriptors could not be had at the last turn
+            service.send = self._send
+            service.token = self._token
+            self.thread = threading.Thread(target=self._run, name="lazyseq-serve", daemon=True)
+            self.thread.start()  # (the last step: nothing after it can fail)
         except BaseException:
             for socket in sockets:
                 socket.close(linger=0)
+            for fd in pipe:
+                os.close(fd)
             with interrupts_held():
                 context.term()
             service.close()
             raise
-        self._zap = sockets[0] if curve_keypair is not None else None
-        self._router = router
-        self._stop_fd, self._stopper_fd = os.pipe()
-        self._release_at_end = False  # stopped from the thread itself (by the collector): it releases all
-        self._outbox = Outbox()  # what is sent to consumers that read several messages in one: until sent together
-        self._several: set[bytes] = set()  # (those consumers)
-        self._fds_failed = False  # whether the service's descriptors could not be had at the last turn
-        service.send = self._send
-        service.token = self._token
-        self.thread = threading.Thread(target=self._run, name="lazyseq-serve", daemon=True)
-        self.thread.start()
 
     def stop(self) -> None:
         """Stop the thread; the service, its workers and the sockets are released. Call it once.
