@@ -66,37 +66,21 @@ class Server:
         self.closed = False
         try:
             with interrupts_deferred():  # a Ctrl-C as the server starts: raised once it is all made, and closed
-                self._start(source, address, options, max_buffered, curve_keypair, allowed_clients)
+                self._loop = _listening(
+                    address,
+                    lambda: ServerLoop(
+                        self._service_for(source, options, max_buffered), address, curve_keypair, allowed_clients
+                    ),
+                )
+                self.address: str = self._loop.address
+                self._source = source  # what it serves
+                _open_servers.add(self)
+                self._info = self._loop.info
+                self._stopped = threading.Event()
+                self._finalizer = Finalizer(self, _stop_in, os.getpid(), self._loop.stop)
         except KeyboardInterrupt:
             self.close()
             raise
-
-    def _start(
-        self,
-        source: Any,
-        address: str,
-        options: LoaderOptions,
-        max_buffered: Buffering,
-        curve_keypair: tuple[Any, Any] | None,
-        allowed_clients: Iterable[Any] | None,
-    ) -> None:
-        try:
-            self._loop = ServerLoop(
-                self._service_for(source, options, max_buffered), address, curve_keypair, allowed_clients
-            )
-        except OSError as error:
-            if not any(server.address == address and not server.closed for server in _open_servers):
-                raise
-            raise OSError(  # a notebook's cell run again, say
-                f"{error}; a server made in this process listens there, still open: close it first (server.close(), "
-                "or serve in a with block)"
-            ) from None
-        self.address: str = self._loop.address
-        self._source = source  # what it serves
-        _open_servers.add(self)
-        self._info = self._loop.info
-        self._stopped = threading.Event()
-        self._finalizer = Finalizer(self, _stop_in, os.getpid(), self._loop.stop)
 
     @staticmethod
     def _service_for(source: Any, options: LoaderOptions, max_buffered: Buffering) -> ViewService | StreamService:
@@ -157,6 +141,19 @@ class Server:
         state = "closed" if self.closed else "serving"
         what = self._info.get("label", "a stream")
         return f"<lazyseq.Server {state} {what} at {self.address}>"
+
+
+def _listening(address: str, listen: Callable[[], ServerLoop]) -> ServerLoop:
+    """``listen()``; where ``address`` is taken, by a server of this process still open, its error says so."""
+    try:
+        return listen()
+    except OSError as error:
+        if not any(server.address == address and not server.closed for server in _open_servers):
+            raise
+        raise OSError(  # a notebook's cell run again, say
+            f"{error}; a server made in this process listens there, still open: close it first (server.close(), "
+            "or serve in a with block)"
+        ) from None
 
 
 def _stop_in(pid: int, stop: Callable[[], None]) -> None:
