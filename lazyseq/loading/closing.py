@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import _thread
 import multiprocessing
-import multiprocessing.util
 import signal
 import sys
 import threading
@@ -237,7 +236,9 @@ class Finalizer:
         the finalizers of :mod:`weakref` run then: only multiprocessing's own.
         """
         if multiprocessing.parent_process() is not None:
-            multiprocessing.util.Finalize(owner, self._finalize, exitpriority=0)
+            from multiprocessing.util import Finalize  # (here: imported, it registers a function to run at exit)
+
+            Finalize(owner, self._finalize, exitpriority=0)
 
 
 def _close_when_collected(close: Callable[..., None], *args: Any) -> None:
