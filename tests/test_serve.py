@@ -24,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections import deque
 from pathlib import Path
 
@@ -2127,7 +2128,7 @@ def test_a_client_of_another_version_is_told_in_its_own_protocol_which_version_t
         with lazyseq.connect(server.address) as remote:  # the server goes on
             assert list(remote) == list(range(10))
     message = (
-        f"a message of protocol lazyseq/1 (a client of another version of lazyseq): this server speaks lazyseq/3 "
+        f"a message of protocol lazyseq/1 (a client of another version of lazyseq): this server speaks lazyseq/4 "
         f"(lazyseq {lazyseq.__version__}); install the same version on both sides"
     )
     assert (tag, kind, json.loads(header)) == (b"lazyseq/1", b"refused", {"message": message})
@@ -2332,6 +2333,10 @@ def test_an_ipc_file_is_not_taken_from_a_live_server_and_is_removed_at_close(tmp
             "server made in this process listens there, still open: close it first (server.close(), or serve in a "
             "with block)"
         )
+        # the server that did not start, as a traceback's locals show it (its repr raised AttributeError)
+        frames = [frame for frame, _ in traceback.walk_tb(caught.value.__traceback__)]
+        unstarted = next(f.f_locals["self"] for f in frames if type(f.f_locals.get("self")).__name__ == "Server")
+        assert repr(unstarted) == "<lazyseq.Server that did not start>"
         with lazyseq.connect(address, timeout=5) as remote:
             assert list(remote) == [0, 1, 2]
     assert not path.exists()

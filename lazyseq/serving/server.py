@@ -138,6 +138,8 @@ class Server:
         self.close()
 
     def __repr__(self) -> str:
+        if not hasattr(self, "_finalizer"):  # (seen in a traceback's locals)
+            return "<lazyseq.Server that did not start>"
         state = "closed" if self.closed else "serving"
         what = self._info.get("label", "a stream")
         return f"<lazyseq.Server {state} {what} at {self.address}>"

@@ -13,7 +13,7 @@ It checks every message (protocol tag, kind, a JSON header no larger than
 logged (logger ``lazyseq.serve``) and dropped, and the server goes on serving
 everyone else.
 
-Messages (frames: tag ``lazyseq/3``, kind, JSON header, buffers):
+Messages (frames: tag ``lazyseq/4``, kind, JSON header, buffers):
 
 =============================  =================================================================
 consumer -> server             server -> consumer

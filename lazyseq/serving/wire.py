@@ -60,7 +60,7 @@ __all__ = [
     "loads",
 ]
 
-TAG = b"lazyseq/3"  # the first frame of every message: which protocol, which version
+TAG = b"lazyseq/4"  # the first frame of every message: which protocol, which version
 
 
 def another_version(tag: bytes) -> bool:
