@@ -59,20 +59,13 @@ def from_wire(value: Any, count: int, depth: int = 0) -> Any:
     elif type(value) is tuple and len(value) == 2 and value[0] in ("items", "objects"):
         items = value[1]
         if type(items) is list and len(items) == count:
-            return items if value[0] == "items" else _objects(items)
+            # (an array of objects: each item one element, a list too, which np.array would make a row)
+            return items if value[0] == "items" else np.fromiter(items, dtype=object, count=count)
     elif type(value) is tuple and len(value) == 3 and value[0] == "columns" and type(value[1]) is list:
         keys = value[2]
         if value[1] and (keys is None or (type(keys) is tuple and len(keys) == len(value[1]) and _distinct(keys))):
             return Columns(tuple(from_wire(field, count, depth + 1) for field in value[1]), keys)
     raise ProtocolError(f"not {count} items of a served view")
-
-
-def _objects(items: list) -> np.ndarray:
-    """``items`` in an array of Python objects, each one an element (a list too: ``np.array`` would make it a row)."""
-    array = np.empty(len(items), dtype=object)
-    for k, item in enumerate(items):
-        array[k] = item
-    return array
 
 
 def _distinct(keys: tuple) -> bool:
