@@ -387,7 +387,7 @@ def test_a_description_of_items_that_is_not_one_is_a_protocol_error(node):
 
 @pytest.mark.parametrize("length", [-1, 2**63, 1.0, "3"])
 def test_a_length_no_view_can_have_is_a_protocol_error(length):
-    from lazyseq.serving.client import RemoteView
+    from lazyseq.serving.remote_view import RemoteView
 
     with pytest.raises(wire.ProtocolError) as caught:  # 2**63: len() would raise OverflowError
         RemoteView(None, {"kind": "view", "length": length}, 1, {})
@@ -1188,7 +1188,7 @@ def test_an_acknowledgement_lost_with_a_broken_connection_is_sent_again(monkeypa
     # A request lost as the connection broke (ZeroMQ reconnects at once) took its acknowledgement with it: the item
     # went out again to the next consumer, or to the same one at the end of the stream once it had handed out more
     # items since than it remembers (256; 4 here).
-    monkeypatch.setattr("lazyseq.serving.client.RECENT", 4)
+    monkeypatch.setattr("lazyseq.serving.remote_stream.RECENT", 4)
     with lazyseq.serve(iter(range(30)), LOOPBACK) as server:
         first = lazyseq.connect(server.address, ahead=2)
         send, lost = first._connection.send, []
@@ -1241,7 +1241,7 @@ class ScriptedConnection:
 def test_an_item_handed_out_that_comes_back_is_acknowledged_again_not_handed_out_again():
     # A consumer taken for dead came back: its acknowledgements had been lost, and the items it had handed out
     # came back to it. It dropped them without a word, and the server waited for their acknowledgement for ever.
-    from lazyseq.serving.client import RemoteStream
+    from lazyseq.serving.remote_stream import RemoteStream
 
     def item(seq, acked):
         return b"item", {"seq": seq, "server": "token", "acked": acked, "tree": seq * 10}, []
@@ -1260,7 +1260,7 @@ def test_an_item_handed_out_that_comes_back_is_acknowledged_again_not_handed_out
 def test_a_consumer_that_waits_for_its_next_item_acknowledges_the_last_one_meanwhile():
     # Acknowledged with the request sent as the next item is handed out: a consumer killed while it waits for a slow
     # item would leave the one it was done with to go out again.
-    from lazyseq.serving.client import RemoteStream
+    from lazyseq.serving.remote_stream import RemoteStream
 
     class Slow(ScriptedConnection):
         def receive_within(self, seconds, waiting_for):
@@ -1490,7 +1490,7 @@ def test_a_hello_lost_with_a_broken_connection_is_said_again_after_a_silence(mon
 def test_sync_with_a_server_that_came_back_anew_returns():
     # Its acknowledgements were of the server that went away: the new one's 'synced' never confirmed them, and
     # sync() asked again and again, tens of thousands of times a second.
-    from lazyseq.serving.client import RemoteStream
+    from lazyseq.serving.remote_stream import RemoteStream
 
     item = b"item", {"seq": 0, "server": "token", "acked": 0, "tree": 7}, []
     connection = ScriptedConnection([item, (b"synced", {"server": "another token", "acked": 0}, [])])
@@ -1527,7 +1527,7 @@ def test_acknowledgements_lost_with_a_broken_connection_are_known_after_sync_or_
 
 
 def test_closing_a_consumer_of_a_server_that_is_gone_waits_a_moment_at_most(monkeypatch):
-    monkeypatch.setattr("lazyseq.serving.client.CONFIRM_ON_CLOSE", 0.2)
+    monkeypatch.setattr("lazyseq.serving.remote_stream.CONFIRM_ON_CLOSE", 0.2)
     server = lazyseq.serve(iter(range(20)), LOOPBACK)
     stream = lazyseq.connect(server.address, ahead=2, timeout=30)
     assert next(stream) == 0  # handed out: the server is asked to confirm as the stream closes
@@ -1751,7 +1751,7 @@ def test_a_program_that_ends_without_closing_its_consumer_leaves_the_item_in_han
 
 CTRL_C_AS_THE_NEXT_READ_BEGINS = """
 import os, signal, sys, lazyseq
-from lazyseq.serving.client import RemoteStream
+from lazyseq.serving.remote_stream import RemoteStream
 acknowledge = RemoteStream._acknowledge_owed
 
 def ctrl_c_first(self):
@@ -1843,7 +1843,7 @@ def test_a_consumer_that_gets_its_own_items_back_hands_them_out_once_and_no_warn
 
 KILLED_AS_IT_HANDS_OUT = """
 import os, signal, sys, time, lazyseq
-from lazyseq.serving.client import RemoteStream
+from lazyseq.serving.remote_stream import RemoteStream
 ask = RemoteStream._ask
 
 def ask_then_die(self, more, *rest):
@@ -3578,7 +3578,7 @@ def test_a_read_waiting_for_another_threads_read_hears_that_the_server_is_lost_i
     # It waited until the other thread's read ended, itself given a timeout of its own (and reads begun meanwhile).
     from types import SimpleNamespace
 
-    from lazyseq.serving.client import RemoteView
+    from lazyseq.serving.remote_view import RemoteView
 
     connection, began = silent_connection
     view = SimpleNamespace(_lock=threading.Lock(), _connection=connection)
@@ -3592,7 +3592,7 @@ def test_the_read_holding_a_served_views_connection_counts_the_silence_from_the_
 ):
     # A read that saw the connection free, and lost it to a read begun after it, waited for that read's timeout,
     # then for its own.
-    from lazyseq.serving.client import RemoteView
+    from lazyseq.serving.remote_view import RemoteView
 
     connection, began = silent_connection
     view = RemoteView(connection, {"length": 10}, ahead=0, settings={})
@@ -3606,7 +3606,7 @@ def test_the_read_holding_a_served_streams_connection_counts_the_silence_from_th
     silent_connection,
 ):
     # Another thread's next() waited for the lock with no check of the server's silence at all: two timeouts.
-    from lazyseq.serving.client import RemoteStream
+    from lazyseq.serving.remote_stream import RemoteStream
 
     connection, began = silent_connection
     stream = RemoteStream(connection, ahead=2)
@@ -3652,7 +3652,7 @@ def test_threads_reading_one_served_view_at_once_do_not_wait_for_each_other():
 
 
 def test_threads_reading_one_served_view_at_once_open_connections_up_to_a_limit(monkeypatch):
-    monkeypatch.setattr("lazyseq.serving.client.SPARE_CONNECTIONS", 1)
+    monkeypatch.setattr("lazyseq.serving.remote_view.SPARE_CONNECTIONS", 1)
     held = [HeldItem(2), HeldItem(3)]
     with lazyseq.serve(lazyseq.smap(lambda i: held[i % 2](i), range(4)), LOOPBACK, nworkers=3) as server:
         with lazyseq.connect(server.address) as remote:
@@ -3836,10 +3836,10 @@ def test_a_ctrl_c_as_a_served_view_closes_leaves_no_spare_connection_open(monkey
 
 def test_spare_connections_open_side_by_side(monkeypatch):
     # Each waited for the hello of the one opened before it: with the server gone, one timeout after another.
-    from lazyseq.serving import client
+    from lazyseq.serving import remote_view
 
     opening, release = threading.Event(), threading.Event()
-    open_connection = client._open_connection
+    open_connection = remote_view.open_connection
 
     def first_waits(settings):
         if not opening.is_set():
@@ -3848,7 +3848,7 @@ def test_spare_connections_open_side_by_side(monkeypatch):
         return open_connection(settings)
 
     with lazyseq.serve(np.arange(10) * 10, LOOPBACK) as server, lazyseq.connect(server.address) as remote:
-        monkeypatch.setattr(client, "_open_connection", first_waits)
+        monkeypatch.setattr(remote_view, "open_connection", first_waits)
         got = []
         with remote._lock:  # another thread's read: these take spares
             reader = threading.Thread(target=lambda: got.append(remote[3]))
@@ -3883,7 +3883,7 @@ def test_an_items_error_read_through_a_spare_connection_names_the_served_view_on
 def test_a_restart_whose_check_was_cut_short_is_checked_at_the_next_read():
     # A read stopped in the hello to a new server instance (a Ctrl-C; a loader closing) left it unchecked: a server
     # serving another view would have been read as the old one.
-    from lazyseq.serving.client import Served
+    from lazyseq.serving.remote_view import Served
 
     with lazyseq.serve(np.arange(20), LOOPBACK) as server, lazyseq.connect(server.address) as remote:
         remote._restarting, remote._served = True, Served("view", 30, False, None)  # (what it served before)
@@ -3897,7 +3897,7 @@ def test_a_restart_whose_check_was_cut_short_is_checked_at_the_next_read():
 
 
 def test_a_spare_connection_to_a_server_that_serves_another_view_is_refused():
-    from lazyseq.serving.client import Served
+    from lazyseq.serving.remote_view import Served
 
     held = HeldItem()
     with lazyseq.serve(lazyseq.smap(held, range(20)), LOOPBACK, nworkers=2) as server:
@@ -3945,7 +3945,7 @@ class WatchedLock:
 
 def test_a_ctrl_c_as_a_read_gets_its_turn_leaves_the_consumer_usable(monkeypatch):
     # Raised as the lock was taken, it left the lock held: every later read waited for ever.
-    monkeypatch.setattr("lazyseq.serving.client.SPARE_CONNECTIONS", 0)  # (no connection of its own: it waits)
+    monkeypatch.setattr("lazyseq.serving.remote_view.SPARE_CONNECTIONS", 0)  # (no connection of its own: it waits)
     with lazyseq.serve(np.arange(10) * 10, LOOPBACK) as server, lazyseq.connect(server.address) as remote:
         lock = remote._lock = WatchedLock()
         lock.acquire()  # another thread's read
@@ -3965,7 +3965,7 @@ def test_a_ctrl_c_as_a_read_gets_its_turn_leaves_the_consumer_usable(monkeypatch
 
 def test_a_ctrl_c_while_a_read_waits_for_another_threads_read_is_raised_at_once(monkeypatch):
     # It was held back until the other read ended: minutes, for an item that takes minutes to compute.
-    monkeypatch.setattr("lazyseq.serving.client.SPARE_CONNECTIONS", 0)
+    monkeypatch.setattr("lazyseq.serving.remote_view.SPARE_CONNECTIONS", 0)
     with lazyseq.serve(np.arange(10) * 10, LOOPBACK) as server, lazyseq.connect(server.address) as remote:
         lock = remote._lock = WatchedLock()
         lock.acquire()  # another thread's read, which goes on

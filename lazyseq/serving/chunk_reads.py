@@ -49,7 +49,7 @@ class Taken(NamedTuple):
 
 
 class ChunkReads:
-    """The chunks one reader (a :class:`~lazyseq.serving.client.RemoteView`) asked for and has received."""
+    """The chunks one reader (a :class:`~lazyseq.serving.remote_view.RemoteView`) asked for and has received."""
 
     def __init__(self) -> None:
         self.asked: dict[int, list[int]] = {}  # request number -> its positions, until answered
