@@ -16,13 +16,13 @@ import time
 import numpy as np
 import pytest
 import served_pipelines
-from loader_helpers import check_a_forked_child_keeps_what_it_inherited
+from loader_helpers import check_a_forked_child_keeps_what_it_inherited, same
 
 import lazyseq
 
 zmq = pytest.importorskip("zmq")
 
-from test_serve import ServerProcess, drive, same  # noqa: E402
+from serve_helpers import ServerProcess, drive  # noqa: E402
 
 from lazyseq.loading import thread_workers  # noqa: E402
 from lazyseq.loading.buffering import Buffering  # noqa: E402
