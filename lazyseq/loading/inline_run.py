@@ -97,7 +97,7 @@ class InlineReads:
 
     >>> import threading
     >>> from lazyseq.loading.item_cost import ItemCost
-    >>> from lazyseq.loading.prefetch import ReadOrder
+    >>> from lazyseq.loading.read_order import ReadOrder
     >>> class Engine:
     ...     cost, closed = ItemCost(inline_below=1e-3), False
     ...     def compute_with(self, read, i):

@@ -3,35 +3,35 @@
 from __future__ import annotations
 
 import functools
-import operator
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Generic, cast, overload
+from collections.abc import Callable, Iterator
+from typing import Any, cast, overload
 
 import numpy as np
 
 from ..arguments import integer
-from ..views import errors
 from ..views.base import View
 from ..views.chunks import batches_as_its_rows, chunk_rows
 from ..views.itemtypes import SequenceLike, T, T_co
 from ..views.keys import Positions
-from ..views.shuffle import EpochWatch, ShuffleView
+from ..views.shuffle import EpochWatch
 from ..views.sources import as_view
 from .backends import Done
 from .buffering import ITEMS_AHEAD, SLOT_BUDGET, Buffering
 from .closing import interrupts_deferred
 from .engine import Engine
-from .failures import LoaderClosed, LoaderError, WorkerDied, is_an_items_own, raised_by_an_item
+from .failures import LoaderClosed, LoaderError, WorkerDied, raised_by_an_item
 from .fork_safety import ForkLocalLock
 from .inline_run import MISSING, InlineReads, InlineRun, epoch_stamp
 from .item_cost import RUN_ITEMS, ItemCost
 from .jobs import ReadItem
 from .options import LoaderOptions, Method, StartHook, StartMethod
+from .prefetch_iterator import PrefetchIterator
+from .read_order import ReadOrder
 from .shared_slots import slot_bytes_for
 from .structure import bytes_of_spec
 
-__all__ = ["PrefetchIterator", "PrefetchView", "ReadOrder", "prefetch"]
+__all__ = ["PrefetchIterator", "PrefetchView", "prefetch"]
 
 
 class PrefetchView(View[T_co]):
@@ -385,94 +385,6 @@ class PrefetchView(View[T_co]):
         return (PrefetchView, (self._parent, self._options, self._max_buffered, self._shm_size, self._task_name))
 
 
-class PrefetchIterator(Generic[T_co]):
-    """Reads a prefetched view in order; its position can be saved and restored.
-
-    ``state_dict()`` says which item comes next; ``load_state_dict(state)``
-    resumes there, so an interrupted run gives the items a run without
-    interruption would have given.
-    """
-
-    def __init__(self, view: PrefetchView[T_co], position: int = 0, wrapping: bool = True) -> None:
-        self._view = view
-        self._position = position
-        self._wrapping = wrapping  # an item's failure raised as EvaluationError; else as it is, for a view above
-
-    def __iter__(self) -> PrefetchIterator[T_co]:
-        return self
-
-    def __repr__(self) -> str:
-        view = self._view
-        of = "" if view._len is None else f" of {view._len}"
-        return f"iterator of {view._describe()}  [next: item {self._position}{of}]"
-
-    def __next__(self) -> T_co:
-        i = self._position
-        n = self._view._len
-        if n is not None and i >= n:
-            raise StopIteration
-        view = self._view
-        try:
-            self._position = i + 1  # a failed item is skipped if iteration goes on; an interrupted one is not
-            run = view._run  # what view._get(i) looks at first, one call less (an error is raised there)
-            if run is not None:
-                value = run.take(i, view._engine, raising=False)
-                if value is not MISSING:
-                    return value
-            return view._get(i)
-        except errors.EndOfData:  # data of unknown length ended here (uniter)
-            self._position = i
-            raise StopIteration from None
-        except WorkerDied as error:
-            if i not in error.suspects:  # not what ended the worker: dropped as the workers stopped, read again next
-                self._position = i
-            raise
-        except LoaderClosed:  # closed while the item was awaited (from another thread): it is read next
-            self._position = i
-            raise
-        except Exception as error:
-            if not self._wrapping:
-                raise
-            errors.reraise(error)
-        except KeyboardInterrupt as interrupt:  # while the item was awaited: it was not read, and is read next
-            if not is_an_items_own(interrupt):  # raised by the item's code: its failure, as any error's
-                self._position = i
-            raise
-
-    def state_dict(self) -> dict[str, Any]:
-        """Where the iteration stands: ``{"position": next item, "length": len of the view, "shuffles": ...}``.
-
-        ``shuffles`` lists the ``[seed, epoch]`` of the pipeline's shuffles:
-        a state loaded where they differ would resume another order.
-        """
-        return {"position": self._position, "length": self._view._len, "shuffles": _shuffles(self._view)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from a position that ``state_dict`` gave, on a view of the same length."""
-        if not isinstance(state, Mapping):
-            raise ValueError(f"prefetch: a saved state is a dict from state_dict(), got {type(state).__name__}")
-        n = self._view._len
-        if state.get("length") != n:
-            raise ValueError(
-                f"prefetch: the saved state is for a view of length {state.get('length')}, this one has length {n}"
-            )
-        saved: Any = state.get("position")
-        try:  # numpy integers too (a state that went through a checkpoint)
-            position = None if isinstance(saved, bool) else operator.index(saved)
-        except TypeError:
-            position = None
-        if position is None or position < 0 or (n is not None and position > n):
-            where = "an integer >= 0" if n is None else f"an integer from 0 to {n}"
-            raise ValueError(f"prefetch: the saved position must be {where}, got {saved!r}")
-        saved_shuffles, shuffles = state.get("shuffles"), _shuffles(self._view)
-        if saved_shuffles is not None and [list(pair) for pair in saved_shuffles] != shuffles:
-            raise ValueError(
-                f"prefetch: the saved state is of shuffles with [seed, epoch] {saved_shuffles}, this view's are "
-                f"{shuffles}: set the epoch it was saved at (set_epoch) and the same seeds before loading it"
-            )
-        self._position = position
-
-
 READS_AFTER_A_CLOSE_BELOW = 2  # times an item is read again after a loader below closed while a worker read it
 
 
@@ -514,80 +426,6 @@ _DATA_VIEWS = frozenset(
         "StridedView", "UnbatchView",
     }
 )  # fmt: skip
-
-
-def _shuffles(view: View) -> list[list[int | None]]:
-    """``[seed, epoch]`` of each shuffle that ``view`` reads from: which order its items come in."""
-    return [[v.seed, v._epoch] for v in view._views_below() if isinstance(v, ShuffleView)]
-
-
-class ReadOrder:
-    """Which items the reader will want next, guessed from the last two reads.
-
-    ``holds(i)`` says whether item ``i`` is computed or on its way already.
-
-    >>> order = ReadOrder(length=100, capacity=3)
-    >>> [order.read(i) for i in (0, 2, 4)]  # ascending by default; a step of 2 is steady from the third read
-    [True, False, True]
-    >>> list(order.expected(4))
-    [6, 8, 10]
-    >>> order.frontier = 6
-    >>> order.advance(room=2), order.frontier  # the tasks to send after the read of item 4
-    ([(6, 6), (8, 8)], 10)
-    """
-
-    def __init__(self, length: int | None, capacity: int, holds: Callable[[int], bool] = lambda i: False) -> None:
-        self._length = length
-        self.capacity = capacity  # how many items are expected ahead
-        self._holds = holds
-        self.last = -1  # reads start out assumed to be ascending
-        self.step = 1
-        self.frontier: int | None = None  # the next item to send while reads go on at this step
-
-    def read(self, i: int) -> bool:
-        """Note a read of item ``i``; whether it kept the step of the one before."""
-        step = i - self.last
-        steady = step == self.step
-        self.step, self.last = step, i
-        return steady
-
-    def read_many(self, positions: Sequence[int] | Positions) -> None:
-        """Note reads of ``positions`` (two at least), in that order: the last two say the step."""
-        self.read(int(positions[-2]))
-        self.read(int(positions[-1]))
-
-    def expected(self, i: int) -> range:
-        """The items expected after item ``i``, within the view."""
-        return range(i + self.step, self._stop(i), self.step) if self.step else range(0)
-
-    def upcoming(self, i: int) -> list[tuple[int, int]]:
-        """Tasks for the items after ``i`` when reads go in order (step 1): all those expected; else none."""
-        stop = self._stop(i) if self.step == 1 else i + 1
-        return [(j, j) for j in range(i + 1, stop)]
-
-    def advance(self, room: int) -> list[tuple[int, int]]:
-        """Up to ``room`` tasks for the items expected after the last read and not held yet, moving the frontier."""
-        frontier = self.frontier
-        if frontier is None:  # reads follow no step: nothing is expected
-            return []
-        i, step, holds = self.last, self.step, self._holds
-        stop = self._stop(i)
-        if (frontier - (i + step)) * step < 0:  # fell behind the reader
-            frontier = i + step
-        tasks = []
-        while room > 0 and (frontier - stop) * step < 0:
-            if not holds(frontier):
-                tasks.append((frontier, frontier))
-                room -= 1
-            frontier += step
-        self.frontier = frontier
-        return tasks
-
-    def _stop(self, i: int) -> int:
-        """Where the items expected after ``i`` end (exclusive), within the view."""
-        stop = i + self.step * (self.capacity + 1)
-        n = self._length
-        return stop if n is None else max(-1, min(n, stop))
 
 
 def slot_bytes_for_spec(spec: tuple | None) -> int:
