@@ -89,4 +89,6 @@ def connect(
 
 
 def reconnect(settings: dict[str, Any]) -> RemoteView | RemoteStream:
+    """``connect`` again with the ``settings`` a view was made with: how a pickled :class:`RemoteView` (a copy of
+    it in a worker process) comes back."""
     return connect(**settings)
