@@ -24,7 +24,7 @@ zmq = pytest.importorskip("zmq")
 from serve_helpers import LOOPBACK, TESTS, bare_dealer, lazyseq_threads, losing_the_first  # noqa: E402
 
 from lazyseq.serving import wire  # noqa: E402
-from lazyseq.serving.connection import Connection  # noqa: E402
+from lazyseq.serving.connection import Connection, Patience  # noqa: E402
 from lazyseq.serving.view_service import ViewService  # noqa: E402
 
 
@@ -616,6 +616,84 @@ def test_a_ctrl_c_while_a_request_is_sent_loses_nothing(monkeypatch, part_way):
         with lazyseq.connect(server.address, timeout=2) as other:
             assert list(other) == []
     assert got == list(range(10))
+
+
+class InterruptedReceive:
+    """Raises KeyboardInterrupt in the reader's next receive of a frame, once the frame is received: pyzmq looks for
+    signals then, so a Ctrl-C landing as a message arrives loses it (the frames after it are dropped as a message
+    that is not a lazyseq one)."""
+
+    def __init__(self, monkeypatch):
+        self.armed, self.interrupts = False, 0
+        frame_recv = zmq.Socket.recv
+
+        def recv(socket, flags=0, **options):
+            frame = frame_recv(socket, flags, **options)
+            if self.armed and threading.current_thread() is threading.main_thread():  # not the heartbeat's thread
+                self.armed = False
+                self.interrupts += 1
+                raise KeyboardInterrupt
+            return frame
+
+        monkeypatch.setattr(zmq.Socket, "recv", recv)
+
+
+def silences(monkeypatch):
+    """The times a consumer in this process ran out of patience with a server that answers heartbeats and nothing
+    else (after which it asks again for what it waits for)."""
+    lost = []
+    monkeypatch.setattr(Patience, "lost_patience", lambda patience: lost.append(patience.seconds))
+    return lost
+
+
+def reading_in_turn(view):
+    """A function that reads the next item of ``view`` at each call, or the same one again if the last call was
+    interrupted (by index: an interrupt ends an iterator over it); IndexError after the last."""
+    read = [0]
+
+    def next_item():
+        item = view[read[0]]
+        read[0] += 1
+        return item
+
+    return next_item
+
+
+def read_through_ctrl_c(interrupt, read):
+    """Arm ``interrupt`` before each read, and read again when it fires; what the reads gave."""
+    got = []
+    while True:
+        interrupt.armed = True
+        try:
+            try:
+                got.append(read())
+            except KeyboardInterrupt:
+                got.append(read())
+        except (StopIteration, IndexError):
+            return got
+
+
+@pytest.mark.parametrize("shared_memory", [True, False])
+def test_a_ctrl_c_as_an_answer_arrives_costs_no_wait(monkeypatch, shared_memory):
+    # The answer read as the interrupt came was lost, and the next read waited for the server's silence (1 s at
+    # timeout=2, twice as long at each silence up to the timeout): under Ctrl-Cs quicker than that, for ever.
+    interrupt, waits = InterruptedReceive(monkeypatch), silences(monkeypatch)
+    with lazyseq.serve(np.arange(60) * 10, LOOPBACK) as server:
+        with lazyseq.connect(server.address, timeout=2, shared_memory=shared_memory) as remote:
+            got = read_through_ctrl_c(interrupt, reading_in_turn(remote))
+            batches = read_through_ctrl_c(interrupt, reading_in_turn(remote.batch(7)))
+    assert (got, np.concatenate(batches).tolist(), waits) == ([i * 10 for i in range(60)], got, [])
+    assert interrupt.interrupts > 10
+
+
+def test_a_ctrl_c_as_a_stream_item_arrives_loses_nothing_and_costs_no_wait(monkeypatch):
+    interrupt, waits = InterruptedReceive(monkeypatch), silences(monkeypatch)
+    with lazyseq.serve(iter(range(60)), LOOPBACK) as server:
+        with lazyseq.connect(server.address, timeout=2) as stream:
+            got = read_through_ctrl_c(interrupt, stream.__next__)
+    # (an item sent again comes when it arrives: after those already on their way)
+    assert (sorted(got), waits) == (list(range(60)), [])
+    assert interrupt.interrupts > 10
 
 
 def test_a_stream_whose_request_was_lost_asks_again_after_a_silence(monkeypatch):

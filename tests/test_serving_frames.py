@@ -71,3 +71,15 @@ def test_frames_past_the_most_kept_are_read_and_dropped(pair):
     send_frames(a, [b"next"])
     assert [f.bytes for f in receive_frames(b, 0, 3)] == [b"0", b"1", b"9999"]  # not 10,000 frames held by Python
     assert [f.bytes for f in receive_frames(b, 0, 3)] == [b"next"]
+
+
+def test_the_first_frames_asked_for_come_copied_the_rest_not(pair):
+    a, b = pair
+    send_frames(a, [b"tag", b"kind", b"header", b"data", b"more"])
+    send_frames(a, [b"alone"])
+    copied = receive_frames(b, 0, copied=3)
+    assert copied[:3] == [b"tag", b"kind", b"header"]  # bytes: no zmq.Frame to let go of (see receive_frames)
+    assert [type(f) for f in copied[3:]] == [zmq.Frame, zmq.Frame]
+    assert [f.bytes for f in copied[3:]] == [b"data", b"more"]
+    assert receive_waiting(b, copied=3) == [b"alone"]  # a message shorter than that: not glued to the next
+    assert receive_waiting(b, copied=3) is None

@@ -301,7 +301,7 @@ class Connection:
         if self._unread:
             return self._unread.popleft()
         while True:
-            frames = receive_waiting(self._socket)
+            frames = receive_waiting(self._socket, copied=3)  # (tag, kind and header: bytes, see receive_frames)
             if frames is None:
                 return None
             self._heard = time.monotonic()
@@ -340,12 +340,12 @@ class Connection:
 
     @staticmethod
     def _parse(frames: list) -> tuple[bytes, Any, list]:
-        if len(frames) < 3 or frames[0].bytes != wire.TAG:
+        if len(frames) < 3 or frames[0] != wire.TAG:
             raise wire.ProtocolError("not a lazyseq message")
-        kind = frames[1].bytes
+        kind = frames[1]
         if kind not in _SERVER_KINDS:
             raise wire.ProtocolError(f"unknown message {kind[:20]!r}")
-        return kind, wire.loads(frames[2].buffer), [f.buffer for f in frames[3:]]
+        return kind, wire.loads(frames[2]), [f.buffer for f in frames[3:]]
 
     def say_at_goodbye(self, fields: Callable[[], dict]) -> None:
         """Have the goodbye carry ``fields()`` (called then), whoever closes: ``close()``, the collector, the exit."""

@@ -30,6 +30,7 @@ DONTWAIT = 1  # ZMQ_DONTWAIT (zmq.NOBLOCK)
 SNDMORE = 2  # ZMQ_SNDMORE
 _EVENTS = 15  # ZMQ_EVENTS
 _POLLIN = 1  # ZMQ_POLLIN
+_RCVMORE = 13  # ZMQ_RCVMORE
 
 
 def send_frames(socket: Any, frames: Sequence[Any], flags: int = 0, *, copy: bool = True) -> None:
@@ -46,13 +47,13 @@ def has_message(socket: Any) -> bool:
     return bool(socket.get(_EVENTS) & _POLLIN)
 
 
-def receive_waiting(socket: Any, most: int | None = None) -> list[Any] | None:
+def receive_waiting(socket: Any, most: int | None = None, copied: int = 0) -> list[Any] | None:
     """The frames of the message waiting on ``socket`` (see :func:`receive_frames`), or None if none is: no
     exception raised when nothing waits, which is most of the times a reader looks."""
     if not has_message(socket):
         return None
     try:
-        return receive_frames(socket, DONTWAIT, most)
+        return receive_frames(socket, DONTWAIT, most, copied)
     except _again():  # (evaluated only if something was raised: zmq is imported by then)
         return None
 
@@ -63,16 +64,24 @@ def _again() -> type[Exception]:
     return zmq.Again
 
 
-def receive_frames(socket: Any, flags: int, most: int | None = None) -> list[Any]:
+def receive_frames(socket: Any, flags: int, most: int | None = None, copied: int = 0) -> list[Any]:
     """The frames (``zmq.Frame``, not copied) of the next message; ``zmq.Again`` with ``DONTWAIT`` if none is there.
 
     Past ``most`` frames, the rest of the message is read and dropped, but
     for its last frame, kept last (it may say that the message was cut
     short): a message of millions of frames costs time, not memory held by
-    Python.
+    Python. The first ``copied`` frames come as ``bytes`` instead (the
+    small ones at the start of a message, read at once): pyzmq looks for
+    signals as it lets go of a ``Frame``, where a Ctrl-C cannot be raised
+    (it is printed, and lost), and a frame copied has none to let go of.
     """
+    frames: list[Any] = []
+    while len(frames) < copied:
+        frames.append(socket.recv(flags, copy=True))
+        if not socket.get(_RCVMORE):
+            return frames
     frame = socket.recv(flags, copy=False)
-    frames = [frame]
+    frames.append(frame)
     while frame.more:  # the rest of a message arrives with its first frame
         frame = socket.recv(flags, copy=False)
         if most is None or len(frames) < most:

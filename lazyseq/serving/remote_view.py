@@ -129,7 +129,11 @@ class RemoteView(View[Any]):
             self._await_turn(f"item {i}", began)
             try:
                 with self._lock:
-                    status, value = self._read_held(i)
+                    try:
+                        status, value = self._read_held(i)
+                    except KeyboardInterrupt:
+                        self._answer_lost = True  # (see _ask_again_if_lost)
+                        raise
             finally:
                 if self._connection.closed:  # from elsewhere (another thread, a signal handler) meanwhile
                     self._let_go_if_closed()
@@ -140,6 +144,7 @@ class RemoteView(View[Any]):
     def _read_held(self, i: int) -> tuple[str, Any]:
         """Item ``i``'s answer, the lock held: asked for now if it was not, with the items ahead of it."""
         self._check_readable()
+        self._ask_again_if_lost()
         n, step, last = self._len, self._stride(i), self._last
         after = i == last + step
         # in order: the next one, one asked for ahead (threads reading in turn come in either order), or the
@@ -197,12 +202,14 @@ class RemoteView(View[Any]):
         try:
             with self._lock:
                 self._check_readable()
+                self._ask_again_if_lost()
                 requests, to_send = self._chunks.plan(idx, n, self._number_request)
                 try:
                     for req, positions in to_send:
                         self._connection.send(b"get", {"req": req, "positions": positions})
-                except BaseException:  # (a Ctrl-C): what was not sent would be waited for in vain
+                except BaseException as error:  # (a Ctrl-C): what was not sent would be waited for in vain
                     self._chunks.abandon(requests + [req for req, _ in to_send])
+                    self._answer_lost = isinstance(error, KeyboardInterrupt) or self._answer_lost
                     raise
             try:
                 while True:  # the lock let go between two messages: another thread's request may go out then
@@ -211,9 +218,10 @@ class RemoteView(View[Any]):
                         if not self._chunks.waiting(requests):
                             return self._chunks.take(requests, len(idx))
                         self._receive_one(waiting_for)
-            except BaseException:  # a Ctrl-C, a server lost: the answers still to come are dropped, not kept
+            except BaseException as error:  # a Ctrl-C, a server lost: the answers still to come are dropped, not kept
                 with self._lock:
                     self._chunks.abandon(requests)
+                    self._answer_lost = isinstance(error, KeyboardInterrupt) or self._answer_lost
                 raise
         finally:
             if self._connection.closed:  # from elsewhere meanwhile (see _read)
@@ -337,6 +345,7 @@ class RemoteView(View[Any]):
         self._step, self._last_step, self._last_reader, self._step_run = 1, 1, 0, 0
         self._behind = False  # whether items behind the last read may be kept (read in another order)
         self._chunks = ChunkReads()  # what reads of several items at once asked for
+        self._answer_lost = False  # an interrupt may have cut short taking in an answer (see _receive_one)
 
     def _number_request(self) -> int:
         self._next_req += 1
@@ -386,6 +395,20 @@ class RemoteView(View[Any]):
     def _step_said(self) -> dict[str, int]:
         """What a request says of the step of the reads (the server computes ahead at it), if not 1."""
         return {"step": self._step} if self._step > 1 else {}
+
+    def _ask_again_if_lost(self) -> None:
+        """With the lock held, as a read begins: if the last read was interrupted, ask again for what is under way
+        (an answer that comes twice is dropped).
+
+        pyzmq looks for signals after each frame it sends or receives: an
+        interrupt raised there may lose a request (the rest of its frames are
+        not sent, and the server drops what came) or an answer (read from the
+        socket, not kept), which would otherwise be asked for again only once
+        the server's silence ran out of patience.
+        """
+        if self._answer_lost:
+            self._ask_again()  # (cut short too: asked again at the next read)
+            self._answer_lost = False
 
     def _receive_one(self, waiting_for: str) -> None:
         # (the server's silence counted from the start of the earliest read under way: see .reads_begun)
