@@ -156,8 +156,9 @@ class Connection:
         """End whatever part of a message was sent with a frame that tells the server to drop it all.
 
         If none of it went out, that frame is a message alone, dropped too.
-        The request is lost as a lost answer would be: asked again after a
-        silence.
+        The request is lost as a lost answer would be: asked again by the
+        next read of the view or stream that sent it (the interrupt ended its
+        read), or after a silence.
         """
         try:
             self._socket.send(wire.CUT, DONTWAIT)
