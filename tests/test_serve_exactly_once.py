@@ -672,9 +672,7 @@ def test_the_messages_a_server_sends_a_consumer_at_once_travel_in_one(monkeypatc
     from lazyseq.serving.server_loop import ServerLoop
 
     parsed, parse = [], Connection._parse
-    monkeypatch.setattr(
-        Connection, "_parse", staticmethod(lambda frames: parsed.append(frames[1]) or parse(frames))
-    )
+    monkeypatch.setattr(Connection, "_parse", staticmethod(lambda frames: parsed.append(frames[1]) or parse(frames)))
     loop = ServerLoop(ThreeAnswers(), LOOPBACK, None, None)
     connection = Connection(loop.address, timeout=10.0)
     try:
