@@ -59,7 +59,7 @@ class RemoteStream(Iterator[Any]):
         self._owed = self._acks.owed
         self._unconfirmed = self._acks.unconfirmed
         self._requests = 0  # requests sent: each one numbered
-        self._answer_lost = False  # an interrupt may have cut short taking in an item (see _ask_again_if_lost)
+        self._interrupted = False  # whether the last read was interrupted (see _ask_again_if_interrupted)
         self._ended = False
         self._gaps = connection.gaps()  # the heartbeats' gaps the server confirmed it lived through (see __next__)
         self._lock = threading.Lock()
@@ -104,7 +104,7 @@ class RemoteStream(Iterator[Any]):
                     raise self._connection.closed_error()
                 # the caller came back: what it had is acknowledged with the next request, or at once if it waits
                 unsent = self._requests if self._acknowledge_owed() else None
-                self._ask_again_if_lost()
+                self._ask_again_if_interrupted()
                 while True:
                     if self._ended:
                         raise StopIteration
@@ -151,7 +151,7 @@ class RemoteStream(Iterator[Any]):
                 except Exception as error:
                     errors.reraise(error)
         except KeyboardInterrupt:
-            self._answer_lost = True
+            self._interrupted = True
             # interrupted as the lock was let go: the caller has not got the item (unless another thread reads now)
             if taken is not None and self._lock.acquire(blocking=False):
                 try:
@@ -169,7 +169,7 @@ class RemoteStream(Iterator[Any]):
             "copy would be another one sharing this one's items; connect to the server where the items are read"
         )
 
-    def _ask_again_if_lost(self) -> None:
+    def _ask_again_if_interrupted(self) -> None:
         """If the last read was interrupted, ask the server for what it sent and this consumer lacks, as after a
         silence.
 
@@ -178,9 +178,9 @@ class RemoteStream(Iterator[Any]):
         otherwise be sent again only once the server's silence ran out of
         patience.
         """
-        if self._answer_lost:
+        if self._interrupted:
             self._take_in(b"silent", {}, [])
-            self._answer_lost = False
+            self._interrupted = False
 
     def _acknowledge_owed(self) -> bool:
         """The caller came back: the items handed out before are done with, and acknowledged by the next request.

@@ -132,7 +132,7 @@ class RemoteView(View[Any]):
                     try:
                         status, value = self._read_held(i)
                     except KeyboardInterrupt:
-                        self._answer_lost = True  # (see _ask_again_if_lost)
+                        self._interrupted = True  # (see _ask_again_if_interrupted)
                         raise
             finally:
                 if self._connection.closed:  # from elsewhere (another thread, a signal handler) meanwhile
@@ -144,7 +144,7 @@ class RemoteView(View[Any]):
     def _read_held(self, i: int) -> tuple[str, Any]:
         """Item ``i``'s answer, the lock held: asked for now if it was not, with the items ahead of it."""
         self._check_readable()
-        self._ask_again_if_lost()
+        self._ask_again_if_interrupted()
         n, step, last = self._len, self._stride(i), self._last
         after = i == last + step
         # in order: the next one, one asked for ahead (threads reading in turn come in either order), or the
@@ -202,14 +202,15 @@ class RemoteView(View[Any]):
         try:
             with self._lock:
                 self._check_readable()
-                self._ask_again_if_lost()
+                self._ask_again_if_interrupted()
                 requests, to_send = self._chunks.plan(idx, n, self._number_request)
                 try:
                     for req, positions in to_send:
                         self._connection.send(b"get", {"req": req, "positions": positions})
                 except BaseException as error:  # (a Ctrl-C): what was not sent would be waited for in vain
                     self._chunks.abandon(requests + [req for req, _ in to_send])
-                    self._answer_lost = isinstance(error, KeyboardInterrupt) or self._answer_lost
+                    if isinstance(error, KeyboardInterrupt):
+                        self._interrupted = True  # (see _ask_again_if_interrupted)
                     raise
             try:
                 while True:  # the lock let go between two messages: another thread's request may go out then
@@ -221,7 +222,8 @@ class RemoteView(View[Any]):
             except BaseException as error:  # a Ctrl-C, a server lost: the answers still to come are dropped, not kept
                 with self._lock:
                     self._chunks.abandon(requests)
-                    self._answer_lost = isinstance(error, KeyboardInterrupt) or self._answer_lost
+                    if isinstance(error, KeyboardInterrupt):
+                        self._interrupted = True  # (see _ask_again_if_interrupted)
                 raise
         finally:
             if self._connection.closed:  # from elsewhere meanwhile (see _read)
@@ -345,7 +347,7 @@ class RemoteView(View[Any]):
         self._step, self._last_step, self._last_reader, self._step_run = 1, 1, 0, 0
         self._behind = False  # whether items behind the last read may be kept (read in another order)
         self._chunks = ChunkReads()  # what reads of several items at once asked for
-        self._answer_lost = False  # an interrupt may have cut short taking in an answer (see _receive_one)
+        self._interrupted = False  # whether the last read was interrupted (see _ask_again_if_interrupted)
 
     def _number_request(self) -> int:
         self._next_req += 1
@@ -396,7 +398,7 @@ class RemoteView(View[Any]):
         """What a request says of the step of the reads (the server computes ahead at it), if not 1."""
         return {"step": self._step} if self._step > 1 else {}
 
-    def _ask_again_if_lost(self) -> None:
+    def _ask_again_if_interrupted(self) -> None:
         """With the lock held, as a read begins: if the last read was interrupted, ask again for what is under way
         (an answer that comes twice is dropped).
 
@@ -406,9 +408,9 @@ class RemoteView(View[Any]):
         socket, not kept), which would otherwise be asked for again only once
         the server's silence ran out of patience.
         """
-        if self._answer_lost:
+        if self._interrupted:
             self._ask_again()  # (cut short too: asked again at the next read)
-            self._answer_lost = False
+            self._interrupted = False
 
     def _receive_one(self, waiting_for: str) -> None:
         # (the server's silence counted from the start of the earliest read under way: see .reads_begun)
