@@ -1292,3 +1292,33 @@ def test_arrays_of_values_of_no_bytes_travel():
     assert empty.dtype == np.dtype("V0") and empty.shape == (3,) and nothing.shape == (2, 0)
     with pytest.raises(TypeError, match=r"^the item\[1\] makes 16777217 values of no bytes \(\|V0\) in arrays"):
         wire.encode([np.zeros(2**24, "V0"), np.zeros(1, "V0")])
+
+
+def test_a_stream_draws_its_items_in_runs_while_its_drawer_is_busy():
+    # One task at a time woke the drawer's thread, and the server's thread in turn, for every item handed out.
+    from lazyseq.serving.stream_service import StreamService
+
+    allowed = threading.Semaphore(10)
+
+    def items():
+        for i in range(100):
+            allowed.acquire()
+            yield i
+
+    service = StreamService(items(), max_buffered=10, max_wanted=20, send=lambda *message: None)
+    service.token = "token"
+    runs = []
+    submit = service._drawer.submit
+    service._drawer.submit = lambda tasks: (runs.append([seq for seq, _ in tasks]), submit(tasks))
+    try:
+        service.hello(b"c", {}, False)
+        service.work()
+        while service._drawer.pending:  # the first 10 drawn
+            service._drawer.collect(1.0)
+        service.work()
+        for req in range(1, 8):  # the drawer is busy from the second item on: it waits for the semaphore
+            service.handle(b"c", b"next", {"more": 1, "ack": [], "req": req, "server": "token"})
+        assert runs == [list(range(10)), [10], [11, 12, 13, 14, 15]]
+    finally:
+        allowed.release(100)
+        service.close()

@@ -49,6 +49,7 @@ __all__ = [
     "TASK_SECONDS",
     "Buffering",
     "items_ahead",
+    "refill_size",
     "run_length",
 ]
 
@@ -63,6 +64,22 @@ TASK_SECONDS = 0.05  # work per Ray task: sending one and collecting it costs 1-
 MAX_BUFFERED = 2**16  # an explicit max_buffered (max_cached) larger than this is refused, not obeyed for minutes
 MAX_RUN = 256  # items per Ray task at most, however cheap: what the runs of a worker hold stays bounded
 RUNS_PER_WORKER = 3  # one computing, the next one ready to go, and one for the results not read yet
+
+
+def refill_size(capacity: int, held: int, busy: bool) -> int:
+    """How many more tasks to send now, with ``held`` computed or in progress out of ``capacity``.
+
+    None while the workers are ``busy`` and less than half the capacity is
+    free: a refill is worth its message (and the wake-up of a worker's
+    thread) once it carries several tasks. All the room there is otherwise.
+
+    >>> refill_size(10, 6, busy=True), refill_size(10, 5, busy=True), refill_size(10, 9, busy=False)
+    (0, 5, 1)
+    """
+    room = capacity - held
+    if room < max(1, capacity // 2) and busy:
+        return 0
+    return max(room, 0)
 
 
 def items_ahead(workers: int, seconds: float | None) -> int:

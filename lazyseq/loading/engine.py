@@ -34,7 +34,7 @@ from typing import Any
 
 from . import item_cost
 from .backends import DeferredWorkers, Done, WorkerBackend, start_workers
-from .buffering import Buffering
+from .buffering import Buffering, refill_size
 from .closing import Finalizer, daemon_thread_at_exit, interrupts_deferred
 from .failures import LoaderClosed
 from .fork_safety import fork_generation
@@ -155,10 +155,8 @@ class Engine:
         capacity = self.buffering.size  # a number: the common case, read at every refill
         if capacity is None:
             capacity = self.capacity
-        room = capacity - len(self.ready) - len(self.pending) + len(self.cancelled)
-        if room < max(1, capacity // 2) and self.pending:
-            return 0
-        return max(room, 0)
+        pending = self.pending
+        return refill_size(capacity, len(self.ready) + len(pending) - len(self.cancelled), bool(pending))
 
     # -- sending -----------------------------------------------------------------
 

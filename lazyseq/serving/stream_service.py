@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from ..loading.buffering import refill_size
 from ..loading.engine import Engine
 from ..loading.options import LoaderOptions
 from . import wire
@@ -89,7 +90,11 @@ class StreamService:
     """Hands the items of ``iterable`` out to consumers; see the module's description.
 
     One thread draws the items, up to ``max_buffered`` ahead, so that the
-    server's own thread goes on answering while the iterable takes its time.
+    server's own thread goes on answering while the iterable takes its time;
+    while it is busy, it gets more to draw only once half the room is free
+    (:func:`~lazyseq.loading.buffering.refill_size`): waking it, and being
+    woken by it, for every item handed out cost the server about an eighth
+    more CPU with small items.
     """
 
     kind = "stream"
@@ -277,8 +282,9 @@ class StreamService:
 
     def _draw_ahead(self) -> None:
         drawer = self._drawer
-        room = self._max_buffered - len(self._drawn) - len(drawer.pending)
-        if room > 0 and not self.exhausted:
+        pending = drawer.pending
+        room = refill_size(self._max_buffered, len(self._drawn) + len(pending), bool(pending))
+        if room and not self.exhausted:
             drawer.submit([(seq, seq) for seq in range(self._seq, self._seq + room)])
             self._seq += room
 
