@@ -650,6 +650,37 @@ def test_the_server_computes_ahead_at_the_step_its_consumer_reads_at():
     ]
 
 
+def test_the_server_computes_ahead_in_runs_while_its_workers_are_busy(monkeypatch):
+    # Each item read in order sent one task ahead: a wake-up of a worker thread, and of the server's, for every item.
+    from lazyseq.loading.buffering import Buffering
+    from lazyseq.loading.engine import Engine
+    from lazyseq.loading.options import LoaderOptions
+
+    release = threading.Event()
+
+    def item(i):
+        if i >= 6:  # the workers stay busy from item 6 on
+            release.wait(30)
+        return i
+
+    runs = []
+    submit = Engine.submit
+    monkeypatch.setattr(
+        Engine, "submit", lambda self, tasks: (runs.append([i for (_, i), _ in tasks]), submit(self, tasks))
+    )
+    service = ViewService(lazyseq.smap(item, range(100)), LoaderOptions.check("serve", 1), Buffering(10), lambda *m: 0)
+    try:
+        service.handle(b"c", b"get", {"req": 0, "index": 0})
+        while not {(b"c", i) for i in range(1, 6)} <= service._engine.ready.keys():
+            service._engine.collect(1.0)
+        for i in range(1, 6):
+            service.handle(b"c", b"get", {"req": i, "index": i})
+    finally:
+        release.set()
+        service.close()
+    assert runs == [[0], list(range(1, 11)), list(range(11, 16))]
+
+
 def test_a_strided_reader_asking_again_says_its_step(monkeypatch):
     # Asked again after a silence without it, its requests made the server drop what it computed ahead at the step.
     sent = sent_gets(monkeypatch)

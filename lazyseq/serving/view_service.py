@@ -30,7 +30,7 @@ from typing import Any, cast
 import numpy as np
 
 from ..loading.backends import Done
-from ..loading.buffering import SLOT_BUDGET, Buffering
+from ..loading.buffering import SLOT_BUDGET, Buffering, refill_size
 from ..loading.closing import daemon_thread_at_exit
 from ..loading.engine import Engine
 from ..loading.failures import WorkerDied
@@ -336,6 +336,8 @@ class ViewService:
         engine = self._engine
         # Ray, processes: the capacity follows the timings, which the engine has
         limit = self.max_buffered.capacity(None) if engine is None else engine.capacity
+        if not refill_size(limit, ahead, engine is not None and bool(engine.pending)):
+            return  # more once half the room is free, while the workers are busy: one wake-up for several
         while ahead < limit and (n is None or j < n):
             if j not in reads.held and j not in reads.suspects:
                 wanted.append(j)
