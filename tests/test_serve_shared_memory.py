@@ -397,7 +397,7 @@ def test_a_server_makes_at_most_max_pools_pools_at_once(monkeypatch, pool_reads)
 VANISHING_CONSUMER = """
 import os, sys
 import lazyseq
-remote = lazyseq.connect(sys.argv[1], timeout=10.0)  # its pool is made as it says hello
+remote = lazyseq.connect(sys.argv[1], timeout=3.0)  # its pool is made as it says hello; taken for dead 3 s after
 print(len(remote), flush=True)
 os._exit(0)  # no goodbye, no item asked for
 """
