@@ -94,6 +94,22 @@ def test_results_in_order_and_in_order_of_completion_from_any_backend():
     assert backend.closed and engine.closed
 
 
+def test_a_worker_left_without_a_task_gets_the_room_there_is_at_once():
+    # A refill waited until half the room was free, whatever the workers had left: one of them sat idle meanwhile.
+    backends = []
+    engine = engine_over(backends, capacity=6)  # 2 workers
+    engine.submit([(k, k) for k in range(6)])
+    backend = backends[0]
+    for k in range(5):
+        backend.finish(k)
+    assert engine.wait_for(0, 0) == Done(0, "ok", 0)
+    assert engine.room() == 1  # 5 held of 6, 1 pending: a worker has nothing to do
+    engine.submit([(6, 6)])
+    assert engine.wait_for(1, 1) == Done(1, "ok", 10)
+    assert engine.room() == 0  # 2 pending for 2 workers: a refill waits until half the room is free
+    engine.close()
+
+
 def test_tasks_no_longer_wanted_are_cancelled_and_resubmitted_if_wanted_again():
     backends = []
     engine = engine_over(backends)

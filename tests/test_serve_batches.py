@@ -681,6 +681,37 @@ def test_the_server_computes_ahead_in_runs_while_its_workers_are_busy(monkeypatc
     assert runs == [[0], list(range(1, 11)), list(range(11, 16))]
 
 
+def test_the_server_computes_ahead_at_once_for_a_worker_left_without_a_task(monkeypatch):
+    # Waiting for half the room to be free left 6 of 8 workers idle behind two slow items.
+    from lazyseq.loading.buffering import Buffering
+    from lazyseq.loading.engine import Engine
+    from lazyseq.loading.options import LoaderOptions
+
+    release = threading.Event()
+
+    def item(i):
+        if i in (6, 7):  # two workers stay busy; the other two are free once the rest is done
+            release.wait(30)
+        return i
+
+    runs = []
+    submit = Engine.submit
+    monkeypatch.setattr(
+        Engine, "submit", lambda self, tasks: (runs.append([i for (_, i), _ in tasks]), submit(self, tasks))
+    )
+    options = LoaderOptions.check("serve", 4, "thread")
+    service = ViewService(lazyseq.smap(item, range(100)), options, Buffering(10), lambda *m: 0)
+    try:
+        service.handle(b"c", b"get", {"req": 0, "index": 0})
+        while not {(b"c", i) for i in (1, 2, 3, 4, 5, 8, 9, 10)} <= service._engine.ready.keys():
+            service._engine.collect(1.0)
+        service.handle(b"c", b"get", {"req": 1, "index": 1})
+    finally:
+        release.set()
+        service.close()
+    assert runs == [[0], list(range(1, 11)), [11]]
+
+
 def test_a_strided_reader_asking_again_says_its_step(monkeypatch):
     # Asked again after a silence without it, its requests made the server drop what it computed ahead at the step.
     sent = sent_gets(monkeypatch)

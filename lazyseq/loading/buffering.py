@@ -11,7 +11,8 @@ sending that many tasks before the memory they need is known, and checked. Left 
   ones, enough for ``AHEAD_SECONDS`` of the workers' work, at most
   ``MAX_AHEAD`` (:func:`items_ahead`). Every result a worker hands over costs
   the reader a wake-up and some bookkeeping, and the engine sends more tasks
-  only once half the room is free (one message for several tasks): with items
+  only once half the room is free (one message for several tasks; see
+  :func:`refill_size`): with items
   of 50 us, 10 in flight left each worker idle about a fifth of the time,
   waiting for its next tasks, and 32 kept them busy (see the loading
   benchmark; more helped little, and each slot costs a worker page faults
@@ -66,18 +67,22 @@ MAX_RUN = 256  # items per Ray task at most, however cheap: what the runs of a w
 RUNS_PER_WORKER = 3  # one computing, the next one ready to go, and one for the results not read yet
 
 
-def refill_size(capacity: int, held: int, busy: bool) -> int:
-    """How many more tasks to send now, with ``held`` computed or in progress out of ``capacity``.
+def refill_size(capacity: int, held: int, pending: int, workers: int) -> int:
+    """How many more tasks to send now, with ``held`` computed or in progress out of ``capacity``, ``pending`` of
+    them in progress or waiting for one of ``workers``.
 
-    None while the workers are ``busy`` and less than half the capacity is
-    free: a refill is worth its message (and the wake-up of a worker's
-    thread) once it carries several tasks. All the room there is otherwise.
+    0 while every worker has a task and less than half the capacity is
+    free: a refill is worth its message (and the wake-up of a worker) once it
+    carries several tasks. All the room there is otherwise: a worker without a
+    task does not wait for the others to drain the rest.
 
-    >>> refill_size(10, 6, busy=True), refill_size(10, 5, busy=True), refill_size(10, 9, busy=False)
-    (0, 5, 1)
+    >>> refill_size(10, 6, pending=3, workers=2), refill_size(10, 5, pending=3, workers=2)
+    (0, 5)
+    >>> refill_size(10, 9, pending=0, workers=1), refill_size(10, 8, pending=3, workers=4)
+    (1, 2)
     """
     room = capacity - held
-    if room < max(1, capacity // 2) and busy:
+    if room < max(1, capacity // 2) and pending >= workers:
         return 0
     return max(room, 0)
 

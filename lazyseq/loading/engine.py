@@ -151,12 +151,13 @@ class Engine:
         return self._capacity
 
     def room(self) -> int:
-        """How many more tasks to send now: 0 until a refill (half the capacity) is worth a message."""
+        """How many more tasks to send now: 0 until a refill (half the capacity) is worth a message, unless a worker
+        has no task left (see :func:`~lazyseq.loading.buffering.refill_size`)."""
         capacity = self.buffering.size  # a number: the common case, read at every refill
         if capacity is None:
             capacity = self.capacity
-        pending = self.pending
-        return refill_size(capacity, len(self.ready) + len(pending) - len(self.cancelled), bool(pending))
+        pending = len(self.pending)
+        return refill_size(capacity, len(self.ready) + pending - len(self.cancelled), pending, self.options.nworkers)
 
     # -- sending -----------------------------------------------------------------
 

@@ -282,8 +282,8 @@ class StreamService:
 
     def _draw_ahead(self) -> None:
         drawer = self._drawer
-        pending = drawer.pending
-        room = refill_size(self._max_buffered, len(self._drawn) + len(pending), bool(pending))
+        pending = len(drawer.pending)
+        room = refill_size(self._max_buffered, len(self._drawn) + pending, pending, workers=1)
         if room and not self.exhausted:
             drawer.submit([(seq, seq) for seq in range(self._seq, self._seq + room)])
             self._seq += room

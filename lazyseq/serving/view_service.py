@@ -336,8 +336,8 @@ class ViewService:
         engine = self._engine
         # Ray, processes: the capacity follows the timings, which the engine has
         limit = self.max_buffered.capacity(None) if engine is None else engine.capacity
-        if not refill_size(limit, ahead, engine is not None and bool(engine.pending)):
-            return  # more once half the room is free, while the workers are busy: one wake-up for several
+        if not refill_size(limit, ahead, 0 if engine is None else len(engine.pending), self.options.nworkers):
+            return  # more once half the room is free, while every worker has a task: one wake-up for several
         while ahead < limit and (n is None or j < n):
             if j not in reads.held and j not in reads.suspects:
                 wanted.append(j)
