@@ -650,8 +650,10 @@ def test_the_server_computes_ahead_at_the_step_its_consumer_reads_at():
     ]
 
 
-def test_the_server_computes_ahead_in_runs_while_its_workers_are_busy(monkeypatch):
-    # Each item read in order sent one task ahead: a wake-up of a worker thread, and of the server's, for every item.
+def tasks_sent_reading_in_order(monkeypatch, nworkers, slow, ready, reads):
+    """The runs of tasks that a served view of 100 items (``max_buffered=10``) sends its ``nworkers`` worker threads
+    as a consumer reads item 0, then, once items ``ready`` are computed, items ``reads``; items ``slow`` hold their
+    worker until the end."""
     from lazyseq.loading.buffering import Buffering
     from lazyseq.loading.engine import Engine
     from lazyseq.loading.options import LoaderOptions
@@ -659,7 +661,7 @@ def test_the_server_computes_ahead_in_runs_while_its_workers_are_busy(monkeypatc
     release = threading.Event()
 
     def item(i):
-        if i >= 6:  # the workers stay busy from item 6 on
+        if i in slow:
             release.wait(30)
         return i
 
@@ -668,47 +670,29 @@ def test_the_server_computes_ahead_in_runs_while_its_workers_are_busy(monkeypatc
     monkeypatch.setattr(
         Engine, "submit", lambda self, tasks: (runs.append([i for (_, i), _ in tasks]), submit(self, tasks))
     )
-    service = ViewService(lazyseq.smap(item, range(100)), LoaderOptions.check("serve", 1), Buffering(10), lambda *m: 0)
+    options = LoaderOptions.check("serve", nworkers, "thread")
+    service = ViewService(lazyseq.smap(item, range(100)), options, Buffering(10), lambda *m: 0)
     try:
         service.handle(b"c", b"get", {"req": 0, "index": 0})
-        while not {(b"c", i) for i in range(1, 6)} <= service._engine.ready.keys():
+        while not {(b"c", i) for i in ready} <= service._engine.ready.keys():
             service._engine.collect(1.0)
-        for i in range(1, 6):
-            service.handle(b"c", b"get", {"req": i, "index": i})
+        for req, i in enumerate(reads, start=1):
+            service.handle(b"c", b"get", {"req": req, "index": i})
     finally:
         release.set()
         service.close()
+    return runs
+
+
+def test_the_server_computes_ahead_in_runs_while_its_workers_are_busy(monkeypatch):
+    # Each item read in order sent one task ahead: a wake-up of a worker thread, and of the server's, for every item.
+    runs = tasks_sent_reading_in_order(monkeypatch, 1, slow=range(6, 100), ready=range(1, 6), reads=range(1, 6))
     assert runs == [[0], list(range(1, 11)), list(range(11, 16))]
 
 
 def test_the_server_computes_ahead_at_once_for_a_worker_left_without_a_task(monkeypatch):
-    # Waiting for half the room to be free left 6 of 8 workers idle behind two slow items.
-    from lazyseq.loading.buffering import Buffering
-    from lazyseq.loading.engine import Engine
-    from lazyseq.loading.options import LoaderOptions
-
-    release = threading.Event()
-
-    def item(i):
-        if i in (6, 7):  # two workers stay busy; the other two are free once the rest is done
-            release.wait(30)
-        return i
-
-    runs = []
-    submit = Engine.submit
-    monkeypatch.setattr(
-        Engine, "submit", lambda self, tasks: (runs.append([i for (_, i), _ in tasks]), submit(self, tasks))
-    )
-    options = LoaderOptions.check("serve", 4, "thread")
-    service = ViewService(lazyseq.smap(item, range(100)), options, Buffering(10), lambda *m: 0)
-    try:
-        service.handle(b"c", b"get", {"req": 0, "index": 0})
-        while not {(b"c", i) for i in (1, 2, 3, 4, 5, 8, 9, 10)} <= service._engine.ready.keys():
-            service._engine.collect(1.0)
-        service.handle(b"c", b"get", {"req": 1, "index": 1})
-    finally:
-        release.set()
-        service.close()
+    # Waiting for half the room to be free left 2 of 4 workers idle behind two slow items.
+    runs = tasks_sent_reading_in_order(monkeypatch, 4, slow={6, 7}, ready={1, 2, 3, 4, 5, 8, 9, 10}, reads=[1])
     assert runs == [[0], list(range(1, 11)), [11]]
 
 
