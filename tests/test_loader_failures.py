@@ -1,9 +1,11 @@
 """Failures in workers: every one reaches the consumer, named, and nothing hangs."""
 
 import contextlib
+import ctypes
 import functools
 import multiprocessing
 import os
+import re
 import select
 import signal
 import subprocess
@@ -12,6 +14,7 @@ import textwrap
 import threading
 import time
 
+import loader_helpers
 import numpy as np
 import pytest
 from loader_helpers import (
@@ -200,10 +203,21 @@ def test_a_worker_that_dies_is_reported_with_its_pid_and_exit_code(how, code):
     ahead = prefetch(lazyseq.smap(die_on(5, how), range(20)), nworkers=2, method="process", start_method="fork")
     with pytest.raises(lazyseq.WorkerDied) as info:
         list(ahead)
-    message = str(info.value)
+    message, crash = str(info.value).partition("; as it crashed, its Python reported:\n")[::2]
     assert message.startswith("prefetch: worker process ") and message.endswith(
         f"died with {code} while computing item 5"
     )
+    if how == "segfault":  # what Python printed as it crashed: the fatal error, and the stack down to the item's code
+        ctypes_file, helpers_file = ctypes.__file__, os.path.abspath(loader_helpers.__file__)
+        assert re.fullmatch(
+            "Fatal Python error: Segmentation fault\n\n.*\n"
+            f'  File "{re.escape(ctypes_file)}", line \\d+ in string_at\n'
+            f'  File "{re.escape(helpers_file)}", line \\d+ in item\n'
+            f'  File "{re.escape(os.path.dirname(lazyseq.__file__))}/views/mapping.py", line \\d+ in _get',
+            crash,
+        )
+    else:  # nothing was said
+        assert crash == ""
     assert 5 in info.value.tasks and info.value.suspects == (5,)  # held; what it was computing, as the engine names it
     assert "(pid " in message
     ahead.close()  # new workers went on with the next items if item 5 was computed ahead of the reader
@@ -291,12 +305,18 @@ def five_read_then_one_failing(monkeypatch, error):
     return ahead, reads
 
 
-@pytest.mark.parametrize("held, position", [((7, 8), 5), ((5, 8), 6)], ids=["another's items", "its item"])
+@pytest.mark.parametrize(
+    "held, suspects, position",
+    [((7, 8), None, 5), ((5, 8), None, 6), ((5, 8), (), 5)],
+    ids=["another's items", "its item", "between two tasks"],
+)
 def test_after_a_worker_died_iteration_goes_on_at_the_item_read_unless_the_dead_worker_held_it(
-    monkeypatch, held, position
+    monkeypatch, held, suspects, position
 ):
     # The item read had been computed by the other worker, and was dropped as the workers stopped: it was skipped.
-    ahead, reads = five_read_then_one_failing(monkeypatch, lazyseq.WorkerDied("worker process 0 died", tasks=held))
+    # A worker killed between two tasks (no suspects) is to blame for none of those it held: none is skipped.
+    died = lazyseq.WorkerDied("worker process 0 died", tasks=held, suspects=suspects)
+    ahead, reads = five_read_then_one_failing(monkeypatch, died)
     assert reads.state_dict()["position"] == position
     assert list(reads) == list(range(position, 10))
     ahead.close()

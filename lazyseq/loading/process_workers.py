@@ -33,6 +33,7 @@ from .backends import Done
 from .blas_limits import limits_for_workers
 from .buffering import ITEMS_AHEAD
 from .closing import blocked_for_children, interrupts_deferred, wait_unless_hurried
+from .crash_reports import CrashReport
 from .failures import LoaderError, WorkerDied, describe_items, exit_description, restore
 from .fork_safety import forking_workers, started_worker
 from .item_cost import ItemCost
@@ -192,6 +193,7 @@ class ProcessWorkers:
         elif isinstance(job, Job):  # a forked worker inherits the objects themselves, and what they made before
             job.before_fork()
         self._conns, self._processes = [], []
+        self._crash_reports: list[CrashReport] = []  # where each worker reports a crash (see .crash_reports)
         # A spawned worker is a new Python; a forkserver's workers are forked from it (its own mask, which its other
         # children would inherit too: left alone)
         spawns = context.get_start_method() == "spawn"
@@ -212,6 +214,8 @@ class ProcessWorkers:
                 forking_workers(),
             ):
                 for k in range(options.nworkers):
+                    report = CrashReport()
+                    self._crash_reports.append(report)
                     mine, theirs = context.Pipe(duplex=True)
                     process = context.Process(  # type: ignore[attr-defined]  # the stubs give it to subclasses only
                         target=run_worker,
@@ -234,6 +238,8 @@ class ProcessWorkers:
                     self._conns.append(mine)
                     self._processes.append(process)
                     self._busy.append({})
+                for conn, process, report in zip(self._conns, self._processes, self._crash_reports):
+                    report.send(conn, process.pid)  # the first message a worker reads (once all started: see send)
         except LoaderError:
             self.close()
             raise
@@ -516,6 +522,9 @@ class ProcessWorkers:
             f"{self._owner}: worker process {k} (pid {process.pid}) died with "
             f"{exit_description(process.exitcode)}{doing}"
         )
+        crash = self._crash_reports[k].text() if k < len(self._crash_reports) else ""
+        if crash:  # a fatal signal that Python saw: what it said, and where the worker was
+            message += f"; as it crashed, its Python reported:\n{crash}"
         return None, message, list(busy), suspects
 
     def _start_failure(self, k: int) -> StartFailed | None:
@@ -567,6 +576,8 @@ class ProcessWorkers:
                     process.close()
             for conn in self._conns:
                 conn.close()
+            for report in self._crash_reports:
+                report.close()
             if self._slots is not None:
                 self._slots.close()
             self._progress.close()

@@ -32,6 +32,7 @@ from ..views.errors import seterr
 from .array_pickling import cloud_dumps
 from .blas_limits import WorkerLimit
 from .closing import ignore_interrupts
+from .crash_reports import report_crashes
 from .failures import capture
 from .fork_safety import forked_worker
 from .messages import (
@@ -70,6 +71,10 @@ def run_worker(conn: Connection, start: WorkerStart) -> None:
     ignore_interrupts()
     _lower_priority()
     ParentWatch(PARENT_CHECK_SECONDS, start.consumer)  # exits this process once the consumer's is gone
+    try:
+        report_crashes(conn)  # (the consumer's first message)
+    except (EOFError, OSError, RuntimeError):  # the consumer closed the loader as this worker started
+        return
     work = start.work
     seterr(start.error_mode)  # a spawned worker starts with the default: the pipeline's reads raise as the consumer's
     stage = "unpickling the pipeline"
