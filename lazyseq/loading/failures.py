@@ -50,10 +50,17 @@ class LoaderError(errors.LoaderFailure, RuntimeError):
 class WorkerDied(LoaderError):
     """A worker process ended while the loader was running.
 
+    The message names the worker, its exit code or signal and what it was
+    doing; after a crash (a segfault in an extension module, say), it quotes
+    the fatal error and the stack of the code that crashed, as Python's
+    ``faulthandler`` reported them in the worker.
+
     ``tasks`` are the loader's tasks that the worker held (sent to it and
     not answered). ``suspects`` are those that may have ended it: the one it
     was computing, where the loader knows it (worker processes; none if it
-    died between two tasks), else all of them. ``while_starting``: it died
+    died between two tasks, killed from outside say: no item is to blame,
+    and an iteration of a ``prefetch`` view that goes on reads the item
+    whose read raised this again), else all of them. ``while_starting``: it died
     before it could compute anything (new workers would die the same way).
 
     >>> import lazyseq
@@ -78,13 +85,25 @@ class WorkerDied(LoaderError):
 
 
 class LoaderClosed(LoaderError):
-    """A loader closed by another thread while this one waited for a result (``load_buffers``: its iteration ends)."""
+    """A loader closed by another thread while this one waited for a result (``load_buffers``: its iteration ends).
+
+    An iteration of a ``prefetch`` view that goes on after it reads that item
+    again, with new workers.
+
+    >>> import lazyseq
+    >>> issubclass(lazyseq.LoaderClosed, lazyseq.LoaderError)
+    True
+    """
 
 
 class NoSharedMemory(LoaderError, MemoryError):
     """The shared-memory slots of a process loader need more memory than the system has for them.
 
     A ``LoaderError`` (the loader's settings, not an item, are at fault) and a ``MemoryError``.
+
+    >>> import lazyseq
+    >>> issubclass(lazyseq.NoSharedMemory, MemoryError)
+    True
     """
 
 
@@ -112,7 +131,8 @@ class RemoteError(EvaluationError):
         return (type(self), (self.type_name, self.message), self.__dict__)
 
 
-RemoteError.__module__ = LoaderError.__module__ = WorkerDied.__module__ = "lazyseq"
+for _public in (LoaderError, WorkerDied, LoaderClosed, NoSharedMemory, RemoteError):
+    _public.__module__ = "lazyseq"  # where users import them from
 
 
 def capture(error: BaseException, dumps: Callable[[Any], bytes] = pickle.dumps) -> CapturedError:
