@@ -12,11 +12,12 @@ from .evaluate import evaluate
 from .io.npy import open_npy
 from .io.shards import write_npy
 from .loading.buffers import load_buffers
-from .loading.failures import LoaderError, RemoteError, WorkerDied
+from .loading.failures import LoaderClosed, LoaderError, NoSharedMemory, RemoteError, WorkerDied
 from .loading.prefetch import prefetch
 from .loading.serializable import SerializableFunc
 from .rng import rng
 from .serving.client import connect
+from .serving.connection import ConnectionClosed
 from .serving.failures import ServerLost
 from .serving.server import serve
 from .views.arange import arange
@@ -42,8 +43,11 @@ from .views.uniter import uniter
 __version__ = "0.1.0"
 
 __all__ = [
+    "ConnectionClosed",
     "EvaluationError",
+    "LoaderClosed",
     "LoaderError",
+    "NoSharedMemory",
     "RemoteError",
     "SerializableFunc",
     "ServerLost",
