@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -112,9 +113,44 @@ def test_a_server_collected_in_its_own_thread_stops_and_releases_all():
     collect.set()
     thread.join(30)
     assert not thread.is_alive() and not collect.is_set()
-    for worker in lazyseq_threads():
-        worker.join(10)
+    for worker in threading.enumerate():
+        if worker.name.startswith("lazyseq-"):
+            worker.join(10)
     assert lazyseq_threads() == []
+
+
+def test_a_consumer_collected_in_its_own_heartbeat_thread_releases_all(monkeypatch):
+    # The collector ran in the consumer's heartbeat thread (which allocates as it reads a pong): the close waited in
+    # context.term() for the socket that very thread held, for ever, and no other collection ran in the process.
+    with lazyseq.serve(lazyseq.view(np.arange(10)), LOOPBACK) as server:
+        remote = lazyseq.connect(server.address, timeout=0.4)  # a ping every 0.1 s
+        assert remote[3] == 3
+        context, heartbeat = remote._connection._context, remote._connection.heartbeat
+        collect, collected_in = threading.Event(), []
+        loads = wire.loads
+
+        def loads_then_collect(data, **options):  # what the heartbeat thread runs at each pong: it collects there
+            if collect.is_set() and threading.current_thread() is heartbeat:
+                collect.clear()
+                gc.collect()
+            return loads(data, **options)
+
+        monkeypatch.setattr(wire, "loads", loads_then_collect)
+        cycle = {"remote": remote}
+        cycle["self"] = cycle  # freed by the cyclic collector only
+        weakref.finalize(remote, lambda: collected_in.append(threading.current_thread().name))
+        gc.disable()  # by the heartbeat thread's collection only
+        try:
+            del remote, cycle
+            collect.set()
+            heartbeat.join(30)
+        finally:
+            gc.enable()
+        assert collected_in == ["lazyseq-connect-heartbeat"] and not heartbeat.is_alive()
+        for thread in threading.enumerate():
+            if thread.name == "lazyseq-connect-close":  # (the context is ended apart: a collection waits for nothing)
+                thread.join(30)
+        assert context.closed
 
 
 def test_import_lazyseq_imports_no_zmq():

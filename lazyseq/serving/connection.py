@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..arguments import seconds
-from ..loading.closing import Finalizer, interrupts_deferred, interrupts_held
+from ..loading.closing import Finalizer, collected_while_running, interrupts_deferred, interrupts_held
 from ..loading.failures import LoaderError
 from ..loading.thread_workers import worker_stopping
 from . import wire
@@ -34,12 +34,22 @@ from .security import key_bytes, keypair_bytes
 __all__ = ["Connection", "ConnectionClosed"]
 
 BYE_LINGER_MS = 200
+COLLECTED_WAIT_SECONDS = 1.0  # how long a close run by the garbage collector waits for the context's end (see _end)
 _ONE_KINDS = {b"welcome", b"item", b"error", b"failed", b"end", b"synced", b"refused", b"forgotten"}
 _SERVER_KINDS = _ONE_KINDS | {b"several"}  # (several messages in one: see .envelopes)
 
 
 class ConnectionClosed(LoaderError):
-    """A consumer was closed (from another thread, say) while it was waiting for the server."""
+    """A consumer of a data server was closed (from another thread, say) while it waited for the server, or is read
+    after it was closed.
+
+    >>> import lazyseq
+    >>> issubclass(lazyseq.ConnectionClosed, lazyseq.LoaderError)
+    True
+    """
+
+
+ConnectionClosed.__module__ = "lazyseq"  # where users import it from
 
 
 class Connection:
@@ -499,6 +509,8 @@ class _Heartbeat(threading.Thread):
                             self.answers += 1
                             if isinstance(header, dict) and isinstance(header.get("server"), str):
                                 self.server = header["server"]
+        except zmq.ContextTerminated:  # closed by the collector in this very thread, which went on (see _end)
+            return
         finally:
             socket.close(linger=0)
             os.close(self._wake_fd)
@@ -548,7 +560,34 @@ def _release(
         pass
     socket.close(linger=BYE_LINGER_MS)  # a moment for "bye" to leave; the server times out the consumer anyway
     heartbeat.stop()
-    with interrupts_held():  # a Ctrl-C would end the wait for the linger above, and leave the context's thread
+    if collected_while_running():  # the context is ended by a thread of its own (see _end)
+        ending = threading.Thread(target=_end, args=(context, wake_fds), name="lazyseq-connect-close", daemon=True)
+        try:
+            ending.start()
+        except RuntimeError:  # no thread to be had: ended here, as a close() ends it
+            pass
+        else:
+            if heartbeat is not threading.current_thread():  # (there, its socket is closed once this returns)
+                ending.join(COLLECTED_WAIT_SECONDS)  # ended by then, but where something this thread holds delays it
+            return
+    _end(context, wake_fds)
+
+
+def _end(context: Any, wake_fds: tuple[int, int]) -> None:
+    """Release a connection's ZeroMQ context, once its sockets are closed, and the pipe that wakes its reader.
+
+    The garbage collector's close does this in a thread of its own, which it
+    waits for up to ``COLLECTED_WAIT_SECONDS``, rather than in the thread
+    that the collector runs in, whichever that is: the context waits for its
+    sockets to close, the heartbeat's among them, which the heartbeat's thread
+    closes only once a collection that runs in it has returned; and in
+    programs that left many consumers to the collector, a collection that ran
+    in another thread of lazyseq's (a worker thread of a loader reading
+    through one, another consumer's heartbeat) was seen to wait there for
+    ever, its consumer's sockets closed, while no other collection could run
+    in the process; that wait ends once the collection returns.
+    """
+    with interrupts_held():  # a Ctrl-C would end the wait for the linger of "bye", and leave the context's thread
         context.term()
     for fd in wake_fds:
         os.close(fd)
