@@ -519,7 +519,8 @@ def prefetch(
     path, and any other order still gets the right items. A read of many
     items at once (a batch of a gather or a shuffle of it) hands them to the
     workers together, ``max_buffered`` at a time. ``nworkers=0``
-    computes each item when it is read, in the reader's thread; a negative
+    computes each item when it is read, in the reader's thread, whatever
+    ``method`` says (no worker is started: a way to debug a pipeline); a negative
     ``nworkers`` means all available cores but ``-nworkers``.
 
     Workers start at the first item handed to them and stop with ``close()``

@@ -202,7 +202,8 @@ def serve(
     :func:`~lazyseq.prefetch`) compute up to ``max_buffered`` of its next
     items ahead (``None``: as for :func:`~lazyseq.prefetch`: 10 with threads,
     more for quick items with processes, room for three runs per worker with
-    Ray; ``nworkers=0``: one thread). An iterable
+    Ray; ``nworkers=0``: one thread; a negative ``nworkers``: all available
+    cores but ``-nworkers``, as for :func:`~lazyseq.prefetch`). An iterable
     (a generator, a ``load_buffers`` iterator) is served as a stream: each of
     its items goes to exactly one consumer, and one that a consumer received
     but did not use before it died goes to another. It is read by one
