@@ -6,6 +6,7 @@ Servers listen on 127.0.0.1 only; every server, consumer and process a test star
 import _thread
 import concurrent.futures
 import json
+import logging
 import pickle
 import re
 import socket
@@ -127,8 +128,9 @@ def test_an_item_of_a_batch_that_cannot_be_sent_is_named():
     )
 
 
-def test_a_worker_process_that_dies_on_a_batch_fails_that_batch_and_new_workers_read_the_others():
+def test_a_worker_process_that_dies_on_a_batch_fails_that_batch_and_new_workers_read_the_others(caplog):
     source = lazyseq.smap(die_on(5, "exit"), range(20))  # item 5 ends every worker process that reads it
+    caplog.set_level(logging.WARNING, logger="lazyseq.serve")
     with lazyseq.serve(source, LOOPBACK, nworkers=2, method="process") as server:
         with lazyseq.connect(server.address) as remote:
             outcomes = []
@@ -140,6 +142,13 @@ def test_a_worker_process_that_dies_on_a_batch_fails_that_batch_and_new_workers_
     assert outcomes[:1] + outcomes[2:] == [list(range(k, k + 4)) for k in (0, 8, 12, 16)]
     assert re.search(
         r"could not compute items 4 to 7: .* died with exit code 3 while computing items 4 to 7$", outcomes[1]
+    )
+    deaths = [record for record in caplog.records if "died with" in record.getMessage()]
+    assert len(deaths) == 1 and deaths[0].exc_info is None  # its message says all: no traceback of the server's code
+    assert re.fullmatch(
+        r"serve: worker process \d \(pid \d+\) died with exit code 3 while computing items 4 to 7; the request of "
+        r"the item it computed, if any, hears why, and new workers compute the others",
+        deaths[0].getMessage(),
     )
 
 
