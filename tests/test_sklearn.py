@@ -213,8 +213,15 @@ def test_fit_errors_about_batches():
         fit(GaussianNB(), labelled(LABELS), classes=CLASSES, progress=False)
     with pytest.raises(TypeError, match="batches must be a view, a sequence or an iterable, not int"):
         fit(Recorder(), 3)
-    with pytest.raises(ValueError, match="batches gave no batch, so partial_fit was never called"):
+    with pytest.raises(ValueError, match="batches gave no batch, so partial_fit was never called$"):
         fit(Recorder(), [], progress=False)
+    closed = lazyseq.load_buffers(lambda: (X[:4], LABELS[:4]), nworkers=1)
+    closed.close()
+    with pytest.raises(ValueError) as caught:
+        fit(Recorder(), closed, steps=3, progress=False)
+    assert str(caught.value) == (
+        "fit: batches gave no batch, so partial_fit was never called: they come from a closed loader; make a new one"
+    )
 
 
 def test_an_error_in_partial_fit_names_the_batch():

@@ -89,7 +89,9 @@ def fit(
             if check is not None and step % validate_every == 0:
                 check(step, epoch, bar)
         if step == 0:
-            raise ValueError("fit: batches gave no batch, so partial_fit was never called")
+            closed = getattr(batches, "closed", False) is True  # a loader closed before (by an error, say)
+            why = ": they come from a closed loader; make a new one" if closed else ""
+            raise ValueError(f"fit: batches gave no batch, so partial_fit was never called{why}")
         if check is not None and step % validate_every:
             check(step, epoch, bar)
     return estimator
