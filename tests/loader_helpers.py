@@ -187,3 +187,12 @@ def same(a, b):
         assert b != b
     else:
         assert a == b
+
+
+def running_lazyseq_threads():
+    """lazyseq's threads still running, once those that end the consumers of a server closed by the garbage
+    collector have ended (they end on their own a moment later: see ``lazyseq.serving.connection._end``)."""
+    for thread in threading.enumerate():
+        if thread.name == "lazyseq-connect-close":
+            thread.join(30)
+    return [thread for thread in threading.enumerate() if thread.name.startswith("lazyseq-")]

@@ -5,11 +5,11 @@ import contextlib
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import zmq
+from loader_helpers import running_lazyseq_threads
 
 import lazyseq
 from lazyseq.serving import wire
@@ -70,7 +70,7 @@ def run_consumer(script, *args):
 
 
 def lazyseq_threads():
-    return sorted(t.name for t in threading.enumerate() if t.name.startswith("lazyseq-"))
+    return sorted(t.name for t in running_lazyseq_threads())
 
 
 def slept(i):

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 import pytest
-from loader_helpers import load_buffers, prefetch, square
+from loader_helpers import load_buffers, prefetch, running_lazyseq_threads, square
 
 import lazyseq
 import lazyseq.loading.closing
@@ -23,7 +23,7 @@ import lazyseq.loading.process_workers
 
 
 def lazyseq_threads():
-    return [t for t in threading.enumerate() if t.name.startswith("lazyseq-")]
+    return running_lazyseq_threads()
 
 
 def shm_entries():

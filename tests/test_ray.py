@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from loader_helpers import fail_on_seven, read_another_view, square
+from loader_helpers import fail_on_seven, read_another_view, running_lazyseq_threads, square
 from shard_helpers import contents, pipeline
 
 import lazyseq
@@ -55,7 +55,7 @@ def cluster():
 
 
 def lazyseq_threads():
-    return [t.name for t in threading.enumerate() if t.name.startswith("lazyseq-")]
+    return [t.name for t in running_lazyseq_threads()]
 
 
 def record(i):

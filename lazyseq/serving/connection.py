@@ -34,7 +34,6 @@ from .security import key_bytes, keypair_bytes
 __all__ = ["Connection", "ConnectionClosed"]
 
 BYE_LINGER_MS = 200
-COLLECTED_WAIT_SECONDS = 1.0  # how long a close run by the garbage collector waits for the context's end (see _end)
 _ONE_KINDS = {b"welcome", b"item", b"error", b"failed", b"end", b"synced", b"refused", b"forgotten"}
 _SERVER_KINDS = _ONE_KINDS | {b"several"}  # (several messages in one: see .envelopes)
 
@@ -564,28 +563,26 @@ def _release(
         ending = threading.Thread(target=_end, args=(context, wake_fds), name="lazyseq-connect-close", daemon=True)
         try:
             ending.start()
+            return
         except RuntimeError:  # no thread to be had: ended here, as a close() ends it
             pass
-        else:
-            if heartbeat is not threading.current_thread():  # (there, its socket is closed once this returns)
-                ending.join(COLLECTED_WAIT_SECONDS)  # ended by then, but where something this thread holds delays it
-            return
     _end(context, wake_fds)
 
 
 def _end(context: Any, wake_fds: tuple[int, int]) -> None:
     """Release a connection's ZeroMQ context, once its sockets are closed, and the pipe that wakes its reader.
 
-    The garbage collector's close does this in a thread of its own, which it
-    waits for up to ``COLLECTED_WAIT_SECONDS``, rather than in the thread
-    that the collector runs in, whichever that is: the context waits for its
-    sockets to close, the heartbeat's among them, which the heartbeat's thread
-    closes only once a collection that runs in it has returned; and in
-    programs that left many consumers to the collector, a collection that ran
-    in another thread of lazyseq's (a worker thread of a loader reading
-    through one, another consumer's heartbeat) was seen to wait there for
-    ever, its consumer's sockets closed, while no other collection could run
-    in the process; that wait ends once the collection returns.
+    The garbage collector's close leaves this to a thread of its own, which
+    ends a moment later, rather than do it in whichever thread the collector
+    runs in, where the wait may never end (and no other collection runs in
+    the process meanwhile). The context waits for its sockets to close, the
+    heartbeat's among them, which the heartbeat's thread closes only once a
+    collection that runs in it has returned. And in programs that left many
+    consumers to the collector, a collection that ran in another of lazyseq's
+    threads (a worker thread of a loader reading through a consumer, another
+    consumer's heartbeat) was seen to wait here for as long as the collection
+    lasted, every socket of that consumer closed: for ever, where it waited
+    in that collection's own thread.
     """
     with interrupts_held():  # a Ctrl-C would end the wait for the linger of "bye", and leave the context's thread
         context.term()
