@@ -514,8 +514,8 @@ class _Heartbeat(threading.Thread):
             socket.close(linger=0)
             os.close(self._wake_fd)
 
-    def stop(self) -> None:
-        """End the thread (or, if it never started, release its socket)."""
+    def stop(self, wait: bool = True) -> None:
+        """End the thread (or, if it never started, release its socket); ``wait``: until it has ended."""
         if self.ident is None:
             self._socket.close(linger=0)
             os.close(self._wake_fd)
@@ -524,7 +524,7 @@ class _Heartbeat(threading.Thread):
                 os.write(self._waker_fd, b"s")
             except OSError:  # the thread already ended
                 pass
-            if self is not threading.current_thread():
+            if wait and self is not threading.current_thread():
                 self.join()
         os.close(self._waker_fd)
 
@@ -558,32 +558,39 @@ def _release(
     except Exception:  # nobody to say it to
         pass
     socket.close(linger=BYE_LINGER_MS)  # a moment for "bye" to leave; the server times out the consumer anyway
-    heartbeat.stop()
-    if collected_while_running():  # the context is ended by a thread of its own (see _end)
-        ending = threading.Thread(target=_end, args=(context, wake_fds), name="lazyseq-connect-close", daemon=True)
+    collected = collected_while_running()
+    heartbeat.stop(wait=not collected)
+    if collected:  # the heartbeat's end and the context's are waited for by a thread of its own (see _end)
+        # Not a daemon: the program (a multiprocessing child too) waits for it as it ends, so "bye" leaves
+        ending = threading.Thread(target=_end, args=(context, wake_fds, heartbeat), name="lazyseq-connect-close")
         try:
             ending.start()
             return
         except RuntimeError:  # no thread to be had: ended here, as a close() ends it
             pass
-    _end(context, wake_fds)
+    _end(context, wake_fds, heartbeat)
 
 
-def _end(context: Any, wake_fds: tuple[int, int]) -> None:
-    """Release a connection's ZeroMQ context, once its sockets are closed, and the pipe that wakes its reader.
+def _end(context: Any, wake_fds: tuple[int, int], heartbeat: _Heartbeat) -> None:
+    """Once the heartbeat's thread has ended, release a connection's ZeroMQ context (its sockets closed) and the
+    pipe that wakes its reader.
 
     The garbage collector's close leaves this to a thread of its own, which
-    ends a moment later, rather than do it in whichever thread the collector
+    ends a moment later, rather than wait in whichever thread the collector
     runs in, where the wait may never end (and no other collection runs in
-    the process meanwhile). The context waits for its sockets to close, the
-    heartbeat's among them, which the heartbeat's thread closes only once a
-    collection that runs in it has returned. And in programs that left many
-    consumers to the collector, a collection that ran in another of lazyseq's
-    threads (a worker thread of a loader reading through a consumer, another
-    consumer's heartbeat) was seen to wait here for as long as the collection
-    lasted, every socket of that consumer closed: for ever, where it waited
-    in that collection's own thread.
+    the process meanwhile):
+
+    - the context waits for its sockets to close, the heartbeat's among them,
+      which the heartbeat's thread closes only once a collection that runs
+      in it has returned;
+    - a thread takes the lock of :mod:`threading`'s list of threads as it
+      ends (and as it starts), and a collection that began in
+      ``threading.enumerate()`` or ``threading.active_count()`` holds it: the
+      heartbeat's thread cannot end until that collection has returned, nor
+      can this one begin.
     """
+    if heartbeat.ident is not None and heartbeat is not threading.current_thread():
+        heartbeat.join()
     with interrupts_held():  # a Ctrl-C would end the wait for the linger of "bye", and leave the context's thread
         context.term()
     for fd in wake_fds:
