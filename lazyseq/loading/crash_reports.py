@@ -84,7 +84,8 @@ class CrashReport:
 
 def _up_to_the_worker(lines: list[str]) -> list[str]:
     """The lines of a report down to the frames of the worker's own loop (they, and those of multiprocessing and of
-    the consumer before a fork, are the same at every crash), without the list of extension modules.
+    the consumer before a fork, are the same at every crash), without the list of extension modules; all of them if
+    the crash came in the worker's own code (sending a result, say).
 
     >>> _up_to_the_worker([
     ...     "Fatal Python error: Segmentation fault", "", "Stack (most recent call first):",
@@ -93,11 +94,20 @@ def _up_to_the_worker(lines: list[str]) -> list[str]:
     ...     "Extension modules: numpy._core._multiarray_umath (total: 1)"])
     ['Fatal Python error: Segmentation fault', '', 'Stack (most recent call first):', '  File "/home/me/train.py", \
 line 4 in f']
+    >>> _up_to_the_worker(["Fatal Python error: Bus error", "", "Stack (most recent call first):",
+    ...     f'  File "{_LOADING}/messages.py", line 9 in encode', f'  File "{_LOADING}/worker.py", line 9 in run'])[-2:]
+    ['  File ".../messages.py", line 9 in encode', '  File ".../worker.py", line 9 in run']
     """
-    kept = []
+    kept: list[str] = []
+    others = False  # whether a frame outside the worker's code came first
     for line in lines:
-        if line.startswith("Extension modules:") or line.startswith(f'  File "{_LOADING}{os.sep}'):
+        if line.startswith("Extension modules:"):
             break
+        if line.startswith('  File "'):
+            ours = line.startswith(f'  File "{_LOADING}{os.sep}')
+            if ours and others:
+                break
+            others = others or not ours
         kept.append(line)
     while kept and not kept[-1].strip():
         kept.pop()

@@ -518,7 +518,8 @@ class ViewService:
             log.warning("the server's workers failed; the requests waiting for them hear why", exc_info=error)
         else:
             log.warning(  # (its message says all: the traceback would be the server's own code)
-                "%s; the request of the item it computed, if any, hears why, and new workers compute the others",
+                "a worker of the server died (the request of the item it computed, if any, hears why; new workers "
+                "compute the others): %s",
                 error,
             )
         for consumer, reads in self._reads.items():
