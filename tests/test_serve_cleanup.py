@@ -878,9 +878,9 @@ def test_a_ctrl_c_while_the_garbage_collector_closes_a_consumer_is_raised_once_a
 
     stop = connection._Heartbeat.stop
 
-    def interrupted(heartbeat, **options):
+    def interrupted(heartbeat):
         signal.raise_signal(signal.SIGINT)  # a Ctrl-C as the heartbeat thread stops
-        stop(heartbeat, **options)
+        stop(heartbeat)
 
     def described(fd):
         try:

@@ -522,7 +522,7 @@ class ProcessWorkers:
             f"{self._owner}: worker process {k} (pid {process.pid}) died with "
             f"{exit_description(process.exitcode)}{doing}"
         )
-        crash = self._crash_reports[k].text() if k < len(self._crash_reports) else ""
+        crash = self._crash_reports[k].text()  # (made before its process)
         if crash:  # a fatal signal that Python saw: what it said, and where the worker was
             message += f"; as it crashed, its Python reported:\n{crash}"
         return None, message, list(busy), suspects

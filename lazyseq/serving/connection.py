@@ -514,8 +514,8 @@ class _Heartbeat(threading.Thread):
             socket.close(linger=0)
             os.close(self._wake_fd)
 
-    def stop(self, wait: bool = True) -> None:
-        """End the thread (or, if it never started, release its socket); ``wait``: until it has ended."""
+    def stop(self) -> None:
+        """Tell the thread to end, without waiting for it (see ``_end``); if it never started, release its socket."""
         if self.ident is None:
             self._socket.close(linger=0)
             os.close(self._wake_fd)
@@ -524,8 +524,6 @@ class _Heartbeat(threading.Thread):
                 os.write(self._waker_fd, b"s")
             except OSError:  # the thread already ended
                 pass
-            if wait and self is not threading.current_thread():
-                self.join()
         os.close(self._waker_fd)
 
 
@@ -558,9 +556,8 @@ def _release(
     except Exception:  # nobody to say it to
         pass
     socket.close(linger=BYE_LINGER_MS)  # a moment for "bye" to leave; the server times out the consumer anyway
-    collected = collected_while_running()
-    heartbeat.stop(wait=not collected)
-    if collected:  # the heartbeat's end and the context's are waited for by a thread of its own (see _end)
+    heartbeat.stop()
+    if collected_while_running():  # the heartbeat's end and the context's are waited for by a thread of its own
         # Not a daemon: the program (a multiprocessing child too) waits for it as it ends, so "bye" leaves
         ending = threading.Thread(target=_end, args=(context, wake_fds, heartbeat), name="lazyseq-connect-close")
         try:
