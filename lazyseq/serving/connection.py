@@ -508,8 +508,6 @@ class _Heartbeat(threading.Thread):
                             self.answers += 1
                             if isinstance(header, dict) and isinstance(header.get("server"), str):
                                 self.server = header["server"]
-        except zmq.ContextTerminated:  # closed by the collector in this very thread, which went on (see _end)
-            return
         finally:
             socket.close(linger=0)
             os.close(self._wake_fd)
