@@ -10,6 +10,7 @@ import logging
 import multiprocessing
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -1322,3 +1323,25 @@ def test_a_stream_draws_its_items_in_runs_while_its_drawer_is_busy():
     finally:
         allowed.release(100)
         service.close()
+
+
+@pytest.mark.parametrize("read", ["a view", "a stream"])
+def test_a_consumer_whose_server_closed_says_so_when_it_gives_up(server_process, read):
+    # A server stopped (SIGTERM here, as Ctrl-C or its close()) tells its consumers; killed, it could not.
+    server = server_process("numbers" if read == "a view" else "counting")
+    remote = lazyseq.connect(server.address, timeout=1.0, ahead=1)
+    try:
+        assert (remote[0] if read == "a view" else next(remote)[0]) == 0
+        server.stop()
+        with pytest.raises(lazyseq.ServerLost) as caught:
+            remote[60] if read == "a view" else [next(remote) for _ in range(60)]
+        message = str(caught.value)
+        assert message.startswith(f"lost the server at {server.address}: no answer for "), message
+        waited = "item 60" if read == "a view" else "the next item of the stream"
+        assert re.search(
+            rf"\(timeout=1\) while waiting for {waited}; it said it was closing \d+\.\d s before \(stopped by its "
+            r"program, Ctrl-C or SIGTERM\), and no server answered at that address since$",
+            message,
+        ), message
+    finally:
+        remote.close()

@@ -35,7 +35,7 @@ __all__ = ["Connection", "ConnectionClosed"]
 
 BYE_LINGER_MS = 200
 _ONE_KINDS = {b"welcome", b"item", b"error", b"failed", b"end", b"synced", b"refused", b"forgotten"}
-_SERVER_KINDS = _ONE_KINDS | {b"several"}  # (several messages in one: see .envelopes)
+_SERVER_KINDS = _ONE_KINDS | {b"several", b"closing"}  # (several messages in one: see .envelopes)
 
 
 class ConnectionClosed(LoaderError):
@@ -86,6 +86,7 @@ class Connection:
         self._hellos = 0  # hellos sent
         self._patience = Patience(2 * self.interval, self.timeout)
         self._heard = time.monotonic()  # when the last message from the server came
+        self._closing: tuple[float, Any] | None = None  # when a server said it was closing, and which one
         self._unread: deque[tuple[bytes, Any, list]] = deque()  # the rest of a 'several' message (.envelopes)
         try:
             with interrupts_deferred():  # a Ctrl-C as the sockets, pipes and thread are made: raised once all are
@@ -260,9 +261,14 @@ class Connection:
     def receive_within(self, seconds: float, waiting_for: str) -> tuple[bytes, Any, list] | None:
         """The next message from the server if one arrives within ``seconds``, else None."""
         with _InUse(self, "waiting for", waiting_for):
-            if not self._unread and not self._socket.poll(max(0, int(seconds * 1000)), self._zmq.POLLIN):
-                return None
-            return self._receive(waiting_for)
+            began = time.monotonic()
+            while True:  # (what arrives may be no answer: a server's closing note, a message dropped)
+                message = self._next_message(began)
+                if message is not None:
+                    return self._answer(message, waiting_for)
+                left = began + seconds - time.monotonic()
+                if left <= 0 or not self._socket.poll(max(1, int(left * 1000)), self._zmq.POLLIN):
+                    return None
 
     def _receive(self, waiting_for: str, since: float | None = None) -> tuple[bytes, Any, list]:
         poller, beat = self._poller, self.heartbeat
@@ -273,14 +279,7 @@ class Connection:
         while True:
             message = self._next_message(quiet_since)  # one that has arrived already (read ahead): no poll
             if message is not None:
-                kind, header, _ = message
-                if kind == b"refused":  # a server that cannot answer what this client asks (it serves another kind)
-                    reason = header.get("message") if isinstance(header, dict) else None
-                    raise LoaderError(
-                        f"connect: the server at {self.address} refused a request while this client was waiting for "
-                        f"{waiting_for}: {reason if isinstance(reason, str) else 'no reason given'}"
-                    )
-                return message
+                return self._answer(message, waiting_for)
             if worker_stopping():  # a worker thread of a loader that is closing: nobody waits for this any more
                 raise self.stopping(waiting_for)
             overdue = time.monotonic() - max(beat.last_answer, waited_since) > self.timeout  # (then no poll first)
@@ -305,6 +304,18 @@ class Connection:
             elif silent > self.timeout:
                 raise self._lost(silent, waiting_for)
 
+    def _answer(self, message: tuple[bytes, Any, list], waiting_for: str) -> tuple[bytes, Any, list]:
+        """``message``, unless the server refused a request: a server that cannot answer what this client asks (it
+        serves another kind)."""
+        kind, header, _ = message
+        if kind == b"refused":
+            reason = header.get("message") if isinstance(header, dict) else None
+            raise LoaderError(
+                f"connect: the server at {self.address} refused a request while this client was waiting for "
+                f"{waiting_for}: {reason if isinstance(reason, str) else 'no reason given'}"
+            )
+        return message
+
     def _next_message(self, quiet_since: float) -> tuple[bytes, Any, list] | None:
         """The next message that has arrived (the rest of a message of several first), or None; what is not
         from a lazyseq server is dropped."""
@@ -318,6 +329,10 @@ class Connection:
             self._patience.heard_after(self._heard - quiet_since)
             try:
                 message = self._parse(frames)
+                if message[0] == b"closing":  # kept for the ServerLost to come, unless a server answers again
+                    header = message[1]
+                    self._closing = (self._heard, header.get("server") if isinstance(header, dict) else None)
+                    continue
                 if message[0] != b"several":
                     return message
                 self._unread.extend(opened(message[1], message[2], _ONE_KINDS))  # (a Ctrl-C from here: kept)
@@ -345,7 +360,17 @@ class Connection:
     def _lost(self, silent: float, waiting_for: str) -> ServerLost:
         return ServerLost(
             f"lost the server at {self.address}: no answer for {silent:.1f} s (timeout={self.timeout:g}) "
-            f"while waiting for {waiting_for}{self._hint()}"
+            f"while waiting for {waiting_for}{self._hint()}{self._closed_there()}"
+        )
+
+    def _closed_there(self) -> str:
+        """What a lost server said as it closed, if it did and none answered since: it was stopped, not cut off."""
+        closing, answering = self._closing, self.heartbeat.server
+        if closing is None or closing[1] != self.server or answering not in (None, self.server):
+            return ""
+        return (
+            f"; it said it was closing {time.monotonic() - closing[0]:.1f} s before (stopped by its program, Ctrl-C "
+            "or SIGTERM), and no server answered at that address since"
         )
 
     @staticmethod

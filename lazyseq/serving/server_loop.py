@@ -41,6 +41,8 @@ consumer -> server             server -> consumer
 ``get`` (taken for dead)       ``forgotten``, the ``get`` not acted on: the consumer says hello
                                again (its pool, its timeout), and asks again
 ``ping`` {client, timeout}     ``pong`` {server}: from a second socket, the consumer's heartbeat
+(the server closes)            ``closing`` {server}: to every consumer it knows; one that hears
+                               nothing more says so in its ``ServerLost``, once its timeout is up
 ``bye`` {ack, server}          (nothing: what the server held for that consumer is freed, a
                                stream's items it acknowledges first)
 (the answers above)            ``several`` {messages} + their buffers: the small messages that
@@ -93,6 +95,7 @@ MAX_REQUEST_BYTES = 1 << 16  # consumers send small JSON requests: anything larg
 MAX_REQUEST_FRAMES = 5  # a request has 4 (with the consumer's identity), or 5 when cut short: more are dropped
 MAX_REQUESTS_AT_ONCE = 64  # then results get their turn
 SWEEP_SECONDS = 0.1  # how often the thread looks for consumers gone silent
+CLOSING_LINGER_MS = 200  # how long a closing server's last messages (``closing`` included) have to leave
 QUIET_HEARTBEATS = 3  # heartbeats missed after which a consumer's items computed ahead are let go (see _sweep)
 DEFAULT_CONSUMER_TIMEOUT = 10.0
 _CONSUMER_KINDS = {b"hello", b"get", b"next", b"sync", b"ping", b"bye"}
@@ -252,12 +255,27 @@ class ServerLoop:
         finally:
             with closing_for_collector() if collected else contextlib.nullcontext():
                 service.close()
-            for socket in (router, zap):
-                if socket is not None:
-                    socket.close(linger=0)
+            self._say_closing()
+            router.close(linger=CLOSING_LINGER_MS)
+            if zap is not None:
+                zap.close(linger=0)
             os.close(self._stop_fd)
             if self._release_at_end:
                 self._release()
+
+    def _say_closing(self) -> None:
+        """Tell every consumer that this server is closing: one waiting for an answer says so if none comes back.
+
+        What was kept for them goes first; the context waits up to
+        ``CLOSING_LINGER_MS`` for it all to leave (what a consumer does not
+        take by then is dropped, as it would be anyway).
+        """
+        try:
+            self._send_kept()
+            for consumer in self._seen:
+                self._transmit(consumer, b"closing", {"server": self._token}, [])
+        except Exception:  # (a socket unusable by now: nobody is told, as if the server had died)
+            log.debug("could not tell the consumers of the server at %s that it closes", self.address, exc_info=True)
 
     def _service_fds(self) -> set[int]:
         """What the service's results wake the loop with; none while descriptors run out (its results are then
