@@ -63,6 +63,12 @@ def die_on(target, how):
     return item
 
 
+# what WorkerDied adds for a worker process that ended itself (an exit code, no crash)
+ENDED_ITSELF = (
+    "; what it printed as it ended (the reason, usually) went to the standard error of the process that started it "
+    "(for a notebook, the terminal that runs Jupyter)"
+)
+
 WORKER_STATE = {}
 
 

@@ -13,7 +13,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from loader_helpers import die_on
+from loader_helpers import ENDED_ITSELF, die_on
 
 import lazyseq
 from lazyseq import output_arrays
@@ -709,7 +709,7 @@ def test_a_worker_process_that_dies_is_named_by_its_batch_and_items():
     data = lazyseq.smap(die_on(150, "exit"), np.arange(200.0))
     with pytest.raises(lazyseq.WorkerDied) as caught:
         lazyseq.evaluate(lambda b: b, data, batch_size=16, nworkers=2, method="process")
-    assert str(caught.value).endswith(" died with exit code 3 while computing batch 9")
+    assert str(caught.value).endswith(" died with exit code 3 while computing batch 9" + ENDED_ITSELF)
     assert caught.value.suspects == (9,)
     assert caught.value.__notes__ == ["computing batch 9 (items 144 to 159) in evaluate"]
     assert multiprocessing.active_children() == []

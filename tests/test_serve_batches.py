@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 import served_pipelines
-from loader_helpers import die_on, same
+from loader_helpers import ENDED_ITSELF, die_on, same
 
 import lazyseq
 
@@ -141,7 +141,10 @@ def test_a_worker_process_that_dies_on_a_batch_fails_that_batch_and_new_workers_
                     outcomes.append(str(error))
     assert outcomes[:1] + outcomes[2:] == [list(range(k, k + 4)) for k in (0, 8, 12, 16)]
     assert re.search(
-        r"could not compute items 4 to 7: .* died with exit code 3 while computing items 4 to 7$", outcomes[1]
+        r"could not compute items 4 to 7: .* died with exit code 3 while computing items 4 to 7"
+        + re.escape(ENDED_ITSELF)
+        + "$",
+        outcomes[1],
     )
     # Each death logged as its message says it, without the traceback of the server's own code. (Item 5 may end a
     # second worker: computed ahead of the requests, as well as in the batch asked for.)
@@ -151,7 +154,7 @@ def test_a_worker_process_that_dies_on_a_batch_fails_that_batch_and_new_workers_
         assert re.fullmatch(
             r"a worker of the server died \(the request of the item it computed, if any, hears why; new workers compute "
             r"the others\): serve: worker process \d \(pid \d+\) died with exit code 3 while computing "
-            r"(items 4 to 7|item 5)",
+            r"(items 4 to 7|item 5)" + re.escape(ENDED_ITSELF),
             record.getMessage(),
         )
 

@@ -148,6 +148,31 @@ def test_an_object_array_item_is_refused_by_name_and_the_server_goes_on():
             "or str dtype, or to a list"
         )
         assert remote[2].tolist() == [0, 1]
+        assert caught.value.__cause__.__notes__ == [f"raised on the server at {server.address}"]  # no traceback there
+
+
+class NeedsArguments(Exception):
+    """Pickles, but cannot be unpickled: its ``__init__`` takes two arguments."""
+
+    def __init__(self, a, b):
+        super().__init__(f"a={a}")
+
+
+def raise_needing_arguments(i):
+    raise NeedsArguments(1, 2)
+
+
+def test_an_error_that_a_worker_process_could_not_send_as_itself_is_named_as_it_was_raised():
+    items = lazyseq.smap(raise_needing_arguments, range(3))
+    with lazyseq.serve(items, LOOPBACK, nworkers=1, method="process") as server:
+        with lazyseq.connect(server.address) as remote:
+            with pytest.raises(lazyseq.EvaluationError) as caught:
+                remote[0]
+    assert str(caught.value) == (
+        "failed to compute served[0] -> smap(raise_needing_arguments)[0]: RemoteError: NeedsArguments: a=1"
+    )
+    assert caught.value.__cause__.type_name == "NeedsArguments"
+    assert "raise NeedsArguments(1, 2)" in caught.value.__cause__.__notes__[0]  # the worker's traceback
 
 
 def test_a_client_of_another_version_is_told_in_its_own_protocol_which_version_the_server_speaks(caplog):

@@ -1345,3 +1345,15 @@ def test_a_consumer_whose_server_closed_says_so_when_it_gives_up(server_process,
         ), message
     finally:
         remote.close()
+
+
+def test_worker_threads_reading_a_stream_through_uniter_hand_out_every_item_once():
+    # prefetch(uniter(stream)), as the serving guide shows: a worker thread that asked for item 11 before another's
+    # item 5 dropped items 5 to 10, lost for every consumer.
+    server = lazyseq.serve((np.array([i]) for i in range(300)), LOOPBACK)
+    try:
+        with lazyseq.connect(server.address) as stream:
+            with lazyseq.prefetch(lazyseq.uniter(stream), nworkers=2, method="thread") as ahead:
+                assert [int(x[0]) for x in ahead] == list(range(300))
+    finally:
+        server.close()

@@ -12,7 +12,7 @@ import threading
 import numpy as np
 import pytest
 import served_pipelines
-from loader_helpers import die_on, same
+from loader_helpers import ENDED_ITSELF, die_on, same
 
 import lazyseq
 
@@ -59,7 +59,10 @@ def test_a_worker_process_that_dies_fails_the_request_of_its_item_and_new_worker
             assert remote[6] == 6  # the server goes on serving
     assert list(failed) == [5] and values == [i for i in range(20) if i != 5]
     # the item as the consumer numbers it, not the server's task key
-    assert re.search(r"could not compute item 5: .* died with exit code 3 while computing item 5$", failed[5])
+    assert re.search(
+        r"could not compute item 5: .* died with exit code 3 while computing item 5" + re.escape(ENDED_ITSELF) + "$",
+        failed[5],
+    )
 
 
 class ByPosition:

@@ -3,6 +3,7 @@
 import pickle
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -64,17 +65,54 @@ def test_uniter_restarts_reiterables_and_caches():
 
     v = lazyseq.uniter(Counting(), cache_size=3, n_parallel=2, size=100)
     assert [v[i] for i in (5, 50, 6, 51, 5, 0)] == [5, 50, 6, 51, 5, 0]
-    assert Counting.starts == 3  # two parallel iterators, then a restart for item 0
+    # a second iterator for item 5 again (read, no longer cached); item 0, drawn on the way to 5, was kept
+    assert Counting.starts == 2
+    assert [v[i] for i in (60, 5, 3)] == [60, 5, 3] and Counting.starts == 3  # the oldest iterator started over
     assert list(v[98:]) == [98, 99]
 
 
 def test_uniter_one_shot_iterator_cannot_go_back():
     v = lazyseq.uniter(iter(range(10)))
-    assert v[4] == 4
+    assert v[4] == 4 and v[2] == 2  # drawn on the way to 4, kept until read
     with pytest.raises(lazyseq.EvaluationError, match="uniter cannot go back to item 2: the iterable is a one-shot"):
         v[2]
     cached = lazyseq.uniter(iter(range(10)), cache_size=3)
     assert cached[4] == 4 and cached[2] == 2
+
+
+def test_uniter_keeps_the_items_it_passed_over_until_read_in_any_order():
+    # Worker threads reading in turn may ask for item 11 before item 5: drawn on the way, item 5 was dropped.
+    v = lazyseq.uniter(iter(range(200)))
+    order = [5, 0, 3, 11, 1, 2, 4, 6, 10, 9, 7, 8, 12]
+    assert [v[i] for i in order] == order
+    assert v[100] == 100 and [v[i] for i in range(36, 100)] == list(range(36, 100))  # the last 64 passed over
+    with pytest.raises(
+        lazyseq.EvaluationError,
+        match=r"uniter cannot go back to item 35: the iterable is a one-shot iterator, already at item 101, and item "
+        r"35 is not kept \(read before and not cached, or one of more than 64 passed over on the way to later items\)",
+    ):
+        v[35]
+
+
+def test_uniter_of_a_reiterable_keeps_nothing_it_draws_again():
+    class Counting:
+        def __iter__(self):
+            return iter(range(100))
+
+    v = lazyseq.uniter(Counting(), size=100)
+    assert list(v) == list(range(100)) and v[50] == 50  # read in order, then a restart draws 0 to 49 again
+    assert not v._passed  # read before: none of them is kept
+
+
+@pytest.mark.parametrize("nworkers", [2, 4])
+def test_worker_threads_read_a_one_shot_iterator_in_any_order(nworkers):
+    def slowly(n):
+        for i in range(n):
+            time.sleep(0.001)  # an iterable whose items take a moment (a file, a socket, a served stream)
+            yield i
+
+    with lazyseq.prefetch(lazyseq.uniter(slowly(100)), nworkers=nworkers, method="thread") as ahead:
+        assert list(ahead) == list(range(100))
 
 
 def test_uniter_without_size_reads_to_the_end():
@@ -105,7 +143,7 @@ def test_a_pickled_uniter_over_a_one_shot_iterator_goes_on_from_where_it_stood()
     uncached = lazyseq.uniter(iter([10, 20, 30]))
     assert uncached[1] == 20
     copy = pickle.loads(pickle.dumps(uncached))
-    assert copy[2] == 30
+    assert copy[2] == 30 and copy[0] == 10  # item 0, drawn on the way to 1 and not read, came with the copy
     with pytest.raises(lazyseq.EvaluationError, match="uniter cannot go back to item 0"):
         copy[0]
 

@@ -6,6 +6,7 @@ import gc
 import multiprocessing
 import os
 import random
+import re
 import select
 import signal
 import subprocess
@@ -16,7 +17,7 @@ import traceback
 
 import numpy as np
 import pytest
-from loader_helpers import alive, die_on, torch_draw
+from loader_helpers import ENDED_ITSELF, alive, die_on, torch_draw
 
 import lazyseq
 from lazyseq.loading.seeding import seed_torch, worker_states
@@ -132,7 +133,10 @@ def test_method_process_runs_the_users_code_in_worker_processes_only(loader):
             functools.partial(die_on(None, "exit"), None), nworkers=2, method="process"
         ) as batches:
             with pytest.raises(
-                lazyseq.WorkerDied, match=r"died with exit code 3 while computing (batch \d+|batches \d+(, \d+)+)$"
+                lazyseq.WorkerDied,
+                match=r"died with exit code 3 while computing (batch \d+|batches \d+(, \d+)+)"
+                + re.escape(ENDED_ITSELF)
+                + "$",
             ):
                 next(batches)
     assert multiprocessing.active_children() == []

@@ -525,6 +525,11 @@ class ProcessWorkers:
         crash = self._crash_reports[k].text()  # (made before its process)
         if crash:  # a fatal signal that Python saw: what it said, and where the worker was
             message += f"; as it crashed, its Python reported:\n{crash}"
+        elif k in self._started and (process.exitcode or 0) > 0:  # it ended itself: os._exit, a C library's exit()
+            message += (
+                "; what it printed as it ended (the reason, usually) went to the standard error of the process that "
+                "started it (for a notebook, the terminal that runs Jupyter)"
+            )
         return None, message, list(busy), suspects
 
     def _start_failure(self, k: int) -> StartFailed | None:

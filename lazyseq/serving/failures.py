@@ -54,9 +54,13 @@ def _described(error: BaseException) -> dict[str, Any]:
     for note in getattr(error, "__notes__", ()):
         if isinstance(note, str) and note not in text:
             text += note + "\n"
+    if isinstance(error, RemoteError):  # (from a worker process: named as it was raised there)
+        name, message = error.type_name, error.message
+    else:
+        name, message = type(error).__qualname__, message_of(error)
     header: dict[str, Any] = {
-        "type": type(error).__qualname__,
-        "message": message_of(error),
+        "type": name,
+        "message": message,
         "chain": chain,
         "traceback": text,
     }
@@ -79,7 +83,8 @@ def restore_failure(header: dict, where: str) -> RemoteError | EndOfData:
     if header.get("end_of_data") is True:
         return EndOfData(_text(header.get("message"), "past the end of the served view"))
     error = RemoteError(_text(header.get("type"), "Exception"), _text(header.get("message"), ""))
-    error.add_note(f"raised on {where}; its traceback there:\n{_text(header.get('traceback'), '').rstrip()}")
+    text = _text(header.get("traceback"), "").rstrip()
+    error.add_note(f"raised on {where}; its traceback there:\n{text}" if text else f"raised on {where}")
     setattr(error, REMOTE_CHAIN, _text(header.get("chain"), ""))
     return error
 

@@ -12,7 +12,10 @@ from .base import View
 from .errors import EndOfData
 from .itemtypes import Integer, T
 
-__all__ = ["UniterView", "uniter"]
+__all__ = ["PASSED_OVER", "UniterView", "uniter"]
+
+PASSED_OVER = 64  # items drawn on the way to a later one and not read yet, kept until read, at most
+_MISSING = object()
 
 
 class UniterView(View[Any]):
@@ -21,8 +24,11 @@ class UniterView(View[Any]):
     Up to ``n_parallel`` iterators are kept, each at its own position; a read
     moves forward the closest one behind the requested item, or starts a new
     one from the beginning. The ``cache_size`` most recently read items are
-    kept. A one-shot iterator cannot be started again: reading an item it has
-    already passed, and that is no longer cached, is a ``ValueError``.
+    kept, and so are the items a read draws on its way to a later one, until
+    they are read (the last ``PASSED_OVER`` of them): threads that read in
+    turn (the worker threads of a loader) may ask for item 11 before item 5.
+    A one-shot iterator cannot be started again: reading an item it has
+    already passed, and that is no longer kept, is a ``ValueError``.
     """
 
     kind = "uniter"
@@ -47,6 +53,8 @@ class UniterView(View[Any]):
         self._size_known = size is not None
         self._cursors: list[list] = []  # [next position, iterator, last use]
         self._cache: OrderedDict[int, Any] = OrderedDict()
+        self._passed: OrderedDict[int, Any] = OrderedDict()  # drawn on the way to a later item, not read yet
+        self._drawn = 0  # how far the iterators have gone: an item drawn again by a restart was passed before
         self._clock = 0
         self._end: int | None = None  # where a one-shot iterator ended: it cannot start over to find out again
         self._lock = threading.Lock()
@@ -58,7 +66,13 @@ class UniterView(View[Any]):
             return (UniterView, arguments)
         with self._lock:  # a one-shot iterator cannot start over: a copy goes on from where it stands (if it pickles)
             position = self._cursors[0][0] if self._cursors else None
-            state = {"position": position, "clock": self._clock, "cache": list(self._cache.items()), "end": self._end}
+            state = {
+                "position": position,
+                "clock": self._clock,
+                "cache": list(self._cache.items()),
+                "passed": list(self._passed.items()),
+                "end": self._end,
+            }
         return (UniterView, arguments, state)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -67,13 +81,18 @@ class UniterView(View[Any]):
             self._cursors = [[state["position"], iter(self._iterable), 0]]
         self._clock = state["clock"]
         self._cache = OrderedDict(state["cache"])
+        self._passed = OrderedDict(state.get("passed", ()))
+        self._drawn = state["position"] if state["position"] is not None else max(self._passed, default=-1) + 1
         self._end = state["end"]
 
     def _get(self, i: int) -> Any:
         with self._lock:
+            passed = self._passed.pop(i, _MISSING)  # (drawn by another read, for this one)
             if i in self._cache:
                 self._cache.move_to_end(i)
                 return self._cache[i]
+            if passed is not _MISSING:
+                return passed
             if self._end is not None and i >= self._end:
                 raise self._ended(i, self._end)
             cursor = self._cursor_for(i)
@@ -94,7 +113,9 @@ class UniterView(View[Any]):
                 cursor[0] = position + 1
                 self._remember(position, item)
                 if position == i:
+                    self._drawn = max(self._drawn, position + 1)
                     return item
+                self._pass_over(position, item)
 
     def _cursor_for(self, i: int) -> list:
         behind = [c for c in self._cursors if c[0] <= i]
@@ -104,7 +125,8 @@ class UniterView(View[Any]):
             ahead = f"at item {self._cursors[0][0]}" if self._cursors else "at its end"
             raise ValueError(
                 f"uniter cannot go back to item {i}: the iterable is a one-shot iterator, already "
-                f"{ahead}, and item {i} is not cached; pass a re-iterable object (a list, or a class whose "
+                f"{ahead}, and item {i} is not kept (read before and not cached, or one of more than {PASSED_OVER} "
+                "passed over on the way to later items); pass a re-iterable object (a list, or a class whose "
                 "__iter__ starts over) or a larger cache_size"
             )
         cursor = [0, iter(self._iterable), 0]
@@ -112,6 +134,15 @@ class UniterView(View[Any]):
             self._cursors.remove(min(self._cursors, key=lambda c: c[2]))
         self._cursors.append(cursor)
         return cursor
+
+    def _pass_over(self, position: int, item: Any) -> None:
+        """Keep ``item``, drawn on the way to a later one, until it is read: if it was never drawn before."""
+        if position >= self._drawn:
+            self._drawn = position + 1
+            passed = self._passed
+            passed[position] = item
+            if len(passed) > PASSED_OVER:
+                passed.popitem(last=False)
 
     def _remember(self, position: int, item: Any) -> None:
         if self._cache_size:
@@ -147,14 +178,17 @@ def uniter(
     the view has no known length and reading past the end raises
     ``IndexError``. ``cache_size`` recent items are kept, and up to
     ``n_parallel`` iterators run at different positions to avoid restarts.
+    Items drawn on the way to a later one are kept until read (the last 64 of
+    them), so that threads reading in turn, as a loader's worker threads do,
+    may ask for them in any order.
 
     >>> import lazyseq
     >>> squares = lazyseq.uniter(x * x for x in range(5))  # a one-shot generator
-    >>> squares[3], squares[4]
-    (9, 16)
-    >>> squares[0]
+    >>> squares[3], squares[1], squares[4]  # 0, 1 and 2 drawn on the way to 3: kept until read
+    (9, 1, 16)
+    >>> squares[1]
     Traceback (most recent call last):
     ...
-    lazyseq.EvaluationError: failed to compute uniter[0]: ValueError: uniter cannot go back to item 0: the iterable is a one-shot iterator, already at item 5, and item 0 is not cached; pass a re-iterable object (a list, or a class whose __iter__ starts over) or a larger cache_size
+    lazyseq.EvaluationError: failed to compute uniter[1]: ValueError: uniter cannot go back to item 1: the iterable is a one-shot iterator, already at item 5, and item 1 is not kept (read before and not cached, or one of more than 64 passed over on the way to later items); pass a re-iterable object (a list, or a class whose __iter__ starts over) or a larger cache_size
     """
     return UniterView(iterable, cache_size, n_parallel, size)
