@@ -1357,3 +1357,31 @@ def test_worker_threads_reading_a_stream_through_uniter_hand_out_every_item_once
                 assert [int(x[0]) for x in ahead] == list(range(300))
     finally:
         server.close()
+
+
+def test_the_consumers_of_a_stream_that_stopped_on_an_error_hear_of_it_all():
+    # One consumer got the error; the others ended as if the stream were whole.
+    def failing_after_two():
+        yield from (np.array([0]), np.array([1]))
+        raise ValueError("the disk is gone")
+
+    got, ends = [], {}
+    with lazyseq.serve(failing_after_two(), LOOPBACK) as server:
+        with lazyseq.connect(server.address, ahead=1) as first, lazyseq.connect(server.address, ahead=1) as second:
+            for stream in (first, second):
+                try:
+                    for x in stream:
+                        got.append(int(x[0]))
+                except lazyseq.LoaderError as error:  # (EvaluationError is not one)
+                    ends["told"] = str(error)
+                except lazyseq.EvaluationError as error:
+                    ends["failed"] = str(error)
+                with pytest.raises(StopIteration):  # either way, it ended there; said once
+                    next(stream)
+    assert sorted(got) == [0, 1]
+    assert ends == {
+        "failed": "failed to compute stream[2]: RemoteError: ValueError: the disk is gone",
+        "told": f"the stream served at {server.address} ended right after its item 2 failed, and that failure went "
+        "to another consumer: ValueError: the disk is gone; if the iterable stopped on it (a generator ends as it "
+        "raises), the items it would have given after it are missing",
+    }

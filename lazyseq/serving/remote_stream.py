@@ -8,7 +8,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 from ..loading.failures import LoaderError
 from ..views import errors
@@ -61,6 +61,7 @@ class RemoteStream(Iterator[Any]):
         self._requests = 0  # requests sent: each one numbered
         self._interrupted = False  # whether the last read was interrupted (see _ask_again_if_interrupted)
         self._ended = False
+        self._ended_on: LoaderError | None = None  # the failure the stream stopped at, given to another consumer
         self._gaps = connection.gaps()  # the heartbeats' gaps the server confirmed it lived through (see __next__)
         self._lock = threading.Lock()
         self._reads = ReadsBegun()  # the reads of threads sharing this stream, under way
@@ -107,12 +108,12 @@ class RemoteStream(Iterator[Any]):
                 self._ask_again_if_interrupted()
                 while True:
                     if self._ended:
-                        raise StopIteration
+                        self._end()
                     if not self._received and not self._asked:
                         self._ask(self._ahead)
                     while not self._received:
                         if self._ended:
-                            raise StopIteration
+                            self._end()
                         if unsent == self._requests:  # (no request sent since: messages that sent none go on waiting)
                             message = self._connection.receive_within(ACK_WHILE_WAITING, "the next item of the stream")
                             if message is None:
@@ -241,6 +242,7 @@ class RemoteStream(Iterator[Any]):
             self._asked = 0
             if isinstance(header, dict):
                 self._known_up_to(header)
+                self._ended_on = self._failure_elsewhere(header.get("after_error"))
         elif kind == b"synced" and isinstance(header, dict):
             server = header.get("server")
             if server == self._server:
@@ -272,6 +274,28 @@ class RemoteStream(Iterator[Any]):
                 setattr(failure, errors.REMOTE_CHAIN, f"stream[{seq}]" + (f" -> {chain}" if chain else ""))
                 self._received.append((server, seq, "error", failure))
         return kind
+
+    def _end(self) -> NoReturn:
+        """The end of the stream for this consumer: the failure the iterable stopped at the first time, if another
+        consumer was handed it, then ``StopIteration``."""
+        failure, self._ended_on = self._ended_on, None
+        if failure is not None:
+            raise failure
+        raise StopIteration
+
+    def _failure_elsewhere(self, failed: Any) -> LoaderError | None:
+        """What this consumer raises at the end of a stream whose iterable stopped at the failure ``failed`` (what
+        the end says), unless it was handed that failure itself."""
+        if not isinstance(failed, dict) or type(failed.get("seq")) is not int:
+            return None
+        seq = failed["seq"]
+        if seq in self._handed or any(s == seq for _, s, _, _ in self._received):
+            return None
+        return LoaderError(
+            f"the stream served at {self.address} ended right after its item {seq} failed, and that failure went to "
+            f"another consumer: {failed.get('type')}: {failed.get('message')}; if the iterable stopped on it (a "
+            "generator ends as it raises), the items it would have given after it are missing"
+        )
 
     def _serving_anew(self, server: str) -> None:
         """A new server instance, ``server``, numbers its items anew: what was handed out, or is to be acknowledged,

@@ -7,7 +7,11 @@ server keeps it: the items of a consumer that leaves or dies without
 acknowledging them go, first, to the next consumer that asks (or to the same
 one when it comes back). The stream ends for a consumer (``end``) only when
 the iterable is exhausted and no other consumer holds an item it has not
-acknowledged, since that item could still come back.
+acknowledged, since that item could still come back. An end right after an
+item that failed (a generator that raised: it ends there) says so
+(``after_error``: its ``seq``, ``type`` and ``message``), and each consumer
+but the one handed that failure raises it as its end: the items the iterable
+would have given after it are missing.
 
 A consumer silent for longer than its timeout (a stopped process) is taken
 for dead. If it comes back, its next request is answered ``forgotten``: it
@@ -118,6 +122,8 @@ class StreamService:
         self._handed_late: dict[int, bytes] = {}
         self._seq = 0  # the next item to ask the drawer for
         self.exhausted = False
+        self._last_error: dict[str, Any] | None = None  # the last item that failed: seq, type, message
+        self._ended_after: dict[str, Any] = {}  # what the end says: the error the stream stopped at, if it did
         self.token = ""  # this server instance, in each item's header (set by the server)
         # Nothing is drawn yet: a server that cannot listen (a port in use, say) takes no item from the iterable.
         # Its thread draws the first ones (work()) once it listens.
@@ -269,11 +275,13 @@ class StreamService:
             if self.exhausted:
                 continue
             if done.status == "error":
-                self._drawn.append(
-                    (seq, b"error", {"seq": seq, "server": self.token, **failure_header(done.value)}, [])
-                )
+                failure = failure_header(done.value)
+                self._drawn.append((seq, b"error", {"seq": seq, "server": self.token, **failure}, []))
+                self._last_error = {"seq": seq, "type": failure["type"], "message": failure["message"]}
             elif done.value is None:
                 self.exhausted = True
+                if self._last_error is not None and self._last_error["seq"] + 1 == seq:  # (a generator that raised)
+                    self._ended_after = {"after_error": self._last_error}
             else:
                 tree, buffers = done.value
                 self._drawn.append((seq, b"item", {"seq": seq, "server": self.token, "tree": tree}, buffers))
@@ -311,7 +319,7 @@ class StreamService:
         if self.exhausted and not (returned or drawn) and not any(s.unacked for s in consumers.values()):
             for consumer, state in consumers.items():
                 if state.wanted:
-                    self._send_to(consumer, state, b"end", {}, [])
+                    self._send_to(consumer, state, b"end", self._ended_after, [])
                     state.wanted = 0
         self._draw_ahead()
 
