@@ -454,6 +454,21 @@ def test_a_loader_whose_ray_session_ended_says_so_and_starts_anew(cluster, monke
         assert list(ahead) == [2 * x for x in range(20)]  # new workers, in the session there is now
 
 
+def test_load_buffers_whose_ray_session_ended_says_so_and_starts_anew(cluster, monkeypatch):
+    # Its iteration ended after the message that said to read again.
+    with lazyseq.load_buffers(functools.partial(np.ones, 2), nworkers=2, method="ray") as batches:
+        assert next(batches).tolist() == [1.0, 1.0]
+        session = ray_workers._session()
+        monkeypatch.setattr(ray_workers, "_session", lambda: (session[0], session[1], "another job"))
+        with pytest.raises(lazyseq.LoaderError) as info:
+            next(batches)
+        assert str(info.value) == (
+            "load_buffers: the Ray session its tasks ran in has ended (ray.shutdown(), then perhaps another "
+            "ray.init()); read again to start them in the current one"
+        )
+        assert [next(batches).tolist() for _ in range(3)] == [[1.0, 1.0]] * 3  # new workers, in the current session
+
+
 def test_write_npy_on_ray_writes_the_same_bytes(cluster, tmp_path):
     lazyseq.write_npy(pipeline(57), tmp_path / "reference", rows_per_shard=10)
     lazyseq.write_npy(pipeline(57), tmp_path / "ray", rows_per_shard=10, nworkers=2, method="ray")

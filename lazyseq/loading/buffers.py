@@ -15,6 +15,7 @@ from ..views.itemtypes import T
 from .backends import Done
 from .buffering import BATCHES_CACHED, Buffering
 from .engine import Engine
+from .failures import SessionEnded
 from .fork_safety import ForkLocalLock
 from .jobs import CallFunction
 from .options import LoaderOptions, Method, StartHook, StartMethod
@@ -51,6 +52,7 @@ class BufferLoader(Iterator[T], Generic[T]):
         self._holding = False  # whether the consumer holds the batch it got last (one of max_cached): between reads
         self._options = options
         self._starts = 0  # each start of the workers gets new random seeds
+        self._start_again = False  # whether the next read starts new workers (the Ray session of the last ones ended)
         self._engine = self._start()
 
     def _start(self) -> Engine:
@@ -89,7 +91,9 @@ class BufferLoader(Iterator[T], Generic[T]):
             if self.closed:
                 raise StopIteration
             engine = self._engine
-            if engine.inherited:  # in a process forked from the one that started the workers: start our own
+            # in a process forked from the one that started the workers, or after a Ray session ended: new workers
+            if engine.inherited or self._start_again:
+                self._start_again = False
                 engine = self._start()
             try:
                 if engine.inline and not engine.ready and not engine.pending:
@@ -110,7 +114,9 @@ class BufferLoader(Iterator[T], Generic[T]):
                 if isinstance(error, Exception) and self._closed_meanwhile():
                     raise StopIteration from None
                 engine.failed(error)
-                if engine.closed:
+                if isinstance(error, SessionEnded):  # its workers are gone, not for good: the next read starts anew
+                    self._start_again = True
+                elif engine.closed:
                     self.close()
                 raise
             number = self._delivered

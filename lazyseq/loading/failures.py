@@ -25,6 +25,7 @@ __all__ = [
     "LoaderError",
     "NoSharedMemory",
     "RemoteError",
+    "SessionEnded",
     "WorkerDied",
     "capture",
     "describe_items",
@@ -82,6 +83,15 @@ class WorkerDied(LoaderError):
         self.tasks: tuple[Hashable, ...] = tuple(tasks)
         self.suspects: tuple[Hashable, ...] = self.tasks if suspects is None else tuple(suspects)
         self.while_starting = while_starting
+
+
+class SessionEnded(LoaderError):
+    """The Ray session a loader's tasks ran in has ended: its workers are gone, and an iterator that reads on starts
+    new ones in the current session.
+
+    >>> issubclass(SessionEnded, LoaderError)
+    True
+    """
 
 
 class LoaderClosed(LoaderError):

@@ -45,7 +45,7 @@ from ..views.errors import ErrorMode, seterr
 from .backends import Done
 from .buffering import run_length
 from .closing import interrupts_deferred, wait_unless_hurried
-from .failures import LoaderError, WorkerDied, capture, describe_items, restore
+from .failures import LoaderError, SessionEnded, WorkerDied, capture, describe_items, restore
 from .item_cost import ItemCost
 from .messages import CapturedError
 from .options import LoaderOptions, UnpicklablePipeline, serialize
@@ -237,7 +237,7 @@ class RayWorkers:
         if self._session_lasts():
             return
         self.close()
-        raise LoaderError(
+        raise SessionEnded(
             f"{self._owner}: the Ray session its tasks ran in has ended (ray.shutdown(), then perhaps another "
             "ray.init()); read again to start them in the current one"
         )
