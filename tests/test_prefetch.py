@@ -767,3 +767,15 @@ def test_closing_a_loader_that_a_worker_of_another_reads_costs_that_loader_nothi
         release.set()
         outer.close()
         inner.close()
+
+
+def fortran_pair(i):
+    return np.asfortranarray(np.full((100, 100), float(i))), (np.asfortranarray(np.arange(6.0).reshape(2, 3)) + i)
+
+
+def test_arrays_in_fortran_order_come_back_from_worker_processes_in_c_order_first_to_last():
+    # The first results (pickled: the slots did not exist yet) came back in Fortran order, the later ones in C order.
+    with lazyseq.prefetch(lazyseq.smap(fortran_pair, range(8)), nworkers=2, method="process") as ahead:
+        for i, (big, small) in enumerate(ahead):
+            assert big.flags.c_contiguous and small.flags.c_contiguous and big.flags.writeable
+            assert (big == i).all() and small.tolist() == (np.arange(6.0).reshape(2, 3) + i).tolist()

@@ -226,7 +226,9 @@ def _encode_result(
         layout = place_in_slot(slots.slot(slot), slots.address(slot), arrays)
         if layout is not None:
             return encode(SharedResult(task, slot, skeleton, layout, seconds))
-    # rebuilt: its containers are those of results in slots (see lazyseq.nested), whether it fits in a slot or not
+    # rebuilt: its containers are those of results in slots (see lazyseq.nested), whether it fits in a slot or not,
+    # and its arrays in C order as there (one in Fortran order would come back so, until the slots exist)
+    arrays = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in arrays]
     return encode(PickledResult(task, slot, rebuild(skeleton, arrays), layout_of(arrays)[1], seconds))
 
 
