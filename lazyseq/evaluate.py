@@ -69,7 +69,8 @@ def evaluate(
     of the right shape, the path of a ``.npy`` file to create (the result is
     then a memory map of it; the file is written under a hidden name beside
     the path and takes the path once every batch is in, so a call that fails
-    leaves what was there before), or a tuple or dict of those matching what
+    leaves what was there before, and the next call to that path removes what
+    a process killed mid-way left), or a tuple or dict of those matching what
     ``fn`` returns. Before ``fn`` runs, a read-only array is refused, and so
     is a path in a directory that is missing or that this process may not
     write in, or of a file it may not read and write (a read-only file is

@@ -24,6 +24,7 @@ from typing import Any, cast
 import numpy as np
 
 from .casting import keeps_values, same_kind_of_value
+from .io.held_files import hold_new, let_go, remove_unheld
 from .io.shard_files import temporary_name
 from .nested import flatten
 
@@ -43,6 +44,7 @@ class Output:
     working: str | None = None  # the file an out path is written in: a hidden one until every batch is in
     final: str | None = None  # that path (of a link, its target)
     given: str | None = None  # that path as given, for messages
+    lock: int | None = None  # what holds the working file while it is written (see lazyseq.io.held_files)
 
     def array_for(self, leaf: np.ndarray, start: int, batch_index: int) -> np.ndarray:
         """The array to write ``leaf`` into, widened if it must be; a TypeError if it cannot take ``leaf``."""
@@ -88,11 +90,19 @@ class Output:
             return wider
         if dtype.hasobject:
             raise TypeError(_objects_in_a_file(self.given, self.key, batch_index))
-        wider, temporary = _hidden_npy(self.final, dtype, self.array.shape)
-        wider[:filled] = self.array[:filled]
-        wider.flush()
-        del wider
-        os.replace(temporary, self.working)
+        wider, temporary, lock = _hidden_npy(self.final, dtype, self.array.shape)
+        try:
+            wider[:filled] = self.array[:filled]
+            wider.flush()
+            del wider
+            os.replace(temporary, self.working)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)
+            let_go(lock)
+            raise
+        let_go(self.lock)  # (the file it held is gone: replaced)
+        self.lock = lock
         return np.load(self.working, mmap_mode="r+")  # a memory map of the file by its own name (workers reopen it)
 
     def _do_not_fit(self, leaf: np.ndarray, batch_index: int) -> str:
@@ -113,6 +123,8 @@ class Output:
         if self.working is not None and self.final is not None:
             os.replace(self.working, self.final)
             self.working = None
+            let_go(self.lock)
+            self.lock = None
             self.array = np.load(self.final, mmap_mode="r+")
 
     def discard(self) -> None:
@@ -121,6 +133,8 @@ class Output:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.working)
             self.working = None
+        let_go(self.lock)
+        self.lock = None
 
 
 def _may_change(source: np.dtype, target: np.dtype) -> bool:
@@ -295,8 +309,9 @@ def new_output(target: Any, leaf: np.ndarray, total: int, batch_index: int, key:
         if leaf.dtype.hasobject:
             raise TypeError(_objects_in_a_file(given, key, batch_index))
         final = os.path.realpath(target)
-        array, working = _hidden_npy(final, leaf.dtype, shape)
-        return Output(array, True, key, working, final, given)
+        remove_unheld(final)  # what runs killed mid-way left beside it
+        array, working, lock = _hidden_npy(final, leaf.dtype, shape)
+        return Output(array, True, key, working, final, given, lock)
     if not isinstance(target, np.ndarray):
         raise TypeError(
             f"evaluate: out must be an array, a .npy path or a structure of them, not {type(target).__name__}"
@@ -306,10 +321,18 @@ def new_output(target: Any, leaf: np.ndarray, total: int, batch_index: int, key:
     return Output(target, False, key)
 
 
-def _hidden_npy(final: str, dtype: np.dtype, shape: tuple) -> tuple[np.memmap, str]:
-    """A new ``.npy`` file beside ``final`` under a hidden name, with the permissions of the file at ``final``, if any."""
+def _hidden_npy(final: str, dtype: np.dtype, shape: tuple) -> tuple[np.memmap, str, int | None]:
+    """A new ``.npy`` file beside ``final`` under a hidden name, with the permissions of the file at ``final``, if any;
+    held while it is written (see :mod:`lazyseq.io.held_files`): what holds it is returned too."""
     hidden = temporary_name(final)
-    array = np.lib.format.open_memmap(hidden, mode="w+", dtype=dtype, shape=shape)
+    lock = hold_new(hidden)
+    try:
+        array = np.lib.format.open_memmap(hidden, mode="w+", dtype=dtype, shape=shape)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(hidden)
+        let_go(lock)
+        raise
     with contextlib.suppress(OSError):  # none there: the default ones
         os.chmod(hidden, stat.S_IMODE(os.stat(final).st_mode))
-    return array, hidden
+    return array, hidden, lock

@@ -522,6 +522,64 @@ def test_a_failed_call_leaves_the_file_at_an_out_path_as_it_was(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["predictions.npy"]
 
 
+KILLED_MID_WAY = """
+import sys, time
+import numpy as np, lazyseq
+
+def slow_after_three_batches(b):
+    if b[0] == 30:  # the output file exists, made anew for float64 at batch 2 (then held under its new name)
+        print("writing", flush=True)
+        time.sleep(60)
+    return b * 2 if b[0] >= 20 else (b * 2).astype(np.float32)
+
+lazyseq.evaluate(slow_after_three_batches, np.arange(100.0), batch_size=10, out=sys.argv[1])
+"""
+
+
+def test_the_hidden_file_of_a_run_killed_mid_way_is_removed_by_the_next_run_to_that_path(tmp_path):
+    # A run killed (SIGKILL, the out-of-memory killer) left its hidden file, as large as the output, for good.
+    path = tmp_path / "predictions.npy"
+    killed = subprocess.Popen([sys.executable, "-c", KILLED_MID_WAY, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert killed.stdout.readline() == "writing\n"
+    finally:
+        killed.kill()
+        killed.wait()
+        killed.stdout.close()
+    left = [p.name for p in tmp_path.iterdir()]
+    assert len(left) == 1 and left[0].startswith(".predictions.npy.") and left[0].endswith(".tmp")
+    lazyseq.evaluate(lambda b: b * 2, np.arange(100.0), batch_size=10, out=path)
+    assert np.load(path).tolist() == (np.arange(100.0) * 2).tolist()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["predictions.npy"]
+
+
+def test_the_hidden_file_of_a_run_at_work_is_kept_by_another_run_to_the_same_path(tmp_path):
+    path = tmp_path / "predictions.npy"
+    started, go_on = threading.Event(), threading.Event()
+
+    def waits_after_three_batches(b):
+        if b[0] == 30:  # its file made anew for float64 at batch 2: held under its new name too
+            started.set()
+            go_on.wait(30)
+        return b * 2 if b[0] >= 20 else (b * 2).astype(np.float32)
+
+    first = threading.Thread(
+        target=lazyseq.evaluate,
+        args=(waits_after_three_batches, np.arange(100.0)),
+        kwargs={"batch_size": 10, "out": path},
+    )
+    first.start()
+    try:
+        assert started.wait(30)
+        lazyseq.evaluate(lambda b: b * 3, np.arange(50.0), batch_size=10, out=path)  # (the last one to end wins)
+        assert len([p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]) == 1  # the first run's, kept
+    finally:
+        go_on.set()
+        first.join()
+    assert np.load(path).tolist() == (np.arange(100.0) * 2).tolist()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["predictions.npy"]
+
+
 def test_an_out_path_that_is_a_link_writes_its_target_and_a_file_keeps_its_permissions(tmp_path):
     target = tmp_path / "real.npy"
     np.save(target, np.zeros(3))
