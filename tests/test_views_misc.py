@@ -65,9 +65,7 @@ def test_uniter_restarts_reiterables_and_caches():
 
     v = lazyseq.uniter(Counting(), cache_size=3, n_parallel=2, size=100)
     assert [v[i] for i in (5, 50, 6, 51, 5, 0)] == [5, 50, 6, 51, 5, 0]
-    # a second iterator for item 5 again (read, no longer cached); item 0, drawn on the way to 5, was kept
-    assert Counting.starts == 2
-    assert [v[i] for i in (60, 5, 3)] == [60, 5, 3] and Counting.starts == 3  # the oldest iterator started over
+    assert Counting.starts == 3  # two parallel iterators, then a restart for item 0
     assert list(v[98:]) == [98, 99]
 
 
@@ -94,14 +92,50 @@ def test_uniter_keeps_the_items_it_passed_over_until_read_in_any_order():
         v[35]
 
 
-def test_uniter_of_a_reiterable_keeps_nothing_it_draws_again():
+def test_uniter_of_a_reiterable_keeps_nothing_it_passes_over():
+    # another iterator draws it again: kept, 64 items, large ones perhaps, would be held for nothing
     class Counting:
         def __iter__(self):
             return iter(range(100))
 
     v = lazyseq.uniter(Counting(), size=100)
-    assert list(v) == list(range(100)) and v[50] == 50  # read in order, then a restart draws 0 to 49 again
-    assert not v._passed  # read before: none of them is kept
+    assert v[50] == 50 and not v._passed and v[10] == 10
+
+
+def failing_at(n, end=30):
+    for i in range(end):
+        if i == n:
+            raise OSError(f"the disk is gone at item {n}")
+        yield i
+
+
+def test_a_one_shot_iterator_that_failed_on_the_way_to_a_later_item_fails_that_item_and_ends_there():
+    # The failure was raised for the later item, the cursor dropped: every read after it said "cannot go back".
+    v = lazyseq.uniter(failing_at(7))
+    with pytest.raises(IndexError, match="^uniter index 11 out of range: the iterable ended after 8 items$"):
+        v[11]
+    with pytest.raises(
+        lazyseq.EvaluationError, match=r"^failed to compute uniter\[7\]: OSError: the disk is gone at item 7$"
+    ):
+        v[7]
+    assert v[3] == 3
+    with pytest.raises(IndexError, match="^uniter index 8 out of range"):
+        v[8]
+
+
+def test_worker_threads_reading_a_one_shot_iterator_that_fails_report_the_item_that_failed_and_end():
+    got, failures = [], []
+    with lazyseq.prefetch(lazyseq.uniter(failing_at(20, 100)), nworkers=4, method="thread") as ahead:
+        reading = iter(ahead)
+        while True:
+            try:
+                got.append(next(reading))
+            except StopIteration:
+                break
+            except lazyseq.EvaluationError as error:
+                failures.append(str(error))
+    assert got == list(range(20))
+    assert failures == ["failed to compute prefetch[20] -> uniter[20]: OSError: the disk is gone at item 20"]
 
 
 @pytest.mark.parametrize("nworkers", [2, 4])

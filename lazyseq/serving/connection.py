@@ -86,7 +86,7 @@ class Connection:
         self._hellos = 0  # hellos sent
         self._patience = Patience(2 * self.interval, self.timeout)
         self._heard = time.monotonic()  # when the last message from the server came
-        self._closing: tuple[float, Any] | None = None  # when a server said it was closing, and which one
+        self._closing: Any = None  # the server instance that said it was closing, if one did
         self._unread: deque[tuple[bytes, Any, list]] = deque()  # the rest of a 'several' message (.envelopes)
         try:
             with interrupts_deferred():  # a Ctrl-C as the sockets, pipes and thread are made: raised once all are
@@ -331,7 +331,7 @@ class Connection:
                 message = self._parse(frames)
                 if message[0] == b"closing":  # kept for the ServerLost to come, unless a server answers again
                     header = message[1]
-                    self._closing = (self._heard, header.get("server") if isinstance(header, dict) else None)
+                    self._closing = header.get("server") if isinstance(header, dict) else None
                     continue
                 if message[0] != b"several":
                     return message
@@ -366,12 +366,9 @@ class Connection:
     def _closed_there(self) -> str:
         """What a lost server said as it closed, if it did and none answered since: it was stopped, not cut off."""
         closing, answering = self._closing, self.heartbeat.server
-        if closing is None or closing[1] != self.server or answering not in (None, self.server):
+        if closing is None or closing != self.server or answering not in (None, self.server):
             return ""
-        return (
-            f"; it said it was closing {time.monotonic() - closing[0]:.1f} s before (stopped by its program, Ctrl-C "
-            "or SIGTERM), and no server answered at that address since"
-        )
+        return "; it said it was closing, and no server answered there since"
 
     @staticmethod
     def _parse(frames: list) -> tuple[bytes, Any, list]:

@@ -15,8 +15,8 @@ class ServerLost(LoaderError):
     """A data server stopped answering for longer than the consumer's ``timeout``.
 
     The message names the address and what the consumer was waiting for; if
-    the server said it was closing (stopped by its program, Ctrl-C or
-    SIGTERM) and none answered there since, it says so too.
+    the server said it was closing (its ``close()``: the end of its program,
+    Ctrl-C, SIGTERM) and none answered there since, it says so too.
 
     >>> import lazyseq
     >>> issubclass(lazyseq.ServerLost, lazyseq.LoaderError)

@@ -256,7 +256,7 @@ class ServerLoop:
             with closing_for_collector() if collected else contextlib.nullcontext():
                 service.close()
             self._say_closing()
-            router.close(linger=CLOSING_LINGER_MS)
+            router.close(linger=0 if collected else CLOSING_LINGER_MS)  # (the collector's close waits for nothing)
             if zap is not None:
                 zap.close(linger=0)
             os.close(self._stop_fd)

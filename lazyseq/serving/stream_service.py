@@ -71,6 +71,10 @@ class _Consumer:
         self.request = 0  # the last of its requests acted on: what the items sent to it say ("acked")
 
 
+class _Unsendable(TypeError):
+    """An item of the stream that cannot travel: the iterable itself did not fail."""
+
+
 class _Draw:
     """The drawer's job: the next item of the stream, encoded into buffers of its own (``None`` at the end)."""
 
@@ -85,7 +89,7 @@ class _Draw:
         try:
             tree, buffers = wire.encode(value)
         except TypeError as error:
-            raise TypeError(f"item {seq} of the stream cannot be sent: {error}") from None
+            raise _Unsendable(f"item {seq} of the stream cannot be sent: {error}") from None
         # a copy the server owns: the iterable may reuse its arrays (load_buffers does)
         return tree, [np.array(b, copy=True) if isinstance(b, np.ndarray) else b for b in buffers]
 
@@ -276,8 +280,11 @@ class StreamService:
                 continue
             if done.status == "error":
                 failure = failure_header(done.value)
+                if type(done.value) is _Unsendable:  # (not a failure of the iterable, which goes on)
+                    failure["type"] = "TypeError"
+                else:
+                    self._last_error = {"seq": seq, "type": failure["type"], "message": failure["message"]}
                 self._drawn.append((seq, b"error", {"seq": seq, "server": self.token, **failure}, []))
-                self._last_error = {"seq": seq, "type": failure["type"], "message": failure["message"]}
             elif done.value is None:
                 self.exhausted = True
                 if self._last_error is not None and self._last_error["seq"] + 1 == seq:  # (a generator that raised)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sized
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..arguments import indexable_length, integer
 from .base import View
@@ -18,17 +18,25 @@ PASSED_OVER = 64  # items drawn on the way to a later one and not read yet, kept
 _MISSING = object()
 
 
+class _Failed(NamedTuple):
+    """An item whose drawing raised ``error`` on the way to a later one: raised when it is read."""
+
+    error: Exception
+
+
 class UniterView(View[Any]):
     """Item ``i`` is the ``i``-th item of ``iter(iterable)``.
 
     Up to ``n_parallel`` iterators are kept, each at its own position; a read
     moves forward the closest one behind the requested item, or starts a new
     one from the beginning. The ``cache_size`` most recently read items are
-    kept, and so are the items a read draws on its way to a later one, until
-    they are read (the last ``PASSED_OVER`` of them): threads that read in
-    turn (the worker threads of a loader) may ask for item 11 before item 5.
-    A one-shot iterator cannot be started again: reading an item it has
-    already passed, and that is no longer kept, is a ``ValueError``.
+    kept. A one-shot iterator cannot be started again: reading an item it has
+    already passed, and that is no longer kept, is a ``ValueError``. So the
+    items a read draws from one on its way to a later one are kept until
+    they are read (the last ``PASSED_OVER`` of them), and so is the failure
+    of one whose drawing raised (the iterator is asked for the next item
+    after it: a generator that raised has ended): threads that read in turn
+    (the worker threads of a loader) may ask for item 11 before item 5.
     """
 
     kind = "uniter"
@@ -91,6 +99,8 @@ class UniterView(View[Any]):
             if i in self._cache:
                 self._cache.move_to_end(i)
                 return self._cache[i]
+            if type(passed) is _Failed:
+                raise passed.error
             if passed is not _MISSING:
                 return passed
             if self._end is not None and i >= self._end:
@@ -107,9 +117,19 @@ class UniterView(View[Any]):
                     if self._one_shot:
                         self._end = position
                     raise self._ended(i, position) from None
-                except Exception:  # a failed iterator cannot go on
-                    self._cursors.remove(cursor)
-                    raise
+                except Exception as error:
+                    if not self._one_shot:  # a failed iterator cannot go on: the next read starts another
+                        self._cursors.remove(cursor)
+                        raise
+                    # one that cannot start over is asked for its next item (a generator that raised has ended): the
+                    # failure is this item's, for the read that asks for it
+                    cursor[0] = position + 1
+                    if position == i:
+                        self._drawn = max(self._drawn, position + 1)
+                        raise
+                    tb = error.__traceback__  # (from this read's frame: the read of the item names it in errors)
+                    self._pass_over(position, _Failed(error.with_traceback(tb.tb_next if tb else None)))
+                    continue
                 cursor[0] = position + 1
                 self._remember(position, item)
                 if position == i:
@@ -136,8 +156,9 @@ class UniterView(View[Any]):
         return cursor
 
     def _pass_over(self, position: int, item: Any) -> None:
-        """Keep ``item``, drawn on the way to a later one, until it is read: if it was never drawn before."""
-        if position >= self._drawn:
+        """Keep ``item``, drawn on the way to a later one, until it is read: if it was never drawn before, from an
+        iterator that cannot start over (another one would draw it again)."""
+        if position >= self._drawn and self._one_shot:
             self._drawn = position + 1
             passed = self._passed
             passed[position] = item
@@ -178,9 +199,9 @@ def uniter(
     the view has no known length and reading past the end raises
     ``IndexError``. ``cache_size`` recent items are kept, and up to
     ``n_parallel`` iterators run at different positions to avoid restarts.
-    Items drawn on the way to a later one are kept until read (the last 64 of
-    them), so that threads reading in turn, as a loader's worker threads do,
-    may ask for them in any order.
+    Of a one-shot iterator, the items drawn on the way to a later one are
+    kept until read (the last 64 of them), so that threads reading in turn,
+    as a loader's worker threads do, may ask for them in any order.
 
     >>> import lazyseq
     >>> squares = lazyseq.uniter(x * x for x in range(5))  # a one-shot generator
