@@ -255,6 +255,26 @@ def test_an_assignment_of_several_values_into_an_array_converts_them_as_numpy_do
     assert written.tolist() == expected.tolist()
 
 
+@pytest.mark.parametrize(
+    "through",
+    [
+        lambda a: lazyseq.view(a),
+        lambda a: lazyseq.view(a)[::-1],
+        lambda a: lazyseq.view(a).shuffle(seed=0),
+        lambda a: lazyseq.concatenate([a[:1], a[1:]]),
+        lambda a: lazyseq.add_cache(a),
+        lambda a: lazyseq.interleave(a[:2], a[2:]),
+    ],
+)
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+def test_an_array_assigned_through_any_view_converts_as_one_numpy_assignment(through, dtype):
+    # Written one by one (numpy scalars), its values converted as scalars: 300 into int8 raised, into uint8 wrapped.
+    values = np.array([1, 300, 2, 7])
+    written = through(np.zeros(4, dtype))
+    written[:] = values
+    assert [int(x) for x in written] == values.astype(dtype).tolist()
+
+
 @pytest.mark.skipif(np.lib.NumpyVersion(np.__version__) < "2.0.0", reason="numpy 1 crashes casting these")
 @pytest.mark.parametrize("key", [slice(None), [1, 0]])
 def test_bytes_that_are_no_dates_are_refused_as_numpy_refuses_them(key):

@@ -490,7 +490,10 @@ class View(Fluent[T_co], Sequence[T_co]):
     def _values_to_assign(self, values: Any) -> list[Any]:
         """All the values, read before any is written (they may be a view of the same data), like list and numpy."""
         if isinstance(values, np.ndarray):
-            return list(values.copy())  # its rows would be views of memory that the writes may change
+            # its rows would be views of memory that the writes may change; of a 1-d array, 0-d arrays rather than
+            # numpy scalars: written one by one, they convert as the array would in one numpy assignment
+            copied = values.copy()
+            return [copied[k, ...] for k in range(len(copied))]
         try:
             iterator = iter(values)
         except TypeError:
