@@ -384,7 +384,7 @@ def test_arguments_that_other_functions_refuse_are_refused_here_too():
     with pytest.raises(lazyseq.EvaluationError) as caught:
         list(lazyseq.case([0, -1], "ab", "AB", "xy"))
     assert str(caught.value).endswith(
-        "ValueError: case: selector[1] is -1, but it must be the number of one of the 3 sequences, from 0 to 2"
+        "ValueError: case: selector[1] is -1, but it must be the number of one of the 3 sequences, an integer from 0 to 2"
     )
     assert list(lazyseq.case(np.array([2, 0]), "ab", "AB", "xy")) == ["x", "b"]
     with pytest.raises(TypeError, match=r"^concatenate: sequences must be a list of sequences, got a dict"):

@@ -41,7 +41,7 @@ class CaseView(View[Any]):
         if branch is None or isinstance(choice, (bool, np.bool_)) or not 0 <= branch < len(self._values):
             raise ValueError(
                 f"case: selector[{i}] is {choice!r}, but it must be the number of one of the "
-                f"{len(self._values)} sequences, from 0 to {len(self._values) - 1}"
+                f"{len(self._values)} sequences, an integer from 0 to {len(self._values) - 1}"
             )
         return branch
 

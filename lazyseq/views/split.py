@@ -49,7 +49,9 @@ def _spans(edges: Any, n: int) -> list[tuple[int, int]]:
         raise TypeError(f"split: edges must be a number of cuts, not a bool, got {edges!r}")
     if isinstance(edges, int) or hasattr(edges, "__index__"):
         cuts = operator.index(edges)
-        if cuts < 0 or n % (cuts + 1):
+        if cuts < 0:
+            raise ValueError(f"split: a number of cuts must be 0 or more, got {cuts}")
+        if n % (cuts + 1):
             raise ValueError(f"split: {cuts} cuts must divide the length {n} into {cuts + 1} equal parts")
         size = n // (cuts + 1)
         return [(k * size, (k + 1) * size) for k in range(cuts + 1)]
