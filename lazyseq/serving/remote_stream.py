@@ -242,7 +242,8 @@ class RemoteStream(Iterator[Any]):
             self._asked = 0
             if isinstance(header, dict):
                 self._known_up_to(header)
-                self._ended_on = self._failure_elsewhere(header.get("after_error"))
+                if header.get("server", self._server) == self._server:  # (not a late end of a server gone since)
+                    self._ended_on = self._failure_elsewhere(header.get("after_error"))
         elif kind == b"synced" and isinstance(header, dict):
             server = header.get("server")
             if server == self._server:

@@ -36,7 +36,8 @@ consumer -> server             server -> consumer
                                ``failed``: the items at ``positions`` as one chunk (see
                                :mod:`.chunk_requests`; ``apart`` where they could not be)
 ``next`` {more, ack, req}      ``item`` {seq, tree, acked} + buffers, ``error`` or ``end``, each
-                               {acked}: the last ``req`` acted on (see :mod:`.stream_service`)
+                               {acked}: the last ``req`` acted on (see :mod:`.stream_service`);
+                               ``end`` {server, after_error}: the failure the iterable stopped on
 ``sync`` {ack, req}            ``synced`` {acked}: every message sent before it has been acted on
 ``get`` (taken for dead)       ``forgotten``, the ``get`` not acted on: the consumer says hello
                                again (its pool, its timeout), and asks again

@@ -326,7 +326,7 @@ class StreamService:
         if self.exhausted and not (returned or drawn) and not any(s.unacked for s in consumers.values()):
             for consumer, state in consumers.items():
                 if state.wanted:
-                    self._send_to(consumer, state, b"end", self._ended_after, [])
+                    self._send_to(consumer, state, b"end", {"server": self.token, **self._ended_after}, [])
                     state.wanted = 0
         self._draw_ahead()
 
