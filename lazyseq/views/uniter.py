@@ -62,7 +62,6 @@ class UniterView(View[Any]):
         self._cursors: list[list] = []  # [next position, iterator, last use]
         self._cache: OrderedDict[int, Any] = OrderedDict()
         self._passed: OrderedDict[int, Any] = OrderedDict()  # drawn on the way to a later item, not read yet
-        self._drawn = 0  # how far the iterators have gone: an item drawn again by a restart was passed before
         self._clock = 0
         self._end: int | None = None  # where a one-shot iterator ended: it cannot start over to find out again
         self._lock = threading.Lock()
@@ -90,7 +89,6 @@ class UniterView(View[Any]):
         self._clock = state["clock"]
         self._cache = OrderedDict(state["cache"])
         self._passed = OrderedDict(state.get("passed", ()))
-        self._drawn = state["position"] if state["position"] is not None else max(self._passed, default=-1) + 1
         self._end = state["end"]
 
     def _get(self, i: int) -> Any:
@@ -125,7 +123,6 @@ class UniterView(View[Any]):
                     # failure is this item's, for the read that asks for it
                     cursor[0] = position + 1
                     if position == i:
-                        self._drawn = max(self._drawn, position + 1)
                         raise
                     tb = error.__traceback__  # (from this read's frame: the read of the item names it in errors)
                     self._pass_over(position, _Failed(error.with_traceback(tb.tb_next if tb else None)))
@@ -133,7 +130,6 @@ class UniterView(View[Any]):
                 cursor[0] = position + 1
                 self._remember(position, item)
                 if position == i:
-                    self._drawn = max(self._drawn, position + 1)
                     return item
                 self._pass_over(position, item)
 
@@ -156,10 +152,9 @@ class UniterView(View[Any]):
         return cursor
 
     def _pass_over(self, position: int, item: Any) -> None:
-        """Keep ``item``, drawn on the way to a later one, until it is read: if it was never drawn before, from an
-        iterator that cannot start over (another one would draw it again)."""
-        if position >= self._drawn and self._one_shot:
-            self._drawn = position + 1
+        """Keep ``item``, drawn on the way to a later one, until it is read: from a one-shot iterator (another
+        iterator over a re-iterable draws it again), which draws each item once."""
+        if self._one_shot:
             passed = self._passed
             passed[position] = item
             if len(passed) > PASSED_OVER:
