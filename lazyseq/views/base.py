@@ -456,6 +456,8 @@ class View(Fluent[T_co], Sequence[T_co]):
             )
         if self._set_many(range(n), values):  # one array below: one vectorized write
             return
+        if isinstance(values, np.ndarray):  # 0-d arrays rather than numpy scalars for a 1-d one: written one by
+            values = [values[k, ...] for k in range(n)]  # one, they convert as the array would in one assignment
         for i in range(n):  # all of them before any is written: a refused assignment changes nothing
             self._check_writable(i)
         # A value may still be refused as it is written (a string into integers): what was there goes back.
@@ -478,7 +480,7 @@ class View(Fluent[T_co], Sequence[T_co]):
         except Exception:
             return UNREADABLE
 
-    def _set_many(self, idx: Positions, values: list[Any]) -> bool:
+    def _set_many(self, idx: Positions, values: list[Any] | np.ndarray) -> bool:
         """Write ``values`` as items ``idx`` at once, as ``_set`` would one by one; False where this view cannot.
 
         An array source writes them with one numpy assignment; a slice or a
@@ -487,13 +489,11 @@ class View(Fluent[T_co], Sequence[T_co]):
         """
         return False
 
-    def _values_to_assign(self, values: Any) -> list[Any]:
-        """All the values, read before any is written (they may be a view of the same data), like list and numpy."""
+    def _values_to_assign(self, values: Any) -> list[Any] | np.ndarray:
+        """All the values, read before any is written (they may be a view of the same data), like list and numpy:
+        a list, or a copy of an array."""
         if isinstance(values, np.ndarray):
-            # its rows would be views of memory that the writes may change; of a 1-d array, 0-d arrays rather than
-            # numpy scalars: written one by one, they convert as the array would in one numpy assignment
-            copied = values.copy()
-            return [copied[k, ...] for k in range(len(copied))]
+            return values.copy()  # (its rows would be views of memory that the writes may change)
         try:
             iterator = iter(values)
         except TypeError:

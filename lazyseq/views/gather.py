@@ -50,7 +50,7 @@ class GatherView(View[Any]):
     def _get_many(self, idx: Positions) -> Any:
         return self._parent._get_many(compose(self._positions, idx))
 
-    def _set_many(self, idx: Positions, values: list) -> bool:
+    def _set_many(self, idx: Positions, values: list | np.ndarray) -> bool:
         return self._parent._set_many(compose(self._positions, idx), values)
 
     def _stored_rows(self, rows: range) -> np.ndarray | None:

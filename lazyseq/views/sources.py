@@ -32,7 +32,7 @@ __all__ = [
 _BUILTIN_SEQUENCES = (list, tuple, str, bytes, bytearray)
 
 
-def _as_rows(values: list, dtype: np.dtype, shape: tuple) -> np.ndarray | None:
+def _as_rows(values: list | np.ndarray, dtype: np.dtype, shape: tuple) -> np.ndarray | None:
     """``values`` made rows of ``dtype`` as numpy would assign them; None where they are to be written one by one.
 
     Objects are kept each as it is. Numpy values of one dtype (most likely an
@@ -46,6 +46,8 @@ def _as_rows(values: list, dtype: np.dtype, shape: tuple) -> np.ndarray | None:
     try:
         if dtype.hasobject:
             return np.asarray(values, dtype=dtype)
+        if isinstance(values, np.ndarray):  # an array assigned: cast as a whole
+            return values.astype(dtype, copy=False)
         first = values[0] if values else None
         if isinstance(first, (np.ndarray, np.generic)) and all(
             isinstance(v, (np.ndarray, np.generic)) and v.dtype == first.dtype for v in values
@@ -109,7 +111,7 @@ class ArraySource(View[Any]):
         if not self._array.flags.writeable:
             raise ValueError("assignment destination is read-only")  # what numpy says
 
-    def _set_many(self, idx: Positions, values: list) -> bool:
+    def _set_many(self, idx: Positions, values: list | np.ndarray) -> bool:
         array = self._array
         if not array.flags.writeable:
             return False  # refused item by item, with numpy's message
