@@ -122,6 +122,26 @@ def test_a_wrong_key_leaves_no_zmq_context_behind(recwarn):
     assert [str(w.message) for w in recwarn if "Unclosed context" in str(w.message)] == []
 
 
+@pytest.mark.parametrize("key", ["~" * 40, "é" * 40, b"~" * 40])
+def test_a_key_of_40_characters_that_are_not_z85_is_refused(key):
+    # "~" * 40 raised a KeyError from the Z85 decoder; "é" * 40 became "?" * 40, another valid key.
+    message = f"serve: each key of allowed_clients must be a 40-character Z85 key as made by zmq.curve_keypair(), got {key!r:.60}"
+    with pytest.raises(ValueError) as caught:
+        lazyseq.serve(range(3), LOOPBACK, curve_keypair=zmq.curve_keypair(), allowed_clients=[key])
+    assert str(caught.value) == message
+    with pytest.raises(ValueError, match="^connect: server_key must be a 40-character Z85 key"):
+        lazyseq.connect("tcp://127.0.0.1:5557", server_key=key)
+    assert lazyseq_threads() == []
+
+
+def test_ahead_has_a_bound():
+    # ahead=10**9 was taken: every read looked over a billion items asked for (28 s for 2,000 reads).
+    with pytest.raises(
+        ValueError, match=r"^connect: ahead must be at most 4,096 \(items asked for ahead of use\), got 4,097$"
+    ):
+        lazyseq.connect("tcp://127.0.0.1:5557", ahead=4097)
+
+
 def test_a_bool_is_not_a_count_and_a_string_is_not_a_flag():
     with pytest.raises(TypeError, match=r"^connect: ahead must be a positive integer, got True$"):
         lazyseq.connect("tcp://127.0.0.1:5557", ahead=True)

@@ -11,7 +11,9 @@ from .endpoints import check_endpoint
 from .remote_stream import RemoteStream
 from .remote_view import RemoteView, open_connection
 
-__all__ = ["RemoteStream", "RemoteView", "connect"]
+__all__ = ["MAX_AHEAD", "RemoteStream", "RemoteView", "connect"]
+
+MAX_AHEAD = 4096  # items asked for ahead at most: each read looks over them, and their answers are held
 
 
 def connect(
@@ -32,7 +34,7 @@ def connect(
     A served view comes back as a :class:`RemoteView`: ``len``, indexing,
     slices and every combinator work on it, reads in order keep up to
     ``ahead`` items asked for ahead of use (asked in runs, once half of them
-    have been read), a batch (``remote.batch(k)``, after ``shuffle`` too)
+    have been read; 4,096 at most), a batch (``remote.batch(k)``, after ``shuffle`` too)
     asks for its items at once and gets them in one message, and
     ``shard(remote, rank, world_size)`` splits it between trainers. Threads
     reading it at once (a thread ``prefetch``) do not wait for each other: a
@@ -67,6 +69,8 @@ def connect(
 
     require("zmq", "connect", "server", "pyzmq")
     ahead = positive(ahead, "ahead", "connect")
+    if ahead > MAX_AHEAD:  # (each read looks over those asked for: a billion made every read take seconds)
+        raise ValueError(f"connect: ahead must be at most {MAX_AHEAD:,} (items asked for ahead of use), got {ahead:,}")
     check_endpoint(address, "connect", binding=False)
     settings = {
         "address": address,

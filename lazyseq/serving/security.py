@@ -75,13 +75,21 @@ def check_address(
         )
 
 
+_Z85 = frozenset(b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#")
+
+
 def key_bytes(key: Any, what: str) -> bytes:
-    """A CURVE key as the 40 bytes of its Z85 text; ``ValueError`` naming ``what`` otherwise."""
-    if isinstance(key, str):
-        key = key.encode("ascii", "replace")
-    if not isinstance(key, bytes) or len(key) != 40:
+    """A CURVE key as the 40 bytes of its Z85 text; ``ValueError`` naming ``what`` otherwise.
+
+    >>> key_bytes("é" * 40, "serve: each key of allowed_clients")
+    Traceback (most recent call last):
+    ...
+    ValueError: serve: each key of allowed_clients must be a 40-character Z85 key as made by zmq.curve_keypair(), got 'éééééééééééééééééééééééééééééééééééééééé'
+    """
+    text = key.encode("ascii") if isinstance(key, str) and key.isascii() else key
+    if not isinstance(text, bytes) or len(text) != 40 or not _Z85.issuperset(text):
         raise ValueError(f"{what} must be a 40-character Z85 key as made by zmq.curve_keypair(), got {key!r:.60}")
-    return key
+    return text
 
 
 def is_pair(public: bytes, secret: bytes) -> bool:
