@@ -32,6 +32,7 @@ import os
 import re
 
 from .parent_locks import parents_only
+from .shard_files import temporary_names
 
 __all__ = ["hold_new", "let_go", "remove_unheld"]
 
@@ -63,7 +64,7 @@ def let_go(fd: int | None) -> None:
 def remove_unheld(target: str) -> None:
     """Remove the hidden files beside ``target`` (``temporary_name``'s) that no process holds: left by one killed."""
     folder, name = os.path.split(target)
-    hidden = re.compile(rf"\.{re.escape(name)}\.[0-9a-f]{{8}}\.tmp")
+    hidden = temporary_names(re.escape(name))
     try:
         import fcntl
 

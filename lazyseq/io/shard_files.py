@@ -37,14 +37,23 @@ __all__ = [
     "remove_temporaries",
     "replace_atomically",
     "temporary_name",
+    "temporary_names",
     "write_npy_files",
     "write_npy_piece",
 ]
 
+
+def temporary_names(name_pattern: str) -> re.Pattern[str]:
+    """What :func:`temporary_name` makes of the names ``name_pattern`` (a regular expression) matches.
+
+    >>> bool(temporary_names("out[.]npy").fullmatch(".out.npy.1a2b3c4d.tmp"))
+    True
+    """
+    return re.compile(rf"\.(?:{name_pattern})\.[0-9a-f]{{8}}\.tmp")
+
+
 # what temporary_name makes of the files write_npy writes: other hidden files are not ours to remove
-_TEMPORARY = re.compile(
-    rf"\.(?:{SHARD_FILE_NAME.pattern}|{re.escape(MANIFEST)}|{re.escape(PROGRESS)})\.[0-9a-f]{{8}}\.tmp"
-)
+_TEMPORARY = temporary_names(f"{SHARD_FILE_NAME.pattern}|{re.escape(MANIFEST)}|{re.escape(PROGRESS)}")
 
 
 @functools.lru_cache(maxsize=256)  # most shards of a directory hold as many rows: one header for all of them
