@@ -263,16 +263,51 @@ def test_an_assignment_of_several_values_into_an_array_converts_them_as_numpy_do
         lambda a: lazyseq.view(a).shuffle(seed=0),
         lambda a: lazyseq.concatenate([a[:1], a[1:]]),
         lambda a: lazyseq.add_cache(a),
-        lambda a: lazyseq.interleave(a[:2], a[2:]),
+        lambda a: lazyseq.cycle(a, 8)[:4],
+        lambda a: lazyseq.concatenate([a[:1], a[1:]]).shuffle(seed=1).add_cache(),
     ],
 )
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8])
-def test_an_array_assigned_through_any_view_converts_as_one_numpy_assignment(through, dtype):
+def test_an_array_assigned_through_views_over_arrays_converts_as_one_numpy_assignment(through, dtype):
     # Written one by one (numpy scalars), its values converted as scalars: 300 into int8 raised, into uint8 wrapped.
     values = np.array([1, 300, 2, 7])
     written = through(np.zeros(4, dtype))
     written[:] = values
     assert [int(x) for x in written] == values.astype(dtype).tolist()
+
+
+def test_an_array_assigned_through_a_view_that_writes_item_by_item_converts_each_value_as_numpy_does():
+    data = np.zeros(4, np.int8)
+    with pytest.raises(OverflowError, match="^Python integer 300 out of bounds for int8$"):  # as data[1] = np.int64(300)
+        lazyseq.interleave(data[:2], data[2:])[:] = np.array([1, 300, 2, 7])
+    assert data.tolist() == [0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("key", [slice(None, 2), [0, 1]])
+def test_the_values_of_an_array_assigned_into_a_list_are_what_iterating_the_array_gives(key):
+    # As list slice assignment: numpy scalars (hashable, comparable), not 0-d arrays.
+    items = [1, 2, 3]
+    lazyseq.view(items)[key] = np.array([7, 8])
+    assert items == [7, 8, 3] and [type(x) for x in items] == [np.int64, np.int64, int]
+    words = ["a", "b"]
+    lazyseq.view(words).shuffle(seed=0)[:] = np.array(["x", "y"])
+    assert sorted(words) == ["x", "y"] and {type(x) for x in words} == {np.str_}
+
+
+@pytest.mark.parametrize("through", [lazyseq.add_cache, lambda a: lazyseq.concatenate([a[:1], a[1:]])])
+def test_an_object_array_assigned_through_views_keeps_its_objects(through):
+    data = np.array([1, 2, 3], dtype=object)
+    through(data)[:] = np.array([7, "x", None], dtype=object)
+    assert data.tolist() == [7, "x", None]
+
+
+def test_an_assignment_refused_in_a_later_part_of_a_concatenation_writes_no_part():
+    first, second = np.zeros(4), np.zeros(2, np.int8)
+    with pytest.raises(ValueError, match="invalid literal for int"):
+        lazyseq.concatenate([first, second])[:] = ["1", "2", "3", "4", "5", "x"]
+    assert first.tolist() == [0, 0, 0, 0] and second.tolist() == [0, 0]
+    lazyseq.concatenate([first, second])[:] = np.arange(6) * 100  # each part cast as numpy casts the array
+    assert first.tolist() == [0, 100, 200, 300] and second.tolist() == [-112, -12]
 
 
 @pytest.mark.skipif(np.lib.NumpyVersion(np.__version__) < "2.0.0", reason="numpy 1 crashes casting these")

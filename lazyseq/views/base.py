@@ -454,10 +454,10 @@ class View(Fluent[T_co], Sequence[T_co]):
             raise ValueError(
                 f"cannot assign {len(values)} values to a {self._label()} of {n} items: views cannot change length"
             )
-        if self._set_many(range(n), values):  # one array below: one vectorized write
+        write = self._writes_many(range(n), values)
+        if write is not None:  # arrays below: one vectorized write each, the values cast as numpy casts an array
+            write()
             return
-        if isinstance(values, np.ndarray):  # 0-d arrays rather than numpy scalars for a 1-d one: written one by
-            values = [values[k, ...] for k in range(n)]  # one, they convert as the array would in one assignment
         for i in range(n):  # all of them before any is written: a refused assignment changes nothing
             self._check_writable(i)
         # A value may still be refused as it is written (a string into integers): what was there goes back.
@@ -480,14 +480,35 @@ class View(Fluent[T_co], Sequence[T_co]):
         except Exception:
             return UNREADABLE
 
-    def _set_many(self, idx: Positions, values: list[Any] | np.ndarray) -> bool:
-        """Write ``values`` as items ``idx`` at once, as ``_set`` would one by one; False where this view cannot.
+    def _writes_many(self, idx: Positions, values: list[Any] | np.ndarray) -> Callable[[], None] | None:
+        """The write of ``values`` as items ``idx`` at once, as ``_set`` would one by one, ready to run; None where
+        this view cannot write them so. Nothing is written before it runs, and it cannot be refused then.
 
-        An array source writes them with one numpy assignment; a slice or a
-        gather passes the write on to its parent; other views cannot (their
-        items are then checked and written one by one).
+        An array source writes them with one numpy assignment (cast first);
+        views that take each item from one parent pass the write on; other
+        views cannot (their items are then checked and written one by one).
         """
-        return False
+        return None
+
+    def _writes_to_parents(
+        self, which: np.ndarray, local: np.ndarray, values: list[Any] | np.ndarray
+    ) -> Callable[[], None] | None:
+        """The write of each ``values[k]`` as item ``local[k]`` of parent ``which[k]``, every parent's at once, in
+        the order of the parents, or None where one of them cannot.
+
+        Where two parents show the same data, the value written last to it is
+        the later parent's: as one by one for a view whose items come parent
+        after parent (concatenate).
+        """
+        writes = []
+        for p in np.unique(which).tolist():
+            where = (which == p).nonzero()[0]
+            part = values[where] if isinstance(values, np.ndarray) else [values[k] for k in where.tolist()]
+            write = self._parents[p]._writes_many(local[where], part)
+            if write is None:
+                return None
+            writes.append(write)
+        return functools.partial(_run_all, writes)
 
     def _values_to_assign(self, values: Any) -> list[Any] | np.ndarray:
         """All the values, read before any is written (they may be a view of the same data), like list and numpy:
@@ -566,6 +587,11 @@ def lengths_must_match(kind: str, views: Sequence[View[Any]]) -> int | None:
         )
         raise ValueError(f"{kind}: all sequences must have the same length, got lengths {shown}")
     return lengths[0]
+
+
+def _run_all(writes: list[Callable[[], None]]) -> None:
+    for write in writes:
+        write()
 
 
 def _own_arrays(item: Any) -> Any:

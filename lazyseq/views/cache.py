@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any, overload
 
 import numpy as np
@@ -11,6 +13,7 @@ import numpy as np
 from ..arguments import integer
 from .base import View
 from .itemtypes import Integer, SequenceLike, T
+from .keys import Positions
 from .shuffle import EpochWatch
 from .sources import as_view
 
@@ -53,6 +56,14 @@ class CacheView(View[Any]):
     def _set(self, i: int, value: Any) -> None:
         self._parent._set(i, value)
         self._forget()  # other positions may show the item written (cycle, gather with repeats)
+
+    def _writes_many(self, idx: Positions, values: list | np.ndarray) -> Callable[[], None] | None:
+        write = self._parent._writes_many(idx, values)
+        return None if write is None else functools.partial(self._write_and_forget, write)
+
+    def _write_and_forget(self, write: Callable[[], None]) -> None:
+        write()
+        self._forget()
 
     def _set_element(self, i: int, r: int, value: Any) -> bool:
         written = super()._set_element(i, r, value)

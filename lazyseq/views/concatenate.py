@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, overload
 
 import numpy as np
@@ -124,6 +124,11 @@ class ConcatenateView(View[Any]):
     def _set(self, i: int, value: Any) -> None:
         p, j = self._locate(i)
         self._parents[p]._set(j, value)
+
+    def _writes_many(self, idx: Positions, values: list | np.ndarray) -> Callable[[], None] | None:
+        idx = positions_array(idx)
+        which = self._bounds_array.searchsorted(idx, side="right")
+        return self._writes_to_parents(which, idx - self._starts_array[which], values)
 
     def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         p, j = self._locate(i)

@@ -6,6 +6,7 @@ slices costs one lookup per item whatever its depth.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, overload
 
 import numpy as np
@@ -50,8 +51,8 @@ class GatherView(View[Any]):
     def _get_many(self, idx: Positions) -> Any:
         return self._parent._get_many(compose(self._positions, idx))
 
-    def _set_many(self, idx: Positions, values: list | np.ndarray) -> bool:
-        return self._parent._set_many(compose(self._positions, idx), values)
+    def _writes_many(self, idx: Positions, values: list | np.ndarray) -> Callable[[], None] | None:
+        return self._parent._writes_many(compose(self._positions, idx), values)
 
     def _stored_rows(self, rows: range) -> np.ndarray | None:
         positions = compose(self._positions, rows)

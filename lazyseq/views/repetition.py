@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import reprlib
+from collections.abc import Callable
 from typing import Any, overload
 
 import numpy as np
@@ -49,6 +50,9 @@ class CycleView(View[Any]):
 
     def _set(self, i: int, value: Any) -> None:
         self._parent._set(i % self._period, value)
+
+    def _writes_many(self, idx: Positions, values: list | np.ndarray) -> Callable[[], None] | None:
+        return self._parent._writes_many(modulo(idx, self._period), values)
 
     def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         return ((self._parent, i % self._period),)

@@ -131,6 +131,9 @@ class ShuffleView(View[Any]):
     def _set(self, i: int, value: Any) -> None:
         self._parent._set(self.permutation.item(i), value)
 
+    def _writes_many(self, idx: Positions, values: list | np.ndarray) -> Callable[[], None] | None:
+        return self._parent._writes_many(compose(self.permutation, idx), values)
+
     def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         return ((self._parent, self.permutation.item(i)),)
 

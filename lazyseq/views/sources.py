@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import chain, islice
 from typing import Any, overload
 
@@ -111,15 +112,14 @@ class ArraySource(View[Any]):
         if not self._array.flags.writeable:
             raise ValueError("assignment destination is read-only")  # what numpy says
 
-    def _set_many(self, idx: Positions, values: list | np.ndarray) -> bool:
+    def _writes_many(self, idx: Positions, values: list | np.ndarray) -> Callable[[], None] | None:
         array = self._array
         if not array.flags.writeable:
-            return False  # refused item by item, with numpy's message
+            return None  # refused item by item, with numpy's message
         rows = _as_rows(values, array.dtype, (len(idx), *array.shape[1:]))
         if rows is None or rows.shape != (len(idx), *array.shape[1:]):
-            return False
-        array[positions_array(idx)] = rows  # of positions given twice, the last
-        return True
+            return None
+        return functools.partial(array.__setitem__, positions_array(idx), rows)  # of positions given twice, the last
 
     def _iter(self) -> Iterator[Any]:
         return iter(self._array)
