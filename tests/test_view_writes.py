@@ -278,7 +278,9 @@ def test_an_array_assigned_through_views_over_arrays_converts_as_one_numpy_assig
 
 def test_an_array_assigned_through_a_view_that_writes_item_by_item_converts_each_value_as_numpy_does():
     data = np.zeros(4, np.int8)
-    with pytest.raises(OverflowError, match="^Python integer 300 out of bounds for int8$"):  # as data[1] = np.int64(300)
+    with pytest.raises(
+        OverflowError, match="^Python integer 300 out of bounds for int8$"
+    ):  # as data[1] = np.int64(300)
         lazyseq.interleave(data[:2], data[2:])[:] = np.array([1, 300, 2, 7])
     assert data.tolist() == [0, 0, 0, 0]
 
