@@ -677,7 +677,7 @@ def test_an_iterator_that_goes_on_after_an_error():
     assert got == [1, 3, 4]
 
 
-def test_an_interrupt_from_the_source_closes_at_once():
+def test_an_interrupt_from_a_generator_leaves_the_batches_sent_ahead_to_read():
     def interrupted():
         yield np.zeros(1)
         raise KeyboardInterrupt
@@ -685,7 +685,60 @@ def test_an_interrupt_from_the_source_closes_at_once():
     feeder = to_device(interrupted(), "cpu", ahead=2)
     with pytest.raises(KeyboardInterrupt):
         next(feeder)
+    assert not feeder.closed
+    assert [batch.item() for batch in feeder] == [0.0]  # the generator ended with the interrupt
     assert feeder.closed
+
+
+class _InterruptedOnce:
+    """Batches 0 to 5; reading batch 3 is interrupted once (Ctrl-C as the loop waits), as a loader's iterator is:
+    the next read gives batch 3."""
+
+    def __init__(self):
+        self.next, self.interrupted = 0, False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.next == 6:
+            raise StopIteration
+        if self.next == 3 and not self.interrupted:
+            self.interrupted = True
+            raise KeyboardInterrupt
+        self.next += 1
+        return np.array([self.next - 1])
+
+
+def test_a_loop_interrupted_as_it_waits_can_be_run_again_to_the_end():
+    feeder = to_device(_InterruptedOnce(), "cpu", ahead=1)
+    got = []
+    with pytest.raises(KeyboardInterrupt):
+        for batch in feeder:
+            got.append(batch.item())
+    assert got == [0, 1] and not feeder.closed  # batch 2 was sent ahead
+    got += [batch.item() for batch in feeder]  # the notebook cell run again
+    assert got == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_batch_taken_as_an_interrupt_came_is_sent_by_the_next_read():
+    class InterruptedCopy(Transfer):
+        copies = 0
+
+        def copy(self, host):
+            type(self).copies += 1
+            if type(self).copies == 3:
+                raise KeyboardInterrupt
+            return super().copy(host)
+
+    batches = iter([np.array([k]) for k in range(5)])
+    feeder = DeviceFeeder(batches, "cpu", ahead=1, transfer=InterruptedCopy(torch.device("cpu"), non_blocking=True))
+    got = [next(feeder).item()]
+    with pytest.raises(KeyboardInterrupt):
+        got.append(next(feeder).item())  # its read took batch 2 ahead, and the interrupt came as it was copied
+    got += [batch.item() for batch in feeder]
+    assert got == [0, 1, 2, 3, 4]
+    assert feeder.pulled == 5
 
 
 def test_to_device_arguments():

@@ -33,6 +33,9 @@ class _Failure:
         self.error = error
 
 
+_NOTHING = object()
+
+
 class DeviceFeeder(Iterator[Any]):
     """An iterator over ``batches`` as tensors on ``device``, each sent there ``ahead`` batches early.
 
@@ -40,7 +43,8 @@ class DeviceFeeder(Iterator[Any]):
     described (``transfer``: how batches are copied, made from
     ``pin_memory``, ``non_blocking`` and ``dtype`` when not given). A
     context manager; ``close()`` (idempotent) drops the batches sent ahead
-    and the staging buffers, and ends the iteration.
+    and the staging buffers, and ends the iteration. A ``KeyboardInterrupt``
+    leaves it open: the next read goes on, with the batches sent ahead.
 
     >>> import numpy as np, lazyseq
     >>> from lazyseq.torch import to_device
@@ -82,6 +86,7 @@ class DeviceFeeder(Iterator[Any]):
         self._pulled = 0  # batches taken from the source (failures included)
         self._delivered = 0
         self._exhausted = False
+        self._interrupted: Any = _NOTHING  # a batch taken from the source as an interrupt came, not sent yet
         self.closed = False
 
     def __next__(self) -> Any:
@@ -91,6 +96,8 @@ class DeviceFeeder(Iterator[Any]):
         try:
             while len(sent) <= self.ahead and not self._exhausted:
                 self._pull()
+        except KeyboardInterrupt:  # open still: the next read goes on (a loader's iterator reads that item next)
+            raise
         except BaseException:
             self.close()
             raise
@@ -107,22 +114,30 @@ class DeviceFeeder(Iterator[Any]):
 
     def _pull(self) -> None:
         """Take the next batch from the source and start its copy to the device."""
-        try:
-            batch = next(self._source)
-        except StopIteration:
-            self._exhausted = True
-            return
-        except Exception as error:  # raised in its turn, after the batches before it
-            self._sent.append(_Failure(error))
+        batch, self._interrupted = self._interrupted, _NOTHING
+        if batch is _NOTHING:
+            try:
+                batch = next(self._source)
+            except StopIteration:
+                self._exhausted = True
+                return
+            except Exception as error:  # raised in its turn, after the batches before it
+                self._sent.append(_Failure(error))
+                self._pulled += 1
+                return
             self._pulled += 1
-            return
-        slot = self._slots[self._pulled % len(self._slots)]
-        self._pulled += 1
+        try:
+            self._send(batch, self._slots[(self._pulled - 1) % len(self._slots)])
+        except KeyboardInterrupt:
+            self._interrupted = batch  # sent by the next read, not lost
+            raise
+
+    def _send(self, batch: Any, slot: Slot) -> None:
+        """Start the copy of ``batch`` to the device through ``slot``."""
         leaves: list = []
         skeleton = flatten(batch, leaves, is_leaf=_becomes_tensor)
         # numpy arrays become tensors that share their memory, as with to_tensors
         leaves = [x if isinstance(x, torch.Tensor) else _tensor(x) for x in leaves]
-        del batch  # a batch in a loader's shared slot: only the tensors made from it keep the slot now
         transfer = self._transfer
         slot.event.synchronize()  # the last copy out of this slot is complete: its buffers can be reused
         slot.held = []
@@ -140,6 +155,7 @@ class DeviceFeeder(Iterator[Any]):
             return
         self.closed = True
         self._sent.clear()
+        self._interrupted = _NOTHING
         for slot in self._slots:
             slot.event.synchronize()  # no copy may still read a buffer dropped here
             slot.buffers, slot.held = None, []
