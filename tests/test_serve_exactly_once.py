@@ -310,7 +310,7 @@ def test_a_consumer_hears_why_the_servers_workers_could_not_start(caplog):
             remote[3]
     assert str(info.value).endswith(
         "could not compute item 3: the server's workers failed: LoaderError: serve: start_hook failed in worker process "
-        "0, from RuntimeError: no dataset handle in worker 0"
+        "0: RuntimeError: no dataset handle in worker 0"
     )
     [record] = [r for r in caplog.records if "workers failed" in r.getMessage()]
     assert "RuntimeError: no dataset handle in worker 0" in caplog.text and record.exc_info is not None

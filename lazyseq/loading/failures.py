@@ -17,7 +17,7 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from ..views import errors
-from ..views.errors import REMOTE_CHAIN, EvaluationError, message_of, traced_chain
+from ..views.errors import REMOTE_CHAIN, EvaluationError, message_of, named, traced_chain
 from .messages import CapturedError
 
 __all__ = [
@@ -44,7 +44,7 @@ class LoaderError(errors.LoaderFailure, RuntimeError):
     >>> ahead[0]
     Traceback (most recent call last):
     ...
-    lazyseq.LoaderError: prefetch: start_hook failed in worker thread 0
+    lazyseq.LoaderError: prefetch: start_hook failed in worker thread 0: OSError: no such device
     """
 
 
@@ -155,6 +155,16 @@ def capture(error: BaseException, dumps: Callable[[Any], bytes] = pickle.dumps) 
     except Exception:
         payload = None
     return CapturedError(type(error).__qualname__, message_of(error), text, chain, payload)
+
+
+def could_not_start(what: str, error: BaseException) -> LoaderError:
+    """The loader's error for a worker that could not start: ``what``, then ``error`` in one line, its type first
+    (a message printed or logged on its own still says why); raise it ``from error``.
+
+    >>> could_not_start("prefetch: start_hook failed in worker thread 0", OSError("no such device"))
+    LoaderError('prefetch: start_hook failed in worker thread 0: OSError: no such device')
+    """
+    return LoaderError(f"{what}: {named(error)}")
 
 
 def restore(captured: CapturedError, where: str) -> BaseException:

@@ -34,7 +34,7 @@ from .blas_limits import limits_for_workers
 from .buffering import ITEMS_AHEAD
 from .closing import blocked_for_children, interrupts_deferred, wait_unless_hurried
 from .crash_reports import CrashReport
-from .failures import LoaderError, WorkerDied, describe_items, exit_description, restore
+from .failures import LoaderError, WorkerDied, could_not_start, describe_items, exit_description, restore
 from .fork_safety import forking_workers, started_worker
 from .item_cost import ItemCost
 from .jobs import Job
@@ -245,9 +245,7 @@ class ProcessWorkers:
             raise
         except Exception as error:  # multiprocessing's (a forkserver that ended, no more processes): not an item's
             self.close()
-            raise LoaderError(
-                f"{owner}: worker process {len(self._processes)} could not start: {type(error).__name__}: {error}"
-            ) from error
+            raise could_not_start(f"{owner}: worker process {len(self._processes)} could not start", error) from error
         except BaseException:
             self.close()
             raise
@@ -389,8 +387,10 @@ class ProcessWorkers:
             error = restore(message.error, f"worker process {k}")
             self.close()
             if message.stage == "start_hook":
-                raise LoaderError(f"{self._owner}: start_hook failed in worker process {k}") from error
-            raise LoaderError(f"{self._owner}: worker process {k} could not start: {message.stage} failed") from error
+                raise could_not_start(f"{self._owner}: start_hook failed in worker process {k}", error) from error
+            raise could_not_start(
+                f"{self._owner}: worker process {k} could not start: {message.stage} failed", error
+            ) from error
         task, slot = message.task, message.slot
         self._busy[k].pop(task, None)
         if slot >= 0:

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from .backends import Done
 from .closing import collected_while_running, interrupts_deferred, wait_unless_hurried
-from .failures import LoaderError
+from .failures import LoaderError, could_not_start
 from .options import LoaderOptions
 from .result_signal import ResultSignal
 
@@ -126,7 +126,9 @@ class ThreadWorkers:
         for ticket, status, value in found:
             if status == "hook_failed":
                 self.close()
-                raise LoaderError(f"{self._owner}: start_hook failed in worker thread {ticket.task}") from value
+                raise could_not_start(
+                    f"{self._owner}: start_hook failed in worker thread {ticket.task}", value
+                ) from value
             if tickets.get(ticket.task) is ticket:
                 del tickets[ticket.task]
             delivered.append(Done(ticket.task, status, value))

@@ -512,8 +512,9 @@ class ViewService:
             if self._start_deaths < START_DEATHS:
                 suspects = set(error.suspects)
         message = f"the server's workers failed: {named(error)}"
-        if error.__cause__ is not None:  # a worker's own (unpickling the pipeline, start_hook...): the reason
-            message += f", from {named(error.__cause__)}"
+        cause = error.__cause__
+        if cause is not None and named(cause) not in message:  # a worker's own: the reason (most loaders say it)
+            message += f", from {named(cause)}"
         if suspects is None:
             log.warning("the server's workers failed; the requests waiting for them hear why", exc_info=error)
         else:
