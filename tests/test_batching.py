@@ -28,6 +28,21 @@ def test_numbers_of_several_dtypes_are_promoted_together_as_np_stack_does():
     assert batch.dtype == np.float32 and batch.tolist() == [1.0, 2.0, 0.5]
 
 
+def test_durations_and_dates_are_refused_together_as_np_stack_refuses_them():
+    # np.asarray made the durations dates, in the dates' unit (1 s became 1 ms after 1970).
+    durations, dates = np.array([1, 2], "m8[s]"), np.array([0], "M8[ms]")
+    with pytest.raises(lazyseq.EvaluationError) as refused:
+        lazyseq.concatenate([durations, dates]).batch(3)[0]
+    assert type(refused.value.__cause__) is TypeError
+    assert str(refused.value.__cause__) == (
+        "Cannot cast array data from dtype('<m8[s]') to dtype('<M8[ms]') according to the rule 'same_kind'"
+    )
+    with pytest.raises(TypeError, match="could not be promoted"):  # durations and floats: no common dtype either
+        lazyseq.default_collate([np.timedelta64(1, "s"), np.float64(1.5)])
+    mixed = lazyseq.default_collate([np.timedelta64(1, "s"), np.str_("x")])  # with strings: a list, as for numbers
+    assert type(mixed) is list and mixed == [np.timedelta64(1, "s"), "x"]
+
+
 def test_drop_last():
     b = lazyseq.batch(range(10), 4, drop_last=True)
     assert len(b) == 2

@@ -426,15 +426,23 @@ def _promoted(scalars: list[Any]) -> np.dtype | None:
 
     ``np.asarray`` promotes them two at a time: int8, uint16 and float32
     scalars make float64 there (int8 and uint16 make int32 first), float32
-    with ``np.stack``, as an array of each would.
+    with ``np.stack``, as an array of each would. Where ``np.stack`` refuses
+    them (durations and dates, durations and floats), so does this, with
+    its error; strings and numbers are left to ``np.asarray`` (a list then).
     """
     kinds = {type(item) for item in scalars}
     if len(kinds) == 1 or not all(issubclass(kind, np.generic) for kind in kinds):
         return None
+    dtypes = {item.dtype for item in scalars}
     try:
-        return np.result_type(*{item.dtype for item in scalars})  # dtypes, not values (numpy 1 looks at values)
-    except TypeError:  # no dtype holds them all (strings and numbers): as np.asarray makes them
-        return None
+        promoted = np.result_type(*dtypes)  # dtypes, not values (numpy 1 looks at values)
+    except TypeError:
+        if any(dtype.kind in "USO" for dtype in dtypes):  # no dtype holds them all: as np.asarray makes them
+            return None
+        promoted = None
+    if promoted is None or not all(np.can_cast(dtype, promoted, "same_kind") for dtype in dtypes):
+        np.stack([np.asarray(item) for item in scalars])  # numpy's own error (durations and dates promote to dates)
+    return promoted
 
 
 def default_collate(items: list[Any]) -> Any:
@@ -443,7 +451,9 @@ def default_collate(items: list[Any]) -> Any:
     Numbers and arrays are stacked into one ``ndarray``, torch tensors into
     one tensor; tuples, lists, namedtuples and dicts are collated field by
     field; anything else (strings, arbitrary objects, numbers mixed with
-    strings) is returned as a list.
+    strings) is returned as a list. Numpy values of several dtypes are
+    stacked as ``np.stack`` stacks them, or refused with its error
+    (durations and dates).
 
     >>> from lazyseq import default_collate
     >>> default_collate([(1, 'a'), (2, 'b')])
@@ -474,8 +484,12 @@ def default_collate(items: list[Any]) -> Any:
         kind = batch.dtype.kind
         if kind in "US" and not all(isinstance(item, (np.str_, np.bytes_)) for item in items):
             return list(items)  # numbers and strings: not the numbers made strings
-        if kind == "O" and not all(isinstance(item, (Number, np.generic)) for item in items):
-            return list(items)  # numbers and other objects (None): not an array whose dtype depends on the order
+        if kind == "O" and not all(
+            isinstance(item, (Number, np.generic)) and not isinstance(item, (str, bytes)) for item in items
+        ):
+            return list(
+                items
+            )  # numbers and other objects (None, strings beside durations): not an array whose dtype depends on the order
         return batch
     if isinstance(first, Mapping):
         keys = set(first)
