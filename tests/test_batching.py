@@ -402,6 +402,29 @@ def test_objects_padded_read_one_by_one_as_in_a_slice():
         assert type(one_by_one[1]) is type(pad)
 
 
+@pytest.mark.parametrize(
+    "through", [lambda a: a, lazyseq.add_cache, lambda a: lazyseq.interleave(a[:2], a[2:]), lambda a: list(a)]
+)
+@pytest.mark.parametrize(
+    ("words", "pad"), [(["a", "bcd", "e"], "zz"), ([b"a", b"bcd", b"e"], b"zz"), (["a", "bcd", "e"], 1.5)]
+)
+def test_a_string_pad_wider_than_the_first_item_of_a_batch_read_one_by_one_is_taken(through, words, pad):
+    # Made as wide as the batch's first item ('e', <U1): 'zz' was refused, where the array's rows took it.
+    source = np.array(words)
+    items = through(source)
+    last = lazyseq.batch(items, 2, pad=pad)[1]
+    assert last.tolist() == [items[2].item(), np.asarray(pad).astype(source.dtype.kind).item()]
+
+
+def test_a_pad_for_objects_that_are_lists_is_one_item_however_they_are_read():
+    # From the array, [0] was taken for a row of one value and refused for its shape.
+    source = np.empty(3, dtype=object)
+    source[:] = [[1], [2], [3]]
+    for items in (source, lazyseq.add_cache(source)):
+        last = lazyseq.batch(items, 2, pad=[0])[1]
+        assert last.dtype == object and last.tolist() == [[3], [0]]
+
+
 def test_with_a_collate_fn_the_pad_is_given_as_it_is_however_the_items_are_stored():
     # An array's items had the pad cast to their dtype (refused: 'x' in int64); a collate's insisted on a tuple.
     for source in ([0, 1, 2], np.arange(3)):

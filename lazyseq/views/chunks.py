@@ -271,7 +271,11 @@ def _padding_like(item: Any, pad: Any) -> Any:
     if not isinstance(item, (np.ndarray, Number, np.generic)):  # collated into a list (strings...): pad as it is
         return pad
     value = np.asarray(item)
-    return _pad_rows(pad, value.dtype, value.shape, 1)[0]
+    dtype = value.dtype
+    if dtype.kind in "US":  # strings read one by one stack as wide as the widest: as wide as the pad too
+        wider = np.promote_types(dtype, np.asarray(pad).dtype)
+        dtype = wider if wider.kind == dtype.kind else dtype
+    return _pad_rows(pad, dtype, value.shape, 1)[0]
 
 
 def _tensor_padding(item: Any, pad: Any) -> Any:
@@ -314,6 +318,11 @@ def _padding_without_numpy_dtype(item: Any, pad: Any, given: Any, torch: Any) ->
 
 def _pad_rows(pad: Any, dtype: np.dtype, row_shape: tuple, count: int) -> np.ndarray:
     """``count`` rows of ``pad`` (one item, or a number for every value of one), as the items' dtype holds it."""
+    if dtype == object and not row_shape:  # items that are objects: the pad is one, whatever it is (a list too)
+        rows = np.empty(count, object)
+        for k in range(count):
+            rows[k] = pad
+        return rows
     value = np.asarray(pad)
     if value.ndim and value.shape != row_shape:  # would be spread over the rows, or fail to
         raise ValueError(
