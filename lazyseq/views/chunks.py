@@ -318,7 +318,7 @@ def _padding_without_numpy_dtype(item: Any, pad: Any, given: Any, torch: Any) ->
 
 def _pad_rows(pad: Any, dtype: np.dtype, row_shape: tuple, count: int) -> np.ndarray:
     """``count`` rows of ``pad`` (one item, or a number for every value of one), as the items' dtype holds it."""
-    if dtype == object and not row_shape:  # items that are objects: the pad is one, whatever it is (a list too)
+    if dtype.kind == "O" and not row_shape:  # items that are objects: the pad is one, whatever it is (a list too)
         rows = np.empty(count, object)
         for k in range(count):
             rows[k] = pad
