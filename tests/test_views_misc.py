@@ -304,8 +304,17 @@ def test_a_zero_dimensional_integer_array_is_an_index():
     values = [10, 20, 30]
     assert lazyseq.view(values)[np.array(1)] == values[np.array(1)] == 20  # was IndexError: "must be 1-D"
     assert lazyseq.view(np.arange(5.0))[np.array(-1)] == 4.0
-    with pytest.raises(TypeError, match="^sequence indices must be integers, slices or integer arrays, not ndarray$"):
+    with pytest.raises(
+        TypeError, match="^sequence indices must be integers, slices or integer arrays, not numpy.ndarray$"
+    ):
         lazyseq.view(values)[np.array(1.0)]
+
+
+def test_an_empty_array_of_floats_is_refused_as_an_index_as_numpy_refuses_it():
+    message = "^sequence indices must be integers, slices or integer arrays, not an array of float64$"
+    with pytest.raises(TypeError, match=message):
+        lazyseq.view([1, 2])[np.array([], dtype=float)]
+    assert len(lazyseq.view([1, 2])[[]]) == 0  # an empty list is no positions (np.asarray makes it floats)
 
 
 @pytest.mark.parametrize("key", [[[0], [1, 2]], [0, [1, 2]]], ids=["lists of two lengths", "a list beside a number"])
@@ -324,7 +333,11 @@ def test_a_numpy_boolean_is_no_index_whatever_the_numpy(key):
     # numpy before 2.3 read it as 1, with a DeprecationWarning; from 2.3 on, it refuses it
     with pytest.raises(TypeError) as caught:
         lazyseq.view([10, 20, 30])[key]
-    assert str(caught.value) == f"sequence indices must be integers, slices or integer arrays, not {type(key).__name__}"
+    # named as numpy names it: "not bool", where True is taken (as a list takes it), read as a riddle
+    assert (
+        str(caught.value)
+        == f"sequence indices must be integers, slices or integer arrays, not numpy.{type(key).__name__}"
+    )
     assert lazyseq.view([10, 20, 30])[True] == 20  # a Python bool is an int, as for a list
 
 

@@ -366,9 +366,9 @@ class View(Fluent[T_co], Sequence[T_co]):
                 raise TypeError  # numpy before 2.3 reads a numpy boolean as 0 or 1, with a warning; later, refuses it
             return operator.index(key)
         except TypeError:
-            raise TypeError(
-                f"{self._label()} indices must be integers, slices or integer arrays, not {type(given).__name__}"
-            ) from None
+            kind = type(given)  # numpy's bool is named "bool" too: "not bool" next to True taken would be a riddle
+            name = f"numpy.{kind.__name__}" if kind.__module__.startswith("numpy") else kind.__name__
+            raise TypeError(f"{self._label()} indices must be integers, slices or integer arrays, not {name}") from None
 
     def _slice(self, key: slice) -> View[T_co]:
         from .gather import GatherView, StridedView

@@ -170,7 +170,11 @@ def array_key(
         if len(keys) != length:
             raise IndexError(f"{label}: boolean mask of length {len(keys)} does not match length {length}")
         positions = np.flatnonzero(keys)
-    elif len(keys) == 0 or keys.dtype.kind == "i" or (keys.dtype.kind == "u" and keys.max() <= _HIGH):
+    elif (
+        keys.dtype.kind == "i"
+        or (len(keys) == 0 and not isinstance(key, np.ndarray))  # np.asarray([]) is of float64
+        or (keys.dtype.kind == "u" and (len(keys) == 0 or keys.max() <= _HIGH))
+    ):
         positions = keys.astype(np.intp, copy=True)
         # One pass for the common case, every position in range: read as unsigned, a negative one is too large too
         if length is not None and not (positions.view(np.uintp) >= length).any():
