@@ -1,6 +1,7 @@
 """Assignment through views: what it writes, and that a refused one writes nothing."""
 
 import copy
+import re
 
 import numpy as np
 import pytest
@@ -457,3 +458,32 @@ def test_a_batch_assignment_refused_part_way_changes_nothing():
     with pytest.raises(ValueError, match=r"^unbatch: batch 1 \(the last: see last_batch_size\) holds 2 items"):
         lazyseq.batch(items, 4)[0] = [1, 1, 1, 1]  # items 0 to 2 were written before item 3 was refused
     assert a.tolist() == [0, 0, 0, 0] and five.tolist() == [0, 0, 0, 0, 0]
+
+
+def _read_only_array():
+    data = np.zeros(2)
+    data.flags.writeable = False
+    return data
+
+
+@pytest.mark.parametrize(
+    ("target", "error", "message"),
+    [
+        (lambda: lazyseq.smap(abs, [1, 2])[2:], TypeError, "smap views are read-only: they cannot be assigned to"),
+        (lambda: lazyseq.repeat(1, 3)[:0], TypeError, "repeat views are read-only: they cannot be assigned to"),
+        (lambda: lazyseq.view((1, 2))[:0], TypeError, "'tuple' object does not support item assignment"),
+        (lambda: lazyseq.view(_read_only_array())[:0], ValueError, "assignment destination is read-only"),
+    ],
+)
+def test_assigning_no_items_where_none_can_be_written_is_refused_as_python_and_numpy_refuse_it(target, error, message):
+    # As (1, 2)[2:] = [] and a read-only array's [:0] = []: nothing was said.
+    with pytest.raises(error, match=f"^{re.escape(message)}$"):
+        target()[:] = []
+
+
+def test_assigning_no_items_where_items_can_be_written_is_taken():
+    items = [1, 2]
+    lazyseq.view(items)[2:] = []
+    lazyseq.concatenate([(1, 2), items])[:0] = []  # one part takes writes
+    lazyseq.view(np.zeros(3)).batch(2)[5:] = []
+    assert items == [1, 2]

@@ -115,6 +115,22 @@ class View(Fluent[T_co], Sequence[T_co]):
         for parent, j in self._sources(i):
             parent._check_writable(j)
 
+    def _check_writable_somewhere(self) -> None:
+        """Raise what any write through this view would raise because of where it goes: an assignment of no
+        items is refused where one of some would be, as Python refuses one to a tuple and numpy one to a read-only
+        array. A view over several parents passes if one of them takes writes."""
+        if not self._writes():
+            raise self._read_only()
+        refused: Exception | None = None
+        for parent in self._parents:
+            try:
+                parent._check_writable_somewhere()
+                return
+            except (TypeError, ValueError) as error:
+                refused = refused or error
+        if refused is not None:
+            raise refused
+
     def _check_element_writable(self, i: int, r: int, *within: int) -> None:
         """Raise what writing element ``r`` of item ``i`` alone would raise (see ``_set_element``), and write nothing.
 
@@ -454,6 +470,9 @@ class View(Fluent[T_co], Sequence[T_co]):
             raise ValueError(
                 f"cannot assign {len(values)} values to a {self._label()} of {n} items: views cannot change length"
             )
+        if n == 0:
+            self._check_writable_somewhere()
+            return
         write = self._writes_many(range(n), values)
         if write is not None:  # arrays below: one vectorized write each, the values cast as numpy casts an array
             write()

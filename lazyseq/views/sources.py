@@ -112,6 +112,9 @@ class ArraySource(View[Any]):
         if not self._array.flags.writeable:
             raise ValueError("assignment destination is read-only")  # what numpy says
 
+    def _check_writable_somewhere(self) -> None:
+        self._check_writable(0)
+
     def _writes_many(self, idx: Positions, values: list | np.ndarray) -> Callable[[], None] | None:
         array = self._array
         if not array.flags.writeable:
@@ -258,6 +261,9 @@ class SequenceSource(View[Any]):
     def _check_writable(self, i: int) -> None:
         if not hasattr(type(self.source), "__setitem__"):
             raise TypeError(f"'{type(self.source).__name__}' object does not support item assignment")  # as Python says
+
+    def _check_writable_somewhere(self) -> None:
+        self._check_writable(0)
 
     def _iter(self) -> Iterator[Any]:
         if not self._builtin:
