@@ -44,6 +44,8 @@ def test_a_public_address_needs_keys():
         # (it said the port had to be a number, and that the host was the port)
         ("connect", "tcp://localhost", "'tcp://localhost' has no port: add one, as in 'tcp://localhost:5557'"),
         ("serve", "tcp://[::1]", "'tcp://[::1]' has no port: add one, as in 'tcp://[::1]:5557', or port 0 for any"),
+        # (it said the address could be reached from other machines; with insecure=True, ZeroMQ: "No such device")
+        ("serve", "tcp://256.1.1.1:5557", "cannot listen at 'tcp://256.1.1.1:5557': '256.1.1.1' is no IPv4 address"),
     ],
 )
 def test_endpoints_no_server_can_use_are_refused(call, address, message):
@@ -51,6 +53,17 @@ def test_endpoints_no_server_can_use_are_refused(call, address, message):
     with pytest.raises(ValueError) as caught:
         lazyseq.serve(range(3), address) if call == "serve" else lazyseq.connect(address, timeout=0.5)
     assert str(caught.value).startswith(f"{call}: {message}")
+    assert lazyseq_threads() == []
+
+
+def test_an_address_of_another_machine_is_refused_saying_so():
+    address = "tcp://192.0.2.1:5557"  # (TEST-NET-1: documentation's, no machine's)
+    with pytest.raises(OSError) as caught:
+        lazyseq.serve(range(3), address, insecure=True)
+    assert str(caught.value) == (
+        f"serve: cannot listen at {address}: Cannot assign requested address (addr='{address}'): the host is not an "
+        "address of this machine (a server listens at one of its own)"
+    )
     assert lazyseq_threads() == []
 
 

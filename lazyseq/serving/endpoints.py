@@ -9,6 +9,7 @@ server's address names its ``ipc://`` file by an absolute path.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 
 __all__ = ["absolute", "check_endpoint", "is_ipv6", "tcp_host"]
@@ -54,7 +55,29 @@ def check_endpoint(address: object, owner: str, *, binding: bool) -> str:
             which = "from 0 to 65535 (0: any free port)" if binding else "from 1 to 65535"
             hint = " (port 0 lets a server pick one: connect to the address it gives)" if port == "0" else ""
             raise ValueError(f"{owner}: the port of {address!r} must be a number {which}, got {port!r}{hint}")
+        if binding:
+            _check_bind_host(address, owner)
     return address
+
+
+def _check_bind_host(address: str, owner: str) -> None:
+    """``ValueError`` where the host of a ``tcp://`` endpoint to listen at is written as an IPv4 address and is
+    none (ZeroMQ says "No such device", and the check for a server others could reach would speak of one that
+    none can reach).
+
+    >>> _check_bind_host("tcp://256.1.1.1:5557", "serve")
+    Traceback (most recent call last):
+    ...
+    ValueError: serve: cannot listen at 'tcp://256.1.1.1:5557': '256.1.1.1' is no IPv4 address (four numbers from 0 to 255)
+    """
+    host = tcp_host(address) or ""
+    if host and all(part.isascii() and part.isdigit() for part in host.split(".")):
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            raise ValueError(
+                f"{owner}: cannot listen at {address!r}: {host!r} is no IPv4 address (four numbers from 0 to 255)"
+            ) from None
 
 
 def tcp_host(address: str) -> str | None:

@@ -61,6 +61,7 @@ ahead for it go (see ``ViewService.idle``).
 from __future__ import annotations
 
 import contextlib
+import errno
 import ipaddress
 import logging
 import os
@@ -100,6 +101,10 @@ CLOSING_LINGER_MS = 200  # how long a closing server's last messages (``closing`
 QUIET_HEARTBEATS = 3  # heartbeats missed after which a consumer's items computed ahead are let go (see _sweep)
 DEFAULT_CONSUMER_TIMEOUT = 10.0
 _CONSUMER_KINDS = {b"hello", b"get", b"next", b"sync", b"ping", b"bye"}
+_BIND_HINTS = {  # what ZeroMQ's errors mean when a server binds
+    errno.ENODEV: ": the host is not an IP address, an interface name or a host name of this machine",
+    errno.EADDRNOTAVAIL: ": the host is not an address of this machine (a server listens at one of its own)",
+}
 
 
 class ServerLoop:
@@ -148,7 +153,8 @@ class ServerLoop:
                 try:
                     router.bind(address)
                 except zmq.ZMQError as error:
-                    raise OSError(f"serve: cannot listen at {address}: {error}") from None
+                    hint = _BIND_HINTS.get(error.errno, "")
+                    raise OSError(f"serve: cannot listen at {address}: {error}{hint}") from None
                 self.address: str = absolute(router.getsockopt_string(zmq.LAST_ENDPOINT))
                 self._socket_file = SocketFile(self.address)
             # (a Ctrl-C from here on is the caller's to defer: Server's start defers it until the server is whole)
