@@ -153,7 +153,7 @@ class ServerLoop:
                 try:
                     router.bind(address)
                 except zmq.ZMQError as error:
-                    hint = _BIND_HINTS.get(error.errno, "")
+                    hint = _BIND_HINTS.get(error.errno or 0, "")
                     raise OSError(f"serve: cannot listen at {address}: {error}{hint}") from None
                 self.address: str = absolute(router.getsockopt_string(zmq.LAST_ENDPOINT))
                 self._socket_file = SocketFile(self.address)
