@@ -15,6 +15,7 @@ refuses values a cast would change.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 from collections.abc import Mapping
@@ -321,6 +322,29 @@ def new_output(target: Any, leaf: np.ndarray, total: int, batch_index: int, key:
     return Output(target, False, key)
 
 
+_NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+def _claim_room(path: str, final: str) -> None:
+    """Reserve the disk space of the file at ``path`` (created sparse): an output written through a memory map
+    into room the disk does not have ends the process with SIGBUS, no exception; here it is an ``OSError``."""
+    if not hasattr(os, "posix_fallocate"):  # (macOS: none; there the writes find out)
+        return
+    size = os.path.getsize(path)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as error:
+        if error.errno not in _NO_ROOM:  # a file system that cannot reserve: the writes find out
+            return
+        raise OSError(
+            error.errno,
+            f"evaluate: no room for out {final!r} on its disk: it takes {size:,} bytes ({os.strerror(error.errno)})",
+        ) from None
+    finally:
+        os.close(fd)
+
+
 def _hidden_npy(final: str, dtype: np.dtype, shape: tuple) -> tuple[np.memmap, str, int | None]:
     """A new ``.npy`` file beside ``final`` under a hidden name, with the permissions of the file at ``final``, if any;
     held while it is written (see :mod:`lazyseq.io.held_files`): what holds it is returned too."""
@@ -328,6 +352,7 @@ def _hidden_npy(final: str, dtype: np.dtype, shape: tuple) -> tuple[np.memmap, s
     lock = hold_new(hidden)
     try:
         array = np.lib.format.open_memmap(hidden, mode="w+", dtype=dtype, shape=shape)
+        _claim_room(hidden, final)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(hidden)

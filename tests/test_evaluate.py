@@ -807,3 +807,54 @@ def test_data_that_is_no_sequence_is_named_with_what_to_do():
     assert lazyseq.evaluate(np.asarray, lazyseq.uniter((i for i in range(3)), size=3)).tolist() == [0, 1, 2]
     with pytest.raises(TypeError, match=r"not dict: list\(d\.values\(\)\) for its values$"):
         lazyseq.evaluate(np.asarray, {"a": 1})
+
+
+FILLS_THE_DISK = """
+import sys
+import numpy as np, lazyseq
+
+try:
+    lazyseq.evaluate(lambda b: b, np.zeros((4000, 64)), batch_size=100, out=sys.argv[1])
+except OSError as error:
+    print(type(error).__name__, error.errno, error)
+"""
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A folder on a file system of 1 MiB (a tmpfs; where this process may not mount one, the test is skipped)."""
+    folder = tmp_path / "small"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1M", "tmpfs", str(folder)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a small file system here (mount needs root)")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+def test_an_output_with_no_room_on_its_disk_is_an_os_error_and_leaves_the_old_file(small_disk):
+    # The output was made sparse and written through a memory map: the process died of SIGBUS, no exception.
+    path = small_disk / "old.npy"
+    np.save(path, np.arange(5))
+    done = subprocess.run(
+        [sys.executable, "-c", FILLS_THE_DISK, str(path)], capture_output=True, text=True, timeout=120
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == (
+        f"OSError 28 [Errno 28] evaluate: no room for out {str(path)!r} on its disk: it takes 2,048,128 bytes "
+        "(No space left on device)\n"
+    )
+    assert np.load(path).tolist() == [0, 1, 2, 3, 4] and sorted(p.name for p in small_disk.iterdir()) == ["old.npy"]
+
+
+def test_the_room_an_output_takes_is_claimed_before_anything_is_computed(tmp_path, monkeypatch):
+    def full(fd, offset, length):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full, raising=False)
+    calls = []
+    with pytest.raises(OSError, match=r"^\[Errno 28\] evaluate: no room for out .* it takes 8,128 bytes"):
+        lazyseq.evaluate(lambda b: calls.append(1) or b, np.zeros(1000), batch_size=100, out=tmp_path / "x.npy")
+    assert calls == [1] and list(tmp_path.iterdir()) == []  # the first batch tells the dtype; the file is made then
