@@ -805,7 +805,10 @@ def test_data_that_is_no_sequence_is_named_with_what_to_do():
         "ends and fits in memory"
     )
     assert lazyseq.evaluate(np.asarray, lazyseq.uniter((i for i in range(3)), size=3)).tolist() == [0, 1, 2]
-    with pytest.raises(TypeError, match=r"not dict: list\(d\.values\(\)\) for its values$"):
+    with pytest.raises(
+        TypeError,
+        match=r"not dict: lazyseq.collate\(d\) for the rows of a dict of columns, list\(d\.values\(\)\) for its values$",
+    ):
         lazyseq.evaluate(np.asarray, {"a": 1})
 
 

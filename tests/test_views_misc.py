@@ -1,6 +1,7 @@
 """Behaviour specific to single views: collapse of nested views, caching, uniter, shuffle, repr, write-through."""
 
 import pickle
+import re
 import subprocess
 import sys
 import time
@@ -247,10 +248,16 @@ def test_smap_is_read_only():
 
 
 def test_view_rejects_non_sequences():
-    with pytest.raises(TypeError, match="cannot make a view of dict"):
+    # A dict was pointed to uniter(), which gives its keys; a number too, which is no iterable.
+    base = re.escape("by position) is needed")
+    with pytest.raises(
+        TypeError, match=rf"^cannot make a view of dict: .*{base}; for a dict of columns of one length, "
+    ):
         lazyseq.view({"a": 1})
-    with pytest.raises(TypeError, match="use lazyseq.uniter"):
+    with pytest.raises(TypeError, match=rf"{base}; use lazyseq.uniter\(\) for an iterable$"):
         lazyseq.view(x for x in [])
+    with pytest.raises(TypeError, match=rf"^cannot make a view of int: .*{base}$"):
+        lazyseq.view(5)
 
 
 def test_all_is_sorted_and_complete():

@@ -343,12 +343,18 @@ def as_view(obj: SequenceLike[Any] | np.ndarray, sized_for: str | None = None) -
 def _not_a_sequence(obj: Any, sized_for: str | None) -> TypeError:
     """The error for ``obj``, no sequence: where ``sized_for`` needs a length, how to give it one."""
     if sized_for is None:
+        if isinstance(obj, Mapping):  # (uniter would give its keys)
+            hint = "; for a dict of columns of one length, lazyseq.collate(d) gives its rows as dicts"
+        elif isinstance(obj, Iterable):
+            hint = "; use lazyseq.uniter() for an iterable"
+        else:
+            hint = ""
         return TypeError(
             f"cannot make a view of {type(obj).__name__}: a sequence (with __len__ and __getitem__ "
-            "by position) is needed; use lazyseq.uniter() for an iterable"
+            f"by position) is needed{hint}"
         )
     if isinstance(obj, Mapping):
-        hint = ": list(d.values()) for its values"
+        hint = ": lazyseq.collate(d) for the rows of a dict of columns, list(d.values()) for its values"
     elif isinstance(obj, Iterable):
         hint = (
             ": lazyseq.uniter(iterable, size=n) where its length n is known, or list(iterable) where it ends and "
