@@ -177,6 +177,32 @@ def test_by_default_every_worker_has_a_batch_to_make_while_one_is_read():
         assert [next(batches).tolist() for _ in range(3)] == [[0.0, 0.0]] * 3 and first.shape == (2,)
 
 
+def _generated_batches():
+    yield np.zeros(4)
+
+
+def test_a_generator_is_refused_with_the_way_to_load_what_it_yields():
+    # A generator function was taken: its workers handed out generator objects, for ever.
+    for given, what in ((_generated_batches, "generator function"), (_generated_batches(), "generator")):
+        with pytest.raises(TypeError) as refused:
+            load_buffers(given)
+        assert str(refused.value) == (
+            f"load_buffers: func must be a function that returns a batch each call, got a {what}; for the batches "
+            "a generator yields, lazyseq.prefetch(lazyseq.uniter(batches())) computes them in the background"
+        )
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_function_that_returns_none_is_told_what_a_batch_is(method):
+    with load_buffers(lambda: None, nworkers=1, method=method) as batches:
+        with pytest.raises(TypeError) as refused:
+            next(batches)
+    assert str(refused.value) == (
+        "load_buffers: func returned None for batch 0; it must return a batch: an array, or a tuple, list, "
+        "namedtuple or dict of arrays (a return statement missing?)"
+    )
+
+
 def test_bad_arguments():
     with pytest.raises(TypeError, match="load_buffers: func must be callable, got list"):
         load_buffers([1])

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import itertools
+import types
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, NoReturn
 
@@ -32,6 +34,12 @@ class BufferLoader(Iterator[T], Generic[T]):
     """
 
     def __init__(self, func: Callable[[], T], max_cached: int | None, options: LoaderOptions, copy: bool) -> None:
+        if isinstance(func, types.GeneratorType) or inspect.isgeneratorfunction(func):
+            raise TypeError(
+                "load_buffers: func must be a function that returns a batch each call, got a generator"
+                f"{'' if isinstance(func, types.GeneratorType) else ' function'}; for the batches a generator "
+                "yields, lazyseq.prefetch(lazyseq.uniter(batches())) computes them in the background"
+            )
         function(
             func, "load_buffers: func", "load_buffers calls a function that returns a batch; prefetch loads a sequence"
         )
@@ -133,6 +141,11 @@ class BufferLoader(Iterator[T], Generic[T]):
         return value
 
     def _check_shape(self, batch: Any, number: int) -> None:
+        if batch is None:
+            raise TypeError(
+                f"load_buffers: func returned None for batch {number}; it must return a batch: an array, or a tuple, "
+                "list, namedtuple or dict of arrays (a return statement missing?)"
+            )
         arrays: list = []
         skeleton = flatten(batch, arrays)
         found = shape_key(skeleton, arrays)
