@@ -487,3 +487,18 @@ def test_assigning_no_items_where_items_can_be_written_is_taken():
     lazyseq.concatenate([(1, 2), items])[:0] = []  # one part takes writes
     lazyseq.view(np.zeros(3)).batch(2)[5:] = []
     assert items == [1, 2]
+
+
+@pytest.mark.parametrize("value", [0, np.float64(1.5), np.array(2.0)], ids=["int", "numpy scalar", "0-d array"])
+def test_one_value_for_several_items_is_refused_saying_how_to_give_it_to_each(value):
+    # "to a gather, not int", for a mask; a 0-d array raised "len() of unsized object".
+    data = np.arange(10.0).reshape(5, 2)
+    name = f"numpy.{type(value).__name__}" if isinstance(value, np.generic | np.ndarray) else type(value).__name__
+    with pytest.raises(TypeError) as refused:
+        lazyseq.view(data)[data[:, 0] > 3] = value
+    assert str(refused.value) == (
+        "can only assign an iterable of values to the 3 items that a slice, mask or index list selects (one value "
+        f"per item, as to a slice of a list), not {name}; for one value in all, assign [value] * 3"
+    )
+    lazyseq.view(data)[data[:, 0] > 3] = [value] * 3
+    assert data[2:].tolist() == [[float(value)] * 2] * 3 and data[:2].tolist() == [[0, 1], [2, 3]]

@@ -465,7 +465,7 @@ class View(Fluent[T_co], Sequence[T_co]):
 
     def _assign_all(self, values: Any) -> None:
         n = self._need_length("assignment")
-        values = self._values_to_assign(values)
+        values = self._values_to_assign(values, n)
         if len(values) != n:
             raise ValueError(
                 f"cannot assign {len(values)} values to a {self._label()} of {n} items: views cannot change length"
@@ -529,16 +529,20 @@ class View(Fluent[T_co], Sequence[T_co]):
             writes.append(write)
         return functools.partial(_run_all, writes)
 
-    def _values_to_assign(self, values: Any) -> list[Any] | np.ndarray:
+    def _values_to_assign(self, values: Any, n: int) -> list[Any] | np.ndarray:
         """All the values, read before any is written (they may be a view of the same data), like list and numpy:
-        a list, or a copy of an array."""
-        if isinstance(values, np.ndarray):
+        a list, or a copy of an array; ``TypeError`` for one value (``n``: how many items it was given to)."""
+        if isinstance(values, np.ndarray) and values.ndim:
             return values.copy()  # (its rows would be views of memory that the writes may change)
         try:
             iterator = iter(values)
         except TypeError:
-            raise TypeError(
-                f"can only assign an iterable of values to a {self._label()}, not {type(values).__name__}"
+            kind = type(values)
+            name = f"numpy.{kind.__name__}" if kind.__module__.startswith("numpy") else kind.__name__
+            raise TypeError(  # (a numpy user expects it broadcast; a list refuses it, and a view is read as one)
+                f"can only assign an iterable of values to the {n} items that a slice, mask or index list selects "
+                f"(one value per item, as to a slice of a list), not {name}; for one value in all, assign "
+                f"[value] * {n}"
             ) from None
         # Items read from arrays (a view of the same data, say) are rows of their memory: copied before any write.
         return [_own_arrays(item) for item in iterator]
