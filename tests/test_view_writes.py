@@ -132,6 +132,22 @@ def test_an_assignment_through_slices_and_gathers_of_one_array_is_one_numpy_writ
         lazyseq.view(frozen)[:] = [1, 2, 3]
 
 
+def test_writing_into_a_file_opened_for_reading_says_how_to_write_into_it(tmp_path):
+    # numpy's bare "assignment destination is read-only", for a view of open_npy
+    path = tmp_path / "labels.npy"
+    np.save(path, np.arange(3))
+    message = (
+        "assignment destination is read-only: a memory map of a file opened for reading (open_npy opens them so); "
+        "to write into the file, view np.load(path, mmap_mode='r+')"
+    )
+    for key in (0, slice(None)):
+        with pytest.raises(ValueError) as refused:
+            lazyseq.open_npy(path)[key] = [7, 8, 9] if key != 0 else 7
+        assert str(refused.value) == message
+    lazyseq.view(np.load(path, mmap_mode="r+"))[0] = 7
+    assert np.load(path).tolist() == [7, 1, 2]
+
+
 def test_an_assignment_reads_pieces_and_structured_rows_of_the_same_data_before_writing():
     # The values were views (a split's pieces) or rows pointing into the arrays written: read after the first writes.
     a = np.array([1, 2, 3, 4, 5, 6])

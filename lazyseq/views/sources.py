@@ -110,7 +110,13 @@ class ArraySource(View[Any]):
 
     def _check_writable(self, i: int) -> None:
         if not self._array.flags.writeable:
-            raise ValueError("assignment destination is read-only")  # what numpy says
+            hint = ""
+            if isinstance(self.source, np.memmap) and self.source.mode == "r":
+                hint = (
+                    ": a memory map of a file opened for reading (open_npy opens them so); to write into the file, "
+                    "view np.load(path, mmap_mode='r+')"
+                )
+            raise ValueError(f"assignment destination is read-only{hint}")  # what numpy says, and why
 
     def _check_writable_somewhere(self) -> None:
         self._check_writable(0)
