@@ -70,7 +70,8 @@ def evaluate(
     then a memory map of it; the file is written under a hidden name beside
     the path and takes the path once every batch is in, so a call that fails
     leaves what was there before, and the next call to that path removes what
-    a process killed mid-way left), or a tuple or dict of those matching what
+    a process killed mid-way left; its room on the disk is claimed as it is
+    made: a disk without it is an ``OSError``), or a tuple or dict of those matching what
     ``fn`` returns. Before ``fn`` runs, a read-only array is refused, and so
     is a path in a directory that is missing or that this process may not
     write in, or of a file it may not read and write (a read-only file is
