@@ -350,10 +350,12 @@ def _hidden_npy(final: str, dtype: np.dtype, shape: tuple) -> tuple[np.memmap, s
     held while it is written (see :mod:`lazyseq.io.held_files`): what holds it is returned too."""
     hidden = temporary_name(final)
     lock = hold_new(hidden)
+    array = None
     try:
         array = np.lib.format.open_memmap(hidden, mode="w+", dtype=dtype, shape=shape)
         _claim_room(hidden, final)
     except BaseException:
+        array = None  # its map let go now, not with the traceback: the room claimed in part goes back to the disk
         with contextlib.suppress(FileNotFoundError):
             os.unlink(hidden)
         let_go(lock)

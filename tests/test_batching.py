@@ -39,6 +39,8 @@ def test_durations_and_dates_are_refused_together_as_np_stack_refuses_them():
     )
     with pytest.raises(TypeError, match="could not be promoted"):  # durations and floats: no common dtype either
         lazyseq.default_collate([np.timedelta64(1, "s"), np.float64(1.5)])
+    with pytest.raises(TypeError, match="Cannot cast array data from dtype"):  # a date first: its dtype was taken
+        lazyseq.default_collate([np.datetime64(0, "ms"), np.timedelta64(1, "s")])
     mixed = lazyseq.default_collate([np.timedelta64(1, "s"), np.str_("x")])  # with strings: a list, as for numbers
     assert type(mixed) is list and mixed == [np.timedelta64(1, "s"), "x"]
 
@@ -414,6 +416,15 @@ def test_a_string_pad_wider_than_the_first_item_of_a_batch_read_one_by_one_is_ta
     items = through(source)
     last = lazyseq.batch(items, 2, pad=pad)[1]
     assert last.tolist() == [items[2].item(), np.asarray(pad).astype(source.dtype.kind).item()]
+
+
+@pytest.mark.parametrize("through", [lambda a: a, lazyseq.add_cache, lambda a: lazyseq.interleave(a[:2], a[2:])])
+def test_a_string_pad_wider_than_the_arrays_dtype_is_refused_however_its_rows_are_read(through):
+    with pytest.raises(lazyseq.EvaluationError) as refused:
+        lazyseq.batch(through(np.array(["ab", "cd", "ef"])), 2, pad="wxyz")[1]
+    assert str(refused.value).endswith(
+        "TypeError: batch: pad 'wxyz' cannot be held as the items' dtype <U2 without a change"
+    )
 
 
 def test_a_pad_for_objects_that_are_lists_is_one_item_however_they_are_read():

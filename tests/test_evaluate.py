@@ -858,6 +858,11 @@ def test_the_room_an_output_takes_is_claimed_before_anything_is_computed(tmp_pat
 
     monkeypatch.setattr(os, "posix_fallocate", full, raising=False)
     calls = []
-    with pytest.raises(OSError, match=r"^\[Errno 28\] evaluate: no room for out .* it takes 8,128 bytes"):
+    with pytest.raises(OSError, match=r"^\[Errno 28\] evaluate: no room for out .* it takes 8,128 bytes") as refused:
         lazyseq.evaluate(lambda b: calls.append(1) or b, np.zeros(1000), batch_size=100, out=tmp_path / "x.npy")
     assert calls == [1] and list(tmp_path.iterdir()) == []  # the first batch tells the dtype; the file is made then
+    # With the error still held (a notebook keeps the last one), the removed file is no longer mapped: what was
+    # claimed of the disk went back to it.
+    with open("/proc/self/maps") as maps:
+        mapped = maps.read()
+    assert refused.value is not None and str(tmp_path) not in mapped

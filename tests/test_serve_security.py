@@ -56,6 +56,13 @@ def test_endpoints_no_server_can_use_are_refused(call, address, message):
     assert lazyseq_threads() == []
 
 
+@pytest.mark.parametrize("host", ["127.1", "2130706433"])
+def test_the_short_forms_of_an_ipv4_address_are_taken_as_zeromq_takes_them(host):
+    with lazyseq.serve(range(3), f"tcp://{host}:0") as server, lazyseq.connect(server.address, timeout=10) as remote:
+        assert server.address.startswith("tcp://127.0.0.1:") and list(remote) == [0, 1, 2]
+    assert lazyseq_threads() == []
+
+
 def test_an_address_of_another_machine_is_refused_saying_so():
     address = "tcp://192.0.2.1:5557"  # (TEST-NET-1: documentation's, no machine's)
     with pytest.raises(OSError) as caught:

@@ -9,8 +9,8 @@ server's address names its ``ipc://`` file by an absolute path.
 
 from __future__ import annotations
 
-import ipaddress
 import os
+import socket
 
 __all__ = ["absolute", "check_endpoint", "is_ipv6", "tcp_host"]
 
@@ -73,8 +73,8 @@ def _check_bind_host(address: str, owner: str) -> None:
     host = tcp_host(address) or ""
     if host and all(part.isascii() and part.isdigit() for part in host.split(".")):
         try:
-            ipaddress.IPv4Address(host)
-        except ValueError:
+            socket.inet_aton(host)  # as ZeroMQ reads it: 127.1 and 0 are addresses too
+        except OSError:
             raise ValueError(
                 f"{owner}: cannot listen at {address!r}: {host!r} is no IPv4 address (four numbers from 0 to 255)"
             ) from None

@@ -16,6 +16,7 @@ one to the other side.
 from __future__ import annotations
 
 import ipaddress
+import socket
 from collections.abc import Iterable
 from typing import Any
 
@@ -44,7 +45,13 @@ def is_loopback(address: str) -> bool:
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # "*", an interface name, a host name
+    except ValueError:  # "*", an interface name, a host name, or an IPv4 address in a short form (127.1)
+        pass
+    if not all(part.isascii() and part.isdigit() for part in host.split(".")):  # (inet_aton takes trailing text)
+        return False
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(host)).is_loopback  # as ZeroMQ reads it
+    except OSError:
         return False
 
 

@@ -71,7 +71,7 @@ class BatchView(View[Any]):
         missing = self._k - len(span)
         if missing and self._pad is not None:  # objects are padded as a slice of their array pads them: as they are
             collated = self._collate_fn is None and not holds_objects(spec)
-            chunk = pad_chunk(chunk, self._pad, missing, collated=collated)
+            chunk = pad_chunk(chunk, self._pad, missing, collated=collated, spec=spec)
         if self._collate_fn is not None:
             return self._collate_fn(chunk_rows(chunk))
         try:

@@ -225,16 +225,19 @@ def typed_as(batch: Any, spec: tuple) -> Any:
     return batch
 
 
-def pad_chunk(chunk: Any, pad: Any, count: int, collated: bool = True) -> Any:
+def pad_chunk(chunk: Any, pad: Any, count: int, collated: bool = True, spec: tuple | None = None) -> Any:
     """Append ``count`` copies of the item ``pad``, keeping the chunk's form and dtype.
 
-    Items made one by one, to be ``collated`` by default, get a pad made like
-    the first of them, so that it collates as they do (a ``collate_fn`` gets
-    ``pad`` as it is).
+    Items made one by one, to be ``collated`` by default, get a pad made as
+    their ``spec`` says where it is known (an array's rows: as a slice of
+    the array pads them), else like the first of them, so that it collates
+    as they do (a ``collate_fn`` gets ``pad`` as it is).
     """
     if not collated:  # the items, as rows, and the pad as it is: however the items are stored
         return chunk_rows(chunk) + [pad] * count
     if type(chunk) is list:
+        if spec is not None and spec[0] == "array":
+            return chunk + [_pad_rows(pad, spec[1], spec[2], 1)[0]] * count
         return chunk + [_padding_like(chunk[0], pad) if chunk else pad] * count
     if isinstance(chunk, Columns):
         pads = _pad_fields(pad, chunk.keys, len(chunk.fields))
@@ -480,7 +483,8 @@ def default_collate(items: list[Any]) -> Any:
     if isinstance(first, (Number, np.generic)):
         try:
             batch = np.asarray(items)
-            if isinstance(first, np.generic) and batch.dtype != first.dtype:  # numpy scalars of several dtypes
+            # numpy scalars of several dtypes (durations after a date may take its dtype: checked too)
+            if isinstance(first, np.generic) and (batch.dtype != first.dtype or batch.dtype.kind in "mM"):
                 promoted = _promoted(items)
                 if promoted is not None and promoted != batch.dtype:
                     batch = np.asarray(items, dtype=promoted)
