@@ -489,6 +489,9 @@ def _read_only_array():
         (lambda: lazyseq.repeat(1, 3)[:0], TypeError, "repeat views are read-only: they cannot be assigned to"),
         (lambda: lazyseq.view((1, 2))[:0], TypeError, "'tuple' object does not support item assignment"),
         (lambda: lazyseq.view(_read_only_array())[:0], ValueError, "assignment destination is read-only"),
+        # its selector is never written; every field of collate is
+        (lambda: lazyseq.case([0, 0], _read_only_array())[:0], ValueError, "assignment destination is read-only"),
+        (lambda: lazyseq.collate(([0, 0], _read_only_array())), ValueError, "assignment destination is read-only"),
     ],
 )
 def test_assigning_no_items_where_none_can_be_written_is_refused_as_python_and_numpy_refuse_it(target, error, message):
@@ -502,6 +505,7 @@ def test_assigning_no_items_where_items_can_be_written_is_taken():
     lazyseq.view(items)[2:] = []
     lazyseq.concatenate([(1, 2), items])[:0] = []  # one part takes writes
     lazyseq.view(np.zeros(3)).batch(2)[5:] = []
+    lazyseq.case((0, 0), items)[:0] = []  # (a tuple as selector)
     assert items == [1, 2]
 
 

@@ -118,11 +118,17 @@ class View(Fluent[T_co], Sequence[T_co]):
     def _check_writable_somewhere(self) -> None:
         """Raise what any write through this view would raise because of where it goes: an assignment of no
         items is refused where one of some would be, as Python refuses one to a tuple and numpy one to a read-only
-        array. A view over several parents passes if one of them takes writes."""
+        array. A view whose items each come from one of its parents passes if one of them takes writes (a view
+        that writes an item into several parents, or reads its parents otherwise, says so itself)."""
         if not self._writes():
             raise self._read_only()
+        self._check_one_writable(self._parents)
+
+    @staticmethod
+    def _check_one_writable(parents: Sequence[View[Any]]) -> None:
+        """Raise what writing through the first of ``parents`` would raise if none of them takes writes."""
         refused: Exception | None = None
-        for parent in self._parents:
+        for parent in parents:
             try:
                 parent._check_writable_somewhere()
                 return

@@ -37,6 +37,10 @@ class CollateView(View[Any]):
     def _get_many(self, idx: Positions) -> Columns:
         return Columns(tuple([p._get_many(idx) for p in self._parents]), self._keys)
 
+    def _check_writable_somewhere(self) -> None:
+        for parent in self._parents:  # an item is written into every field
+            parent._check_writable_somewhere()
+
     def _set(self, i: int, value: Any) -> None:
         if self._keys is not None:
             if not isinstance(value, Mapping) or set(value) != set(self._keys):

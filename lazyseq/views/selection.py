@@ -54,6 +54,9 @@ class CaseView(View[Any]):
     def _check_writable(self, i: int) -> None:
         self._values[self._branch(i)]._check_writable(i)
 
+    def _check_writable_somewhere(self) -> None:
+        self._check_one_writable(self._values)  # (the selector is read, never written)
+
     # An item is one of a branch's: what is known of its elements (a batch's items, say) is that branch's.
     def _check_element_writable(self, i: int, r: int, *within: int) -> None:
         self._values[self._branch(i)]._check_element_writable(i, r, *within)
