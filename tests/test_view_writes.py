@@ -491,7 +491,7 @@ def _read_only_array():
         (lambda: lazyseq.view(_read_only_array())[:0], ValueError, "assignment destination is read-only"),
         # its selector is never written; every field of collate is
         (lambda: lazyseq.case([0, 0], _read_only_array())[:0], ValueError, "assignment destination is read-only"),
-        (lambda: lazyseq.collate(([0, 0], _read_only_array())), ValueError, "assignment destination is read-only"),
+        (lambda: lazyseq.collate(([0, 0], _read_only_array()))[:0], ValueError, "assignment destination is read-only"),
     ],
 )
 def test_assigning_no_items_where_none_can_be_written_is_refused_as_python_and_numpy_refuse_it(target, error, message):
