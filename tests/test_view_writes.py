@@ -282,6 +282,8 @@ def test_an_assignment_of_several_values_into_an_array_converts_them_as_numpy_do
         lambda a: lazyseq.add_cache(a),
         lambda a: lazyseq.cycle(a, 8)[:4],
         lambda a: lazyseq.concatenate([a[:1], a[1:]]).shuffle(seed=1).add_cache(),
+        lambda a: lazyseq.interleave(a[:2], a[2:]),
+        lambda a: lazyseq.case([0, 1, 1, 0], a, a.copy()),
     ],
 )
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8])
@@ -293,13 +295,20 @@ def test_an_array_assigned_through_views_over_arrays_converts_as_one_numpy_assig
     assert [int(x) for x in written] == values.astype(dtype).tolist()
 
 
-def test_an_array_assigned_through_a_view_that_writes_item_by_item_converts_each_value_as_numpy_does():
+def test_an_array_assigned_through_views_over_one_array_twice_is_written_item_by_item():
+    # Each value converted as numpy converts one (as data[1] = np.int64(300)), and of two written to one place the
+    # last stays, as in a list.
     data = np.zeros(4, np.int8)
-    with pytest.raises(
-        OverflowError, match="^Python integer 300 out of bounds for int8$"
-    ):  # as data[1] = np.int64(300)
-        lazyseq.interleave(data[:2], data[2:])[:] = np.array([1, 300, 2, 7])
+    with pytest.raises(OverflowError, match="^Python integer 300 out of bounds for int8$"):
+        lazyseq.interleave(data, data)[:] = np.array([1, 300, 2, 7] * 2)
     assert data.tolist() == [0, 0, 0, 0]
+    for make in (np.zeros, lambda n: [0.0] * n):
+        twice = make(3)
+        lazyseq.concatenate([twice, twice])[[3, 0]] = [1.0, 2.0]  # (parts written one after the other: 1.0 stayed)
+        assert list(twice) == [2.0, 0.0, 0.0]
+        twice = make(2)
+        lazyseq.concatenate([twice, twice]).shuffle(seed=3)[:] = [1.0, 2.0, 3.0, 4.0]
+        assert list(twice) == [4.0, 3.0]
 
 
 @pytest.mark.parametrize("key", [slice(None, 2), [0, 1]])

@@ -515,21 +515,21 @@ class View(Fluent[T_co], Sequence[T_co]):
         """
         return None
 
+    @staticmethod
     def _writes_to_parents(
-        self, which: np.ndarray, local: np.ndarray, values: list[Any] | np.ndarray
+        parents: Sequence[View[Any]], which: np.ndarray, local: np.ndarray, values: list[Any] | np.ndarray
     ) -> Callable[[], None] | None:
-        """The write of each ``values[k]`` as item ``local[k]`` of parent ``which[k]``, every parent's at once, in
-        the order of the parents, or None where one of them cannot.
-
-        Where two parents show the same data, the value written last to it is
-        the later parent's: as one by one for a view whose items come parent
-        after parent (concatenate).
-        """
+        """The write of each ``values[k]`` as item ``local[k]`` of ``parents[which[k]]``, every parent's at once,
+        or None where one of them cannot, or where two of them may show the same data: then which value stays
+        is the one written last, as item by item (a parent's own write keeps that order among its items)."""
+        touched = np.unique(which).tolist()
+        if len(touched) > 1 and _may_share_data([parents[p] for p in touched]):
+            return None
         writes = []
-        for p in np.unique(which).tolist():
+        for p in touched:
             where = (which == p).nonzero()[0]
             part = values[where] if isinstance(values, np.ndarray) else [values[k] for k in where.tolist()]
-            write = self._parents[p]._writes_many(local[where], part)
+            write = parents[p]._writes_many(local[where], part)
             if write is None:
                 return None
             writes.append(write)
@@ -616,6 +616,33 @@ def lengths_must_match(kind: str, views: Sequence[View[Any]]) -> int | None:
         )
         raise ValueError(f"{kind}: all sequences must have the same length, got lengths {shown}")
     return lengths[0]
+
+
+def _may_share_data(views: list[View[Any]]) -> bool:
+    """Whether two of ``views`` may write into the same memory: arrays below them that overlap (only arrays are
+    written at once, see ``View._writes_many``)."""
+    arrays = [_arrays_below(view) for view in views]
+    return any(
+        np.may_share_memory(a, b)
+        for k, these in enumerate(arrays)
+        for others in arrays[k + 1 :]
+        for a in these
+        for b in others
+    )
+
+
+def _arrays_below(view: View[Any]) -> list[np.ndarray]:
+    found, seen, waiting = [], set(), [view]
+    while waiting:
+        v = waiting.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        array = getattr(v, "_array", None)
+        if isinstance(array, np.ndarray):
+            found.append(array)
+        waiting.extend(v._parents)
+    return found
 
 
 def _run_all(writes: list[Callable[[], None]]) -> None:

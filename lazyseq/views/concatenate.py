@@ -128,7 +128,7 @@ class ConcatenateView(View[Any]):
     def _writes_many(self, idx: Positions, values: list | np.ndarray) -> Callable[[], None] | None:
         idx = positions_array(idx)
         which = self._bounds_array.searchsorted(idx, side="right")
-        return self._writes_to_parents(which, idx - self._starts_array[which], values)
+        return self._writes_to_parents(self._parents, which, idx - self._starts_array[which], values)
 
     def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         p, j = self._locate(i)

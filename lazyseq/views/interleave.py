@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Callable
 from typing import Any, overload
 
 import numpy as np
@@ -10,6 +11,7 @@ import numpy as np
 from ..arguments import indexable_length
 from .base import View
 from .itemtypes import SequenceLike, T
+from .keys import Positions, positions_array
 from .sources import as_view
 
 __all__ = ["InterleaveView", "interleave"]
@@ -70,6 +72,10 @@ class InterleaveView(View[Any]):
     def _set(self, i: int, value: Any) -> None:
         k, j = self._locate(i)
         self._parents[k]._set(j, value)
+
+    def _writes_many(self, idx: Positions, values: list | np.ndarray) -> Callable[[], None] | None:
+        located = np.array([self._locate(i) for i in positions_array(idx).tolist()], dtype=np.intp).reshape(-1, 2)
+        return self._writes_to_parents(self._parents, located[:, 0], located[:, 1], values)
 
     def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         k, j = self._locate(i)

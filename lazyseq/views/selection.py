@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from .base import View, lengths_must_match
 from .itemtypes import Integer, S, SequenceLike, T
+from .keys import Positions, positions_array
 from .sources import as_view
 
 __all__ = ["CaseView", "case", "switch"]
@@ -53,6 +55,11 @@ class CaseView(View[Any]):
 
     def _check_writable(self, i: int) -> None:
         self._values[self._branch(i)]._check_writable(i)
+
+    def _writes_many(self, idx: Positions, values: list | np.ndarray) -> Callable[[], None] | None:
+        positions = positions_array(idx)
+        branches = np.array([self._branch(i) for i in positions.tolist()], dtype=np.intp)
+        return self._writes_to_parents(self._values, branches, positions, values)
 
     def _check_writable_somewhere(self) -> None:
         self._check_one_writable(self._values)  # (the selector is read, never written)
