@@ -721,6 +721,31 @@ def test_a_loop_interrupted_as_it_waits_can_be_run_again_to_the_end():
     assert got == [0, 1, 2, 3, 4, 5]
 
 
+def test_a_loop_over_a_view_interrupted_as_it_waits_can_be_run_again_to_the_end():
+    # The view's iterator (a generator) ended with the interrupt: the loop run again gave what was sent ahead, then
+    # stopped, batches 4 to 9 gone without a word.
+    interrupted = []
+
+    def slow(x):
+        if x == 4 and not interrupted:
+            interrupted.append(x)
+            raise KeyboardInterrupt  # as a Ctrl-C while it computes
+        if x == 7:
+            raise ValueError("bad item 7")
+        return x
+
+    feeder = to_device(lazyseq.smap(slow, np.arange(10.0)).batch(2), "cpu", ahead=1)
+    got = []
+    with pytest.raises(KeyboardInterrupt):
+        for batch in feeder:
+            got.append(batch.tolist())
+    with pytest.raises(lazyseq.EvaluationError, match="bad item 7"):
+        for batch in feeder:
+            got.append(batch.tolist())
+    got += [batch.tolist() for batch in feeder]  # on past the batch that failed
+    assert got == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0], [8.0, 9.0]]
+
+
 def test_a_batch_taken_as_an_interrupt_came_is_sent_by_the_next_read():
     class InterruptedCopy(Transfer):
         copies = 0

@@ -18,6 +18,7 @@ import torch
 
 from ..arguments import integer
 from ..nested import flatten, rebuild
+from ..views.base import View
 from .tensors import _becomes_tensor, _tensor
 from .transfer import Slot, Transfer, transfer_for
 
@@ -34,6 +35,27 @@ class _Failure:
 
 
 _NOTHING = object()
+
+
+class _ByPosition(Iterator[Any]):
+    """The items of a view read by position: a read interrupted (Ctrl-C) is made again by the next one, where the
+    view's own iterator, a generator, would be over; an item that fails raises in its turn, and the next read goes
+    on past it."""
+
+    def __init__(self, view: View[Any]) -> None:
+        self._view, self._next, self._len = view, 0, len(view)
+
+    def __next__(self) -> Any:
+        if self._next >= self._len:
+            raise StopIteration
+        position = self._next
+        try:
+            item = self._view[position]
+        except Exception:
+            self._next = position + 1
+            raise
+        self._next = position + 1
+        return item
 
 
 class DeviceFeeder(Iterator[Any]):
@@ -79,7 +101,7 @@ class DeviceFeeder(Iterator[Any]):
                 f"to_device: batches must be an iterable of batches (a view, a loader, a list), "
                 f"not {type(batches).__name__}"
             )
-        self._source = iter(batches)
+        self._source = _ByPosition(batches) if isinstance(batches, View) and batches._len is not None else iter(batches)
         self._owns_source = self._source is not batches  # an iterator made here is closed here, not the caller's
         self._slots = [Slot(self._transfer.new_event()) for _ in range(ahead + 1)]
         self._sent: deque = deque()  # (slot, skeleton, device leaves) or _Failure, in the source's order
