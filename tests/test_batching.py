@@ -427,6 +427,12 @@ def test_a_string_pad_wider_than_the_arrays_dtype_is_refused_however_its_rows_ar
     )
 
 
+def test_a_short_batch_among_batches_is_padded_with_an_item_of_its_own_shape():
+    # The pad took the shape the items have at most: (2, 2) beside the short batch's (1, 2), refused.
+    batches = lazyseq.view(np.arange(10.0).reshape(5, 2)).batch(2)
+    assert batches.batch(2, pad=0)[1].tolist() == [[[8.0, 9.0]], [[0.0, 0.0]]]
+
+
 def test_a_pad_for_objects_that_are_lists_is_one_item_however_they_are_read():
     # From the array, [0] was taken for a row of one value and refused for its shape.
     source = np.empty(3, dtype=object)

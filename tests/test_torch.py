@@ -746,6 +746,22 @@ def test_a_loop_over_a_view_interrupted_as_it_waits_can_be_run_again_to_the_end(
     assert got == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0], [8.0, 9.0]]
 
 
+def test_views_that_iterate_their_own_way_are_iterated_so():
+    # Read by position: unbatch computed its batch once per row, and a prefetch view lost its state_dict.
+    calls = []
+
+    def made(b):
+        calls.append(b)
+        return np.full((4, 2), float(b))
+
+    rows = lazyseq.view(range(3)).smap(made).unbatch(4)
+    assert len(list(to_device(rows, "cpu", ahead=0))) == 12 and calls == [0, 1, 2]
+    loaded = lazyseq.prefetch(lazyseq.view(np.arange(10.0)).batch(2), nworkers=0)
+    with to_device(loaded, "cpu", ahead=1) as feeder:
+        next(feeder)
+        assert feeder.state_dict()["position"] == 1
+
+
 def test_a_batch_taken_as_an_interrupt_came_is_sent_by_the_next_read():
     class InterruptedCopy(Transfer):
         copies = 0

@@ -295,6 +295,20 @@ def test_an_array_assigned_through_views_over_arrays_converts_as_one_numpy_assig
     assert [int(x) for x in written] == values.astype(dtype).tolist()
 
 
+def test_whether_parts_share_memory_is_found_in_one_sweep():
+    from lazyseq.views.base import _may_share_data
+
+    data = np.zeros(10)
+    assert _may_share_data([lazyseq.view(data[0:4]), lazyseq.view(data[5:8]), lazyseq.view(data[3:6])])
+    assert not _may_share_data([lazyseq.view(data[0:4]), lazyseq.view(data[4:8]), lazyseq.view(np.zeros(3))])
+    assert _may_share_data(
+        [lazyseq.concatenate([data[:2], np.zeros(2)]), lazyseq.view(np.zeros(2)), lazyseq.view(data[1:3])]
+    )
+    many = lazyseq.concatenate([np.zeros(2) for _ in range(5000)])  # pairs: 12.5 million checks (27 s for 10,000)
+    many[:] = np.arange(10000.0)
+    assert many[9999] == 9999.0
+
+
 def test_an_array_assigned_through_views_over_one_array_twice_is_written_item_by_item():
     # Each value converted as numpy converts one (as data[1] = np.int64(300)), and of two written to one place the
     # last stays, as in a list.

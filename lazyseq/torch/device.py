@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 
@@ -35,6 +35,15 @@ class _Failure:
 
 
 _NOTHING = object()
+
+
+def _read_by_position(batches: Iterable[Any]) -> TypeGuard[View[Any]]:
+    """Whether ``batches`` is a view of known length that its own iterator reads by position too (not a loader's,
+    which has a state and rules of its own, nor one that streams, as ``unbatch`` reads each batch once)."""
+    if not isinstance(batches, View) or batches._len is None:
+        return False
+    kind = type(batches)
+    return kind.__iter__ is View.__iter__ and kind._iter is View._iter
 
 
 class _ByPosition(Iterator[Any]):
@@ -101,7 +110,7 @@ class DeviceFeeder(Iterator[Any]):
                 f"to_device: batches must be an iterable of batches (a view, a loader, a list), "
                 f"not {type(batches).__name__}"
             )
-        self._source = _ByPosition(batches) if isinstance(batches, View) and batches._len is not None else iter(batches)
+        self._source = _ByPosition(batches) if _read_by_position(batches) else iter(batches)
         self._owns_source = self._source is not batches  # an iterator made here is closed here, not the caller's
         self._slots = [Slot(self._transfer.new_event()) for _ in range(ahead + 1)]
         self._sent: deque = deque()  # (slot, skeleton, device leaves) or _Failure, in the source's order

@@ -236,8 +236,8 @@ def pad_chunk(chunk: Any, pad: Any, count: int, collated: bool = True, spec: tup
     if not collated:  # the items, as rows, and the pad as it is: however the items are stored
         return chunk_rows(chunk) + [pad] * count
     if type(chunk) is list:
-        if spec is not None and spec[0] == "array":
-            return chunk + [_pad_rows(pad, spec[1], spec[2], 1)[0]] * count
+        if spec is not None and spec[0] == "array" and chunk:  # its dtype; the shape of the items there
+            return chunk + [_pad_rows(pad, spec[1], np.shape(chunk[0]), 1)[0]] * count
         return chunk + [_padding_like(chunk[0], pad) if chunk else pad] * count
     if isinstance(chunk, Columns):
         pads = _pad_fields(pad, chunk.keys, len(chunk.fields))
