@@ -284,6 +284,23 @@ def test_a_batch_above_a_loader_has_the_dtype_it_has_without_one(source, how):
                     assert field.tolist() == field_expected.tolist()
 
 
+@pytest.mark.parametrize("how", ["reader", "thread", "process"])
+def test_a_batch_above_a_loader_over_arrays_of_several_dtypes_has_the_dtype_it_has_without_one(how):
+    # Within one part, a batch read without the loader takes that part's dtype (<U5, >f8); above it, the items'
+    # stacked one (<U2, float64).
+    options = {"reader": {}, "thread": {"inline_below": 0}, "process": {"method": "process"}}[how]
+    for parts in (
+        [np.array(["ab", "c", "d"], "U5"), np.array(["x", "y"], "U1")],
+        [np.arange(3.0).astype(">f8"), np.arange(2.0)],
+    ):
+        source = lazyseq.concatenate(parts)
+        with prefetch(source, nworkers=2, **options) as ahead:
+            for through in (lambda v: v, lambda v: v.gather([2, 1, 0, 4, 3]), lambda v: v.shuffle(seed=0)):
+                got = [through(ahead).batch(2)[b] for b in range(3)]  # one part, one part, or both
+                want = [through(source).batch(2)[b] for b in range(3)]
+                assert [(b.dtype.str, b.tolist()) for b in got] == [(b.dtype.str, b.tolist()) for b in want]
+
+
 class _Listed(list):
     pass
 

@@ -147,6 +147,9 @@ class PrefetchView(View[T_co]):
 
     # -- reading ----------------------------------------------------------------
 
+    def _spec_of(self, idx: Positions) -> tuple | None:
+        return self._parent._spec_of(idx)  # a batch above the loader is the batch read without it
+
     def _get(self, i: int) -> Any:
         if not self._options.nworkers:
             return self._parent._get(i)

@@ -260,6 +260,12 @@ class View(Fluent[T_co], Sequence[T_co]):
         specs = {p._item_spec_at_most() for p in self._parents}
         return specs.pop() if len(specs) == 1 else None
 
+    def _spec_of(self, idx: Positions) -> tuple[Any, ...] | None:
+        """What the items at positions ``idx`` are, where known: ``_item_spec_at_most()``, or what is known of
+        these alone where the view knows more of some items than of all (a concatenation of arrays of several
+        dtypes: the dtype of the part that holds them). Asked where the spec of all items is unknown."""
+        return self._item_spec_at_most()
+
     # -- length ---------------------------------------------------------------
 
     def __len__(self) -> int:

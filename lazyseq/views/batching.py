@@ -67,7 +67,11 @@ class BatchView(View[Any]):
             span = span[: len(chunk)]
         else:
             chunk = self._parent._get_many(span)
-        spec = self._items_spec() if type(chunk) is list or isinstance(chunk, Columns) else None  # read one by one
+        spec = None
+        if type(chunk) is list or isinstance(chunk, Columns):  # read one by one: made as the view says its items are
+            spec = self._items_spec()
+            if spec is None:  # known of these items, if not of all (a loader over arrays of several dtypes)
+                spec = self._parent._spec_of(span)
         missing = self._k - len(span)
         if missing and self._pad is not None:  # objects are padded as a slice of their array pads them: as they are
             collated = self._collate_fn is None and not holds_objects(spec)

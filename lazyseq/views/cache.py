@@ -61,6 +61,9 @@ class CacheView(View[Any]):
         write = self._parent._writes_many(idx, values)
         return None if write is None else functools.partial(self._write_and_forget, write)
 
+    def _spec_of(self, idx: Positions) -> tuple | None:
+        return self._parent._spec_of(idx)
+
     def _write_and_forget(self, write: Callable[[], None]) -> None:
         write()
         self._forget()

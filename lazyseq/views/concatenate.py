@@ -101,6 +101,21 @@ class ConcatenateView(View[Any]):
             return parts[0]._get_many(idx) if parts else []
         return scatter(pieces, positions, len(idx))
 
+    def _spec_of(self, idx: Positions) -> tuple | None:
+        if not len(idx) or all(spec is None for spec in self._specs):  # (lists: nothing known of any part)
+            return None
+        if type(idx) is range:  # a batch: the parts of its ends, and those between
+            (p, first), (last_part, _) = self._locate(idx[0]), self._locate(idx[-1])
+            if p != last_part:
+                return None  # items of several parts: stacked as they are
+            return self._parents[p]._spec_of(range(first, first + idx.step * len(idx), idx.step))
+        positions = positions_array(idx)
+        which = self._bounds_array.searchsorted(positions, side="right")
+        if (which != which[0]).any():
+            return None
+        p = int(which[0])
+        return self._parents[p]._spec_of(positions - self._starts[p])
+
     def _typed(self, chunk: Any, p: int) -> Any:
         """``chunk`` of part ``p`` as an array of its items' dtype where it is a list of items that part says are
         arrays: what a part that is an array gives, next to the others'."""

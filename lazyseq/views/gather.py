@@ -54,6 +54,9 @@ class GatherView(View[Any]):
     def _writes_many(self, idx: Positions, values: list | np.ndarray) -> Callable[[], None] | None:
         return self._parent._writes_many(compose(self._positions, idx), values)
 
+    def _spec_of(self, idx: Positions) -> tuple | None:
+        return self._parent._spec_of(compose(self._positions, idx))
+
     def _stored_rows(self, rows: range) -> np.ndarray | None:
         positions = compose(self._positions, rows)
         if type(positions) is not range or positions.step != 1:

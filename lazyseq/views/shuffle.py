@@ -134,6 +134,9 @@ class ShuffleView(View[Any]):
     def _writes_many(self, idx: Positions, values: list | np.ndarray) -> Callable[[], None] | None:
         return self._parent._writes_many(compose(self.permutation, idx), values)
 
+    def _spec_of(self, idx: Positions) -> tuple | None:
+        return self._parent._spec_of(compose(self.permutation, idx))
+
     def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         return ((self._parent, self.permutation.item(i)),)
 
