@@ -9,6 +9,7 @@ server's address names its ``ipc://`` file by an absolute path.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 
@@ -71,13 +72,29 @@ def _check_bind_host(address: str, owner: str) -> None:
     ValueError: serve: cannot listen at 'tcp://256.1.1.1:5557': '256.1.1.1' is no IPv4 address (four numbers from 0 to 255)
     """
     host = tcp_host(address) or ""
-    if host and all(part.isascii() and part.isdigit() for part in host.split(".")):
-        try:
-            socket.inet_aton(host)  # as ZeroMQ reads it: 127.1 and 0 are addresses too
-        except OSError:
-            raise ValueError(
-                f"{owner}: cannot listen at {address!r}: {host!r} is no IPv4 address (four numbers from 0 to 255)"
-            ) from None
+    if written_as_ipv4(host) and ipv4_address(host) is None:
+        raise ValueError(
+            f"{owner}: cannot listen at {address!r}: {host!r} is no IPv4 address (four numbers from 0 to 255)"
+        )
+
+
+def written_as_ipv4(host: str) -> bool:
+    """Whether ``host`` is numbers and dots, as an IPv4 address is written (in one of its forms, or not)."""
+    return bool(host) and all(part.isascii() and part.isdigit() for part in host.split("."))
+
+
+def ipv4_address(host: str) -> ipaddress.IPv4Address | None:
+    """The IPv4 address ``host`` writes, in any form ZeroMQ reads (``127.1`` and ``0`` too); None for another host.
+
+    >>> ipv4_address("127.1"), ipv4_address("127.0.0.1 x"), ipv4_address("256.1.1.1")
+    (IPv4Address('127.0.0.1'), None, None)
+    """
+    if not written_as_ipv4(host):  # (inet_aton takes trailing text)
+        return None
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(host))
+    except OSError:
+        return None
 
 
 def tcp_host(address: str) -> str | None:

@@ -16,11 +16,10 @@ one to the other side.
 from __future__ import annotations
 
 import ipaddress
-import socket
 from collections.abc import Iterable
 from typing import Any
 
-from .endpoints import tcp_host
+from .endpoints import ipv4_address, tcp_host
 
 __all__ = ["ClientCheck", "check_address", "is_loopback", "key_bytes"]
 
@@ -47,12 +46,8 @@ def is_loopback(address: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:  # "*", an interface name, a host name, or an IPv4 address in a short form (127.1)
         pass
-    if not all(part.isascii() and part.isdigit() for part in host.split(".")):  # (inet_aton takes trailing text)
-        return False
-    try:
-        return ipaddress.IPv4Address(socket.inet_aton(host)).is_loopback  # as ZeroMQ reads it
-    except OSError:
-        return False
+    ipv4 = ipv4_address(host)  # as ZeroMQ reads it
+    return ipv4 is not None and ipv4.is_loopback
 
 
 API_WAYS = (

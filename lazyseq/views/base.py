@@ -394,9 +394,9 @@ class View(Fluent[T_co], Sequence[T_co]):
                 raise TypeError  # numpy before 2.3 reads a numpy boolean as 0 or 1, with a warning; later, refuses it
             return operator.index(key)
         except TypeError:
-            kind = type(given)  # numpy's bool is named "bool" too: "not bool" next to True taken would be a riddle
-            name = f"numpy.{kind.__name__}" if kind.__module__.startswith("numpy") else kind.__name__
-            raise TypeError(f"{self._label()} indices must be integers, slices or integer arrays, not {name}") from None
+            raise TypeError(
+                f"{self._label()} indices must be integers, slices or integer arrays, not {_type_name(given)}"
+            ) from None
 
     def _slice(self, key: slice) -> View[T_co]:
         from .gather import GatherView, StridedView
@@ -549,11 +549,9 @@ class View(Fluent[T_co], Sequence[T_co]):
         try:
             iterator = iter(values)
         except TypeError:
-            kind = type(values)
-            name = f"numpy.{kind.__name__}" if kind.__module__.startswith("numpy") else kind.__name__
             raise TypeError(  # (a numpy user expects it broadcast; a list refuses it, and a view is read as one)
                 f"can only assign an iterable of values to the {n} items that a slice, mask or index list selects "
-                f"(one value per item, as to a slice of a list), not {name}; for one value in all, assign "
+                f"(one value per item, as to a slice of a list), not {_type_name(values)}; for one value in all, assign "
                 f"[value] * {n}"
             ) from None
         # Items read from arrays (a view of the same data, say) are rows of their memory: copied before any write.
@@ -628,7 +626,6 @@ def _may_share_data(views: list[View[Any]]) -> bool:
     """Whether two of ``views`` may write into the same memory: arrays below them whose bytes' bounds overlap
     (only arrays are written at once, see ``View._writes_many``). One sweep over the bounds in order: thousands of
     parts (files) cost no pairs."""
-    byte_bounds = getattr(getattr(np.lib, "array_utils", None), "byte_bounds", None) or np.byte_bounds  # type: ignore[attr-defined, unused-ignore]  # numpy 1.x
     spans = sorted(
         (*byte_bounds(array), k) for k, view in enumerate(views) for array in _arrays_below(view) if array.size
     )
@@ -644,6 +641,20 @@ def _may_share_data(views: list[View[Any]]) -> bool:
         else:
             other_high = max(other_high, high)
     return False
+
+
+def byte_bounds(array: np.ndarray) -> tuple[int, int]:
+    """The addresses of an array's first byte and of the byte after its last (numpy's ``byte_bounds``)."""
+    bounds = getattr(getattr(np.lib, "array_utils", None), "byte_bounds", None) or np.byte_bounds  # type: ignore[attr-defined, unused-ignore]  # numpy 1.x
+    low, high = bounds(array)
+    return low, high
+
+
+def _type_name(value: object) -> str:
+    """The name of ``value``'s type as its user knows it: numpy's with ``numpy.`` (its bool is named "bool" too:
+    "not bool" beside True taken would be a riddle)."""
+    kind = type(value)
+    return f"numpy.{kind.__name__}" if kind.__module__.startswith("numpy") else kind.__name__
 
 
 def _arrays_below(view: View[Any]) -> list[np.ndarray]:

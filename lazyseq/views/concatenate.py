@@ -63,6 +63,11 @@ class ConcatenateView(View[Any]):
         p = bisect_right(self._bounds, i)
         return p, i - self._starts[p]
 
+    def _locate_all(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``_locate`` of every position: the parts that hold them, and their positions there."""
+        which = self._bounds_array.searchsorted(positions, side="right")
+        return which, positions - self._starts_array[which]
+
     def _get(self, i: int) -> Any:
         p = bisect_right(self._bounds, i)
         return self._parents[p]._get(i - self._starts[p])
@@ -78,8 +83,7 @@ class ConcatenateView(View[Any]):
         idx = positions_array(idx)
         if self._window is not None:  # rows of arrays alike (open_npy): one call, one copy
             return self._window.rows(idx)
-        which = self._bounds_array.searchsorted(idx, side="right")
-        local = idx - self._starts_array[which]
+        which, local = self._locate_all(idx)
         # With many parts, visit only those that hold requested items.
         present = range(len(parts)) if len(parts) <= 8 else np.unique(which).tolist()
         arrays = self._arrays
@@ -109,12 +113,10 @@ class ConcatenateView(View[Any]):
             if p != last_part:
                 return None  # items of several parts: stacked as they are
             return self._parents[p]._spec_of(range(first, first + idx.step * len(idx), idx.step))
-        positions = positions_array(idx)
-        which = self._bounds_array.searchsorted(positions, side="right")
+        which, local = self._locate_all(positions_array(idx))
         if (which != which[0]).any():
             return None
-        p = int(which[0])
-        return self._parents[p]._spec_of(positions - self._starts[p])
+        return self._parents[int(which[0])]._spec_of(local)
 
     def _typed(self, chunk: Any, p: int) -> Any:
         """``chunk`` of part ``p`` as an array of its items' dtype where it is a list of items that part says are
@@ -141,9 +143,8 @@ class ConcatenateView(View[Any]):
         self._parents[p]._set(j, value)
 
     def _writes_many(self, idx: Positions, values: list | np.ndarray) -> Callable[[], None] | None:
-        idx = positions_array(idx)
-        which = self._bounds_array.searchsorted(idx, side="right")
-        return self._writes_to_parents(self._parents, which, idx - self._starts_array[which], values)
+        which, local = self._locate_all(positions_array(idx))
+        return self._writes_to_parents(self._parents, which, local, values)
 
     def _sources(self, i: int) -> tuple[tuple[View, int], ...]:
         p, j = self._locate(i)

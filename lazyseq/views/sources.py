@@ -14,7 +14,7 @@ import numpy as np
 from ..machine import this_machine
 from ..sparse import is_sparse
 from .arange import ArangeView
-from .base import View
+from .base import View, byte_bounds
 from .chunks import is_tensor, new_rows
 from .itemtypes import SequenceLike, T
 from .keys import Positions, positions_array
@@ -162,7 +162,6 @@ def memmap_location(array: np.ndarray) -> tuple | None:
         return None
     mapping_address = np.frombuffer(mapped, dtype=np.uint8).ctypes.data
     mapping_offset = array.offset - array.offset % mmap.ALLOCATIONGRANULARITY  # what np.memmap mapped
-    byte_bounds = getattr(getattr(np.lib, "array_utils", None), "byte_bounds", None) or np.byte_bounds  # type: ignore[attr-defined, unused-ignore]  # numpy 1.x
     low, high = byte_bounds(array)
     mode = "r+" if array.mode == "w+" else array.mode
     first = mapping_offset + (low - mapping_address)
